@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Builds, once, every third-party binary that Yonder's tests and lab run for real, from the Go module
+# proxy (no downloads of prebuilt binaries are possible here), and caches them OUTSIDE the work tree,
+# keyed by version, so that a fresh clone on the same machine (CI) reuses them.
+#
+#   hack/test-bins.sh            build what is missing, print the assembled bin directory on stdout's last line
+#   hack/test-bins.sh --print    print the bin directory without building (exit 1 if incomplete)
+#   hack/test-bins.sh --packages install only the Debian packages the tests need
+#
+# A warm run returns in well under a second: each component has a stamp file and is skipped when present.
+set -euo pipefail
+
+KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+CAPI_VERSION=${CAPI_VERSION:-v1.14.2}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.1.5}
+
+CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
+KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}"
+BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
+BUILD_ROOT="${CACHE_ROOT}/build"
+
+# Debian packages the test tiers use. Keep this list in step with docs/development.md.
+DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
+  runc systemd-container containernetworking-plugins busybox-static zstd curl ca-certificates)
+
+log() { printf '[test-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+install_packages() {
+  local missing=()
+  for p in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}"
+    return 1
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# build_component NAME VERSION FUNC: runs FUNC in a scratch module dir unless the stamp exists.
+build_component() {
+  local name=$1 version=$2 fn=$3
+  local out="${BUILD_ROOT}/${name}-${version}"
+  if [ -f "${out}/.done" ]; then return 0; fi
+  local start=$SECONDS
+  log "building ${name} ${version} (cold builds take minutes on 2 cores)…"
+  rm -rf "${out}.tmp" && mkdir -p "${out}.tmp/src" "${out}.tmp/bin"
+  ( cd "${out}.tmp/src" && "$fn" "${out}.tmp/bin" "$version" )
+  rm -rf "${out}" && mkdir -p "${out}" && mv "${out}.tmp/bin" "${out}/bin" && rm -rf "${out}.tmp"
+  touch "${out}/.done"
+  log "built ${name} ${version} in $((SECONDS - start))s: $(ls "${out}/bin" | tr '\n' ' ')"
+}
+
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+build_kubernetes() {
+  local bin=$1 v=$2 minor=${2#v}; minor=${minor#*.}; minor=${minor%%.*}
+  local staging=${v/v1./v0.}
+  go mod init yonder.local/k8sbins >/dev/null 2>&1
+  go mod edit -require="k8s.io/kubernetes@${v}"
+  # k8s.io/kubernetes requires its staging repos at v0.0.0 and replaces them with ./staging; point them at
+  # the published tags instead.
+  local mods
+  mods=$(go mod download -json "k8s.io/kubernetes@${v}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  for m in $(awk '/^require \(/{f=1;next} f&&/^\)/{f=0} f&&$2=="v0.0.0"{print $1}' "$mods"); do
+    [ "$m" = "k8s.io/sample-cli-plugin" ] && continue
+    go mod edit -replace="${m}=${m}@${staging}"
+  done
+  local pkg=k8s.io/component-base/version
+  go build -trimpath -o "$bin/" -ldflags "-s -w -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+}
+
+build_etcd() {
+  local bin=$1 v=$2
+  go mod init yonder.local/etcdbin >/dev/null 2>&1
+  go mod edit -require="go.etcd.io/etcd/server/v3@${v}"
+  go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_capi() {
+  local bin=$1 v=$2
+  go mod init yonder.local/capibins >/dev/null 2>&1
+  go mod edit -require="sigs.k8s.io/cluster-api@${v}" -require="sigs.k8s.io/cluster-api/api@${v}"
+  local mods
+  mods=$(go mod download -json "sigs.k8s.io/cluster-api@${v}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  # cluster-api's own replace directives do not apply to us; copy the ones that point at versions.
+  awk '/^replace /{print $2" "$5; next} /^replace \(/{f=1;next} f&&/^\)/{f=0} f&&$3=="=>"&&NF==5{print $1" "$4"@"$5}' "$mods" | \
+    while read -r from to; do [ -n "$to" ] && go mod edit -replace="${from}=${to}"; done || true
+  go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@${v}"
+  local ld="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${v} -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+  go build -trimpath -ldflags "$ld" -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+  go build -trimpath -ldflags "$ld" -o "$bin/capi-manager" sigs.k8s.io/cluster-api/core
+}
+
+build_containerd() {
+  local bin=$1 v=$2
+  go mod init yonder.local/containerdbins >/dev/null 2>&1
+  go mod edit -require="github.com/containerd/containerd/v2@${v}"
+  local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=${v}"
+  go build -trimpath -ldflags "$ld" -o "$bin/" github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+}
+
+assemble() {
+  mkdir -p "${BIN_DIR}"
+  local c
+  for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}"; do
+    for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
+  done
+  touch "${BIN_DIR}/.complete"
+}
+
+case "${1:-}" in
+  --print)
+    [ -f "${BIN_DIR}/.complete" ] || { echo "test binaries not built: run make test-bins" >&2; exit 1; }
+    echo "${BIN_DIR}"; exit 0 ;;
+  --packages) install_packages; exit $? ;;
+esac
+
+if [ -f "${BIN_DIR}/.complete" ] && [ "${1:-}" != "--force" ]; then
+  install_packages
+  echo "${BIN_DIR}"; exit 0
+fi
+
+total=$SECONDS
+install_packages
+command -v go >/dev/null || { log "go is not on PATH"; exit 1; }
+build_component etcd "${ETCD_VERSION}" build_etcd
+build_component capi "${CAPI_VERSION}" build_capi
+build_component kubernetes "${KUBERNETES_VERSION}" build_kubernetes
+build_component containerd "${CONTAINERD_VERSION}" build_containerd
+assemble
+log "all test binaries ready in ${BIN_DIR} ($((SECONDS - total))s)"
+echo "${BIN_DIR}"

@@ -1,0 +1,73 @@
+package hosts_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/yonder-dev/yonder/test/hosts"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+// Three hosts on one lab network, each a real sshd in its own namespace: a command runs on each over
+// SSH with the pinned host key, each answers with its own hostname and address, and a client that pins
+// the wrong host key is refused.
+func TestHostsRunCommandsOverSSHWithPinnedHostKeys(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	hs := hosts.StartForTest(t, n, "smoke", 3)
+	g.Expect(hs).To(HaveLen(3))
+
+	seen := map[string]bool{}
+	for _, h := range hs {
+		out, _, err := h.Run(ctx, "hostname && ip -4 -o addr show dev eth0")
+		g.Expect(err).NotTo(HaveOccurred())
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		g.Expect(lines).To(HaveLen(2))
+		g.Expect(lines[0]).To(Equal(h.Name))
+		g.Expect(lines[1]).To(ContainSubstring(" " + h.Address.String() + "/24 "))
+		g.Expect(n.Prefix.Contains(h.Address)).To(BeTrue())
+		seen[h.Address.String()] = true
+	}
+	g.Expect(seen).To(HaveLen(3), "each host has its own address")
+
+	// Host 0's client key with host 1's host key pinned: the handshake must fail on the host key.
+	wrong := hs[0].ClientConfig()
+	wrong.HostKeyCallback = ssh.FixedHostKey(hs[1].HostKey)
+	_, err := ssh.Dial("tcp", hs[0].Endpoint(), wrong)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring("host key mismatch"))
+
+	// A key the host does not authorize is refused.
+	other := hs[1].ClientConfig()
+	other.HostKeyCallback = ssh.FixedHostKey(hs[0].HostKey)
+	_, err = ssh.Dial("tcp", hs[0].Endpoint(), other)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring("unable to authenticate"))
+
+	// Hosts reach the bridge address, where a workload apiserver would listen.
+	_, _, err = hs[2].Run(ctx, "ping -c1 -W2 "+n.Gateway.String()+" >/dev/null || busybox ping -c1 -W2 "+n.Gateway.String())
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// Closing the network removes every namespace, process and link it created.
+func TestNetworkCloseRemovesEverything(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n, err := labnet.New(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = n.Close() })
+	hs, err := hosts.Start(ctx, n, "gone", 1, hosts.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Close()).To(Succeed())
+	g.Expect(labnet.Exists(hs[0].Namespace)).To(BeFalse())
+	g.Expect(labnet.LinkExists(n.Bridge)).To(BeFalse())
+	g.Expect(labnet.LinkExists(fmt.Sprintf("yv%dh1", n.Slot))).To(BeFalse())
+	_, err = hs[0].Dial(ctx)
+	g.Expect(err).To(HaveOccurred())
+}

@@ -10,11 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/controllers/remote"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 
 	"github.com/yonder-dev/yonder/test/controlplane"
@@ -147,7 +148,7 @@ func TestCAPIWebhooksRejectInvalidObjects(t *testing.T) {
 }
 
 // The workload cluster helper writes <cluster>-kubeconfig the way a control plane provider does: CAPI's
-// remote package builds a working client for the Cluster from it.
+// kubeconfig reader finds it and it yields a working client for the Cluster.
 func TestWorkloadKubeconfigSecretIsUsableByCAPI(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -163,7 +164,9 @@ func TestWorkloadKubeconfigSecretIsUsableByCAPI(t *testing.T) {
 	g.Expect(secret.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, "wl"))
 	g.Expect(secret.Data).To(HaveKey("value"))
 
-	cfg, err := remote.RESTConfig(ctx, "test", env.Client, client.ObjectKeyFromObject(cluster))
+	data, err := kubeconfig.FromSecret(ctx, env.Client, client.ObjectKeyFromObject(cluster))
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	g.Expect(err).NotTo(HaveOccurred())
 	wl, err := client.New(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())

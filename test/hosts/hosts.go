@@ -119,7 +119,7 @@ func startOne(ctx context.Context, n *labnet.Network, name string, opts Options)
 		}
 	}
 	// sshd refuses to start without its privilege separation directory.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { //nolint:gosec // sshd requires its privsep dir root-owned and world-readable
 		return nil, fmt.Errorf("failed to create /run/sshd: %w", err)
 	}
 	sshd, _ := proc.LookPath("sshd")
@@ -210,12 +210,12 @@ func (h *Host) Run(ctx context.Context, command string) (stdout, stderr []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to connect to host %s: %w", h.Name, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	s, err := c.NewSession()
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to open session on host %s: %w", h.Name, err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	var o, e bytes.Buffer
 	s.Stdout, s.Stderr = &o, &e
 	if err := s.Run(command); err != nil {

@@ -68,7 +68,7 @@ func New(ctx context.Context) (*Network, error) {
 	if err := RequireRoot(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+	if err := os.MkdirAll(lockDir, 0o750); err != nil {
 		return nil, fmt.Errorf("failed to create %s: %w", lockDir, err)
 	}
 	first := 1
@@ -101,12 +101,12 @@ func New(ctx context.Context) (*Network, error) {
 }
 
 func newNetwork(slot int, lock *os.File) *Network {
-	prefix := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 250, byte(slot), 0}), 24)
+	prefix := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 250, octet(slot), 0}), 24)
 	return &Network{
 		Slot:    slot,
 		Bridge:  fmt.Sprintf("ylab%d", slot),
 		Prefix:  prefix,
-		Gateway: netip.AddrFrom4([4]byte{10, 250, byte(slot), 1}),
+		Gateway: netip.AddrFrom4([4]byte{10, 250, octet(slot), 1}),
 		lock:    lock,
 	}
 }
@@ -172,7 +172,7 @@ func (n *Network) Attach(ctx context.Context, suffix string) (*Attachment, error
 	if idx+9 > 254 {
 		return nil, fmt.Errorf("lab network %s is full", n.Prefix)
 	}
-	addr := netip.AddrFrom4([4]byte{10, 250, byte(n.Slot), byte(idx + 9)})
+	addr := netip.AddrFrom4([4]byte{10, 250, octet(n.Slot), octet(idx + 9)})
 	ns := n.NamePrefix() + suffix
 	rootSide := fmt.Sprintf("yv%dh%d", n.Slot, idx)
 	tmpPeer := fmt.Sprintf("yp%dh%d", n.Slot, idx)
@@ -265,4 +265,13 @@ func DeleteNamespace(ctx context.Context, ns string) error {
 		return fmt.Errorf("failed to delete network namespace %s: %w", ns, err)
 	}
 	return nil
+}
+
+// octet converts a number already bounds-checked by the caller (slots ≤ MaxSlot, hosts ≤ 254) to an
+// address byte.
+func octet(i int) byte {
+	if i < 0 || i > 255 {
+		panic(fmt.Sprintf("labnet: %d is not an address octet", i))
+	}
+	return byte(i)
 }

@@ -34,11 +34,11 @@ func Start(name, logDir string, env []string, path string, args ...string) (*Pro
 		return nil, fmt.Errorf("failed to create log directory %s: %w", logDir, err)
 	}
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // the harness names its own log files
 	if err != nil {
 		return nil, fmt.Errorf("failed to open log file for %s: %w", name, err)
 	}
-	cmd := exec.Command(path, args...) //nolint:gosec // test harness runs binaries it resolved itself.
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -124,7 +124,7 @@ func FreePort(host string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("failed to find a free port on %s: %w", host, err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -142,7 +142,7 @@ func CheckPortFree(host string, port int) error {
 
 // Run executes a short command and returns its combined output in the error when it fails.
 func Run(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // test harness commands.
+	cmd := exec.CommandContext(ctx, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

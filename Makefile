@@ -1,0 +1,90 @@
+# Yonder's build, test and release targets. Every target installs or builds what it needs.
+SHELL := /usr/bin/env bash -o pipefail
+.DEFAULT_GOAL := help
+
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+TOOLS := $(GO) tool -modfile=hack/tools/go.mod
+LINT  := $(GO) tool -modfile=hack/tools/lint/go.mod golangci-lint
+# Providers that clusterctl installs; each has api/, config/ and a main.go (STYLE.md).
+PROVIDERS := bootstrap controlplane infrastructure-ssh infrastructure-baremetal
+# Everything with CRDs (the network add-on has CRDs but is not a clusterctl provider).
+API_DIRS  := $(PROVIDERS) network
+TEST_TIMEOUT ?= 45m
+OUT := out
+
+##@ Main jobs
+
+.PHONY: lab
+lab: test-bins ## Bring up the local lab (control plane, hosts at two sites); Ctrl-C tears it down
+	$(GO) run ./test/lab
+
+.PHONY: test
+test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: bench
+bench: test-bins ## Run the benchmarks; each prints its ratio against a baseline measured in the same run
+	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./...
+
+##@ Build
+
+.PHONY: test-bins
+test-bins: ## Build (once, cached outside the tree) the real binaries the tests run; installs Debian packages
+	@hack/test-bins.sh >/dev/null
+
+.PHONY: build
+build: ## Build every Go package and binary
+	$(GO) build ./...
+
+.PHONY: lint
+lint: ## Run golangci-lint (gofmt, goimports, vet, errcheck, gosec, importas, staticcheck…)
+	$(LINT) run ./...
+
+##@ Generation
+
+.PHONY: generate
+generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) ## Regenerate deepcopy code and manifests
+
+.PHONY: generate-go
+generate-go: ## Generate deepcopy code for every api/ package
+	@for d in $(API_DIRS); do \
+	  if [ -d $$d/api ]; then echo "controller-gen object $$d"; \
+	    $(TOOLS) controller-gen object:headerFile=hack/boilerplate.go.txt paths=./$$d/api/... || exit 1; fi; \
+	done
+
+generate-manifests-%: ## Generate CRDs, RBAC and webhook manifests of one provider into <provider>/config
+	@if [ -d $*/api ]; then echo "controller-gen manifests $*"; \
+	  $(TOOLS) controller-gen crd:generateEmbeddedObjectMeta=true rbac:roleName=manager-role webhook \
+	    paths=./$*/... \
+	    output:crd:artifacts:config=$*/config/crd/bases \
+	    output:rbac:artifacts:config=$*/config/rbac \
+	    output:webhook:artifacts:config=$*/config/webhook; \
+	fi
+
+.PHONY: verify-gen
+verify-gen: generate ## Fail when generated files are not committed
+	@git diff --exit-code -- $(API_DIRS) templates || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(API_DIRS) templates)" || { git status --porcelain -- $(API_DIRS) templates; echo "untracked generated files: run make generate and commit"; exit 1; }
+
+##@ Release
+
+.PHONY: release-manifests
+release-manifests: ## Build each provider's components YAML, metadata.yaml and templates into out/
+	@mkdir -p $(OUT)
+	@for p in $(PROVIDERS); do \
+	  f=$$(sed -n 's/.*"componentsFile": "\(.*\)".*/\1/p' $$p/clusterctl-settings.json); \
+	  if [ -f $$p/config/default/kustomization.yaml ]; then \
+	    mkdir -p $(OUT)/$$p && $(TOOLS) kustomize build $$p/config/default > $(OUT)/$$p/$$f || exit 1; \
+	    cp metadata.yaml $(OUT)/$$p/; echo "$(OUT)/$$p/$$f"; \
+	  else echo "skipping $$p: no config/default yet"; fi; \
+	done
+	@cp templates/*.yaml $(OUT)/ 2>/dev/null || true
+
+.PHONY: clean
+clean: ## Remove build outputs (the binary cache outside the tree stays)
+	rm -rf $(OUT) _lab
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9%-]+:.*?##/ { printf "  %-24s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)

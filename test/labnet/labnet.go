@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/yonder-dev/yonder/test/internal/proc"
 )
 
@@ -78,26 +80,37 @@ func New(ctx context.Context) (*Network, error) {
 		}
 	}
 	for slot := first; slot <= MaxSlot; slot++ {
-		f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(slot)+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+		n, err := takeSlot(ctx, slot)
 		if err != nil {
-			return nil, fmt.Errorf("failed to open slot lock: %w", err)
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			_ = f.Close()
-			continue
-		}
-		n := newNetwork(slot, f)
-		if err := n.removeLeftovers(ctx); err != nil {
-			_ = n.release()
 			return nil, err
 		}
-		if err := n.createBridge(ctx); err != nil {
-			_ = n.Close()
-			return nil, err
+		if n != nil {
+			return n, nil
 		}
-		return n, nil
 	}
 	return nil, fmt.Errorf("all %d lab network slots are in use (see %s): stop other test runs or labs", MaxSlot, lockDir)
+}
+
+// takeSlot returns nil, nil when another process holds the slot.
+func takeSlot(ctx context.Context, slot int) (*Network, error) {
+	f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(slot)+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open slot lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, nil
+	}
+	n := newNetwork(slot, f)
+	if err := n.removeLeftovers(ctx); err != nil {
+		_ = n.release()
+		return nil, err
+	}
+	if err := n.createBridge(ctx); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return n, nil
 }
 
 func newNetwork(slot int, lock *os.File) *Network {
@@ -248,19 +261,17 @@ func DeleteNamespace(ctx context.Context, ns string) error {
 	if _, err := os.Stat(filepath.Join(netnsDir, ns)); err != nil {
 		return nil
 	}
-	for attempt := 0; attempt < 50; attempt++ {
+	// Kill until none is left: a process may fork while we kill its parent.
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		out, _ := proc.Run(ctx, "ip", "netns", "pids", ns)
 		pids := strings.Fields(out)
-		if len(pids) == 0 {
-			break
-		}
 		for _, p := range pids {
 			if pid, err := strconv.Atoi(p); err == nil {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(pids) == 0, nil
+	})
 	if _, err := proc.Run(ctx, "ip", "netns", "del", ns); err != nil {
 		return fmt.Errorf("failed to delete network namespace %s: %w", ns, err)
 	}

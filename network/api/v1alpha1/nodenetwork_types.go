@@ -1,0 +1,81 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeNetworkSpec is what a node's daemon (yonder-net-node) publishes about itself. The daemon owns this
+// object; the controller only reads it. Facts that must survive a restart (the public key) live in spec.
+type NodeNetworkSpec struct {
+	// publicKey is the node's WireGuard public key (base64, 32 bytes). The private key never leaves the node.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`
+	PublicKey string `json:"publicKey,omitempty"`
+	// endpoints are the addresses peers may dial. Empty means the Node's status.addresses
+	// (InternalIP → Internal, ExternalIP → External).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// ports the daemon listens on.
+	// +optional
+	Ports Ports `json:"ports,omitempty"`
+	// protocols the dataplane supports on this node (detected at start: e.g. no GENEVE module).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Protocols []Protocol `json:"protocols,omitempty"`
+	// underlayMTU is the MTU of the node's underlay interface; below the Site's mtu it is reported as a
+	// mismatch.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	UnderlayMTU int32 `json:"underlayMTU,omitempty"`
+}
+
+// NodeNetworkStatus is the daemon's health.
+type NodeNetworkStatus struct {
+	// conditions: Ready (the dataplane is programmed and probes run) and, on gateway candidates,
+	// GatewayReady (forwarding works; False takes the gateway out of the active set).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedPlanGeneration is the generation of the Site's RoutePlan the dataplane applied.
+	// +optional
+	ObservedPlanGeneration int64 `json:"observedPlanGeneration,omitempty"`
+}
+
+// NodeNetwork condition types.
+const (
+	// NodeNetworkGatewayReadyCondition is the daemon's own view of its gateway function.
+	NodeNetworkGatewayReadyCondition = "GatewayReady"
+)
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=yonder-network
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="PublicKey",type=string,JSONPath=`.spec.publicKey`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// NodeNetwork is published by the node daemon, one per Node with the Node's name.
+type NodeNetwork struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the daemon publishes.
+	Spec NodeNetworkSpec `json:"spec,omitempty"`
+	// status is the daemon's health.
+	Status NodeNetworkStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// NodeNetworkList is a list of NodeNetworks.
+type NodeNetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the NodeNetworks.
+	Items []NodeNetwork `json:"items"`
+}

@@ -1,0 +1,183 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+const (
+	// KubeconfigSecretKeyDefault is the key of spec.kubeconfigSecretRef read when none is given.
+	KubeconfigSecretKeyDefault = "value"
+
+	// KubeconfigSecretNameSuffix names the source Secret when spec.kubeconfigSecretRef.name is empty:
+	// "<cluster>-external-kubeconfig". It makes a YonderControlPlaneTemplate usable in a ClusterClass
+	// without a per-Cluster patch.
+	KubeconfigSecretNameSuffix = "-external-kubeconfig"
+)
+
+// Conditions and their reasons. A condition message says what to do.
+const (
+	// AvailableCondition is True while the attached cluster's API server answers with the given kubeconfig.
+	AvailableCondition = clusterv1.AvailableCondition
+	// AvailableReason: the API server answered /version.
+	AvailableReason = clusterv1.AvailableReason
+	// NotAvailableReason: the API server could not be reached or rejected the credentials.
+	NotAvailableReason = clusterv1.NotAvailableReason
+
+	// KubeconfigValidCondition is True when the source Secret holds a usable admin kubeconfig.
+	KubeconfigValidCondition = "KubeconfigValid"
+	// KubeconfigValidReason: the kubeconfig parsed, authenticated and reached the API server.
+	KubeconfigValidReason = "Valid"
+	// KubeconfigSecretNotFoundReason: the Secret named by spec.kubeconfigSecretRef does not exist.
+	KubeconfigSecretNotFoundReason = "SecretNotFound"
+	// KubeconfigKeyNotFoundReason: the Secret exists but has no data under spec.kubeconfigSecretRef.key.
+	KubeconfigKeyNotFoundReason = "KeyNotFound"
+	// KubeconfigInvalidReason: the data is not a kubeconfig with a current context, cluster and user.
+	KubeconfigInvalidReason = "InvalidKubeconfig"
+	// KubeconfigUnsupportedAuthReason: the kubeconfig authenticates through an exec plugin, an auth
+	// provider or files on disk, none of which work inside the management cluster.
+	KubeconfigUnsupportedAuthReason = "UnsupportedAuth"
+	// KubeconfigUnauthorizedReason: the API server rejected the credentials (401/403).
+	KubeconfigUnauthorizedReason = "Unauthorized"
+	// KubeconfigUnreachableReason: the API server did not answer (network, DNS, TLS).
+	KubeconfigUnreachableReason = "Unreachable"
+
+	// JoinRBACReadyCondition is True when the RBAC that lets nodes join is installed in the workload cluster.
+	JoinRBACReadyCondition = "JoinRBACReady"
+	// JoinRBACInstalledReason: the ClusterRoleBindings exist and match.
+	JoinRBACInstalledReason = "Installed"
+	// JoinRBACFailedReason: applying the ClusterRoleBindings failed (typically forbidden).
+	JoinRBACFailedReason = "ApplyFailed"
+	// JoinRBACWaitingForKubeconfigReason: no valid kubeconfig yet.
+	JoinRBACWaitingForKubeconfigReason = "WaitingForKubeconfig"
+)
+
+// KubeconfigSecretReference names a Secret in the YonderControlPlane's namespace and a key in it.
+type KubeconfigSecretReference struct {
+	// name of the Secret. Empty means "<cluster>-external-kubeconfig".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name,omitempty"`
+
+	// key in the Secret's data holding the kubeconfig (default "value").
+	// +optional
+	// +kubebuilder:default=value
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key,omitempty"`
+}
+
+// YonderControlPlaneSpec attaches an existing cluster.
+type YonderControlPlaneSpec struct {
+	// kubeconfigSecretRef names the Secret, in this object's namespace, that holds an admin kubeconfig of
+	// the existing cluster. The kubeconfig must carry its credentials inline (client certificate or token);
+	// exec plugins and auth providers are rejected. Rotating the Secret's content updates
+	// "<cluster>-kubeconfig".
+	// +optional
+	KubeconfigSecretRef KubeconfigSecretReference `json:"kubeconfigSecretRef,omitempty,omitzero"`
+
+	// controlPlaneEndpoint is the API server endpoint nodes use. When empty it is set from the
+	// kubeconfig's server URL.
+	// +optional
+	ControlPlaneEndpoint clusterv1.APIEndpoint `json:"controlPlaneEndpoint,omitempty,omitzero"`
+}
+
+// YonderControlPlaneInitializationStatus is the CAPI contract's initialization block.
+type YonderControlPlaneInitializationStatus struct {
+	// controlPlaneInitialized is true once the existing cluster's API server answered; it stays true.
+	// +optional
+	ControlPlaneInitialized *bool `json:"controlPlaneInitialized,omitempty"`
+}
+
+// YonderControlPlaneStatus is the observed state.
+// +kubebuilder:validation:MinProperties=1
+type YonderControlPlaneStatus struct {
+	// conditions: Available, KubeconfigValid, JoinRBACReady, Ready (summary) and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization tells CAPI the control plane is initialized.
+	// +optional
+	Initialization YonderControlPlaneInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// externalManagedControlPlane is always true: the control plane has no Machines.
+	// +optional
+	ExternalManagedControlPlane *bool `json:"externalManagedControlPlane,omitempty"`
+
+	// version is the Kubernetes version the API server reports at /version (e.g. v1.36.3).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Version string `json:"version,omitempty"`
+
+	// observedGeneration is the generation this status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=yondercontrolplanes,scope=Namespaced,categories=cluster-api,shortName=ycp
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"
+// +kubebuilder:printcolumn:name="Initialized",type="boolean",JSONPath=".status.initialization.controlPlaneInitialized"
+// +kubebuilder:printcolumn:name="Available",type="string",JSONPath=".status.conditions[?(@.type==\"Available\")].status"
+// +kubebuilder:printcolumn:name="Version",type="string",JSONPath=".status.version"
+// +kubebuilder:printcolumn:name="Endpoint",type="string",JSONPath=".spec.controlPlaneEndpoint.host",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// YonderControlPlane attaches an EXISTING conformant cluster (AKS, EKS, GKE, kubeadm, k3s…) as a CAPI
+// Cluster's control plane.
+type YonderControlPlane struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +optional
+	Spec YonderControlPlaneSpec `json:"spec,omitempty,omitzero"`
+	// status is the observed state.
+	// +optional
+	Status YonderControlPlaneStatus `json:"status,omitempty,omitzero"`
+}
+
+// GetConditions returns the v1beta2 conditions.
+func (c *YonderControlPlane) GetConditions() []metav1.Condition { return c.Status.Conditions }
+
+// SetConditions sets the v1beta2 conditions.
+func (c *YonderControlPlane) SetConditions(conditions []metav1.Condition) {
+	c.Status.Conditions = conditions
+}
+
+// KubeconfigSecretName is the source Secret's name for a Cluster.
+func (c *YonderControlPlane) KubeconfigSecretName(clusterName string) string {
+	if c.Spec.KubeconfigSecretRef.Name != "" {
+		return c.Spec.KubeconfigSecretRef.Name
+	}
+	return clusterName + KubeconfigSecretNameSuffix
+}
+
+// KubeconfigSecretKey is the key read from the source Secret.
+func (c *YonderControlPlane) KubeconfigSecretKey() string {
+	if c.Spec.KubeconfigSecretRef.Key != "" {
+		return c.Spec.KubeconfigSecretRef.Key
+	}
+	return KubeconfigSecretKeyDefault
+}
+
+// +kubebuilder:object:root=true
+
+// YonderControlPlaneList is a list of YonderControlPlanes.
+type YonderControlPlaneList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []YonderControlPlane `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&YonderControlPlane{}, &YonderControlPlaneList{})
+}

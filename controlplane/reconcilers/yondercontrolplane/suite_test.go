@@ -1,0 +1,57 @@
+package yondercontrolplane_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	"github.com/yonder-dev/yonder/controlplane/setup"
+	"github.com/yonder-dev/yonder/test/controlplane"
+	"github.com/yonder-dev/yonder/test/envtest"
+)
+
+// watchFilter is the suite's --watch-filter value: objects without the label must be ignored.
+const watchFilter = "ycp-suite"
+
+var (
+	env *envtest.Environment
+	// workload is the EXISTING cluster the tests attach: a second, real kube-apiserver.
+	workload *controlplane.ControlPlane
+)
+
+func TestMain(m *testing.M) {
+	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	SetDefaultConsistentlyDuration(3 * time.Second)
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	workload, err = controlplane.Start(context.Background(), controlplane.Options{Name: "attached"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the workload control plane did not start: %v\n", err)
+		return 1
+	}
+	defer func() { _ = workload.Stop() }()
+	return envtest.Run(m, envtest.Options{
+		CRDDirectoryPaths:    []string{"controlplane/config/crd/bases"},
+		WebhookManifestPaths: []string{"controlplane/config/webhook/manifests.yaml"},
+		AddToScheme:          []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: func(ctx context.Context, e *envtest.Environment) error {
+			if err := setup.Webhooks(e.Manager); err != nil {
+				return err
+			}
+			return setup.Reconcilers(ctx, e.Manager, setup.Options{
+				WatchFilterValue: watchFilter,
+				RetryInterval:    time.Second,
+			})
+		},
+	}, func(e *envtest.Environment) { env = e })
+}

@@ -1,0 +1,3 @@
+// Package admission holds the defaulting and validating webhooks of YonderControlPlane and
+// YonderControlPlaneTemplate.
+package admission

@@ -1,0 +1,96 @@
+// Package inventory is the narrow view of the host inventory that the network boot services need: which
+// MAC belongs to which host, the host's address reservation and its boot configuration. The services
+// depend only on the Lookup interface, so they compile without Kubernetes; the BareMetalHost controller
+// keeps a Static inventory in step with its objects (or implements Lookup itself).
+package inventory
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+)
+
+// Host is everything the boot services know about one bare-metal host.
+type Host struct {
+	// Name identifies the host, "<namespace>/<name>" of its BareMetalHost.
+	Name string
+	// MAC is the address of the NIC the host boots from.
+	MAC net.HardwareAddr
+	// Address is the host's reserved IPv4 address. Unused in proxyDHCP mode, where another server leases.
+	Address netip.Addr
+	// PrefixLen, Router and DNS override the server's defaults for this host's subnet (relayed networks).
+	PrefixLen int
+	Router    netip.Addr
+	DNS       []netip.Addr
+	// Hostname is sent in option 12 when set.
+	Hostname string
+	// Boot is what the host's iPXE script loads.
+	Boot BootConfig
+}
+
+// BootConfig is the content of a host's iPXE script.
+type BootConfig struct {
+	// Kernel and Initrd are artifact names (served under /artifacts/) or absolute http(s) URLs.
+	Kernel string
+	Initrd string
+	// Cmdline is the kernel command line; the server appends the attestation endpoint and the one-time ticket.
+	Cmdline string
+}
+
+// Lookup finds hosts by MAC. Implementations must be safe for concurrent use.
+type Lookup interface {
+	// HostByMAC returns the host whose boot NIC has this MAC.
+	HostByMAC(mac net.HardwareAddr) (Host, bool)
+}
+
+// Static is an in-memory Lookup, updated by its owner (a controller, a test).
+type Static struct {
+	mu    sync.RWMutex
+	byMAC map[string]Host
+}
+
+// NewStatic returns a Static inventory holding hosts.
+func NewStatic(hosts ...Host) *Static {
+	s := &Static{byMAC: make(map[string]Host, len(hosts))}
+	for _, h := range hosts {
+		s.Set(h)
+	}
+	return s
+}
+
+// Set adds or replaces the host with h's MAC.
+func (s *Static) Set(h Host) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byMAC[key(h.MAC)] = h
+}
+
+// Delete removes the host with this MAC.
+func (s *Static) Delete(mac net.HardwareAddr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byMAC, key(mac))
+}
+
+// HostByMAC implements Lookup.
+func (s *Static) HostByMAC(mac net.HardwareAddr) (Host, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h, ok := s.byMAC[key(mac)]
+	return h, ok
+}
+
+// HostByName returns the host with this name (linear: for the attestation service's rare lookups).
+func (s *Static) HostByName(name string) (Host, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, h := range s.byMAC {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return Host{}, false
+}
+
+func key(mac net.HardwareAddr) string { return strings.ToLower(mac.String()) }

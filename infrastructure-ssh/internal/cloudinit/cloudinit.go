@@ -1,0 +1,235 @@
+// Package cloudinit turns the subset of cloud-init that Cluster API bootstrap providers emit (CABPK's
+// kubeadm data, Yonder's own) into one POSIX shell script: write_files (content, encoding b64 / gzip /
+// gzip+b64, permissions, owner, append) and runcmd. Anything else is reported, never ignored.
+package cloudinit
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// UnsupportedError lists what the data uses that this executor does not run.
+type UnsupportedError struct {
+	Items []string
+}
+
+func (e *UnsupportedError) Error() string {
+	return "unsupported cloud-init: " + strings.Join(e.Items, ", ")
+}
+
+// WriteFile is one write_files entry.
+type WriteFile struct {
+	Path        string `json:"path"`
+	Content     string `json:"content"`
+	Encoding    string `json:"encoding"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner"`
+	Append      bool   `json:"append"`
+	Defer       bool   `json:"defer"`
+}
+
+// Config is the supported subset.
+type Config struct {
+	WriteFiles []WriteFile
+	// RunCmd holds each command as a shell line.
+	RunCmd []string
+}
+
+// Options tunes Parse.
+type Options struct {
+	// Hostname replaces the jinja expressions {{ ds.meta_data.local_hostname }}, {{ ds.meta_data.hostname }},
+	// {{ v1.local_hostname }} and {{ local_hostname }} when the data is a jinja template.
+	Hostname string
+}
+
+var (
+	jinjaExpr     = regexp.MustCompile(`\{\{-?\s*([^}]*?)\s*-?\}\}`)
+	hostnameNames = map[string]bool{"ds.meta_data.local_hostname": true, "ds.meta_data.hostname": true, "v1.local_hostname": true, "local_hostname": true, "v1.hostname": true}
+	validMode     = regexp.MustCompile(`^0?[0-7]{3,4}$`)
+	validOwner    = regexp.MustCompile(`^[a-z_][a-z0-9_.-]*(:[a-z_][a-z0-9_.-]*)?$`)
+)
+
+// Parse parses cloud-config user data.
+func Parse(data []byte, opts Options) (*Config, error) {
+	text := string(data)
+	lines := strings.SplitN(text, "\n", 3)
+	jinja := false
+	if len(lines) > 0 && strings.HasPrefix(strings.TrimSpace(lines[0]), "## template:") {
+		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[0]), "## template:")) != "jinja" {
+			return nil, &UnsupportedError{Items: []string{"template " + strings.TrimSpace(lines[0])}}
+		}
+		jinja = true
+		text = strings.Join(lines[1:], "\n")
+	}
+	if !strings.HasPrefix(strings.TrimLeft(text, " \t\r\n"), "#cloud-config") {
+		return nil, &UnsupportedError{Items: []string{"data that is not #cloud-config (scripts, MIME multipart and ignition are not executed)"}}
+	}
+	if jinja {
+		var bad []string
+		text = jinjaExpr.ReplaceAllStringFunc(text, func(m string) string {
+			expr := strings.TrimSpace(jinjaExpr.FindStringSubmatch(m)[1])
+			if hostnameNames[expr] && opts.Hostname != "" {
+				return opts.Hostname
+			}
+			bad = append(bad, "jinja expression {{ "+expr+" }}")
+			return m
+		})
+		if strings.Contains(text, "{%") {
+			bad = append(bad, "jinja statements {% … %}")
+		}
+		if len(bad) > 0 {
+			return nil, &UnsupportedError{Items: bad}
+		}
+	}
+	raw := map[string]any{}
+	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
+		return nil, fmt.Errorf("failed to parse cloud-config: %w", err)
+	}
+	cfg := &Config{}
+	var unsupported []string
+	for k, v := range raw {
+		switch k {
+		case "write_files":
+			b, err := yaml.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("failed to read write_files: %w", err)
+			}
+			if err := yaml.UnmarshalStrict(b, &cfg.WriteFiles); err != nil {
+				return nil, fmt.Errorf("failed to parse write_files: %w", err)
+			}
+		case "runcmd":
+			items, ok := v.([]any)
+			if !ok {
+				return nil, errors.New("failed to parse runcmd: not a list")
+			}
+			for i, it := range items {
+				switch c := it.(type) {
+				case string:
+					cfg.RunCmd = append(cfg.RunCmd, c)
+				case []any:
+					parts := make([]string, 0, len(c))
+					for _, p := range c {
+						parts = append(parts, shellQuote(fmt.Sprint(p)))
+					}
+					cfg.RunCmd = append(cfg.RunCmd, strings.Join(parts, " "))
+				default:
+					return nil, fmt.Errorf("failed to parse runcmd[%d]: neither a string nor a list", i)
+				}
+			}
+		default:
+			unsupported = append(unsupported, "key "+k)
+		}
+	}
+	for i, f := range cfg.WriteFiles {
+		if f.Path == "" || !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q is not absolute", i, f.Path)
+		}
+		if f.Permissions != "" && !validMode.MatchString(f.Permissions) {
+			return nil, fmt.Errorf("failed to parse write_files[%d]: permissions %q are not octal", i, f.Permissions)
+		}
+		if f.Owner != "" && !validOwner.MatchString(f.Owner) {
+			return nil, fmt.Errorf("failed to parse write_files[%d]: owner %q is not user[:group]", i, f.Owner)
+		}
+		if _, err := decode(f); err != nil {
+			return nil, fmt.Errorf("failed to decode write_files[%d] (%s): %w", i, f.Path, err)
+		}
+		if f.Defer {
+			unsupported = append(unsupported, "write_files[].defer")
+		}
+	}
+	if len(unsupported) > 0 {
+		sort.Strings(unsupported)
+		return nil, &UnsupportedError{Items: unsupported}
+	}
+	return cfg, nil
+}
+
+// decode returns the file content in clear.
+func decode(f WriteFile) ([]byte, error) {
+	switch strings.ToLower(f.Encoding) {
+	case "", "text/plain":
+		return []byte(f.Content), nil
+	case "b64", "base64":
+		return base64.StdEncoding.DecodeString(strings.TrimSpace(f.Content))
+	case "gz", "gzip":
+		return gunzip([]byte(f.Content))
+	case "gz+b64", "gzip+b64", "gz+base64", "gzip+base64":
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(f.Content))
+		if err != nil {
+			return nil, err
+		}
+		return gunzip(b)
+	default:
+		return nil, fmt.Errorf("unknown encoding %q", f.Encoding)
+	}
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Close() }()
+	// Bootstrap files are small; bound the output so hostile data cannot balloon.
+	out, err := io.ReadAll(io.LimitReader(r, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Script renders the config as a POSIX shell script. Files are written first (any failure aborts), then
+// the runcmd lines run in order as cloud-init runs them: in one script, a failing command does not stop
+// the next, and the script's status is the last command's.
+func (c *Config) Script() string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# Generated by yonder-ssh-manager from cloud-init user data.\numask 022\n(\nset -e\n")
+	for _, f := range c.WriteFiles {
+		content, _ := decode(f) // validated by Parse
+		mode := f.Permissions
+		if mode == "" {
+			mode = "0644"
+		}
+		owner := f.Owner
+		if owner == "" {
+			owner = "root:root"
+		}
+		redir := ">"
+		if f.Append {
+			redir = ">>"
+		}
+		fmt.Fprintf(&b, "mkdir -p %s\n", shellQuote(path.Dir(f.Path)))
+		fmt.Fprintf(&b, "printf '%%s' %s | base64 -d %s %s\n", shellQuote(base64.StdEncoding.EncodeToString(content)), redir, shellQuote(f.Path))
+		fmt.Fprintf(&b, "chmod %s %s\n", mode, shellQuote(f.Path))
+		fmt.Fprintf(&b, "chown %s %s\n", shellQuote(owner), shellQuote(f.Path))
+	}
+	b.WriteString(") || { echo 'yonder-ssh: write_files failed' >&2; exit 97; }\n")
+	b.WriteString("runcmd() {\n:\n")
+	for _, r := range c.RunCmd {
+		b.WriteString(r)
+		b.WriteString("\n")
+	}
+	b.WriteString("}\nruncmd\n")
+	return b.String()
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ParseMode parses an octal permission string (exported for tests and docs).
+func ParseMode(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 8, 32)
+	return uint32(v), err
+}

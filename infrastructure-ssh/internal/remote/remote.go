@@ -1,0 +1,221 @@
+// Package remote holds the commands the provider runs on a host and parses their answers: start a
+// bootstrap run detached from the SSH session, read its state, clean the host, gather facts. A run is
+// recorded on the host in RunsDir/<runID>; `mkdir` of that directory is the lock that makes starting a
+// run idempotent, so a restarted controller resumes a run instead of starting it twice.
+package remote
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+)
+
+// RunsDir is where runs are recorded on a host.
+const RunsDir = "/var/lib/yonder-ssh/runs"
+
+// SentinelPath is the file every Cluster API bootstrap writes when it succeeded.
+const SentinelPath = "/run/cluster-api/bootstrap-success.complete"
+
+var validRunID = regexp.MustCompile(`^[a-zA-Z0-9-]{1,64}$`)
+
+func runDir(runID string) (string, error) {
+	if !validRunID.MatchString(runID) {
+		return "", fmt.Errorf("invalid run id %q", runID)
+	}
+	return RunsDir + "/" + runID, nil
+}
+
+// RunState is what the host says about a run.
+type RunState struct {
+	// Started is true once the run directory exists.
+	Started bool
+	// Finished is true once the script exited.
+	Finished bool
+	// ExitCode of the script when Finished.
+	ExitCode int
+	// Sentinel is true when SentinelPath exists.
+	Sentinel bool
+}
+
+// Start starts the script as run runID, detached from the SSH session (setsid, output to the run's log),
+// unless that run already exists. It returns true when this call started it.
+func Start(ctx context.Context, e sshexec.Executor, runID, script string) (bool, error) {
+	d, err := runDir(runID)
+	if err != nil {
+		return false, err
+	}
+	cmd := fmt.Sprintf(`umask 077
+mkdir -p %[1]s
+if mkdir %[2]s 2>/dev/null; then
+  cat > %[2]s/bootstrap.sh
+  setsid sh -c 'echo $$ > "$0/pid"; sh "$0/bootstrap.sh" > "$0/log" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"' %[2]s </dev/null >/dev/null 2>&1 &
+  echo started
+else
+  cat >/dev/null
+  echo exists
+fi`, RunsDir, d)
+	out, _, err := e.Run(ctx, cmd, strings.NewReader(script))
+	if err != nil {
+		return false, fmt.Errorf("failed to start bootstrap run %s: %w", runID, err)
+	}
+	return strings.TrimSpace(string(out)) == "started", nil
+}
+
+// State reads the state of run runID.
+func State(ctx context.Context, e sshexec.Executor, runID string) (RunState, error) {
+	d, err := runDir(runID)
+	if err != nil {
+		return RunState{}, err
+	}
+	cmd := fmt.Sprintf(`if [ -d %[1]s ]; then echo started; fi
+if [ -f %[1]s/exit ]; then echo "exit $(cat %[1]s/exit)"; fi
+if [ -e %[2]s ]; then echo sentinel; fi`, d, SentinelPath)
+	out, _, err := e.Run(ctx, cmd, nil)
+	if err != nil {
+		return RunState{}, fmt.Errorf("failed to read bootstrap run %s: %w", runID, err)
+	}
+	var s RunState
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case l == "started":
+			s.Started = true
+		case l == "sentinel":
+			s.Sentinel = true
+		case strings.HasPrefix(l, "exit "):
+			s.Finished = true
+			s.ExitCode, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(l, "exit ")))
+			if err != nil {
+				s.ExitCode = -1
+			}
+		}
+	}
+	return s, nil
+}
+
+// LogTail returns the last n bytes of run runID's output.
+func LogTail(ctx context.Context, e sshexec.Executor, runID string, n int) (string, error) {
+	d, err := runDir(runID)
+	if err != nil {
+		return "", err
+	}
+	out, _, err := e.Run(ctx, fmt.Sprintf("tail -c %d %s/log 2>/dev/null || true", n, d), nil)
+	if err != nil {
+		return "", fmt.Errorf("failed to read log of bootstrap run %s: %w", runID, err)
+	}
+	return string(out), nil
+}
+
+// Finish removes the bootstrap script (it may hold credentials) of a finished run and keeps its log.
+func Finish(ctx context.Context, e sshexec.Executor, runID string) error {
+	d, err := runDir(runID)
+	if err != nil {
+		return err
+	}
+	if _, _, err := e.Run(ctx, "rm -f "+d+"/bootstrap.sh", nil); err != nil {
+		return fmt.Errorf("failed to remove bootstrap script of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// Cleanup stops run runID if it still runs, resets the host (`yonder-agent reset` when the agent is on
+// the PATH, else the given commands, each of which must succeed), and removes the run and the sentinel.
+func Cleanup(ctx context.Context, e sshexec.Executor, runID string, commands []string) error {
+	d, err := runDir(runID)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "if [ -f %[1]s/pid ] && [ ! -f %[1]s/exit ]; then kill -TERM -- -\"$(cat %[1]s/pid)\" 2>/dev/null || true; fi\n", d)
+	b.WriteString("if command -v yonder-agent >/dev/null 2>&1; then\n  yonder-agent reset || exit $?\nelse\n  :\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  sh -c %s || { echo \"cleanup command failed: %s\" >&2; exit 1; }\n", sshexec.Quote(c), strings.ReplaceAll(firstLine(c), `"`, ""))
+	}
+	b.WriteString("fi\n")
+	fmt.Fprintf(&b, "rm -rf %s\nrm -f %s\n", d, SentinelPath)
+	if _, _, err := e.Run(ctx, b.String(), nil); err != nil {
+		return fmt.Errorf("failed to clean up host: %w", err)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s = strings.SplitN(s, "\n", 2)[0]
+	s = strings.Map(func(r rune) rune {
+		if r == '$' || r == '`' || r == '\\' {
+			return '_'
+		}
+		return r
+	}, s)
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	return s
+}
+
+// Facts is what Probe finds.
+type Facts struct {
+	Hostname, OS, Kernel, Arch string
+	CPUs                       int
+	MemoryBytes                int64
+	GPUs                       []string
+	Agent                      bool
+}
+
+const factsCmd = `echo "hostname=$(hostname)"
+echo "os=$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") )"
+echo "kernel=$(uname -r)"
+echo "arch=$(uname -m)"
+echo "cpus=$(nproc 2>/dev/null || grep -c ^processor /proc/cpuinfo)"
+echo "memkb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)"
+if command -v yonder-agent >/dev/null 2>&1; then echo agent=true; fi
+if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/gpu=/'
+elif command -v lspci >/dev/null 2>&1; then lspci 2>/dev/null | grep -Ei 'vga|3d controller|display controller' | grep -Ei 'nvidia|amd|ati|intel' | sed 's/^[^ ]* [^:]*: /gpu=/'
+fi
+true`
+
+// Probe gathers facts.
+func Probe(ctx context.Context, e sshexec.Executor) (Facts, error) {
+	out, _, err := e.Run(ctx, factsCmd, nil)
+	if err != nil {
+		return Facts{}, fmt.Errorf("failed to gather facts: %w", err)
+	}
+	return ParseFacts(string(out)), nil
+}
+
+// ParseFacts parses the output of the facts command.
+func ParseFacts(out string) Facts {
+	var f Facts
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "hostname":
+			f.Hostname = v
+		case "os":
+			f.OS = v
+		case "kernel":
+			f.Kernel = v
+		case "arch":
+			f.Arch = v
+		case "cpus":
+			f.CPUs, _ = strconv.Atoi(v)
+		case "memkb":
+			kb, _ := strconv.ParseInt(v, 10, 64)
+			f.MemoryBytes = kb * 1024
+		case "agent":
+			f.Agent = v == "true"
+		case "gpu":
+			if v != "" && len(f.GPUs) < 64 {
+				f.GPUs = append(f.GPUs, v)
+			}
+		}
+	}
+	return f
+}

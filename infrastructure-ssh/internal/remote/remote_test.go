@@ -1,0 +1,126 @@
+package remote_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/cloudinit"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+func target(h *sshtest.Host) sshexec.Target {
+	return sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: h.ClientSigner, HostKey: h.HostKey}}
+}
+
+// Against real sshd hosts: a bootstrap run starts detached, is not started twice, is observed to
+// finish with its sentinel on that host only, is cleaned up; facts are gathered; the connection errors
+// a controller must tell apart (host key mismatch, refused key, nobody listening) are typed.
+func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	_, signer, err := sshtest.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	hs, err := sshtest.Start(ctx, n, "rm", 2, signer)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = e.Close() }()
+
+	cfg, err := cloudinit.Parse([]byte("#cloud-config\nwrite_files:\n- path: /etc/kubernetes/x.conf\n  content: hello\n  permissions: '0600'\nruncmd:\n- sleep 1\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"), cloudinit.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	started, err := remote.Start(ctx, e, "run-1", cfg.Script())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(started).To(BeTrue())
+	again, err := remote.Start(ctx, e, "run-1", cfg.Script())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(BeFalse(), "a run is started once")
+	g.Eventually(func() remote.RunState {
+		s, err := remote.State(ctx, e, "run-1")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
+	out, err := hs[0].Run(ctx, "stat -c %a /etc/kubernetes/x.conf && cat /etc/kubernetes/x.conf")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("600\nhello"))
+	// The other host has its own filesystem view.
+	out, _ = hs[1].Run(ctx, "ls /run/cluster-api 2>&1 || true")
+	g.Expect(out).To(ContainSubstring("No such file"))
+
+	f, err := remote.Probe(ctx, e)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Hostname).To(Equal(hs[0].Name))
+	g.Expect(f.CPUs).To(BeNumerically(">", 0))
+	g.Expect(f.MemoryBytes).To(BeNumerically(">", 0))
+	g.Expect(f.Arch).NotTo(BeEmpty())
+
+	g.Expect(remote.Cleanup(ctx, e, "run-1", []string{"rm -f /etc/kubernetes/x.conf"})).To(Succeed())
+	s, err := remote.State(ctx, e, "run-1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(remote.RunState{}))
+	g.Expect(remote.Cleanup(ctx, e, "run-1", []string{"false"})).To(MatchError(ContainSubstring("cleanup command failed")))
+
+	// Host key mismatch: host 0 pinned with host 1's key.
+	bad := target(hs[0])
+	bad.HostKey = hs[1].HostKey
+	_, err = sshexec.SSHDialer{}.Dial(ctx, bad)
+	var mm *sshexec.HostKeyMismatchError
+	g.Expect(err).To(BeAssignableToTypeOf(mm))
+	// Refused key.
+	_, other, _ := sshtest.NewClientKey()
+	bad = target(hs[0])
+	bad.Signer = other
+	_, err = sshexec.SSHDialer{}.Dial(ctx, bad)
+	var auth *sshexec.AuthError
+	g.Expect(err).To(BeAssignableToTypeOf(auth))
+	// Nobody listening.
+	bad = target(hs[0])
+	bad.Port = 2222
+	_, err = sshexec.SSHDialer{Timeout: 2 * time.Second}.Dial(ctx, bad)
+	var unr *sshexec.UnreachableError
+	g.Expect(err).To(BeAssignableToTypeOf(unr))
+	// Trust on first use records the presented key.
+	tofu2 := target(hs[1])
+	tofu2.HostKey = nil
+	tofu2.RecordHostKey = nil
+	_, err = sshexec.SSHDialer{}.Dial(ctx, tofu2)
+	g.Expect(err).To(MatchError(sshexec.ErrNoHostKey), "no key and no recording: never connect")
+	// Through a bastion: host 1 reaches host 0.
+	via := target(hs[0])
+	b := target(hs[1]).Endpoint
+	via.Bastion = &b
+	e2, err := sshexec.SSHDialer{}.Dial(ctx, via)
+	g.Expect(err).NotTo(HaveOccurred())
+	o, _, err := e2.Run(ctx, "hostname", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.TrimSpace(string(o))).To(Equal(hs[0].Name))
+	_ = e2.Close()
+}
+
+// Trust on first use: the key presented is handed to the recorder, and the connection works.
+func TestTrustOnFirstUseRecordsKey(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	_, signer, err := sshtest.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	hs, err := sshtest.Start(ctx, n, "tofu", 1, signer)
+	g.Expect(err).NotTo(HaveOccurred())
+	tg := target(hs[0])
+	tg.HostKey = nil
+	var got string
+	tg.RecordHostKey = func(k ssh.PublicKey) { got = sshexec.FormatHostKey(k) }
+	e, err := sshexec.SSHDialer{}.Dial(ctx, tg)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = e.Close()
+	g.Expect(got).To(Equal(sshexec.FormatHostKey(hs[0].HostKey)))
+}

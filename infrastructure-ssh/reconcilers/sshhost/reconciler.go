@@ -1,0 +1,231 @@
+// Package sshhost reconciles the YonderSSHHost inventory: it probes hosts over SSH (recording the host
+// key on first use when allowed), gathers facts, keeps a claimed host from being deleted, carries the
+// clusterctl move label on hosts and their credential Secrets, and reports each host's phase.
+package sshhost
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/predicates"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+)
+
+// MoveLabel makes clusterctl move carry an object that no Cluster owns.
+const MoveLabel = "clusterctl.cluster.x-k8s.io/move"
+
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshhosts;yondersshhosts/status;yondersshhosts/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch
+
+// Reconciler reconciles YonderSSHHosts.
+type Reconciler struct {
+	Client client.Client
+	Dialer sshexec.Dialer
+	// WatchFilterValue limits reconciliation to objects labelled cluster.x-k8s.io/watch-filter=<value>.
+	WatchFilterValue string
+	// ProbeInterval is how often a host is probed over SSH (default 5m).
+	ProbeInterval time.Duration
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if r.ProbeInterval == 0 {
+		r.ProbeInterval = 5 * time.Minute
+	}
+	if r.Dialer == nil {
+		r.Dialer = sshexec.SSHDialer{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.YonderSSHHost{}).
+		WithOptions(opts).
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.WatchFilterValue)).
+		Watches(&infrav1.YonderSSHMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if name := o.GetAnnotations()[infrav1.HostAnnotation]; name != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+			}
+			return nil
+		})).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+	h := &infrav1.YonderSSHHost{}
+	if err := r.Client.Get(ctx, req.NamespacedName, h); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if annotations.HasPaused(h) {
+		return ctrl.Result{}, nil
+	}
+	helper, err := patch.NewHelper(h, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for YonderSSHHost %s: %w", klog.KObj(h), err)
+	}
+	defer func() {
+		if err := conditions.SetSummaryCondition(h, h, clusterv1.ReadyCondition, conditions.ForConditionTypes{infrav1.HostReachableCondition},
+			conditions.IgnoreTypesIfMissing{infrav1.HostReachableCondition}); err != nil {
+			rerr = kerrors.NewAggregate([]error{rerr, err})
+		}
+		if err := helper.Patch(ctx, h, patch.WithOwnedConditions{Conditions: []string{infrav1.HostReachableCondition, clusterv1.ReadyCondition}}); err != nil {
+			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch YonderSSHHost %s: %w", klog.KObj(h), err)})
+		}
+	}()
+
+	if !h.DeletionTimestamp.IsZero() {
+		if h.Spec.ConsumerRef != nil {
+			// Deleting a claimed host would leak its Machine's infrastructure: wait for the release.
+			conditions.Set(h, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "DeletionBlocked",
+				Message: fmt.Sprintf("Host is claimed by YonderSSHMachine %s; delete that Machine first", h.Spec.ConsumerRef.Name)})
+			return ctrl.Result{}, nil
+		}
+		controllerutil.RemoveFinalizer(h, infrav1.HostFinalizer)
+		return ctrl.Result{}, nil
+	}
+	controllerutil.AddFinalizer(h, infrav1.HostFinalizer)
+	if h.Labels == nil {
+		h.Labels = map[string]string{}
+	}
+	if _, ok := h.Labels[MoveLabel]; !ok {
+		h.Labels[MoveLabel] = ""
+	}
+	if err := r.labelSecrets(ctx, h); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	var res ctrl.Result
+	if h.Status.LastProbeTime == nil || time.Since(h.Status.LastProbeTime.Time) >= r.ProbeInterval {
+		r.probe(ctx, h)
+	}
+	res.RequeueAfter = r.ProbeInterval
+	if h.Status.LastProbeTime != nil {
+		if left := r.ProbeInterval - time.Since(h.Status.LastProbeTime.Time); left > 0 {
+			res.RequeueAfter = left
+		}
+	}
+	if err := r.setPhase(ctx, h); err != nil {
+		return ctrl.Result{}, err
+	}
+	return res, nil
+}
+
+func (r *Reconciler) labelSecrets(ctx context.Context, h *infrav1.YonderSSHHost) error {
+	refs := []string{h.Spec.CredentialsSecretRef.Name}
+	if h.Spec.Bastion != nil {
+		refs = append(refs, h.Spec.Bastion.CredentialsSecretRef.Name)
+	}
+	for _, name := range refs {
+		s := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: name}, s); err != nil {
+			continue // reported by the probe
+		}
+		if _, ok := s.Labels[MoveLabel]; ok {
+			continue
+		}
+		p := client.MergeFrom(s.DeepCopy())
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[MoveLabel] = ""
+		if err := r.Client.Patch(ctx, s, p); err != nil {
+			return fmt.Errorf("failed to add the move label to Secret %s: %w", klog.KObj(s), err)
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
+	log := ctrl.LoggerFrom(ctx)
+	var (
+		mu       sync.Mutex
+		recorded ssh.PublicKey
+	)
+	record := func(k ssh.PublicKey) { mu.Lock(); recorded = k; mu.Unlock() }
+	h.Status.LastProbeTime = ptr.To(metav1.Now())
+	fail := func(err error) {
+		reason, msg := hostconn.Reason(err, h)
+		conditions.Set(h, metav1.Condition{Type: infrav1.HostReachableCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
+		log.Info("Probe failed", "reason", reason)
+	}
+	t, err := hostconn.Target(ctx, r.Client, h, record)
+	if err != nil {
+		fail(err)
+		return
+	}
+	e, err := r.Dialer.Dial(ctx, t)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer func() { _ = e.Close() }()
+	facts, err := remote.Probe(ctx, e)
+	if err != nil {
+		fail(err)
+		return
+	}
+	mu.Lock()
+	if recorded != nil && h.Spec.HostKey == "" {
+		h.Spec.HostKey = sshexec.FormatHostKey(recorded)
+		log.Info("Recorded host key on first use", "fingerprint", ssh.FingerprintSHA256(recorded))
+	}
+	mu.Unlock()
+	h.Status.Facts = &infrav1.HostFacts{Hostname: facts.Hostname, OS: facts.OS, Kernel: facts.Kernel, Arch: facts.Arch,
+		CPUs: int32(facts.CPUs), MemoryBytes: facts.MemoryBytes, GPUs: facts.GPUs, Agent: facts.Agent} //nolint:gosec // CPU counts fit
+	conditions.Set(h, metav1.Condition{Type: infrav1.HostReachableCondition, Status: metav1.ConditionTrue, Reason: infrav1.HostProbedReason})
+}
+
+func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) error {
+	h.Status.ConsumerRef = h.Spec.ConsumerRef
+	if ref := h.Spec.ConsumerRef; ref != nil {
+		h.Status.Phase = infrav1.HostPhaseClaimed
+		m := &infrav1.YonderSSHMachine{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, m); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		switch {
+		case !m.DeletionTimestamp.IsZero():
+			h.Status.Phase = infrav1.HostPhaseReleasing
+		case ptr.Deref(m.Status.Initialization.Provisioned, false):
+			h.Status.Phase = infrav1.HostPhaseProvisioned
+		case m.Status.Bootstrap != nil && m.Status.Bootstrap.Phase == infrav1.BootstrapPhaseFailed:
+			h.Status.Phase = infrav1.HostPhaseError
+		case m.Status.Bootstrap != nil:
+			h.Status.Phase = infrav1.HostPhaseProvisioning
+		}
+		return nil
+	}
+	c := conditions.Get(h, infrav1.HostReachableCondition)
+	switch {
+	case h.Annotations[infrav1.NeedsCleanupAnnotation] != "":
+		h.Status.Phase = infrav1.HostPhaseError
+	case c != nil && c.Status == metav1.ConditionFalse && c.Reason == infrav1.SSHUnreachableReason:
+		h.Status.Phase = infrav1.HostPhaseUnreachable
+	case c != nil && c.Status == metav1.ConditionFalse:
+		h.Status.Phase = infrav1.HostPhaseError
+	default:
+		h.Status.Phase = infrav1.HostPhaseAvailable
+	}
+	return nil
+}

@@ -36,7 +36,6 @@ const (
 	OutcomeNoAddress      Outcome = "ignored_no_reservation"
 	OutcomeProxyOffer     Outcome = "proxy_offer"
 	OutcomeProxyAck       Outcome = "proxy_ack"
-	OutcomeRelayedRequest Outcome = "relayed"
 )
 
 // Boot file defaults: Debian's ipxe package ships undionly.kpxe and ipxe.efi (x86-64); snp.efi is the

@@ -160,3 +160,6 @@ func (s *Server) handle(l Listener, data []byte, peer *net.UDPAddr, start time.T
 	s.log.V(2).Info("Answering DHCP request", "host", host.Name, "outcome", string(outcome),
 		"address", rep.Packet.YourIPAddr.String(), "bootFile", rep.Packet.BootFileNameOption())
 }
+
+// Addr is the socket's local address.
+func (l Listener) Addr() *net.UDPAddr { return l.conn.LocalAddr().(*net.UDPAddr) }

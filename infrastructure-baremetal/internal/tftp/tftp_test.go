@@ -1,0 +1,257 @@
+package tftp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	tftplib "github.com/pin/tftp/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+// serveDir starts a server for dir on addr and returns its address.
+func serveDir(t testing.TB, dir, addr string, metrics *tftp.Metrics) *net.UDPAddr {
+	t.Helper()
+	srv, err := tftp.New(tftp.Config{Root: dir, Timeout: 500 * time.Millisecond}, testr.New(t.(*testing.T)), metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
+	t.Cleanup(func() { cancel(); <-done; _ = srv.Close() })
+	return conn.LocalAddr().(*net.UDPAddr)
+}
+
+func TestRealTFTPClients(t *testing.T) {
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	client, err := n.Attach(ctx, "tftpc")
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+
+	dir := t.TempDir()
+	payload := make([]byte, 3*1024*1024+17) // not a multiple of any block size
+	_, _ = rand.Read(payload)
+	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "undionly.kpxe"), payload, 0o644)).To(Succeed())
+	NewWithT(t).Expect(os.MkdirAll(filepath.Join(dir, "efi"), 0o755)).To(Succeed())
+	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "efi", "ipxe.efi"), payload[:4096], 0o644)).To(Succeed())
+	secret := filepath.Join(t.TempDir(), "secret")
+	NewWithT(t).Expect(os.WriteFile(secret, []byte("outside the root"), 0o600)).To(Succeed())
+	NewWithT(t).Expect(os.Symlink(secret, filepath.Join(dir, "escape"))).To(Succeed())
+
+	metrics := tftp.NewMetrics(prometheus.NewRegistry())
+	addr := serveDir(t, dir, n.Gateway.String()+":69", metrics)
+	gw := addr.IP.String()
+	want := sha256.Sum256(payload)
+	out := t.TempDir()
+
+	inNS := func(args ...string) *exec.Cmd {
+		c := exec.Command("nsenter", append([]string{"--net=" + client.NamespacePath}, args...)...)
+		c.Dir = out
+		return c
+	}
+	cases := []struct {
+		name string
+		cmd  func(dst string) *exec.Cmd
+		size int
+	}{
+		{name: "busybox tftp, default 512-byte blocks", size: len(payload),
+			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", "undionly.kpxe", "-l", dst, gw) }},
+		{name: "busybox tftp, blksize 1428", size: len(payload),
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("busybox", "tftp", "-b", "1428", "-g", "-r", "/undionly.kpxe", "-l", dst, gw)
+			}},
+		{name: "tftp-hpa with tsize and blksize", size: len(payload),
+			cmd: func(dst string) *exec.Cmd {
+				c := inNS("tftp", "-v", gw)
+				c.Stdin = strings.NewReader("binary\ntsize\nblksize 1468\nget undionly.kpxe " + dst + "\nquit\n")
+				return c
+			}},
+		{name: "curl tftp:// (sends tsize + blksize)", size: len(payload),
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("curl", "-sS", "--fail", "--tftp-blksize", "1024", "-o", dst, "tftp://"+gw+"/undionly.kpxe")
+			}},
+		{name: "backslash path from firmware", size: 4096,
+			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", `efi\ipxe.efi`, "-l", dst, gw) }},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dst := filepath.Join(out, fmt.Sprintf("got-%d", i))
+			b, err := tc.cmd(dst).CombinedOutput()
+			g.Expect(err).NotTo(HaveOccurred(), string(b))
+			got, err := os.ReadFile(dst)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(HaveLen(tc.size))
+			if tc.size == len(payload) {
+				g.Expect(sha256.Sum256(got)).To(Equal(want))
+			} else {
+				g.Expect(got).To(Equal(payload[:tc.size]))
+			}
+		})
+	}
+
+	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) {
+		g := NewWithT(t)
+		// Unconnected: the OACK comes from the transfer's own port, not port 69.
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr.IP})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = c.Close() }()
+		_, err = c.WriteToUDP([]byte("\x00\x01undionly.kpxe\x00octet\x00tsize\x000\x00blksize\x001456\x00"), addr)
+		g.Expect(err).NotTo(HaveOccurred())
+		buf := make([]byte, 1500)
+		g.Expect(c.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
+		n, from, err := c.ReadFromUDP(buf)
+		g.Expect(err).NotTo(HaveOccurred())
+		oack := string(buf[:n])
+		g.Expect(oack).To(HavePrefix("\x00\x06"))
+		g.Expect(oack).To(ContainSubstring(fmt.Sprintf("tsize\x00%d\x00", len(payload))))
+		g.Expect(oack).To(ContainSubstring("blksize\x001456\x00"))
+		// Abort with error 8 (option negotiation), as OVMF does after its size probe.
+		_, err = c.WriteToUDP([]byte("\x00\x05\x00\x08\x00"), from)
+		g.Expect(err).NotTo(HaveOccurred())
+	})
+
+	for _, name := range []string{"../../../../etc/passwd", "/../etc/passwd", "..\\..\\etc\\passwd", "escape", "efi", "missing"} {
+		t.Run("refuses "+name, func(t *testing.T) {
+			g := NewWithT(t)
+			dst := filepath.Join(out, "refused")
+			_ = os.Remove(dst)
+			b, err := inNS("busybox", "tftp", "-g", "-r", name, "-l", dst, gw).CombinedOutput()
+			g.Expect(err).To(HaveOccurred(), string(b))
+			got, _ := os.ReadFile(dst)
+			g.Expect(string(got)).NotTo(ContainSubstring("root:"))
+			g.Expect(string(got)).NotTo(ContainSubstring("outside the root"))
+		})
+	}
+	t.Run("writes are refused", func(t *testing.T) {
+		g := NewWithT(t)
+		src := filepath.Join(out, "upload")
+		g.Expect(os.WriteFile(src, []byte("x"), 0o600)).To(Succeed())
+		b, err := inNS("busybox", "tftp", "-p", "-l", src, "-r", "uploaded", gw).CombinedOutput()
+		g.Expect(err).To(HaveOccurred(), string(b))
+		g.Expect(filepath.Join(dir, "uploaded")).NotTo(BeAnExistingFile())
+	})
+	g := NewWithT(t)
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 5))
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("refused"))).To(BeNumerically(">=", 3))
+}
+
+func TestCleanPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"undionly.kpxe": "undionly.kpxe", "/undionly.kpxe": "undionly.kpxe", `efi\ipxe.efi`: "efi/ipxe.efi",
+		"a//b/./c": "a/b/c", "..": "", "a/../b": "", "/": "", "": "", "a\x00b": "",
+	} {
+		g := NewWithT(t)
+		got, err := tftp.CleanPath(in)
+		if want == "" {
+			g.Expect(err).To(MatchError(tftp.ErrRefused), in)
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred(), in)
+		g.Expect(got).To(Equal(want))
+	}
+}
+
+// FuzzCleanPath: no accepted name is absolute or climbs out of the root.
+func FuzzCleanPath(f *testing.F) {
+	for _, s := range []string{"undionly.kpxe", "/ipxe.efi", `..\..\x`, "../etc/passwd", "a/./../b", "\x00", "....//", "/./.", strings.Repeat("a/", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		p, err := tftp.CleanPath(name)
+		if err != nil {
+			return
+		}
+		if filepath.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+			t.Fatalf("CleanPath(%q) = %q escapes the root", name, p)
+		}
+	})
+}
+
+// FuzzRequestPacket sends arbitrary datagrams (malformed requests, option lists, stray ACKs) to a real
+// server, then checks it still serves a normal request: bad packets never crash or wedge it.
+func FuzzRequestPacket(f *testing.F) {
+	rrq := func(name string, opts ...string) []byte {
+		b := append([]byte{0, 1}, name...)
+		b = append(b, 0)
+		b = append(b, "octet\x00"...)
+		for _, o := range opts {
+			b = append(b, o...)
+			b = append(b, 0)
+		}
+		return b
+	}
+	f.Add(rrq("ok"))
+	f.Add(rrq("ok", "blksize", "65464", "tsize", "0", "windowsize", "16"))
+	f.Add(rrq("ok", "blksize", "7", "tsize"))
+	f.Add(rrq("../x", "blksize", "-1"))
+	f.Add(rrq("ok", "blksize", "99999999999999999999"))
+	f.Add([]byte{0, 2, 'x', 0, 'o', 'c', 't', 'e', 't', 0}) // write request
+	f.Add([]byte{0, 4, 0, 1})                               // stray ACK
+	f.Add([]byte{0, 5, 0, 0, 0})                            // error packet
+	f.Add([]byte{0, 1})
+	f.Add([]byte{})
+	f.Add([]byte{0, 1, 'o', 'k'}) // no terminator
+
+	dir := f.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ok"), bytes.Repeat([]byte("y"), 1500), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	srv, err := tftp.New(tftp.Config{Root: dir, Timeout: 50 * time.Millisecond, Retries: 1}, testrDiscard(), nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
+	f.Cleanup(func() { cancel(); <-done; _ = srv.Close() })
+	addr := conn.LocalAddr().String()
+	client, err := tftplib.NewClient(addr)
+	if err != nil {
+		f.Fatal(err)
+	}
+	client.SetTimeout(time.Second)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := net.Dial("udp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(data)
+		_ = c.Close()
+		wt, err := client.Receive("ok", "octet")
+		if err != nil {
+			t.Fatalf("server stopped serving after %q: %v", data, err)
+		}
+		var buf bytes.Buffer
+		if n, err := wt.WriteTo(&buf); err != nil || n != 1500 {
+			t.Fatalf("server stopped serving after %q: %d bytes, %v", data, n, err)
+		}
+	})
+}
+
+func testrDiscard() logr.Logger { return logr.Discard() }

@@ -1,0 +1,269 @@
+// Package node reconciles Nodes: it assigns each Node to a Site (the network.yonder.dev/site label) and,
+// where the Site has pod CIDR pools and the cluster has not set one, allocates the Node's pod CIDRs.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/assign"
+	"github.com/yonder-dev/yonder/network/internal/ipam"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=network.yonder.dev,resources=sites,verbs=get;list;watch
+
+// Reconciler assigns Nodes to Sites and allocates their pod CIDRs.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+
+	// mu serialises allocations: two workers must not hand out the same block.
+	mu sync.Mutex
+	// reserved are blocks handed out whose Node the cache has not shown with them yet (the cache lags our
+	// own writes; without this a second allocation could pick the same block). cidr → node.
+	reserved map[string]string
+
+	reconciles atomic.Int64
+}
+
+// Reconciles is the number of completed reconciles (tests wait on it instead of sleeping).
+func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	r.reserved = map[string]string{}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("network-node").
+		For(&corev1.Node{}, builder.WithPredicates(nodeChanged())).
+		// A Site change can move any Node; a deleted Node frees a block a waiting Node may take.
+		Watches(&netv1.Site{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
+		Watches(&corev1.Node{}, handler.Funcs{DeleteFunc: r.waitingNodes}).
+		WithOptions(opts).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up the node reconciler: %w", err)
+	}
+	return nil
+}
+
+// nodeChanged lets through only changes that can alter the Site or the need for a pod CIDR, so the
+// kubelet's status updates of thousands of Nodes do not wake the reconciler.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+			return !mapsEqual(o.Labels, n.Labels) || len(o.Spec.PodCIDRs) != len(n.Spec.PodCIDRs) ||
+				!addressesEqual(o.Status.Addresses, n.Status.Addresses)
+		},
+	}
+}
+
+func (r *Reconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.Request {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list Nodes")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(nodes.Items))
+	for i := range nodes.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: nodes.Items[i].Name}})
+	}
+	return reqs
+}
+
+func (r *Reconciler) waitingNodes(ctx context.Context, _ event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list Nodes")
+		return
+	}
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+		}
+	}
+}
+
+// Reconcile assigns one Node.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+	defer func() {
+		if rerr == nil {
+			r.reconciles.Add(1)
+		}
+	}()
+	log := ctrl.LoggerFrom(ctx)
+	n := &corev1.Node{}
+	if err := r.Client.Get(ctx, req.NamespacedName, n); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !n.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	sites := &netv1.SiteList{}
+	if err := r.Client.List(ctx, sites); err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to list Sites: %w", err)
+	}
+	compiled, err := assign.Compile(sites.Items)
+	if err != nil {
+		// An invalid Site (the webhook normally prevents it) must not stop the others from working.
+		log.Error(err, "Ignoring invalid Sites")
+	}
+	siteName, matched := assign.Assign(compiled, n.Labels, internalIPs(n))
+	if len(matched) > 1 {
+		log.V(4).Info("Node matches several Sites, the first by name wins", "sites", matched)
+	}
+
+	base := n.DeepCopy()
+	if siteName == "" {
+		delete(n.Labels, netv1.SiteLabel)
+	} else {
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[netv1.SiteLabel] = siteName
+	}
+
+	var site *netv1.Site
+	for i := range sites.Items {
+		if sites.Items[i].Name == siteName {
+			site = &sites.Items[i]
+		}
+	}
+	if site != nil && len(site.Spec.PodCIDRPools) > 0 && len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		cidrs, err := r.allocate(ctx, site, n.Name)
+		switch {
+		case errors.Is(err, ipam.ErrExhausted):
+			// Terminal until a pool grows or a Node goes away (both are watched); the Site's
+			// PodCIDRsAvailable condition tells the operator.
+			log.Info("Waiting for a free pod CIDR", "Site", klog.KObj(site), "reason", err.Error())
+		case err != nil:
+			return ctrl.Result{}, err
+		default:
+			n.Spec.PodCIDRs = cidrs
+			n.Spec.PodCIDR = cidrs[0]
+		}
+	}
+
+	if mapsEqual(base.Labels, n.Labels) && len(base.Spec.PodCIDRs) == len(n.Spec.PodCIDRs) {
+		return ctrl.Result{}, nil
+	}
+	log.Info("Assigning Node", "site", siteName, "podCIDRs", n.Spec.PodCIDRs)
+	// The optimistic lock makes a concurrent writer of podCIDRs (kube-controller-manager's allocator)
+	// win cleanly: we get a conflict and re-read instead of overwriting its choice.
+	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if len(n.Spec.PodCIDRs) > 0 && len(base.Spec.PodCIDRs) == 0 {
+			for _, c := range n.Spec.PodCIDRs {
+				delete(r.reserved, c)
+			}
+		}
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		// Conflicts too are returned: the retry re-reads the Node with the rate limiter's backoff.
+		return ctrl.Result{}, fmt.Errorf("failed to patch Node %s: %w", n.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// allocate picks blocks for a Node from the Site's pools, given every Node's current CIDRs and the
+// reservations the cache has not caught up with.
+func (r *Reconciler) allocate(ctx context.Context, site *netv1.Site, node string) ([]string, error) {
+	alloc, err := ipam.New(site.Spec.PodCIDRPools)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse pod CIDR pools of Site %s: %w", site.Name, err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("failed to list Nodes: %w", err)
+	}
+	seen := map[string]bool{}
+	exists := map[string]bool{}
+	for i := range nodes.Items {
+		exists[nodes.Items[i].Name] = true
+		cidrs := nodes.Items[i].Spec.PodCIDRs
+		if len(cidrs) > 0 {
+			seen[nodes.Items[i].Name] = true
+		}
+		for _, c := range cidrs {
+			alloc.MarkUsed(c)
+		}
+	}
+	for c, owner := range r.reserved {
+		// Forget a reservation once the cache shows its Node with a CIDR (then MarkUsed covers it) or
+		// the Node is gone.
+		if seen[owner] || !exists[owner] {
+			delete(r.reserved, c)
+			continue
+		}
+		if owner != node {
+			alloc.MarkUsed(c)
+		}
+	}
+	cidrs, err := alloc.Allocate()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cidrs {
+		r.reserved[c] = node
+	}
+	return cidrs, nil
+}
+
+func internalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func addressesEqual(a, b []corev1.NodeAddress) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,214 @@
+// Package routeplan computes the cluster's route plan and publishes it: one RoutePlan per Site and the
+// Sites' PeerSlices, written only where they differ from what is published. It also reports status on
+// Sites, GatewayPools and SitePeerings. The whole plan is one reconcile key, so bursts of events collapse
+// into one pass and the pure computation always sees a consistent snapshot of the cache.
+package routeplan
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/assign"
+	"github.com/yonder-dev/yonder/network/internal/plan"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.yonder.dev,resources=sites;gatewaypools;sitepeerings;nodenetworks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.yonder.dev,resources=sites/status;gatewaypools/status;sitepeerings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=network.yonder.dev,resources=routeplans;peerslices,verbs=get;list;watch;create;update;patch;delete
+
+// key is the single reconcile key of the plan.
+var key = reconcile.Request{NamespacedName: types.NamespacedName{Name: "route-plan"}}
+
+// Reconciler publishes the route plan.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the apiserver.
+	Client client.Client
+	// SliceSize is the maximum number of peers per PeerSlice (plan.DefaultSliceSize when 0).
+	SliceSize int
+
+	passes         atomic.Int64
+	writes         atomic.Int64
+	lastPassWrites atomic.Int64
+}
+
+// Passes is the number of completed passes (tests wait on it instead of sleeping).
+func (r *Reconciler) Passes() int64 { return r.passes.Load() }
+
+// Writes is the number of plan objects created, updated or deleted and status patches since start.
+func (r *Reconciler) Writes() int64 { return r.writes.Load() }
+
+// LastPassWrites is the number of writes of the last completed pass; 0 means the published state matched
+// the cache at that pass (converged, unless events are pending).
+func (r *Reconciler) LastPassWrites() int64 { return r.lastPassWrites.Load() }
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{key} })
+	// One key: more than one worker would only contend.
+	opts.MaxConcurrentReconciles = 1
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("network-routeplan").
+		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeRelevant())).
+		Watches(&netv1.NodeNetwork{}, all).
+		Watches(&netv1.Site{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&netv1.GatewayPool{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&netv1.SitePeering{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Published objects are watched so that a deleted or hand-edited one is repaired.
+		Watches(&netv1.RoutePlan{}, all).
+		Watches(&netv1.PeerSlice{}, all).
+		WithOptions(opts).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("failed to set up the route plan reconciler: %w", err)
+	}
+	return nil
+}
+
+// nodeRelevant drops Node updates that cannot change the plan (most kubelet status updates).
+func nodeRelevant() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		po, pn := plan.FromNode(o, nil), plan.FromNode(n, nil)
+		return po.Site != pn.Site || po.Ready != pn.Ready || po.Unschedulable != pn.Unschedulable || po.Deleting != pn.Deleting ||
+			fmt.Sprint(po.PodCIDRs, po.Addresses, o.Labels) != fmt.Sprint(pn.PodCIDRs, pn.Addresses, n.Labels)
+	}}
+}
+
+// Reconcile computes the plan and publishes what changed.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	in, err := r.snapshot(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	before := r.writes.Load()
+	out := plan.Compute(in.Input)
+	var errs []error
+	if err := r.publish(ctx, out, in); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.reportStatus(ctx, out, in); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		r.lastPassWrites.Store(r.writes.Load() - before)
+		r.passes.Add(1)
+	}
+	return ctrl.Result{}, kerrors.NewAggregate(errs)
+}
+
+type snapshot struct {
+	plan.Input
+	sites    []netv1.Site
+	pools    []netv1.GatewayPool
+	peerings []netv1.SitePeering
+	plans    []netv1.RoutePlan
+}
+
+func (r *Reconciler) snapshot(ctx context.Context) (*snapshot, error) {
+	var (
+		sites    netv1.SiteList
+		pools    netv1.GatewayPoolList
+		peerings netv1.SitePeeringList
+		nns      netv1.NodeNetworkList
+		nodes    corev1.NodeList
+		plans    netv1.RoutePlanList
+		slices   netv1.PeerSliceList
+	)
+	managed := client.MatchingLabels{netv1.ManagedByLabel: netv1.ControllerName}
+	for _, l := range []struct {
+		list client.ObjectList
+		opts []client.ListOption
+	}{
+		{&sites, nil}, {&pools, nil}, {&peerings, nil}, {&nns, nil}, {&nodes, nil},
+		{&plans, []client.ListOption{managed}}, {&slices, []client.ListOption{managed}},
+	} {
+		if err := r.Client.List(ctx, l.list, l.opts...); err != nil {
+			return nil, fmt.Errorf("failed to list %T: %w", l.list, err)
+		}
+	}
+	nnByName := make(map[string]*netv1.NodeNetwork, len(nns.Items))
+	for i := range nns.Items {
+		nnByName[nns.Items[i].Name] = &nns.Items[i]
+	}
+	compiled, _ := assign.Compile(sites.Items)
+	in := plan.Input{Sites: sites.Items, Pools: pools.Items, Peerings: peerings.Items, Previous: slices.Items, SliceSize: r.SliceSize}
+	in.Nodes = make([]plan.Node, 0, len(nodes.Items))
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		pn := plan.FromNode(n, nnByName[n.Name])
+		if _, matched := assign.Assign(compiled, n.Labels, nil); len(matched) > 1 {
+			pn.Conflicts = matched[1:]
+		}
+		in.Nodes = append(in.Nodes, pn)
+	}
+	return &snapshot{Input: in, sites: sites.Items, pools: pools.Items, peerings: peerings.Items, plans: plans.Items}, nil
+}
+
+// publish writes the differences: creations first, then updates, deletions last, so a daemon never sees
+// a node missing from every slice while it moves between them.
+func (r *Reconciler) publish(ctx context.Context, out *plan.Output, in *snapshot) error {
+	log := ctrl.LoggerFrom(ctx)
+	pc := plan.DiffPlans(out.Plans, in.plans)
+	sc := plan.DiffSlices(out.Slices, in.Previous)
+	if pc.Len()+sc.Len() > 0 {
+		log.Info("Publishing route plan", "planWrites", pc.Len(), "sliceWrites", sc.Len())
+	}
+	var objs [3][]client.Object
+	for i := range pc.Create {
+		objs[0] = append(objs[0], &pc.Create[i])
+	}
+	for i := range sc.Create {
+		objs[0] = append(objs[0], &sc.Create[i])
+	}
+	for i := range pc.Update {
+		objs[1] = append(objs[1], &pc.Update[i])
+	}
+	for i := range sc.Update {
+		objs[1] = append(objs[1], &sc.Update[i])
+	}
+	for i := range sc.Delete {
+		objs[2] = append(objs[2], &sc.Delete[i])
+	}
+	for i := range pc.Delete {
+		objs[2] = append(objs[2], &pc.Delete[i])
+	}
+	var errs []error
+	for phase, list := range objs {
+		for _, o := range list {
+			var err error
+			switch phase {
+			case 0:
+				err = r.Client.Create(ctx, o)
+			case 1:
+				// Update with the cached resourceVersion: if someone else changed the object, the conflict
+				// sends us round again with a fresh view instead of overwriting blindly.
+				err = r.Client.Update(ctx, o)
+			case 2:
+				err = client.IgnoreNotFound(r.Client.Delete(ctx, o, client.Preconditions{ResourceVersion: ptr(o.GetResourceVersion())}))
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("failed to publish %T %s: %w", o, o.GetName(), err))
+				continue
+			}
+			r.writes.Add(1)
+		}
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+func ptr[T any](v T) *T { return &v }

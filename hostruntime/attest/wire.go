@@ -1,0 +1,104 @@
+// Package attest is the host side of Yonder's TPM 2.0 attestation (`yonder-agent attest`) and the wire
+// protocol it speaks with the bare-metal boot server:
+//
+//  1. POST /attestation/v1/start  {ticket, EK public (+ certificate), AK public}
+//     ← session, MakeCredential challenge bound to the AK's name and the EK, a fresh nonce, the PCRs to quote
+//  2. the TPM proves AK and EK live together (ActivateCredential) and quotes the PCRs with the nonce
+//     POST /attestation/v1/verify {session, activated secret, quote, signature, PCR values} ← release token
+//  3. GET /bootstrap/v1/<release token> (once) ← the bootstrap data, AES-GCM encrypted under a key that is
+//     itself a credential for this AK on this EK: only this TPM can open it.
+//
+// The protocol types live here, in the agent's package, so that the server (infrastructure-baremetal)
+// and the agent decode the same JSON.
+package attest
+
+// API paths.
+const (
+	PathStart     = "/attestation/v1/start"
+	PathVerify    = "/attestation/v1/verify"
+	PathBootstrap = "/bootstrap/v1/"
+)
+
+// StartRequest opens an attestation session.
+type StartRequest struct {
+	// Ticket is the one-time boot ticket from the kernel command line (yonder.ticket=).
+	Ticket string `json:"ticket"`
+	// EKPublic is the endorsement key's TPMT_PUBLIC.
+	EKPublic []byte `json:"ekPublic"`
+	// EKCertificate is the DER EK certificate from the TPM's NV index, when the TPM has one.
+	EKCertificate []byte `json:"ekCertificate,omitempty"`
+	// AKPublic is the attestation key's TPMT_PUBLIC.
+	AKPublic []byte `json:"akPublic"`
+}
+
+// StartResponse is the server's challenge.
+type StartResponse struct {
+	Session string `json:"session"`
+	// CredentialBlob and EncryptedSecret are a MakeCredential challenge (TPM2B_ID_OBJECT and
+	// TPM2B_ENCRYPTED_SECRET contents) for the AK's name, encrypted to the EK.
+	CredentialBlob  []byte `json:"credentialBlob"`
+	EncryptedSecret []byte `json:"encryptedSecret"`
+	// Nonce must be the quote's qualifying data.
+	Nonce []byte `json:"nonce"`
+	// PCRs are the SHA-256 PCR indexes to quote.
+	PCRs []int `json:"pcrs"`
+}
+
+// VerifyRequest answers the challenge.
+type VerifyRequest struct {
+	Session string `json:"session"`
+	// Secret is what ActivateCredential returned.
+	Secret []byte `json:"secret"`
+	// Quote is the TPMS_ATTEST the TPM produced, Signature its TPMT_SIGNATURE.
+	Quote     []byte `json:"quote"`
+	Signature []byte `json:"signature"`
+	// PCRValues are the SHA-256 values of the quoted PCRs, by index.
+	PCRValues map[int][]byte `json:"pcrValues"`
+}
+
+// VerifyResponse carries the single-use token for the bootstrap data.
+type VerifyResponse struct {
+	ReleaseToken string `json:"releaseToken"`
+}
+
+// Envelope is the bootstrap data, encrypted for one TPM.
+type Envelope struct {
+	// CredentialBlob and EncryptedSecret carry the AES-256 key as a credential for the AK on the EK.
+	CredentialBlob  []byte `json:"credentialBlob"`
+	EncryptedSecret []byte `json:"encryptedSecret"`
+	// Nonce and Ciphertext are AES-256-GCM with EnvelopeAAD as additional data.
+	Nonce      []byte `json:"nonce"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+// EnvelopeAAD is the GCM additional data of an Envelope.
+const EnvelopeAAD = "yonder-bootstrap-v1"
+
+// Refusal is the body of every error response; Reason is one of the Reason* constants.
+type Refusal struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Reasons the server gives for refusing; each names the check that failed. They are also the reasons of
+// the host's attestation condition.
+const (
+	ReasonMalformedRequest           = "MalformedRequest"
+	ReasonUnknownTicket              = "UnknownTicket"
+	ReasonEKMismatch                 = "EKMismatch"
+	ReasonEKCertificateMismatch      = "EKCertificateMismatch"
+	ReasonEKCertificateUntrusted     = "EKCertificateUntrusted"
+	ReasonEKCertificateMissing       = "EKCertificateMissing"
+	ReasonAKInvalid                  = "AKInvalid"
+	ReasonUnknownSession             = "UnknownSession"
+	ReasonNonceReplayed              = "NonceReplayed"
+	ReasonNonceMismatch              = "NonceMismatch"
+	ReasonCredentialActivationFailed = "CredentialActivationFailed"
+	ReasonQuoteInvalid               = "QuoteInvalid"
+	ReasonQuoteSignatureInvalid      = "QuoteSignatureInvalid"
+	ReasonPCRDigestMismatch          = "PCRDigestMismatch"
+	ReasonPCRMismatch                = "PCRMismatch"
+	ReasonUnknownReleaseToken        = "UnknownReleaseToken"
+	ReasonAlreadyReleased            = "BootstrapDataAlreadyReleased"
+	ReasonNoBootstrapData            = "NoBootstrapData"
+)

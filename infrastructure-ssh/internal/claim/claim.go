@@ -10,9 +10,11 @@ import (
 	"hash/fnv"
 	"sort"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,13 +103,26 @@ func Claim(ctx context.Context, w client.Writer, h *infrav1.YonderSSHHost, c Con
 	return nil
 }
 
-// Release clears the claim of uid on h (no-op when h is not claimed by uid). needsCleanup, when not
-// empty, marks the host as released without cleanup.
-func Release(ctx context.Context, w client.Writer, h *infrav1.YonderSSHHost, uid types.UID, needsCleanup string) error {
+// Release clears the claim of uid on the host (no-op when it is not claimed by uid). needsCleanup, when
+// not empty, marks the host as released without cleanup. A conflict (the host controller updates status
+// all the time) is retried on a fresh uncached read.
+func Release(ctx context.Context, c client.Client, r client.Reader, host *infrav1.YonderSSHHost, uid types.UID, needsCleanup string) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		h := &infrav1.YonderSSHHost{}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(host), h); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("failed to get YonderSSHHost %s: %w", klog.KObj(host), err)
+		}
+		return release(ctx, c, h, uid, needsCleanup)
+	})
+}
+
+func release(ctx context.Context, w client.Writer, h *infrav1.YonderSSHHost, uid types.UID, needsCleanup string) error {
 	if !IsClaimedBy(h, uid) && h.Labels[infrav1.ConsumerUIDLabel] != string(uid) {
 		return nil
 	}
-	h = h.DeepCopy()
 	h.Spec.ConsumerRef = nil
 	delete(h.Labels, infrav1.ConsumerUIDLabel)
 	if needsCleanup != "" {
@@ -116,8 +131,7 @@ func Release(ctx context.Context, w client.Writer, h *infrav1.YonderSSHHost, uid
 		}
 		h.Annotations[infrav1.NeedsCleanupAnnotation] = needsCleanup
 	}
-	if err := w.Update(ctx, h); err != nil {
-		return fmt.Errorf("failed to release YonderSSHHost %s: %w", klog.KObj(h), err)
-	}
+	// Returned unwrapped so RetryOnConflict recognises a conflict.
+	return w.Update(ctx, h)
 	return nil
 }

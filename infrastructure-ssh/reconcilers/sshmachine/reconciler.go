@@ -286,7 +286,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, infrav1.WaitingForBootstrapDataReason, "Waiting for bootstrap data")
 			return ctrl.Result{}, nil
 		}
-		if host, err = r.claim(ctx, s); err != nil || host == nil {
+		var conflict bool
+		if host, conflict, err = r.claim(ctx, s); err != nil || host == nil {
+			if conflict {
+				return ctrl.Result{RequeueAfter: 20 * time.Millisecond}, nil
+			}
 			return ctrl.Result{RequeueAfter: r.RetryInterval}, err
 		}
 	}
@@ -304,19 +308,19 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	return r.reconcileBootstrap(ctx, s, host)
 }
 
-func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHost, error) {
+func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHost, bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
 	hosts := &infrav1.YonderSSHHostList{}
 	if err := r.Client.List(ctx, hosts, client.InNamespace(m.Namespace)); err != nil {
-		return nil, fmt.Errorf("failed to list YonderSSHHosts in namespace %s: %w", m.Namespace, err)
+		return nil, false, fmt.Errorf("failed to list YonderSSHHosts in namespace %s: %w", m.Namespace, err)
 	}
 	fd := ptr.Deref(&s.machine.Spec.FailureDomain, "")
 	cons := claim.Consumer{Name: m.Name, UID: m.UID, ClusterName: s.cluster.Name}
 	cands, err := claim.Candidates(hosts.Items, m.Spec.HostSelector.LabelSelector(), fd, cons)
 	if err != nil {
 		setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, err.Error())
-		return nil, nil
+		return nil, false, nil
 	}
 	if len(cands) == 0 {
 		msg := "No free YonderSSHHost matches spec.hostSelector"
@@ -324,7 +328,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHos
 			msg += " in failure domain " + fd
 		}
 		setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, msg+": register more hosts, or release or clean existing ones")
-		return nil, nil
+		return nil, false, nil
 	}
 	h := cands[0]
 	log.Info("Claiming host", "YonderSSHHost", klog.KObj(h))
@@ -332,13 +336,13 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHos
 		if apierrors.IsConflict(err) {
 			// Another claim won the race for this host; choose again with fresh data.
 			log.V(4).Info("Lost the race for a host, choosing again", "YonderSSHHost", klog.KObj(h))
-			return nil, nil
+			return nil, true, nil
 		}
-		return nil, err
+		return nil, false, err
 	}
 	claimed := h.DeepCopy()
 	claimed.Spec.ConsumerRef = cons.Ref()
-	return claimed, nil
+	return claimed, false, nil
 }
 
 func addresses(h *infrav1.YonderSSHHost) []clusterv1.MachineAddress {
@@ -520,13 +524,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	case m.Status.Bootstrap == nil:
 		// Nothing ever ran on the host (the start is recorded before it happens).
 		log.V(4).Info("Releasing host that never ran a bootstrap")
+	case conditions.IsTrue(m, infrav1.HostCleanedCondition):
+		// Cleaned already; only the release failed last time.
 	default:
 		if res, done := r.cleanup(ctx, m, host); !done {
 			return res, nil
 		}
 	}
-	if err := claim.Release(ctx, r.Client, host, m.UID, needsCleanup); err != nil {
-		return ctrl.Result{}, err
+	if err := claim.Release(ctx, r.Client, r.APIReader, host, m.UID, needsCleanup); err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to release YonderSSHHost %s: %w", klog.KObj(host), err)
 	}
 	log.Info("Released host")
 	controllerutil.RemoveFinalizer(m, infrav1.MachineFinalizer)

@@ -1,0 +1,238 @@
+package sshmachine_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+// kubeadmStub stands in for kubeadm on the hosts (a real kubeadm join needs the Agent issue's node
+// runtime): it checks that the join configuration CABPK-style data wrote is there and rendered for this
+// host, records its arguments and writes the kubelet kubeconfig as kubeadm would.
+const kubeadmStub = `#!/bin/sh
+[ "$1" = join ] || { echo "unexpected kubeadm $*" >&2; exit 2; }
+grep -q "name: '$(hostname)'" /run/kubeadm/kubeadm-join-config.yaml || { echo "join config not rendered for $(hostname)" >&2; exit 3; }
+echo "$*" > /var/lib/yonder-ssh/kubeadm.args
+echo joined > /etc/kubernetes/kubelet.conf
+`
+
+func gzipB64(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	_, _ = w.Write([]byte(s))
+	_ = w.Close()
+	return base64.StdEncoding.EncodeToString(b.Bytes())
+}
+
+// cabpkJoinData is shaped exactly like the join user data CABPK renders for a worker (jinja header,
+// write_files with owner/permissions, the /run/cluster-api placeholder, a runcmd that writes the sentinel
+// only when kubeadm join succeeds), plus files with the b64 and gzip+b64 encodings CABPK passes through.
+func cabpkJoinData(endpoint string) string {
+	return fmt.Sprintf(`## template: jinja
+#cloud-config
+
+write_files:
+-   path: /etc/kubernetes/pki/ca.crt
+    owner: root:root
+    permissions: '0640'
+    content: |
+      -----BEGIN CERTIFICATE-----
+      MIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAVMRMwEQYDVQQDEwprdWJlcm5ldGVz
+      -----END CERTIFICATE-----
+-   path: /etc/kubernetes/extra/sysctl.conf
+    owner: root:root
+    permissions: '0600'
+    encoding: gzip+b64
+    content: %s
+-   path: /etc/kubernetes/extra/banner
+    encoding: b64
+    content: %s
+-   path: /run/kubeadm/kubeadm-join-config.yaml
+    owner: root:root
+    permissions: '0640'
+    content: |
+      ---
+      apiVersion: kubeadm.k8s.io/v1beta4
+      discovery:
+        bootstrapToken:
+          apiServerEndpoint: %s
+          caCertHashes:
+          - sha256:0000000000000000000000000000000000000000000000000000000000000000
+          token: abcdef.0123456789abcdef
+      kind: JoinConfiguration
+      nodeRegistration:
+        kubeletExtraArgs:
+        - name: provider-id
+          value: yonder-ssh://placeholder
+        name: '{{ ds.meta_data.local_hostname }}'
+-   path: /run/cluster-api/placeholder
+    owner: root:root
+    permissions: '0640'
+    content: "This placeholder file is used to create the /run/cluster-api sub directory in a way that is compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with Windows)"
+runcmd:
+  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > /run/cluster-api/bootstrap-success.complete
+`, gzipB64("net.ipv4.ip_forward = 1\n"), base64.StdEncoding.EncodeToString([]byte("welcome\n")), endpoint)
+}
+
+// The user story: a MachineDeployment of YonderSSHMachines scales 0 → 3 → 1 → 3 with the real CAPI
+// controllers. Each Machine claims its own host, runs CABPK-shaped cloud-init on it over SSH, gets
+// providerID yonder-ssh://<namespace>/<host> and reaches Running once its Node exists; scaled-down hosts
+// are cleaned and claimed again.
+func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "md").Name
+	n := labnet.NewForTest(t)
+	keyPEM, signer, err := sshtest.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	hs, err := sshtest.Start(ctx, n, "md", 3, signer)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, h := range hs {
+		_, err := h.Run(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "edge"},
+		[]string{"rm -rf /etc/kubernetes/* /run/kubeadm", "echo cleaned >> /var/lib/yonder-ssh/cleanups"})
+	startProvider(t, testOptions())
+	cluster := newCluster(t, g, ns, "edge")
+	wlc, err := workload(t).Client()
+	g.Expect(err).NotTo(HaveOccurred())
+	data := dataSecret(g, ns, "edge-join", cluster.Name, cabpkJoinData(workload(t).Endpoint))
+
+	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
+		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
+			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "edge"}}}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	labels := map[string]string{"pool": "edge"}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workers"},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: cluster.Name, Replicas: ptr.To[int32](0),
+			Selector: metav1.LabelSelector{MatchLabels: labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: cluster.Name, Version: "v1.36.3",
+					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data.Name)},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name},
+				},
+			},
+		},
+	}
+	g.Expect(env.Create(ctx, md)).To(Succeed())
+	scale := func(n int32) {
+		g.Eventually(func() error {
+			cur := &clusterv1.MachineDeployment{}
+			if err := env.Get(ctx, client.ObjectKeyFromObject(md), cur); err != nil {
+				return err
+			}
+			cur.Spec.Replicas = ptr.To(n)
+			return env.Update(ctx, cur)
+		}).Should(Succeed())
+	}
+	machinesRunning := func(want int) {
+		g.Eventually(func(g Gomega) {
+			ensureNodes(g, wlc, ns)
+			list := &clusterv1.MachineList{}
+			g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(want))
+			for _, m := range list.Items {
+				g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+			}
+			claims := checkClaims(g, ns, false)
+			g.Expect(claims).To(HaveLen(want))
+			seenHosts := map[string]bool{}
+			for _, m := range sshMachines(g, ns) {
+				g.Expect(m.Spec.ProviderID).To(Equal("yonder-ssh://" + ns + "/" + m.Status.HostRef))
+				g.Expect(seenHosts).NotTo(HaveKey(m.Status.HostRef))
+				seenHosts[m.Status.HostRef] = true
+				g.Expect(condition(&m, infrav1.BootstrapExecutedCondition).Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(m.Annotations).NotTo(HaveKey("clusterctl.cluster.x-k8s.io/block-move"))
+			}
+		}).Should(Succeed())
+	}
+
+	scale(3)
+	machinesRunning(3)
+	// The CABPK-shaped data really ran on each host: files with their modes and encodings, the join
+	// config rendered for that host, kubeadm called as CABPK calls it, the sentinel written.
+	for _, h := range hs {
+		out, err := h.Run(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
+			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /var/lib/yonder-ssh/kubeadm.args /run/cluster-api/bootstrap-success.complete && "+
+			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
+		// The bootstrap script (it holds the join token) is removed once the run finished.
+		out, _ = h.Run(ctx, "ls /var/lib/yonder-ssh/runs/*/")
+		g.Expect(out).NotTo(ContainSubstring("bootstrap.sh"))
+	}
+	// Hosts report their claim, phase and facts.
+	g.Eventually(func(g Gomega) {
+		for _, h := range hostList(g, ns) {
+			g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseProvisioned))
+			g.Expect(h.Status.Facts).NotTo(BeNil())
+			g.Expect(h.Status.Facts.Hostname).To(Equal(h.Name))
+			g.Expect(h.Labels).To(HaveKey("clusterctl.cluster.x-k8s.io/move"))
+			g.Expect(h.OwnerReferences).To(BeEmpty(), "inventory is never owned by a Cluster")
+		}
+	}).Should(Succeed())
+
+	scale(1)
+	machinesRunning(1)
+	released := 0
+	for _, h := range hostList(g, ns) {
+		if h.Spec.ConsumerRef != nil {
+			continue
+		}
+		released++
+		var sh *sshtest.Host
+		for _, x := range hs {
+			if x.Name == h.Name {
+				sh = x
+			}
+		}
+		out, err := sh.Run(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\n"))
+	}
+	g.Expect(released).To(Equal(2))
+	g.Eventually(func(g Gomega) {
+		avail := 0
+		for _, h := range hostList(g, ns) {
+			if h.Status.Phase == infrav1.HostPhaseAvailable {
+				avail++
+			}
+		}
+		g.Expect(avail).To(Equal(2))
+	}).Should(Succeed())
+
+	scale(3)
+	machinesRunning(3)
+	for _, h := range hs {
+		out, err := h.Run(ctx, "cat /run/cluster-api/bootstrap-success.complete")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.TrimSpace(out)).To(Equal("success"))
+	}
+
+	scale(0)
+	g.Eventually(func(g Gomega) {
+		g.Expect(sshMachines(g, ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+	}).Should(Succeed())
+}

@@ -1,0 +1,623 @@
+// Package attest is the server side of TPM 2.0 attestation for bare-metal hosts. A host that network-booted
+// with a one-time ticket proves which TPM it has (the EK, pinned at enrolment, with its certificate chain
+// when configured), that its attestation key lives in that TPM (MakeCredential/ActivateCredential), and
+// what it booted (a quote over the configured PCRs with a fresh server nonce). Only then is its bootstrap
+// data released — once, encrypted so that only that TPM can open it. Every refusal names the failed check.
+package attest
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-tpm/tpm2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+)
+
+// Enrolment is what is pinned for a host on first attestation (stored on the host object by the controller).
+type Enrolment struct {
+	// EKPublic is the EK's TPMT_PUBLIC.
+	EKPublic []byte
+	// EKCertificate is the EK certificate (DER) when the TPM had one.
+	EKCertificate []byte
+	// PCRs are the golden SHA-256 PCR values recorded at enrolment, by index.
+	PCRs map[int][]byte
+}
+
+// Result is the outcome of one attestation step, for the host's condition.
+type Result struct {
+	// Success is true for a passed attestation or a release.
+	Success bool
+	// Reason is a wire.Reason* constant, or "Attested" / "Enrolled" / "BootstrapDataReleased".
+	Reason  string
+	Message string
+}
+
+// Success reasons.
+const (
+	ReasonAttested = "Attested"
+	ReasonEnrolled = "Enrolled"
+	ReasonReleased = "BootstrapDataReleased"
+)
+
+// Store is the narrow view of the host objects attestation needs (issue 7 implements it on BareMetalHost).
+type Store interface {
+	// Enrolment returns the host's pinned TPM, nil when the host is not enrolled yet.
+	Enrolment(ctx context.Context, host string) (*Enrolment, error)
+	// Enrol pins a TPM for a host that has none.
+	Enrol(ctx context.Context, host string, e Enrolment) error
+	// BootstrapData returns the data to release to the host.
+	BootstrapData(ctx context.Context, host string) ([]byte, error)
+	// Record reports an outcome (a condition on the host).
+	Record(ctx context.Context, host string, r Result)
+}
+
+// Config is the attestation policy.
+type Config struct {
+	// PCRs to quote (SHA-256 bank). Default 0-7: firmware, option ROMs, boot loader, Secure Boot state.
+	PCRs []int
+	// EKRoots, when set, must sign the EK certificate; hosts without one are refused.
+	EKRoots *x509.CertPool
+	// EKIntermediates are offered when verifying EK certificates.
+	EKIntermediates *x509.CertPool
+	// TicketTTL bounds how long a boot ticket is valid (default 30m); SessionTTL a challenge (default 2m).
+	TicketTTL  time.Duration
+	SessionTTL time.Duration
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Metrics are the attestation Prometheus metrics.
+type Metrics struct {
+	Results *prometheus.CounterVec
+}
+
+// NewMetrics registers the attestation metrics with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Results: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "yonder_metal_attestation_results_total",
+		Help: "Attestation steps by reason (Attested, Enrolled, BootstrapDataReleased or the refusal reason).",
+	}, []string{"reason"})}
+	if reg != nil {
+		reg.MustRegister(m.Results)
+	}
+	return m
+}
+
+// RefusedError is a refusal with its wire reason and the HTTP status to answer with.
+type RefusedError struct {
+	Status  int
+	Reason  string
+	Message string
+}
+
+func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
+
+func refuse(status int, reason, format string, args ...any) *RefusedError {
+	return &RefusedError{Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+type ticket struct {
+	host    string
+	expires time.Time
+}
+
+type session struct {
+	host      string
+	ticketKey string
+	nonce     []byte
+	secret    []byte
+	ekPub     tpm2.TPMTPublic
+	ekCert    []byte
+	akPub     tpm2.TPMTPublic
+	akName    []byte
+	expires   time.Time
+}
+
+type release struct {
+	host    string
+	ekPub   tpm2.TPMTPublic
+	akName  []byte
+	expires time.Time
+}
+
+// Service issues tickets and runs attestation sessions. Its state is in memory: a restarted manager
+// issues new tickets (hosts that were mid-boot simply PXE-boot again).
+type Service struct {
+	cfg     Config
+	store   Store
+	log     logr.Logger
+	metrics *Metrics
+
+	mu         sync.Mutex
+	tickets    map[string]ticket    // sha256(ticket) → host
+	hostTicket map[string]string    // host → current ticket key
+	sessions   map[string]*session  // session id → session
+	usedNonces map[string]time.Time // hex nonce → expiry of the memory
+	releases   map[string]*release  // sha256(token) → release
+	released   map[string]*release  // sha256(token) of consumed tokens
+}
+
+// New returns a Service.
+func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
+	if len(cfg.PCRs) == 0 {
+		cfg.PCRs = []int{0, 1, 2, 3, 4, 5, 6, 7}
+	}
+	cfg.PCRs = slices.Clone(cfg.PCRs)
+	sort.Ints(cfg.PCRs)
+	if cfg.TicketTTL == 0 {
+		cfg.TicketTTL = 30 * time.Minute
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 2 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	return &Service{cfg: cfg, store: store, log: log, metrics: metrics,
+		tickets: map[string]ticket{}, hostTicket: map[string]string{}, sessions: map[string]*session{},
+		usedNonces: map[string]time.Time{}, releases: map[string]*release{}, released: map[string]*release{}}
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashKey(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// IssueTicket returns a new one-time boot ticket for host; it replaces the host's previous ticket. Only
+// its hash is kept, and it is never logged.
+func (s *Service) IssueTicket(host string) string {
+	t := randomToken(32)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gc()
+	if old, ok := s.hostTicket[host]; ok {
+		delete(s.tickets, old)
+	}
+	k := hashKey(t)
+	s.tickets[k] = ticket{host: host, expires: s.cfg.Now().Add(s.cfg.TicketTTL)}
+	s.hostTicket[host] = k
+	return t
+}
+
+// gc forgets expired state; callers hold mu.
+func (s *Service) gc() {
+	now := s.cfg.Now()
+	for k, t := range s.tickets {
+		if now.After(t.expires) {
+			delete(s.tickets, k)
+			if s.hostTicket[t.host] == k {
+				delete(s.hostTicket, t.host)
+			}
+		}
+	}
+	for k, v := range s.sessions {
+		if now.After(v.expires) {
+			delete(s.sessions, k)
+		}
+	}
+	for k, exp := range s.usedNonces {
+		if now.After(exp) {
+			delete(s.usedNonces, k)
+		}
+	}
+	for k, r := range s.releases {
+		if now.After(r.expires) {
+			delete(s.releases, k)
+		}
+	}
+	for k, r := range s.released {
+		if now.After(r.expires) {
+			delete(s.released, k)
+		}
+	}
+}
+
+func (s *Service) fail(ctx context.Context, host string, err *RefusedError) *RefusedError {
+	s.metrics.Results.WithLabelValues(err.Reason).Inc()
+	if host != "" {
+		s.store.Record(ctx, host, Result{Reason: err.Reason, Message: err.Message})
+	}
+	s.log.Info("Refusing attestation", "host", host, "reason", err.Reason, "message", err.Message)
+	return err
+}
+
+// Start checks the ticket and the TPM's identity and returns a credential challenge and a nonce.
+func (s *Service) Start(ctx context.Context, req *wire.StartRequest) (*wire.StartResponse, error) {
+	s.mu.Lock()
+	s.gc()
+	tk, ok := s.tickets[hashKey(req.Ticket)]
+	s.mu.Unlock()
+	if !ok || req.Ticket == "" {
+		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket is unknown, used or expired: PXE-boot the host again"))
+	}
+	host := tk.host
+	ekPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.EKPublic)
+	if err != nil {
+		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK public area does not decode: %v", err))
+	}
+	akPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.AKPublic)
+	if err != nil {
+		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "AK public area does not decode: %v", err))
+	}
+	if rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate); rerr != nil {
+		return nil, s.fail(ctx, host, rerr)
+	}
+	if rerr := checkAK(akPub); rerr != nil {
+		return nil, s.fail(ctx, host, rerr)
+	}
+	akName, err := tpm2.ObjectName(akPub)
+	if err != nil {
+		return nil, s.fail(ctx, host, refuse(400, wire.ReasonAKInvalid, "AK name: %v", err))
+	}
+	encKey, err := tpm2.ImportEncapsulationKey(ekPub)
+	if err != nil {
+		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK is not an encryption key: %v", err))
+	}
+	secret := make([]byte, 32)
+	nonce := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	_, _ = rand.Read(nonce)
+	blob, encSecret, err := tpm2.CreateCredential(rand.Reader, encKey, akName.Buffer, secret)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create credential challenge for host %s: %w", host, err)
+	}
+	id := randomToken(16)
+	s.mu.Lock()
+	s.sessions[id] = &session{host: host, ticketKey: hashKey(req.Ticket), nonce: nonce, secret: secret, ekPub: *ekPub,
+		ekCert: req.EKCertificate, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.mu.Unlock()
+	s.log.V(4).Info("Starting attestation session", "host", host)
+	return &wire.StartResponse{Session: id, CredentialBlob: blob, EncryptedSecret: encSecret, Nonce: nonce, PCRs: s.cfg.PCRs}, nil
+}
+
+func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, certDER []byte) *RefusedError {
+	key, err := tpm2.Pub(*ekPub)
+	if err != nil {
+		return refuse(400, wire.ReasonMalformedRequest, "EK public key: %v", err)
+	}
+	enr, err := s.store.Enrolment(ctx, host)
+	if err != nil {
+		return refuse(503, "StoreUnavailable", "failed to read enrolment: %v", err)
+	}
+	if enr != nil {
+		pinned, err := tpm2.Unmarshal[tpm2.TPMTPublic](enr.EKPublic)
+		if err != nil {
+			return refuse(500, wire.ReasonEKMismatch, "pinned EK does not decode: %v", err)
+		}
+		pk, err := tpm2.Pub(*pinned)
+		if err != nil || !equalKeys(pk, key) {
+			return refuse(403, wire.ReasonEKMismatch, "the host presented a different TPM than the one enrolled: "+
+				"if the TPM or mainboard was replaced, clear the host's enrolment to re-enrol")
+		}
+	}
+	if len(certDER) == 0 {
+		if s.cfg.EKRoots != nil {
+			return refuse(403, wire.ReasonEKCertificateMissing, "the TPM has no EK certificate and EK roots are configured")
+		}
+		return nil
+	}
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return refuse(403, wire.ReasonEKCertificateMismatch, "EK certificate does not parse: %v", err)
+	}
+	if !equalKeys(cert.PublicKey, key) {
+		return refuse(403, wire.ReasonEKCertificateMismatch, "the EK certificate is for another key")
+	}
+	if s.cfg.EKRoots != nil {
+		// TPM EK certificates carry a critical subjectAltName of directory names (TPM manufacturer, model,
+		// version) that crypto/x509 does not interpret; it is informational for chain building.
+		cert.UnhandledCriticalExtensions = slices.DeleteFunc(cert.UnhandledCriticalExtensions, func(oid asn1.ObjectIdentifier) bool {
+			return oid.Equal(asn1.ObjectIdentifier{2, 5, 29, 17})
+		})
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: s.cfg.EKRoots, Intermediates: s.cfg.EKIntermediates,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: s.cfg.Now()}); err != nil {
+			return refuse(403, wire.ReasonEKCertificateUntrusted, "the EK certificate does not chain to a configured TPM vendor root: %v", err)
+		}
+	}
+	return nil
+}
+
+func equalKeys(a, b crypto.PublicKey) bool {
+	ka, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && ka.Equal(b)
+}
+
+// checkAK accepts only a restricted signing key that cannot leave its TPM.
+func checkAK(p *tpm2.TPMTPublic) *RefusedError {
+	a := p.ObjectAttributes
+	if p.Type != tpm2.TPMAlgRSA || p.NameAlg != tpm2.TPMAlgSHA256 || !a.FixedTPM || !a.FixedParent || !a.SensitiveDataOrigin ||
+		!a.Restricted || !a.SignEncrypt || a.Decrypt {
+		return refuse(403, wire.ReasonAKInvalid, "the AK must be a restricted, fixedTPM RSA signing key with a SHA-256 name")
+	}
+	return nil
+}
+
+// Verify checks the activated credential and the quote; on success the host is attested (and enrolled on
+// first contact) and gets a single-use release token.
+func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.VerifyResponse, error) {
+	s.mu.Lock()
+	s.gc()
+	sess, ok := s.sessions[req.Session]
+	delete(s.sessions, req.Session) // one answer per session, right or wrong
+	if ok {
+		s.usedNonces[hex.EncodeToString(sess.nonce)] = s.cfg.Now().Add(s.cfg.TicketTTL)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownSession, "the attestation session is unknown, answered or expired: start again"))
+	}
+	host := sess.host
+	attest, err := tpm2.Unmarshal[tpm2.TPMSAttest](req.Quote)
+	if err != nil || attest.Magic != tpm2.TPMGeneratedValue || attest.Type != tpm2.TPMSTAttestQuote {
+		return nil, s.fail(ctx, host, refuse(403, wire.ReasonQuoteInvalid, "the quote is not a TPM-generated quote"))
+	}
+	if !bytes.Equal(attest.ExtraData.Buffer, sess.nonce) {
+		s.mu.Lock()
+		_, replayed := s.usedNonces[hex.EncodeToString(attest.ExtraData.Buffer)]
+		s.mu.Unlock()
+		if replayed {
+			return nil, s.fail(ctx, host, refuse(403, wire.ReasonNonceReplayed, "the quote carries the nonce of an earlier session"))
+		}
+		return nil, s.fail(ctx, host, refuse(403, wire.ReasonNonceMismatch, "the quote does not carry this session's nonce"))
+	}
+	if subtle.ConstantTimeCompare(req.Secret, sess.secret) != 1 {
+		return nil, s.fail(ctx, host, refuse(403, wire.ReasonCredentialActivationFailed,
+			"the TPM could not activate the credential: the AK is not in the TPM that owns the EK"))
+	}
+	if rerr := verifySignature(&sess.akPub, req.Quote, req.Signature); rerr != nil {
+		return nil, s.fail(ctx, host, rerr)
+	}
+	values, rerr := s.checkPCRDigest(attest, req.PCRValues)
+	if rerr != nil {
+		return nil, s.fail(ctx, host, rerr)
+	}
+	enr, err := s.store.Enrolment(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read enrolment of host %s: %w", host, err)
+	}
+	reason := ReasonAttested
+	if enr == nil {
+		e := Enrolment{EKPublic: tpm2.Marshal(sess.ekPub), EKCertificate: sess.ekCert, PCRs: values}
+		if err := s.store.Enrol(ctx, host, e); err != nil {
+			return nil, fmt.Errorf("failed to enrol host %s: %w", host, err)
+		}
+		reason = ReasonEnrolled
+	} else if changed := changedPCRs(enr.PCRs, values, s.cfg.PCRs); len(changed) > 0 {
+		return nil, s.fail(ctx, host, refuse(403, wire.ReasonPCRMismatch,
+			"PCRs %v differ from the values recorded at enrolment: the firmware, boot loader or their configuration changed", changed))
+	}
+	token := randomToken(32)
+	s.mu.Lock()
+	if s.hostTicket[host] == sess.ticketKey {
+		delete(s.hostTicket, host)
+	}
+	delete(s.tickets, sess.ticketKey) // the boot ticket is spent
+	s.releases[hashKey(token)] = &release{host: host, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.mu.Unlock()
+	s.metrics.Results.WithLabelValues(reason).Inc()
+	s.store.Record(ctx, host, Result{Success: true, Reason: reason, Message: "TPM attestation passed"})
+	s.log.Info("Attested host", "host", host, "reason", reason)
+	return &wire.VerifyResponse{ReleaseToken: token}, nil
+}
+
+func verifySignature(akPub *tpm2.TPMTPublic, quote, sigBytes []byte) *RefusedError {
+	sig, err := tpm2.Unmarshal[tpm2.TPMTSignature](sigBytes)
+	if err != nil {
+		return refuse(403, wire.ReasonQuoteSignatureInvalid, "the signature does not decode")
+	}
+	rsaSig, err := sig.Signature.RSASSA()
+	if err != nil || rsaSig.Hash != tpm2.TPMAlgSHA256 {
+		return refuse(403, wire.ReasonQuoteSignatureInvalid, "the signature is not RSASSA-SHA256")
+	}
+	key, err := tpm2.Pub(*akPub)
+	if err != nil {
+		return refuse(403, wire.ReasonAKInvalid, "AK public key: %v", err)
+	}
+	rk, ok := key.(*rsa.PublicKey)
+	if !ok {
+		return refuse(403, wire.ReasonAKInvalid, "the AK is not an RSA key")
+	}
+	digest := sha256.Sum256(quote)
+	if err := rsa.VerifyPKCS1v15(rk, crypto.SHA256, digest[:], rsaSig.Sig.Buffer); err != nil {
+		return refuse(403, wire.ReasonQuoteSignatureInvalid, "the quote is not signed by the AK")
+	}
+	return nil
+}
+
+// checkPCRDigest checks that the quote covers exactly the configured PCRs and that the reported values
+// hash to the quoted digest; it returns the (now trustworthy) values.
+func (s *Service) checkPCRDigest(attest *tpm2.TPMSAttest, reported map[int][]byte) (map[int][]byte, *RefusedError) {
+	q, err := attest.Attested.Quote()
+	if err != nil {
+		return nil, refuse(403, wire.ReasonQuoteInvalid, "the attestation is not a quote")
+	}
+	want := wire.PCRSelection(s.cfg.PCRs)
+	if len(q.PCRSelect.PCRSelections) != 1 || q.PCRSelect.PCRSelections[0].Hash != tpm2.TPMAlgSHA256 ||
+		!bytes.Equal(q.PCRSelect.PCRSelections[0].PCRSelect, want.PCRSelections[0].PCRSelect) {
+		return nil, refuse(403, wire.ReasonPCRDigestMismatch, "the quote does not cover the SHA-256 PCRs %v", s.cfg.PCRs)
+	}
+	h := sha256.New()
+	values := make(map[int][]byte, len(s.cfg.PCRs))
+	for _, p := range s.cfg.PCRs { // the TPM hashes selected PCRs in ascending order
+		v, ok := reported[p]
+		if !ok || len(v) != sha256.Size {
+			return nil, refuse(403, wire.ReasonPCRDigestMismatch, "PCR %d is missing from the reported values", p)
+		}
+		h.Write(v)
+		values[p] = v
+	}
+	if !bytes.Equal(h.Sum(nil), q.PCRDigest.Buffer) {
+		return nil, refuse(403, wire.ReasonPCRDigestMismatch, "the reported PCR values do not match the quoted digest")
+	}
+	return values, nil
+}
+
+func changedPCRs(golden, got map[int][]byte, pcrs []int) []int {
+	var changed []int
+	for _, p := range pcrs {
+		if !bytes.Equal(golden[p], got[p]) {
+			changed = append(changed, p)
+		}
+	}
+	return changed
+}
+
+// Release returns the host's bootstrap data for a release token, exactly once, encrypted to the TPM
+// that attested: the AES key is a credential for that AK on that EK.
+func (s *Service) Release(ctx context.Context, token string) (*wire.Envelope, error) {
+	k := hashKey(token)
+	s.mu.Lock()
+	s.gc()
+	rel, ok := s.releases[k]
+	used, wasUsed := s.released[k]
+	if ok {
+		delete(s.releases, k)
+		s.released[k] = &release{host: rel.host, expires: s.cfg.Now().Add(s.cfg.TicketTTL)}
+	}
+	s.mu.Unlock()
+	if wasUsed {
+		// Recorded on the host: a second fetch means the token leaked or the agent misbehaves.
+		return nil, s.fail(ctx, used.host, refuse(410, wire.ReasonAlreadyReleased, "the bootstrap data for this token was already delivered"))
+	}
+	if !ok {
+		return nil, s.fail(ctx, "", refuse(404, wire.ReasonUnknownReleaseToken, "the release token is unknown or expired"))
+	}
+	data, err := s.store.BootstrapData(ctx, rel.host)
+	if err != nil || len(data) == 0 {
+		return nil, s.fail(ctx, rel.host, refuse(409, wire.ReasonNoBootstrapData, "no bootstrap data is available for the host yet"))
+	}
+	env, err := seal(&rel.ekPub, rel.akName, data)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encrypt bootstrap data for host %s: %w", rel.host, err)
+	}
+	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
+	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: "bootstrap data delivered to the attested TPM"})
+	s.log.Info("Released bootstrap data", "host", rel.host)
+	return env, nil
+}
+
+func seal(ekPub *tpm2.TPMTPublic, akName, data []byte) (*wire.Envelope, error) {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	encKey, err := tpm2.ImportEncapsulationKey(ekPub)
+	if err != nil {
+		return nil, err
+	}
+	blob, encSecret, err := tpm2.CreateCredential(rand.Reader, encKey, akName, key)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	_, _ = rand.Read(nonce)
+	return &wire.Envelope{CredentialBlob: blob, EncryptedSecret: encSecret, Nonce: nonce,
+		Ciphertext: gcm.Seal(nil, nonce, data, []byte(wire.EnvelopeAAD))}, nil
+}
+
+// MemoryStore is an in-memory Store (tests, and a manager without host objects). Safe for concurrent use.
+type MemoryStore struct {
+	mu         sync.Mutex
+	enrolments map[string]Enrolment
+	data       map[string][]byte
+	results    map[string][]Result
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{enrolments: map[string]Enrolment{}, data: map[string][]byte{}, results: map[string][]Result{}}
+}
+
+// Enrolment implements Store.
+func (m *MemoryStore) Enrolment(_ context.Context, host string) (*Enrolment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.enrolments[host]
+	if !ok {
+		return nil, nil
+	}
+	return &e, nil
+}
+
+// Enrol implements Store.
+func (m *MemoryStore) Enrol(_ context.Context, host string, e Enrolment) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.enrolments[host]; ok {
+		return errors.New("failed to enrol: host is already enrolled")
+	}
+	m.enrolments[host] = e
+	return nil
+}
+
+// SetBootstrapData sets the data released to host.
+func (m *MemoryStore) SetBootstrapData(host string, data []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.data[host] = data
+}
+
+// BootstrapData implements Store.
+func (m *MemoryStore) BootstrapData(_ context.Context, host string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.data[host], nil
+}
+
+// Record implements Store.
+func (m *MemoryStore) Record(_ context.Context, host string, r Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.results[host] = append(m.results[host], r)
+}
+
+// Results returns what was recorded for host.
+func (m *MemoryStore) Results(host string) []Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.results[host])
+}
+
+// LastReason is the reason of the last recorded result of host ("" when none).
+func (m *MemoryStore) LastReason(host string) string {
+	r := m.Results(host)
+	if len(r) == 0 {
+		return ""
+	}
+	return r[len(r)-1].Reason
+}

@@ -1,0 +1,119 @@
+package attest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+)
+
+// maxRequestBytes bounds an attestation request (EK certificate chains are a few KiB).
+const maxRequestBytes = 64 << 10
+
+// Decode strictly decodes one JSON request body of at most maxRequestBytes: unknown fields, trailing
+// data and oversize bodies are refused.
+func Decode(r io.Reader, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r, maxRequestBytes+1))
+	if err != nil {
+		return fmt.Errorf("failed to read request: %w", err)
+	}
+	if len(data) > maxRequestBytes {
+		return errors.New("failed to decode request: body too large")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("failed to decode request: %w", err)
+	}
+	if dec.More() {
+		return errors.New("failed to decode request: trailing data")
+	}
+	return nil
+}
+
+// DecodeStartRequest decodes and sanity-checks a start request.
+func DecodeStartRequest(r io.Reader) (*wire.StartRequest, error) {
+	var req wire.StartRequest
+	if err := Decode(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Ticket == "" || len(req.EKPublic) == 0 || len(req.AKPublic) == 0 {
+		return nil, errors.New("failed to decode request: ticket, ekPublic and akPublic are required")
+	}
+	return &req, nil
+}
+
+// DecodeVerifyRequest decodes and sanity-checks a verify request.
+func DecodeVerifyRequest(r io.Reader) (*wire.VerifyRequest, error) {
+	var req wire.VerifyRequest
+	if err := Decode(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Session == "" || len(req.Quote) == 0 || len(req.Signature) == 0 {
+		return nil, errors.New("failed to decode request: session, quote and signature are required")
+	}
+	if len(req.PCRValues) > 24 {
+		return nil, errors.New("failed to decode request: too many PCR values")
+	}
+	return &req, nil
+}
+
+// Handler serves the attestation API and the bootstrap-data endpoint.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+wire.PathStart, func(w http.ResponseWriter, r *http.Request) {
+		req, err := DecodeStartRequest(r.Body)
+		if err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
+			return
+		}
+		rsp, err := s.Start(r.Context(), req)
+		respond(w, rsp, err)
+	})
+	mux.HandleFunc("POST "+wire.PathVerify, func(w http.ResponseWriter, r *http.Request) {
+		req, err := DecodeVerifyRequest(r.Body)
+		if err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
+			return
+		}
+		rsp, err := s.Verify(r.Context(), req)
+		respond(w, rsp, err)
+	})
+	mux.HandleFunc("GET "+wire.PathBootstrap+"{token}", func(w http.ResponseWriter, r *http.Request) {
+		token := r.PathValue("token")
+		if token == "" || strings.ContainsAny(token, "/?") {
+			writeError(w, refuse(404, wire.ReasonUnknownReleaseToken, "no token"))
+			return
+		}
+		env, err := s.Release(r.Context(), token)
+		if err == nil {
+			w.Header().Set("Cache-Control", "no-store")
+		}
+		respond(w, env, err)
+	})
+	return mux
+}
+
+func respond(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var re *RefusedError
+	if !errors.As(err, &re) {
+		re = refuse(500, "InternalError", "the server failed to process the request")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(re.Status)
+	_ = json.NewEncoder(w).Encode(wire.Refusal{Reason: re.Reason, Message: re.Message})
+}

@@ -1,0 +1,220 @@
+package attest_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+)
+
+const host = "metal/host-0"
+
+// realTPM is a running swtpm, one held connection to it and the keys the agent derives.
+type realTPM struct {
+	conn transport.TPMCloser
+	keys *wire.Keys
+}
+
+func startTPM(t *testing.T) *realTPM {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "yswtpm-") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := swtpm.Start(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := wire.OpenTPM(sw.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := wire.LoadKeys(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = keys.Close(); _ = conn.Close(); _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	return &realTPM{conn: conn, keys: keys}
+}
+
+// swtpmRoots trusts the local CA that swtpm_setup --create-ek-cert signs EK certificates with, as a site
+// trusts its TPM vendors' roots.
+func swtpmRoots(t *testing.T) (roots, intermediates *x509.CertPool) {
+	t.Helper()
+	load := func(name string) *x509.CertPool {
+		b, err := os.ReadFile(filepath.Join(swtpm.LocalCADir, name))
+		if err != nil {
+			t.Fatalf("failed to read swtpm-localca certificate (start an swtpm first): %v", err)
+		}
+		p := x509.NewCertPool()
+		blk, _ := pem.Decode(b)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.AddCert(c)
+		return p
+	}
+	return load("swtpm-localca-rootca-cert.pem"), load("issuercert.pem")
+}
+
+type env struct {
+	svc     *attest.Service
+	store   *attest.MemoryStore
+	client  *wire.Client
+	metrics *attest.Metrics
+}
+
+func newEnv(t *testing.T, cfg attest.Config) *env {
+	t.Helper()
+	store := attest.NewMemoryStore()
+	store.SetBootstrapData(host, []byte("#cloud-config\nwrite_files: [join token]\n"))
+	metrics := attest.NewMetrics(prometheus.NewRegistry())
+	svc := attest.New(cfg, store, testr.New(t), metrics)
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return &env{svc: svc, store: store, client: &wire.Client{Server: srv.URL, HTTP: srv.Client()}, metrics: metrics}
+}
+
+func refusal(err error) string {
+	var re *wire.RefusedError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func extendPCR(t *testing.T, tpm transport.TPM, pcr int) {
+	t.Helper()
+	_, err := tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(pcr), Auth: tpm2.PasswordAuth(nil)},
+		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: make([]byte, 32)}}},
+	}.Execute(tpm)
+	if err != nil {
+		t.Fatalf("failed to extend PCR %d: %v", pcr, err)
+	}
+}
+
+func TestAttestationWithSwtpm(t *testing.T) {
+	ctx := context.Background()
+	tpmA := startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{PCRs: []int{0, 1, 2, 3, 4, 5, 6, 7, 14}, EKRoots: roots, EKIntermediates: intermediates})
+
+	t.Run("first boot enrols the TPM and releases the data exactly once", func(t *testing.T) {
+		g := NewWithT(t)
+		ticket := e.svc.IssueTicket(host)
+		ch, err := e.client.Start(ctx, ticket, tpmA.keys)
+		g.Expect(err).NotTo(HaveOccurred())
+		ans, err := wire.Answer(tpmA.keys, ch)
+		g.Expect(err).NotTo(HaveOccurred())
+		token, err := e.client.Verify(ctx, ans)
+		g.Expect(err).NotTo(HaveOccurred())
+		enr, err := e.store.Enrolment(ctx, host)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(enr).NotTo(BeNil())
+		g.Expect(enr.EKPublic).To(Equal(tpm2.Marshal(tpmA.keys.EK.Public)))
+		g.Expect(enr.EKCertificate).To(Equal(tpmA.keys.EKCertificate))
+		g.Expect(enr.PCRs).To(HaveLen(9))
+
+		envl, err := e.client.Fetch(ctx, token)
+		g.Expect(err).NotTo(HaveOccurred())
+		data, err := tpmA.keys.Open(envl)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(data)).To(ContainSubstring("join token"))
+		g.Expect(string(envl.Ciphertext)).NotTo(ContainSubstring("join token"))
+
+		_, err = e.client.Fetch(ctx, token)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonAlreadyReleased), "second fetch of the data")
+		g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(410))
+
+		_, err = e.client.Start(ctx, ticket, tpmA.keys)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownTicket), "the boot ticket is single-use")
+		reasons := []string{}
+		for _, r := range e.store.Results(host) {
+			reasons = append(reasons, r.Reason)
+		}
+		g.Expect(reasons).To(Equal([]string{attest.ReasonEnrolled, attest.ReasonReleased, wire.ReasonAlreadyReleased}))
+	})
+
+	t.Run("a later boot of the same TPM attests against the enrolment", func(t *testing.T) {
+		g := NewWithT(t)
+		data, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(data)).To(ContainSubstring("join token"))
+		g.Expect(testutil.ToFloat64(e.metrics.Results.WithLabelValues(attest.ReasonAttested))).To(Equal(1.0))
+	})
+
+	t.Run("replayed nonce", func(t *testing.T) {
+		g := NewWithT(t)
+		ticket := e.svc.IssueTicket(host)
+		ch1, err := e.client.Start(ctx, ticket, tpmA.keys)
+		g.Expect(err).NotTo(HaveOccurred())
+		old, err := wire.Answer(tpmA.keys, ch1)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = e.client.Verify(ctx, old)
+		g.Expect(err).NotTo(HaveOccurred())
+
+		// An attacker who recorded that exchange replays its quote in a new session (with a new ticket).
+		ch2, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		g.Expect(err).NotTo(HaveOccurred())
+		fresh, err := wire.Answer(tpmA.keys, ch2)
+		g.Expect(err).NotTo(HaveOccurred())
+		replay := *old
+		replay.Session, replay.Secret = ch2.Session, fresh.Secret
+		_, err = e.client.Verify(ctx, &replay)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonNonceReplayed))
+		g.Expect(e.store.LastReason(host)).To(Equal(wire.ReasonNonceReplayed))
+
+		// The same answer submitted twice: the session is gone after its first answer.
+		_, err = e.client.Verify(ctx, old)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownSession))
+	})
+
+	t.Run("different TPM", func(t *testing.T) {
+		g := NewWithT(t)
+		tpmB := startTPM(t)
+		_, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmB.keys)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
+		g.Expect(e.store.LastReason(host)).To(Equal(wire.ReasonEKMismatch))
+
+		// An AK from another TPM cannot answer a challenge bound to the enrolled EK either.
+		ch, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = tpmB.keys.Activate(ch.CredentialBlob, ch.EncryptedSecret)
+		g.Expect(err).To(HaveOccurred())
+	})
+
+	t.Run("changed PCR", func(t *testing.T) {
+		g := NewWithT(t)
+		extendPCR(t, tpmA.conn, 7) // e.g. Secure Boot state changed
+		_, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonPCRMismatch))
+		g.Expect(e.store.Results(host)[len(e.store.Results(host))-1].Message).To(ContainSubstring("[7]"))
+	})
+
+	t.Run("EK certificate from an untrusted CA", func(t *testing.T) {
+		g := NewWithT(t)
+		other := newEnv(t, attest.Config{EKRoots: x509.NewCertPool()})
+		_, err := other.client.Attest(ctx, other.svc.IssueTicket(host), tpmA.keys)
+		g.Expect(refusal(err)).To(Equal(wire.ReasonEKCertificateUntrusted))
+	})
+}

@@ -159,14 +159,22 @@ func (r *Reconciler) snapshot(ctx context.Context) (*snapshot, error) {
 	return &snapshot{Input: in, sites: sites.Items, pools: pools.Items, peerings: peerings.Items, plans: plans.Items}, nil
 }
 
-// publish writes the differences: creations first, then updates, deletions last, so a daemon never sees
-// a node missing from every slice while it moves between them.
+// publish writes the differences and counts them.
 func (r *Reconciler) publish(ctx context.Context, out *plan.Output, in *snapshot) error {
-	log := ctrl.LoggerFrom(ctx)
-	pc := plan.DiffPlans(out.Plans, in.plans)
-	sc := plan.DiffSlices(out.Slices, in.Previous)
+	n, err := Publish(ctx, r.Client, out, in.plans, in.Previous)
+	r.writes.Add(int64(n))
+	return err
+}
+
+// Publish writes the differences between the desired plan and the published objects and returns the
+// number of writes: creations first, then updates, deletions last, so a daemon never sees a node missing
+// from every slice while it moves between them. Updates carry the published resourceVersion: if someone
+// else changed an object, the conflict sends the caller round again with a fresh view.
+func Publish(ctx context.Context, c client.Client, out *plan.Output, plans []netv1.RoutePlan, slices []netv1.PeerSlice) (int, error) {
+	pc := plan.DiffPlans(out.Plans, plans)
+	sc := plan.DiffSlices(out.Slices, slices)
 	if pc.Len()+sc.Len() > 0 {
-		log.Info("Publishing route plan", "planWrites", pc.Len(), "sliceWrites", sc.Len())
+		ctrl.LoggerFrom(ctx).Info("Publishing route plan", "planWrites", pc.Len(), "sliceWrites", sc.Len())
 	}
 	var objs [3][]client.Object
 	for i := range pc.Create {
@@ -188,27 +196,26 @@ func (r *Reconciler) publish(ctx context.Context, out *plan.Output, in *snapshot
 		objs[2] = append(objs[2], &pc.Delete[i])
 	}
 	var errs []error
+	writes := 0
 	for phase, list := range objs {
 		for _, o := range list {
 			var err error
 			switch phase {
 			case 0:
-				err = r.Client.Create(ctx, o)
+				err = c.Create(ctx, o)
 			case 1:
-				// Update with the cached resourceVersion: if someone else changed the object, the conflict
-				// sends us round again with a fresh view instead of overwriting blindly.
-				err = r.Client.Update(ctx, o)
+				err = c.Update(ctx, o)
 			case 2:
-				err = client.IgnoreNotFound(r.Client.Delete(ctx, o, client.Preconditions{ResourceVersion: ptr(o.GetResourceVersion())}))
+				err = client.IgnoreNotFound(c.Delete(ctx, o, client.Preconditions{ResourceVersion: ptr(o.GetResourceVersion())}))
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("failed to publish %T %s: %w", o, o.GetName(), err))
 				continue
 			}
-			r.writes.Add(1)
+			writes++
 		}
 	}
-	return kerrors.NewAggregate(errs)
+	return writes, kerrors.NewAggregate(errs)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,278 @@
+// Package bootserver is the HTTP side of network boot: per-host iPXE scripts (kernel, initrd and a command
+// line carrying the host's one-time boot ticket), boot artifacts (range requests, SHA-256 digests), and —
+// mounted from package attest — the attestation API and the bootstrap-data endpoint.
+package bootserver
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+)
+
+// TicketIssuer issues one-time boot tickets (attest.Service).
+type TicketIssuer interface {
+	IssueTicket(host string) string
+}
+
+// Config configures the boot server.
+type Config struct {
+	// BaseURL is how hosts reach this server, e.g. http://10.0.0.1:8080 (no trailing slash); it goes into
+	// scripts and the yonder.server= kernel argument.
+	BaseURL string
+	// ArtifactsDir holds kernels, initrds and iPXE binaries served under /artifacts/.
+	ArtifactsDir string
+	// Lookup finds hosts by MAC; Tickets issues their boot tickets (nil: scripts carry no ticket).
+	Lookup  inventory.Lookup
+	Tickets TicketIssuer
+	// API serves /attestation/ and /bootstrap/ (attest.Service.Handler()); nil: not mounted.
+	API http.Handler
+}
+
+// Metrics are the HTTP Prometheus metrics.
+type Metrics struct {
+	Requests *prometheus.CounterVec
+	Bytes    *prometheus.CounterVec
+}
+
+// NewMetrics registers the boot HTTP metrics with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "yonder_metal_http_requests_total", Help: "Boot HTTP requests by handler and status code.",
+		}, []string{"handler", "code"}),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "yonder_metal_http_sent_bytes_total", Help: "Boot HTTP response bytes by handler.",
+		}, []string{"handler"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Requests, m.Bytes)
+	}
+	return m
+}
+
+// Server is the boot HTTP server.
+type Server struct {
+	cfg     Config
+	root    *os.Root
+	log     logr.Logger
+	metrics *Metrics
+
+	mu   sync.Mutex
+	sums map[string]digest // artifact path → digest of one (size, mtime) version
+}
+
+type digest struct {
+	size  int64
+	mtime time.Time
+	sum   [sha256.Size]byte
+}
+
+// New opens the artifacts directory.
+func New(cfg Config, log logr.Logger, metrics *Metrics) (*Server, error) {
+	if cfg.BaseURL == "" || cfg.Lookup == nil {
+		return nil, errors.New("failed to configure boot server: BaseURL and Lookup are required")
+	}
+	root, err := os.OpenRoot(cfg.ArtifactsDir)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open artifacts directory %q: %w", cfg.ArtifactsDir, err)
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	return &Server{cfg: cfg, root: root, log: log, metrics: metrics, sums: map[string]digest{}}, nil
+}
+
+// Close releases the artifacts directory.
+func (s *Server) Close() error { return s.root.Close() }
+
+// Handler serves everything.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /ipxe/{mac}", s.counted("ipxe", http.HandlerFunc(s.script)))
+	mux.Handle("GET /artifacts/{path...}", s.counted("artifacts", http.HandlerFunc(s.artifact)))
+	if s.cfg.API != nil {
+		mux.Handle("/attestation/", s.counted("attestation", s.cfg.API))
+		mux.Handle("/bootstrap/", s.counted("bootstrap", s.cfg.API))
+	}
+	return mux
+}
+
+// ScriptFor renders a host's iPXE script with a fresh ticket.
+func (s *Server) ScriptFor(h inventory.Host) string {
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	fmt.Fprintf(&b, "echo Yonder: booting %s\n", h.Name)
+	if h.Boot.Kernel == "" {
+		b.WriteString("echo Yonder: no boot configuration for this host yet, retrying in 30s\nsleep 30\nreboot\n")
+		return b.String()
+	}
+	cmdline := strings.TrimSpace(h.Boot.Cmdline + " yonder.server=" + s.cfg.BaseURL)
+	if s.cfg.Tickets != nil {
+		cmdline += " yonder.ticket=" + s.cfg.Tickets.IssueTicket(h.Name)
+	}
+	if h.Boot.Initrd != "" {
+		cmdline = "initrd=initrd " + cmdline
+	}
+	fmt.Fprintf(&b, "kernel %s %s\n", s.url(h.Boot.Kernel), cmdline)
+	if h.Boot.Initrd != "" {
+		fmt.Fprintf(&b, "initrd --name initrd %s\n", s.url(h.Boot.Initrd))
+	}
+	b.WriteString("boot\n")
+	return b.String()
+}
+
+func (s *Server) url(artifact string) string {
+	if strings.HasPrefix(artifact, "http://") || strings.HasPrefix(artifact, "https://") {
+		return artifact
+	}
+	return s.cfg.BaseURL + "/artifacts/" + strings.TrimPrefix(artifact, "/")
+}
+
+func (s *Server) script(w http.ResponseWriter, r *http.Request) {
+	mac, err := net.ParseMAC(r.PathValue("mac"))
+	if err != nil {
+		http.Error(w, "not a MAC address", http.StatusBadRequest)
+		return
+	}
+	h, ok := s.cfg.Lookup.HostByMAC(mac)
+	if !ok {
+		s.log.V(4).Info("Refusing iPXE script for unknown MAC", "mac", mac.String())
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store") // carries a one-time ticket
+	_, _ = io.WriteString(w, s.ScriptFor(h))
+	s.log.V(2).Info("Served iPXE script", "host", h.Name, "remote", r.RemoteAddr)
+}
+
+func (s *Server) artifact(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("path")
+	if sumOf, ok := strings.CutSuffix(name, ".sha256"); ok {
+		if _, err := s.root.Stat(name); err != nil { // a real .sha256 file wins
+			s.sha256File(w, r, sumOf)
+			return
+		}
+	}
+	f, fi, err := s.open(name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	sum, err := s.digest(name, f, fi)
+	if err != nil {
+		http.Error(w, "failed to read artifact", http.StatusInternalServerError)
+		return
+	}
+	b64 := base64.StdEncoding.EncodeToString(sum[:])
+	w.Header().Set("Repr-Digest", "sha-256=:"+b64+":") // RFC 9530, of the whole file, also on 206
+	w.Header().Set("Digest", "SHA-256="+b64)           // RFC 3230, for older clients
+	w.Header().Set("X-Checksum-Sha256", hex.EncodeToString(sum[:]))
+	w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:16])+`"`)
+	http.ServeContent(w, r, path.Base(name), fi.ModTime(), f) // ranges, HEAD, conditional requests
+}
+
+func (s *Server) sha256File(w http.ResponseWriter, r *http.Request, name string) {
+	f, fi, err := s.open(name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	sum, err := s.digest(name, f, fi)
+	if err != nil {
+		http.Error(w, "failed to read artifact", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintf(w, "%s  %s\n", hex.EncodeToString(sum[:]), path.Base(name))
+}
+
+// open opens a regular file inside the artifacts root (os.Root: no "..", no symlinks out).
+func (s *Server) open(name string) (*os.File, fs.FileInfo, error) {
+	if name == "" || strings.Contains(name, "\x00") {
+		return nil, nil, fs.ErrNotExist
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, nil, fs.ErrNotExist
+	}
+	return f, fi, nil
+}
+
+// digest returns the file's SHA-256, computed once per (size, mtime).
+func (s *Server) digest(name string, f *os.File, fi fs.FileInfo) ([sha256.Size]byte, error) {
+	s.mu.Lock()
+	d, ok := s.sums[name]
+	s.mu.Unlock()
+	if ok && d.size == fi.Size() && d.mtime.Equal(fi.ModTime()) {
+		return d.sum, nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("failed to hash artifact %s: %w", name, err)
+	}
+	d = digest{size: fi.Size(), mtime: fi.ModTime()}
+	copy(d.sum[:], h.Sum(nil))
+	s.mu.Lock()
+	s.sums[name] = d
+	s.mu.Unlock()
+	return d.sum, nil
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (c *countingWriter) WriteHeader(code int) { c.code = code; c.ResponseWriter.WriteHeader(code) }
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps sendfile(2) for artifacts while counting.
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		n, err := rf.ReadFrom(r)
+		c.bytes += n
+		return n, err
+	}
+	n, err := io.Copy(struct{ io.Writer }{c.ResponseWriter}, r)
+	c.bytes += n
+	return n, err
+}
+
+func (s *Server) counted(name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(cw, r)
+		s.metrics.Requests.WithLabelValues(name, strconv.Itoa(cw.code)).Inc()
+		s.metrics.Bytes.WithLabelValues(name).Add(float64(cw.bytes))
+	})
+}

@@ -1,0 +1,134 @@
+package bootserver_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+func TestBootServerWithCurl(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	client, err := n.Attach(ctx, "httpc")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	dir := t.TempDir()
+	kernel := make([]byte, 5*1024*1024+3)
+	_, _ = rand.Read(kernel)
+	g.Expect(os.WriteFile(filepath.Join(dir, "vmlinuz"), kernel, 0o644)).To(Succeed())
+	secret := filepath.Join(t.TempDir(), "secret")
+	g.Expect(os.WriteFile(secret, []byte("outside"), 0o600)).To(Succeed())
+	g.Expect(os.Symlink(secret, filepath.Join(dir, "escape"))).To(Succeed())
+
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0xcd, 0xef}
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-0", MAC: mac, Address: netip.MustParseAddr("10.250.0.200"),
+		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	ln, err := net.Listen("tcp4", n.Gateway.String()+":0")
+	g.Expect(err).NotTo(HaveOccurred())
+	base := "http://" + ln.Addr().String()
+	svc := attest.New(attest.Config{}, attest.NewMemoryStore(), testr.New(t), nil)
+	metrics := bootserver.NewMetrics(prometheus.NewRegistry())
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: dir, Lookup: inv, Tickets: svc, API: svc.Handler()},
+		testr.New(t), metrics)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv := &http.Server{Handler: bs.Handler()}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = bs.Close() })
+
+	curl := func(args ...string) (string, error) {
+		out, err := exec.Command("nsenter", append([]string{"--net=" + client.NamespacePath, "curl", "-sS"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	sum := sha256.Sum256(kernel)
+
+	t.Run("per-host iPXE script with a fresh one-time ticket", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := curl("--fail", base+"/ipxe/"+mac.String())
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(HavePrefix("#!ipxe\n"))
+		g.Expect(out).To(ContainSubstring("kernel " + base + "/artifacts/vmlinuz initrd=initrd console=ttyS0 yonder.server=" + base + " yonder.ticket="))
+		g.Expect(out).To(ContainSubstring("initrd --name initrd " + base + "/artifacts/initrd.img\n"))
+		again, err := curl("--fail", base+"/ipxe/"+strings.ToUpper(mac.String()))
+		g.Expect(err).NotTo(HaveOccurred(), again)
+		re := regexp.MustCompile(`yonder\.ticket=(\S+)`)
+		g.Expect(re.FindStringSubmatch(again)[1]).NotTo(Equal(re.FindStringSubmatch(out)[1]))
+	})
+	t.Run("unknown MAC gets no script", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := curl("-o", "/dev/null", "-w", "%{http_code}", base+"/ipxe/52:54:00:00:00:01")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(Equal("404"))
+	})
+	t.Run("artifact with sha256 headers", func(t *testing.T) {
+		g := NewWithT(t)
+		dst := filepath.Join(t.TempDir(), "k")
+		hdr, err := curl("--fail", "-D", "-", "-o", dst, base+"/artifacts/vmlinuz")
+		g.Expect(err).NotTo(HaveOccurred(), hdr)
+		got, _ := os.ReadFile(dst)
+		g.Expect(sha256.Sum256(got)).To(Equal(sum))
+		g.Expect(hdr).To(ContainSubstring("X-Checksum-Sha256: " + hex.EncodeToString(sum[:])))
+		g.Expect(hdr).To(ContainSubstring("Repr-Digest: sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":"))
+		out, err := curl("--fail", base+"/artifacts/vmlinuz.sha256")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(Equal(hex.EncodeToString(sum[:]) + "  vmlinuz\n"))
+	})
+	t.Run("range requests and resume", func(t *testing.T) {
+		g := NewWithT(t)
+		dst := filepath.Join(t.TempDir(), "part")
+		code, err := curl("-r", "1000-1999", "-o", dst, "-w", "%{http_code}", base+"/artifacts/vmlinuz")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal("206"))
+		got, _ := os.ReadFile(dst)
+		g.Expect(got).To(Equal(kernel[1000:2000]))
+		// Resume a cut download: curl -C - asks for the rest.
+		g.Expect(os.WriteFile(dst, kernel[:4096], 0o600)).To(Succeed())
+		_, err = curl("--fail", "-C", "-", "-o", dst, base+"/artifacts/vmlinuz")
+		g.Expect(err).NotTo(HaveOccurred())
+		got, _ = os.ReadFile(dst)
+		g.Expect(sha256.Sum256(got)).To(Equal(sum))
+	})
+	t.Run("no way out of the artifacts directory", func(t *testing.T) {
+		for _, p := range []string{"/artifacts/../../../../etc/passwd", "/artifacts/..%2f..%2f..%2fetc%2fpasswd", "/artifacts/escape", "/artifacts/"} {
+			g := NewWithT(t)
+			// -L: follow the mux's redirect of unclean paths to wherever it leads.
+			out, err := curl("-L", "--path-as-is", "-w", "\n%{http_code}", base+p)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).NotTo(ContainSubstring("root:"), p)
+			g.Expect(out).NotTo(ContainSubstring("outside"), p)
+			g.Expect(out).To(Or(HaveSuffix("404"), HaveSuffix("400")), p)
+		}
+	})
+	t.Run("attestation API is mounted and refuses with a reason", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := curl("-X", "POST", "-d", `{"ticket":"nope","ekPublic":"AA==","akPublic":"AA=="}`, base+"/attestation/v1/start")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"UnknownTicket"`))
+		out, err = curl(base + "/bootstrap/v1/some-token")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"UnknownReleaseToken"`))
+	})
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(metrics.Bytes.WithLabelValues("artifacts"))).To(BeNumerically(">=", len(kernel)))
+}

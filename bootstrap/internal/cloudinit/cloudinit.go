@@ -1,0 +1,156 @@
+// Package cloudinit renders Yonder's bootstrap data: a cloud-config that uses only write_files and
+// runcmd, so any consumer of cloud-init (cloud images, CAPI infrastructure providers, Yonder's SSH
+// provider, which executes exactly this subset) can run it. It installs the digest-pinned yonder-agent,
+// writes its AgentConfig (0600: it holds the bootstrap token) and runs `yonder-agent bootstrap`.
+package cloudinit
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+
+	"sigs.k8s.io/yaml"
+
+	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+)
+
+const (
+	// AgentPath is where the agent binary is installed.
+	AgentPath = "/usr/local/bin/yonder-agent"
+	// InstallScriptPath is the installer written by write_files.
+	InstallScriptPath = "/usr/local/lib/yonder/install-agent.sh"
+)
+
+// AgentSource is where the agent comes from: URL or a local Path (offline bundle), and its digest.
+type AgentSource struct {
+	URL    string
+	Path   string
+	SHA256 string
+}
+
+// Config is the cloud-config subset Yonder renders and parses.
+type Config struct {
+	WriteFiles []WriteFile `json:"write_files"`
+	RunCmd     [][]string  `json:"runcmd"`
+}
+
+// WriteFile is one write_files entry.
+type WriteFile struct {
+	Path        string `json:"path"`
+	Owner       string `json:"owner,omitempty"`
+	Permissions string `json:"permissions,omitempty"`
+	Encoding    string `json:"encoding,omitempty"`
+	Content     string `json:"content"`
+}
+
+var sha256RE = regexp.MustCompile(`^[a-f0-9]{64}$`)
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+var installTmpl = template.Must(template.New("install").Funcs(template.FuncMap{"q": shellQuote}).Parse(`#!/bin/sh
+# Installs yonder-agent, pinned by sha256. Idempotent: an agent with the right digest is kept.
+set -eu
+want={{ q .SHA256 }}
+dst={{ q .Dest }}
+if [ -x "$dst" ] && [ "$(sha256sum "$dst" | cut -d' ' -f1)" = "$want" ]; then exit 0; fi
+mkdir -p "$(dirname "$dst")"
+tmp="$(mktemp "$dst.XXXXXX")"
+trap 'rm -f "$tmp"' EXIT
+{{- if .URL }}
+src={{ q .URL }}
+i=0
+until
+  if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$tmp" "$src";
+  elif command -v wget >/dev/null 2>&1; then wget -q -O "$tmp" "$src";
+  else echo "yonder: neither curl nor wget is installed" >&2; exit 1; fi
+do
+  i=$((i+1)); [ "$i" -lt 5 ] || { echo "yonder: failed to download $src" >&2; exit 1; }; sleep 5
+done
+{{- else }}
+cp {{ q .Path }} "$tmp"
+{{- end }}
+got="$(sha256sum "$tmp" | cut -d' ' -f1)"
+if [ "$got" != "$want" ]; then echo "yonder: yonder-agent sha256 is $got, want $want" >&2; exit 1; fi
+chmod 0755 "$tmp"
+mv -f "$tmp" "$dst"
+trap - EXIT
+`))
+
+// installer renders the shell script that installs the agent at dest.
+func installer(agent AgentSource, dest string) (string, error) {
+	var script bytes.Buffer
+	if err := installTmpl.Execute(&script, struct {
+		AgentSource
+		Dest string
+	}{agent, dest}); err != nil {
+		return "", fmt.Errorf("failed to render the agent installer: %w", err)
+	}
+	return script.String(), nil
+}
+
+// Render builds the cloud-config for an AgentConfig and an agent source.
+func Render(cfg *agentv1.AgentConfig, agent AgentSource) ([]byte, error) {
+	if (agent.URL == "") == (agent.Path == "") {
+		return nil, fmt.Errorf("agent source needs exactly one of URL and Path")
+	}
+	if !sha256RE.MatchString(agent.SHA256) {
+		return nil, fmt.Errorf("agent sha256 must be 64 lowercase hex characters")
+	}
+	agentCfg, err := agentv1.Encode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	script, err := installer(agent, AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	c := Config{
+		WriteFiles: []WriteFile{
+			{Path: InstallScriptPath, Owner: "root:root", Permissions: "0700", Content: script},
+			{Path: agentv1.DefaultPath, Owner: "root:root", Permissions: "0600", Encoding: "b64", Content: base64.StdEncoding.EncodeToString(agentCfg)},
+		},
+		RunCmd: [][]string{
+			{"/bin/sh", InstallScriptPath},
+			{AgentPath, "bootstrap", "--config", agentv1.DefaultPath},
+		},
+	}
+	body, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("failed to render cloud-config: %w", err)
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// Parse reads a cloud-config produced by Render (strictly: only write_files and runcmd).
+func Parse(data []byte) (*Config, error) {
+	if !bytes.HasPrefix(data, []byte("#cloud-config\n")) {
+		return nil, fmt.Errorf("bootstrap data does not start with #cloud-config")
+	}
+	c := &Config{}
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return nil, fmt.Errorf("failed to parse cloud-config: %w", err)
+	}
+	return c, nil
+}
+
+// AgentConfig extracts and decodes the AgentConfig written by a cloud-config.
+func (c *Config) AgentConfig() (*agentv1.AgentConfig, error) {
+	for _, f := range c.WriteFiles {
+		if f.Path != agentv1.DefaultPath {
+			continue
+		}
+		raw := []byte(f.Content)
+		if f.Encoding == "b64" || f.Encoding == "base64" {
+			var err error
+			if raw, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
+				return nil, fmt.Errorf("failed to decode %s: %w", f.Path, err)
+			}
+		}
+		return agentv1.Decode(raw)
+	}
+	return nil, fmt.Errorf("cloud-config writes no %s", agentv1.DefaultPath)
+}

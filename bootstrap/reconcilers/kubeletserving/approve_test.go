@@ -1,0 +1,109 @@
+package kubeletserving
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"net"
+	"net/url"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+func request(t *testing.T, tmpl *x509.CertificateRequest) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+func TestCheck(t *testing.T) {
+	machine := &clusterv1.Machine{}
+	machine.Name = "m"
+	machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "n1"}
+	machine.Status.Addresses = clusterv1.MachineAddresses{
+		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"},
+		{Type: clusterv1.MachineExternalIP, Address: "2001:db8::5"},
+		{Type: clusterv1.MachineHostName, Address: "N1.lab"},
+	}
+	subject := pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:nodes"}}
+	good := func() *certificatesv1.CertificateSigningRequest {
+		return &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
+			Username:   "system:node:n1",
+			Groups:     []string{"system:nodes", "system:authenticated"},
+			SignerName: certificatesv1.KubeletServingSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth},
+			Request: request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"n1.lab"},
+				IPAddresses: []net.IP{net.ParseIP("10.0.0.5"), net.ParseIP("2001:db8::5")}}),
+		}}
+	}
+	u, _ := url.Parse("spiffe://x")
+	for _, tc := range []struct {
+		name   string
+		mutate func(*certificatesv1.CertificateSigningRequest)
+		want   string
+	}{
+		{"matching", func(*certificatesv1.CertificateSigningRequest) {}, ""},
+		{"other requester", func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:node:n2" }, "not by node n1"},
+		{"not in nodes group", func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Groups = []string{"system:authenticated"} }, "not in group"},
+		{"client auth usage", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageClientAuth)
+		}, `usage "client auth"`},
+		{"no server auth", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}
+		}, "lack"},
+		{"wrong CN", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:n2", Organization: []string{"system:nodes"}}, DNSNames: []string{"n1.lab"}})
+		}, "common name"},
+		{"wrong O", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:masters"}}, DNSNames: []string{"n1.lab"}})
+		}, "organization"},
+		{"foreign IP", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, IPAddresses: []net.IP{net.ParseIP("10.0.0.6")}})
+		}, "IP address 10.0.0.6"},
+		{"foreign DNS", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"kubernetes.default"}})
+		}, `DNS name "kubernetes.default"`},
+		{"URI SAN", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, URIs: []*url.URL{u}})
+		}, "URI"},
+		{"no SANs", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject})
+		}, "no DNS name"},
+		{"garbage", func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Request = []byte("nope") }, "not a PEM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			csr := good()
+			tc.mutate(csr)
+			err := Check(csr, machine)
+			if tc.want == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
+
+func TestIsPendingServing(t *testing.T) {
+	g := NewWithT(t)
+	csr := &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeletServingSignerName}}
+	g.Expect(IsPendingServing(csr)).To(BeTrue())
+	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied}}
+	g.Expect(IsPendingServing(csr)).To(BeFalse())
+	csr = &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName}}
+	g.Expect(IsPendingServing(csr)).To(BeFalse())
+}

@@ -1,0 +1,3 @@
+// Package admission holds the defaulting and validating webhooks of YonderConfig and
+// YonderConfigTemplate.
+package admission

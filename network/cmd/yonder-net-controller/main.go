@@ -11,13 +11,20 @@ import (
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/yonder-dev/yonder/network/internal/certs"
 	"github.com/yonder-dev/yonder/network/internal/plan"
 	"github.com/yonder-dev/yonder/network/setup"
 )
+
+// Leader election and the webhook caBundle (the certificate Secret is a namespaced Role, config/rbac).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;patch
 
 func main() {
 	if err := run(); err != nil {
@@ -29,9 +36,10 @@ func main() {
 func run() error {
 	var (
 		metricsAddr, probeAddr, certDir, leaderNS string
-		webhookPort, sliceSize, nodeConcurrency  int
-		leaderElect                              bool
-		leaseDuration, renewDeadline, retry      time.Duration
+		webhookPort, sliceSize, nodeConcurrency   int
+		leaderElect, manageCerts                  bool
+		certSecret, webhookService, webhookConf   string
+		leaseDuration, renewDeadline, retry       time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -42,6 +50,10 @@ func run() error {
 	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Leader election lease duration.")
 	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Leader election renew deadline.")
 	flag.DurationVar(&retry, "leader-elect-retry-period", 2*time.Second, "Leader election retry period.")
+	flag.BoolVar(&manageCerts, "manage-webhook-certs", true, "Provision the webhook's certificate in a Secret and set the caBundle (no cert-manager needed).")
+	flag.StringVar(&certSecret, "webhook-cert-secret", "yonder-net-webhook-cert", "Secret holding the webhook certificate.")
+	flag.StringVar(&webhookService, "webhook-service", "yonder-net-webhook-service", "Service in front of the webhook server.")
+	flag.StringVar(&webhookConf, "webhook-configuration", "yonder-net-validating-webhook-configuration", "ValidatingWebhookConfiguration whose caBundle is set.")
 	flag.IntVar(&sliceSize, "slice-size", plan.DefaultSliceSize, "Maximum peers per PeerSlice.")
 	flag.IntVar(&nodeConcurrency, "node-concurrency", 4, "Concurrent Node reconciles (site labels, pod CIDRs).")
 	klog.InitFlags(nil)
@@ -55,6 +67,22 @@ func run() error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("failed to load a kubeconfig: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if manageCerts {
+		ns := os.Getenv("POD_NAMESPACE")
+		if ns == "" {
+			return fmt.Errorf("POD_NAMESPACE must be set when --manage-webhook-certs is true")
+		}
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("failed to create a client: %w", err)
+		}
+		if err := certs.Ensure(ctx, direct, certs.Options{
+			Namespace: ns, SecretName: certSecret, ServiceName: webhookService, WebhookConfigurationName: webhookConf, CertDir: certDir,
+		}); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -73,7 +101,6 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("failed to create the manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if err := setup.SetupWebhooks(mgr); err != nil {
 		return err
 	}

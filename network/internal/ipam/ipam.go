@@ -212,13 +212,13 @@ func (a *Allocator) Usage() (allocated, capacity int64) {
 		used[f] += uint64(len(p.used))
 		size[f] += p.size
 	}
-	best := -1
+	found, best := false, 0
 	for f := range 2 {
-		if seen[f] && (best < 0 || size[f]-used[f] < size[best]-used[best]) {
-			best = f
+		if seen[f] && (!found || size[f]-used[f] < size[best]-used[best]) {
+			found, best = true, f
 		}
 	}
-	if best < 0 {
+	if !found {
 		return 0, 0
 	}
 	return int64(used[best]), int64(size[best]) //nolint:gosec // sizes are capped at 2^62.

@@ -9,8 +9,11 @@ import (
 // Changes are the writes that turn the published objects into the desired ones. Objects to update carry
 // the existing object's metadata (resourceVersion for optimistic concurrency) with the desired spec.
 type Changes[T any] struct {
+	// Create are objects that do not exist yet.
 	Create []T
+	// Update are existing objects with the desired spec and labels.
 	Update []T
+	// Delete are published objects no longer desired.
 	Delete []T
 }
 

@@ -21,10 +21,14 @@ import (
 
 // Defaults the controller applies where a field is unset.
 const (
-	DefaultMTU                   = 1500
-	DefaultProbeIntervalMillis   = 200
+	// DefaultMTU is the underlay MTU of a Site without spec.mtu.
+	DefaultMTU = 1500
+	// DefaultProbeIntervalMillis: 200 ms × 3 lost probes detects a failure in 600 ms.
+	DefaultProbeIntervalMillis = 200
+	// DefaultProbeFailureThreshold is the number of lost probes that mark a peer down.
 	DefaultProbeFailureThreshold = 3
-	DefaultProbePort             = 51822
+	// DefaultProbePort is the UDP port of the health probes.
+	DefaultProbePort = 51822
 	// DefaultSliceSize bounds a PeerSlice: 100 peers is ~30 KiB, far from etcd's 1.5 MiB limit, and a
 	// change rewrites at most that much.
 	DefaultSliceSize = 100
@@ -122,10 +126,14 @@ type Node struct {
 
 // Input is everything the plan depends on.
 type Input struct {
-	Sites    []netv1.Site
-	Pools    []netv1.GatewayPool
+	// Sites are all Sites.
+	Sites []netv1.Site
+	// Pools are all GatewayPools.
+	Pools []netv1.GatewayPool
+	// Peerings are all SitePeerings.
 	Peerings []netv1.SitePeering
-	Nodes    []Node
+	// Nodes are all Nodes (those without a Site are only counted against pools).
+	Nodes []Node
 	// Previous are the PeerSlices currently published; they keep nodes in the slice they are in.
 	Previous []netv1.PeerSlice
 	// SliceSize is the maximum number of peers per slice (DefaultSliceSize when 0).
@@ -148,26 +156,39 @@ type Output struct {
 
 // SiteReport is a Site's observed state.
 type SiteReport struct {
-	Nodes, ReadyNodes       int32
-	Gateways, Active        int32
-	Allocated, Capacity     int64
-	WaitingForPodCIDR       int32
-	MTUMismatches           []string
-	Conflicts               []string
-	GatewayLinksWithoutGate []string // remote Sites of Gateway links with candidates here but none active
+	// Nodes and ReadyNodes count the Site's Nodes (ready: Node Ready and dataplane Ready).
+	Nodes, ReadyNodes int32
+	// Gateways and Active count gateway candidates and active gateways.
+	Gateways, Active int32
+	// Allocated and Capacity are the pod CIDR blocks of the binding family.
+	Allocated, Capacity int64
+	// WaitingForPodCIDR counts Nodes without a pod CIDR although the Site has pools.
+	WaitingForPodCIDR int32
+	// MTUMismatches are Nodes whose underlay MTU is below the Site's.
+	MTUMismatches []string
+	// Conflicts are Nodes that match several Sites.
+	Conflicts []string
+	// GatewayLinksWithoutGate are remote Sites of Gateway links for which this Site has candidates but
+	// none active.
+	GatewayLinksWithoutGate []string
 }
 
 // PoolReport is a GatewayPool's observed state.
 type PoolReport struct {
+	// SiteFound is false when spec.site names no Site.
 	SiteFound bool
-	Gateways  []netv1.GatewayStatus
-	Active    int32
+	// Gateways are the candidates, sorted by name.
+	Gateways []netv1.GatewayStatus
+	// Active counts the active candidates.
+	Active int32
 }
 
 // PeeringReport is a SitePeering's observed state.
 type PeeringReport struct {
+	// MissingSites are named Sites that do not exist.
 	MissingSites []string
-	Links        []netv1.LinkStatus
+	// Links are the links this peering owns.
+	Links []netv1.LinkStatus
 }
 
 type siteInfo struct {
@@ -183,14 +204,13 @@ type siteInfo struct {
 }
 
 type link struct {
-	peering          *netv1.SitePeering
-	a, b             string
-	protocol         netv1.Protocol
-	topology         netv1.Topology
-	poolFilter       map[string]bool
-	endpointType     netv1.EndpointType
-	tunnelMTU        int32
-	remoteGatewaysOf map[string][]string
+	peering      *netv1.SitePeering
+	a, b         string
+	protocol     netv1.Protocol
+	topology     netv1.Topology
+	poolFilter   map[string]bool
+	endpointType netv1.EndpointType
+	tunnelMTU    int32
 }
 
 // Compute computes the plan. It never fails: inputs the webhook would reject are skipped and show up in

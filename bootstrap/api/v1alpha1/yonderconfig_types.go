@@ -12,7 +12,7 @@ const (
 	ConfigFinalizer = "bootstrap.cluster.x-k8s.io/yonderconfig"
 
 	// DataSecretFormat is the value of the data Secret's "format" key.
-	DataSecretFormat = "cloud-config"
+	DataSecretFormat = "cloud-config" //nolint:gosec // a format name, not a credential
 
 	// TokenIDAnnotation on the data Secret records which bootstrap token (by its public id) the data
 	// carries, so status can be rebuilt after clusterctl move. The token secret is never recorded.
@@ -357,5 +357,5 @@ type YonderConfigTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderConfig{}, &YonderConfigList{}, &YonderConfigTemplate{}, &YonderConfigTemplateList{})
+	objectTypes = append(objectTypes, &YonderConfig{}, &YonderConfigList{}, &YonderConfigTemplate{}, &YonderConfigTemplateList{})
 }

@@ -163,7 +163,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: ApprovalReason,
-			Message: fmt.Sprintf("Approved by Yonder: node %s of Machine %s requested only its Machine's addresses", m.Status.NodeRef.Name, m.Name),
+			Message:        fmt.Sprintf("Approved by Yonder: node %s of Machine %s requested only its Machine's addresses", m.Status.NodeRef.Name, m.Name),
 			LastUpdateTime: metav1.Now(),
 		})
 		if err := wl.SubResource("approval").Update(ctx, csr); err != nil {

@@ -50,9 +50,9 @@ func newCluster(ctx context.Context, t *testing.T, g *WithT, prefix string) *clu
 	g.Expect(env.Create(ctx, cluster)).To(Succeed())
 	g.Expect(workload.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-			got := &clusterv1.Cluster{}
-			g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), got)).To(Succeed())
-			g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
+		got := &clusterv1.Cluster{}
+		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), got)).To(Succeed())
+		g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
 	}).Should(Succeed())
 	return cluster
 }

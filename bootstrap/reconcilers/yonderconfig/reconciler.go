@@ -72,7 +72,7 @@ type Reconciler struct {
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.ClusterCache == nil {
-		return errors.New("Client and ClusterCache must be set")
+		return errors.New("the YonderConfig reconciler needs a Client and a ClusterCache")
 	}
 	if r.RetryInterval == 0 {
 		r.RetryInterval = 30 * time.Second

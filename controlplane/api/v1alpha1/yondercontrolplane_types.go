@@ -13,7 +13,7 @@ const (
 	// KubeconfigSecretNameSuffix names the source Secret when spec.kubeconfigSecretRef.name is empty:
 	// "<cluster>-external-kubeconfig". It makes a YonderControlPlaneTemplate usable in a ClusterClass
 	// without a per-Cluster patch.
-	KubeconfigSecretNameSuffix = "-external-kubeconfig"
+	KubeconfigSecretNameSuffix = "-external-kubeconfig" //nolint:gosec // a name suffix, not a credential
 )
 
 // Conditions and their reasons. A condition message says what to do.
@@ -179,5 +179,5 @@ type YonderControlPlaneList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderControlPlane{}, &YonderControlPlaneList{})
+	objectTypes = append(objectTypes, &YonderControlPlane{}, &YonderControlPlaneList{})
 }

@@ -48,5 +48,5 @@ type YonderControlPlaneTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderControlPlaneTemplate{}, &YonderControlPlaneTemplateList{})
+	objectTypes = append(objectTypes, &YonderControlPlaneTemplate{}, &YonderControlPlaneTemplateList{})
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 )
 

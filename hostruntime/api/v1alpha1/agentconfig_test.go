@@ -73,7 +73,9 @@ func TestDecodeIsStrictAndReportsFieldPaths(t *testing.T) {
 		{"unknown field", func(s string) string { return s + "surprise: true\n" }, []string{`unknown field "surprise"`}},
 		{"wrong kind", func(s string) string { return strings.Replace(s, "kind: AgentConfig", "kind: Other", 1) }, []string{"kind: Unsupported value"}},
 		{"wrong apiVersion", func(s string) string { return strings.Replace(s, "hostruntime.yonder.dev/v1alpha1", "v1", 1) }, []string{"apiVersion: Unsupported value"}},
-		{"bad token is redacted", func(s string) string { return strings.Replace(s, "abcdef.0123456789abcdef", "ABCDEF.secretsecretsecret", 1) }, []string{"bootstrapToken: Invalid value", "<redacted>"}},
+		{"bad token is redacted", func(s string) string {
+			return strings.Replace(s, "abcdef.0123456789abcdef", "ABCDEF.secretsecretsecret", 1)
+		}, []string{"bootstrapToken: Invalid value", "<redacted>"}},
 		{"bad sha", func(s string) string { return strings.Replace(s, strings.Repeat("b", 64), "xyz", 1) }, []string{"artifacts[0].sha256: Invalid value"}},
 		{"bad effect", func(s string) string { return strings.Replace(s, "effect: NoSchedule", "effect: Sometimes", 1) }, []string{"taints[0].effect: Unsupported value"}},
 		{"relative file", func(s string) string { return strings.Replace(s, "path: /etc/motd", "path: etc/motd", 1) }, []string{"files[0].path: Invalid value"}},

@@ -13,7 +13,6 @@ import (
 	"path"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -123,6 +122,9 @@ func Parse(data []byte, opts Options) (*Config, error) {
 						parts = append(parts, shellQuote(fmt.Sprint(p)))
 					}
 					cfg.RunCmd = append(cfg.RunCmd, strings.Join(parts, " "))
+				case bool, float64, int64, int:
+					// YAML reads `- true` as a boolean; cloud-init runs it as the command it spells.
+					cfg.RunCmd = append(cfg.RunCmd, fmt.Sprint(c))
 				default:
 					return nil, fmt.Errorf("failed to parse runcmd[%d]: neither a string nor a list", i)
 				}
@@ -226,10 +228,4 @@ func (c *Config) Script() string {
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// ParseMode parses an octal permission string (exported for tests and docs).
-func ParseMode(s string) (uint32, error) {
-	v, err := strconv.ParseUint(s, 8, 32)
-	return uint32(v), err
 }

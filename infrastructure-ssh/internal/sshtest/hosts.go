@@ -27,7 +27,9 @@ import (
 )
 
 // PrivateDirs are the directories each host gets its own empty copy of.
-var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/usr/local/sbin"}
+// /root is private too: the machine's own root dotfiles (a .bashrc running pyenv, say) would otherwise run
+// in every SSH session of every host and contend on their locks.
+var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/usr/local/sbin", "/root"}
 
 // Host is one running host.
 type Host struct {

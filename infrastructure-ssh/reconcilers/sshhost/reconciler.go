@@ -158,6 +158,8 @@ func (r *Reconciler) labelSecrets(ctx context.Context, h *infrav1.YonderSSHHost)
 
 func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
 	log := ctrl.LoggerFrom(ctx)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var (
 		mu       sync.Mutex
 		recorded ssh.PublicKey

@@ -43,6 +43,9 @@ import (
 // ProviderIDPrefix starts every providerID of this provider.
 const ProviderIDPrefix = "yonder-ssh://"
 
+// SSHTimeout bounds the SSH work of one reconcile (cleanup commands included).
+const SSHTimeout = 5 * time.Minute
+
 // BlockMoveAnnotation makes clusterctl move wait (clusterctl.cluster.x-k8s.io/block-move).
 const BlockMoveAnnotation = "clusterctl.cluster.x-k8s.io/block-move"
 
@@ -377,20 +380,23 @@ func (r *Reconciler) reconcileBootstrap(ctx context.Context, s *scope, host *inf
 		// Terminal: the run is not repeated blindly; remediation replaces the Machine.
 		return ctrl.Result{}, nil
 	}
-	e, reason, _ := r.connect(ctx, m, host, infrav1.BootstrapExecutedCondition)
+	// No SSH step may hold a worker for long: a hung remote command is cut off and retried.
+	sctx, cancel := context.WithTimeout(ctx, SSHTimeout)
+	defer cancel()
+	e, reason, _ := r.connect(sctx, m, host, infrav1.BootstrapExecutedCondition)
 	if e == nil {
 		log.Info("Cannot reach host, retrying", "reason", reason)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	defer func() { _ = e.Close() }()
 	runID := string(m.UID)
-	st, err := remote.State(ctx, e, runID)
+	st, err := remote.State(sctx, e, runID)
 	if err != nil {
 		setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, infrav1.SSHUnreachableReason, err.Error())
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	if !st.Started {
-		return r.startBootstrap(ctx, s, host, e)
+		return r.startBootstrap(sctx, s, host, e)
 	}
 	if m.Status.Bootstrap == nil {
 		// Status was lost (restart mid-write, or moved): the host's record is authoritative.
@@ -403,7 +409,7 @@ func (r *Reconciler) reconcileBootstrap(ctx context.Context, s *scope, host *inf
 			timeout = m.Spec.BootstrapTimeout.Duration
 		}
 		if b.StartedTime != nil && time.Since(b.StartedTime.Time) > timeout {
-			return r.bootstrapFailed(ctx, s, host, e, fmt.Sprintf("did not finish within %s", timeout))
+			return r.bootstrapFailed(sctx, s, host, e, fmt.Sprintf("did not finish within %s", timeout))
 		}
 		setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, infrav1.BootstrapRunningReason,
 			fmt.Sprintf("Bootstrap is running on YonderSSHHost %s (log: %s/%s/log)", host.Name, remote.RunsDir, runID))
@@ -415,9 +421,9 @@ func (r *Reconciler) reconcileBootstrap(ctx context.Context, s *scope, host *inf
 		if !st.Sentinel {
 			msg += " without writing " + remote.SentinelPath
 		}
-		return r.bootstrapFailed(ctx, s, host, e, msg)
+		return r.bootstrapFailed(sctx, s, host, e, msg)
 	}
-	if err := remote.Finish(ctx, e, runID); err != nil {
+	if err := remote.Finish(sctx, e, runID); err != nil {
 		log.Info("Failed to remove the bootstrap script from the host", "err", err.Error())
 	}
 	b.Phase = infrav1.BootstrapPhaseSucceeded
@@ -549,11 +555,13 @@ func (r *Reconciler) cleanup(ctx context.Context, m *infrav1.YonderSSHMachine, h
 		// Retries are exhausted: the condition says what to do; the annotation wakes us up.
 		return ctrl.Result{}, false
 	}
-	e, _, msg := r.connect(ctx, m, host, infrav1.HostCleanedCondition)
+	sctx, cancel := context.WithTimeout(ctx, SSHTimeout)
+	defer cancel()
+	e, _, msg := r.connect(sctx, m, host, infrav1.HostCleanedCondition)
 	var err error
 	if e != nil {
 		log.Info("Cleaning host")
-		err = remote.Cleanup(ctx, e, string(m.UID), host.Spec.Cleanup.Commands)
+		err = remote.Cleanup(sctx, e, string(m.UID), host.Spec.Cleanup.Commands)
 		_ = e.Close()
 		if err == nil {
 			setCond(m, infrav1.HostCleanedCondition, metav1.ConditionTrue, infrav1.CleanedReason, "")

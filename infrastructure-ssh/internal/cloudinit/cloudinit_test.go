@@ -1,0 +1,86 @@
+package cloudinit
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestParseReportsUnsupported(t *testing.T) {
+	for name, tc := range map[string]struct {
+		data string
+		want string
+	}{
+		"unknown key":      {"#cloud-config\npackages: [nginx]\nruncmd:\n- true\n", "key packages"},
+		"not cloud-config": {"#!/bin/sh\necho hi\n", "not #cloud-config"},
+		"jinja other":      {"## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.instance_id }}\n", "ds.meta_data.instance_id"},
+		"defer":            {"#cloud-config\nwrite_files:\n- path: /a\n  defer: true\n", "defer"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := Parse([]byte(tc.data), Options{Hostname: "h"})
+			var u *UnsupportedError
+			g.Expect(errors.As(err, &u)).To(BeTrue(), "%v", err)
+			g.Expect(err.Error()).To(ContainSubstring(tc.want))
+		})
+	}
+}
+
+// Script output, run by a real shell in a temporary root: files with their content, modes and
+// encodings, runcmd in order with list-form quoting, a failing command not stopping the next.
+func TestScriptWritesFilesAndRunsCommands(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	data := "## template: jinja\n#cloud-config\nwrite_files:\n- path: " + dir + "/a/b.txt\n  content: 'hi {{ ds.meta_data.local_hostname }}'\n  permissions: '0600'\n" +
+		"- path: " + dir + "/c.txt\n  encoding: gzip+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n" +
+		"- path: " + dir + "/a/b.txt\n  content: \"\\nmore\"\n  append: true\n  permissions: '0600'\n" +
+		"runcmd:\n- [sh, -c, \"echo 'it''s' > " + dir + "/d.txt\"]\n- false\n- echo after >> " + dir + "/d.txt\n"
+	cfg, err := Parse([]byte(data), Options{Hostname: "node-1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.WriteFiles).To(HaveLen(3))
+	script := cfg.Script()
+	g.Expect(script).NotTo(ContainSubstring("hi node-1"), "content travels base64-encoded")
+	out, err := exec.Command("sh", "-c", script).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	b, _ := os.ReadFile(filepath.Join(dir, "a/b.txt"))
+	g.Expect(string(b)).To(Equal("hi node-1\nmore"))
+	st, _ := os.Stat(filepath.Join(dir, "a/b.txt"))
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	c, _ := os.ReadFile(filepath.Join(dir, "c.txt"))
+	g.Expect(string(c)).To(Equal("hello"))
+	d, _ := os.ReadFile(filepath.Join(dir, "d.txt"))
+	g.Expect(string(d)).To(Equal("its\nafter\n"))
+}
+
+func TestParseRejectsBadFiles(t *testing.T) {
+	for name, data := range map[string]string{
+		"relative path": "#cloud-config\nwrite_files:\n- path: a\n",
+		"bad mode":      "#cloud-config\nwrite_files:\n- path: /a\n  permissions: 'rwx'\n",
+		"bad owner":     "#cloud-config\nwrite_files:\n- path: /a\n  owner: 'a b;rm'\n",
+		"bad b64":       "#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '%%%'\n",
+		"bad encoding":  "#cloud-config\nwrite_files:\n- path: /a\n  encoding: rot13\n",
+		"runcmd map":    "#cloud-config\nruncmd: {a: b}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(data), Options{})
+			NewWithT(t).Expect(err).To(HaveOccurred())
+		})
+	}
+}
+
+// FuzzParse: untrusted bootstrap data never panics the parser, and whatever parses renders a script.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  content: x\nruncmd:\n- echo\n"))
+	f.Add([]byte("## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.local_hostname }}\n"))
+	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data, Options{Hostname: "h"})
+		if err == nil {
+			_ = cfg.Script()
+		}
+	})
+}

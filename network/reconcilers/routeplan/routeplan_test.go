@@ -198,3 +198,27 @@ func TestRestartWritesNothing(t *testing.T) {
 	g.Expect(second.Client.Writes()).To(BeZero())
 	g.Expect(resourceVersions(ctx, g)).To(Equal(before))
 }
+
+// A deleted or hand-edited published object is repaired.
+func TestPublishedObjectsAreRepaired(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cleanup(t)
+	twoSites(ctx, g)
+	testenv.Start(t, env, setup.Options{})
+	g.Eventually(func(g Gomega) {
+		g.Expect(routePlan(ctx, g, "a").Spec.Links).To(HaveLen(1))
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a-nodes-0"}, &netv1.PeerSlice{})).To(Succeed())
+	}).Should(Succeed())
+
+	g.Expect(env.Delete(ctx, &netv1.PeerSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-nodes-0"}})).To(Succeed())
+	rp := routePlan(ctx, g, "a")
+	rp.Spec.Links = nil
+	g.Expect(env.Update(ctx, rp)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := &netv1.PeerSlice{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a-nodes-0"}, s)).To(Succeed())
+		g.Expect(s.Spec.Peers).To(HaveLen(2))
+		g.Expect(routePlan(ctx, g, "a").Spec.Links).To(HaveLen(1))
+	}).Should(Succeed())
+}

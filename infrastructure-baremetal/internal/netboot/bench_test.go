@@ -1,0 +1,246 @@
+package netboot_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	tftplib "github.com/pin/tftp/v3"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp"
+)
+
+// BenchmarkDHCPDiscoverOffer measures DISCOVER→OFFER over real UDP sockets on loopback with 10,000 known
+// hosts: the load generator acts as a relay agent (giaddr), so offers come back by unicast. Each
+// iteration sends one DISCOVER per host with up to 64 in flight and reports offers/s and p50/p99 latency.
+func BenchmarkDHCPDiscoverOffer(b *testing.B) {
+	const hosts, inFlight = 10000, 64
+	inv := inventory.NewStatic()
+	macs := make([]net.HardwareAddr, hosts)
+	for i := range macs {
+		macs[i] = net.HardwareAddr{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
+		inv.Set(inventory.Host{Name: fmt.Sprintf("metal/h%d", i), MAC: macs[i],
+			Address: netip.AddrFrom4([4]byte{10, 100, byte(i >> 8), byte(i)})})
+	}
+	relay, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = relay.Close() }()
+	port := relay.LocalAddr().(*net.UDPAddr).Port
+	srvIP := netip.MustParseAddr("127.0.0.2")
+	srv, err := dhcp.NewServer(dhcp.Config{ServerIP: srvIP, HTTPBase: "http://127.0.0.2:8080",
+		ListenAddr: netip.AddrPortFrom(srvIP, uint16(port)), RelayPort: port}, inv, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ls, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, ls) }()
+	defer func() { cancel(); <-done }()
+
+	packets := make([][]byte, hosts)
+	for i, mac := range macs {
+		d, _ := dhcpv4.NewDiscovery(mac, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient")),
+			dhcpv4.WithGatewayIP(net.IPv4(127, 0, 0, 3)), dhcpv4.WithTransactionID(dhcpv4.TransactionID{byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)}))
+		packets[i] = d.ToBytes()
+	}
+	to := &net.UDPAddr{IP: srvIP.AsSlice(), Port: port}
+	var all []time.Duration
+	var elapsed time.Duration
+	b.ResetTimer()
+	for range b.N {
+		sent := make([]time.Time, hosts)
+		lat := make([]time.Duration, 0, hosts)
+		slots := make(chan struct{}, inFlight)
+		recvDone := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 1500)
+			for len(lat) < hosts {
+				_ = relay.SetReadDeadline(time.Now().Add(2 * time.Second))
+				n, _, err := relay.ReadFromUDP(buf)
+				if err != nil {
+					recvDone <- fmt.Errorf("after %d offers: %w", len(lat), err)
+					return
+				}
+				i := int(buf[4])<<24 | int(buf[5])<<16 | int(buf[6])<<8 | int(buf[7]) // xid
+				if n > 240 && i < hosts {
+					lat = append(lat, time.Since(sent[i]))
+					<-slots
+				}
+			}
+			recvDone <- nil
+		}()
+		start := time.Now()
+		for i := range hosts {
+			slots <- struct{}{}
+			sent[i] = time.Now()
+			if _, err := relay.WriteToUDP(packets[i], to); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-recvDone; err != nil {
+			b.Fatalf("lost offers (%d in flight): %v", inFlight, err)
+		}
+		elapsed += time.Since(start)
+		all = append(all, lat...)
+	}
+	b.StopTimer()
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "offers/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkArtifactTransfers sends one artifact (64 MiB; YONDER_BENCH_ARTIFACT_MIB) to 50 concurrent
+// clients (YONDER_BENCH_CLIENTS) over TFTP (block size 1468, as on Ethernet) and over HTTP, on loopback,
+// and reports each aggregate throughput as a ratio of plain local file copies of the same file by as
+// many concurrent copiers, measured in the same run.
+func BenchmarkArtifactTransfers(b *testing.B) {
+	size := envInt("YONDER_BENCH_ARTIFACT_MIB", 64) << 20
+	clients := envInt("YONDER_BENCH_CLIENTS", 50)
+	dir := b.TempDir()
+	src := filepath.Join(dir, "artifact.img")
+	data := make([]byte, size)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	data = nil
+
+	tsrv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tconn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = tsrv.Serve(ctx, tconn) }()
+	bs, err := bootserver.New(bootserver.Config{BaseURL: "http://127.0.0.1", ArtifactsDir: dir, Lookup: inventory.NewStatic()}, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hsrv := &http.Server{Handler: bs.Handler()}
+	go func() { _ = hsrv.Serve(hln) }()
+	defer func() { _ = hsrv.Close() }()
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+
+	parallel := func(f func(i int) (int64, error)) (float64, error) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var total int64
+		var firstErr error
+		start := time.Now()
+		for i := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := f(i)
+				mu.Lock()
+				defer mu.Unlock()
+				total += n
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr == nil && total != int64(clients)*int64(size) {
+			firstErr = fmt.Errorf("moved %d bytes, want %d", total, int64(clients)*int64(size))
+		}
+		return float64(total) / time.Since(start).Seconds() / (1 << 20), firstErr
+	}
+	copyDir := b.TempDir()
+	var base, tftpRate, httpRate float64
+	b.ResetTimer()
+	for range b.N {
+		r, err := parallel(func(i int) (int64, error) {
+			in, err := os.Open(src)
+			if err != nil {
+				return 0, err
+			}
+			defer func() { _ = in.Close() }()
+			dst := filepath.Join(copyDir, strconv.Itoa(i))
+			out, err := os.Create(dst)
+			if err != nil {
+				return 0, err
+			}
+			defer func() { _ = out.Close(); _ = os.Remove(dst) }()
+			return io.Copy(out, in)
+		})
+		if err != nil {
+			b.Fatalf("local copy: %v", err)
+		}
+		base += r
+		r, err = parallel(func(int) (int64, error) {
+			c, err := tftplib.NewClient(tconn.LocalAddr().String())
+			if err != nil {
+				return 0, err
+			}
+			c.SetBlockSize(1468)
+			c.SetTimeout(5 * time.Second)
+			wt, err := c.Receive("artifact.img", "octet")
+			if err != nil {
+				return 0, err
+			}
+			return wt.WriteTo(io.Discard)
+		})
+		if err != nil {
+			b.Fatalf("TFTP: %v", err)
+		}
+		tftpRate += r
+		r, err = parallel(func(int) (int64, error) {
+			rsp, err := httpClient.Get("http://" + hln.Addr().String() + "/artifacts/artifact.img")
+			if err != nil {
+				return 0, err
+			}
+			defer func() { _ = rsp.Body.Close() }()
+			return io.Copy(io.Discard, rsp.Body)
+		})
+		if err != nil {
+			b.Fatalf("HTTP: %v", err)
+		}
+		httpRate += r
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(base/n, "copy-MiB/s")
+	b.ReportMetric(tftpRate/n, "tftp-MiB/s")
+	b.ReportMetric(httpRate/n, "http-MiB/s")
+	b.ReportMetric(tftpRate/base, "tftp/copy")
+	b.ReportMetric(httpRate/base, "http/copy")
+}

@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,6 +22,7 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/reconcilers/kubeletserving"
 	"github.com/yonder-dev/yonder/bootstrap/reconcilers/yonderconfig"
 	"github.com/yonder-dev/yonder/bootstrap/webhooks/admission"
+	"github.com/yonder-dev/yonder/pkg/managercache"
 )
 
 // Scheme returns the scheme the manager needs.
@@ -38,23 +36,13 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions caches only Secrets that carry a cluster name ("<cluster>-kubeconfig", data Secrets).
+// CacheOptions are the manager's cache options (see pkg/managercache).
 func CacheOptions(watchNamespace string, syncPeriod time.Duration) ctrlcache.Options {
-	req, _ := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
-	o := ctrlcache.Options{
-		SyncPeriod: &syncPeriod,
-		ByObject:   map[client.Object]ctrlcache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*req)}},
-	}
-	if watchNamespace != "" {
-		o.DefaultNamespaces = map[string]ctrlcache.Config{watchNamespace: {}}
-	}
-	return o
+	return managercache.CacheOptions(watchNamespace, syncPeriod)
 }
 
-// ClientOptions reads Secrets live.
-func ClientOptions() client.Options {
-	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
-}
+// ClientOptions are the manager's client options (see pkg/managercache).
+func ClientOptions() client.Options { return managercache.ClientOptions() }
 
 // Options configures the reconcilers.
 type Options struct {

@@ -157,3 +157,37 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 		g.Expect(rp.Spec.NonMasqueradeCIDRs).To(ContainElement(freed[0]))
 	}).Should(Succeed())
 }
+
+// Many Nodes arriving at once, reconciled by several workers, never share a pod CIDR (the cache lags our
+// own writes; reservations cover the gap).
+func TestConcurrentAllocationsAreDistinct(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cleanup(t)
+	g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "burst"}, Spec: netv1.SiteSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"loc": "burst"}},
+		PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.70.0.0/16"}},
+	}})).To(Succeed())
+	testenv.Start(t, env, setup.Options{NodeConcurrency: 8})
+	const count = 60
+	for i := range count {
+		g.Expect(env.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i), Labels: map[string]string{"loc": "burst"}}})).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		nodes := &corev1.NodeList{}
+		g.Expect(env.List(ctx, nodes)).To(Succeed())
+		owners := map[string]string{}
+		for _, n := range nodes.Items {
+			g.Expect(n.Spec.PodCIDRs).To(HaveLen(1), n.Name)
+			g.Expect(owners).NotTo(HaveKey(n.Spec.PodCIDRs[0]), "pod CIDR %s handed to %s and %s", n.Spec.PodCIDRs[0], owners[n.Spec.PodCIDRs[0]], n.Name)
+			owners[n.Spec.PodCIDRs[0]] = n.Name
+		}
+		g.Expect(owners).To(HaveLen(count))
+	}).Should(Succeed())
+	site := &netv1.Site{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "burst"}, site)).To(Succeed())
+		g.Expect(site.Status.PodCIDRs).To(Equal(netv1.PodCIDRUsage{Allocated: count, Capacity: 256}))
+		g.Expect(site.Status.Nodes).To(Equal(int32(count)))
+	}).Should(Succeed())
+}

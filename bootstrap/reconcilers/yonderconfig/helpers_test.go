@@ -18,6 +18,10 @@ import (
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 )
 
+// controlPlaneVersion is what the control plane reports; Machines made by newMachine set no version, so
+// their kubelet version defaults to it.
+const controlPlaneVersion = "v1.36.2"
+
 var filterLabels = map[string]string{clusterv1.WatchLabel: watchFilter}
 
 // newCluster creates a Cluster whose control plane (CAPI's generic test control plane, marked
@@ -35,7 +39,7 @@ func newCluster(ctx context.Context, t *testing.T, g *WithT, prefix string) *clu
 	g.Expect(env.Create(ctx, cp)).To(Succeed())
 	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
 	_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
-	_ = unstructured.SetNestedField(cp.Object, "v1.36.3", "status", "version")
+	_ = unstructured.SetNestedField(cp.Object, controlPlaneVersion, "status", "version")
 	g.Expect(env.Status().Update(ctx, cp)).To(Succeed())
 
 	cluster := &clusterv1.Cluster{
@@ -86,7 +90,6 @@ func newMachineWithLabels(ctx context.Context, g *WithT, cluster *clusterv1.Clus
 		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name, Labels: labels},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: cluster.Name,
-			Version:     "v1.36.3",
 			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "YonderConfig", Name: name,
 			}},

@@ -196,11 +196,18 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		{Type: clusterv1.MachineInternalIP, Address: "10.250.7.11"},
 		{Type: clusterv1.MachineHostName, Address: "host-11"},
 	}
-	m := newMachine(ctx, g, cluster, "worker-11", bootstrapv1.YonderConfigSpec{}, addrs)
+	offline := bootstrapv1.Source{Path: "/media/yonder/yonder-agent", SHA256: strings.Repeat("0f", 32)}
+	m := newMachine(ctx, g, cluster, "worker-11", bootstrapv1.YonderConfigSpec{Agent: offline}, addrs)
 	s := dataSecret(ctx, g, cluster.Namespace, m.Name)
 	id := s.Annotations[bootstrapv1.TokenIDAnnotation]
+	// Neither the YonderConfig nor the Machine set a version: the control plane's is used. The agent comes
+	// from the offline path the spec names instead of the manager's default URL.
+	g.Expect(agentConfigOf(g, s).KubernetesVersion).To(Equal(controlPlaneVersion))
+	ci, err := cloudinit.Parse(s.Data["value"])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ci.WriteFiles[0].Content).To(And(ContainSubstring("cp '/media/yonder/yonder-agent'"), ContainSubstring(offline.SHA256), Not(ContainSubstring(defaultAgent.URL))))
 	cs := workloadClient(g)
-	_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	_, err = cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The kubelet registers the Node with the Machine's providerID; CAPI links them.
@@ -341,6 +348,27 @@ func TestPauseAndWatchFilter(t *testing.T) {
 		g.Expect(c.Status.Conditions).To(BeEmpty())
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Secret{})).NotTo(Succeed())
 	}).Should(Succeed())
+}
+
+// A configuration that cannot be rendered says why in DataSecretAvailable and creates no token.
+func TestUnrenderableConfigSaysWhy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cluster := newCluster(ctx, t, g, "unrenderable")
+	spec := bootstrapv1.YonderConfigSpec{Files: []bootstrapv1.File{{Path: "/etc/x", ContentFrom: &bootstrapv1.SecretKeySelector{Name: "missing", Key: "k"}}}}
+	m := newMachine(ctx, g, cluster, "worker-u", spec, nil)
+	g.Eventually(func(g Gomega) {
+		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.DataSecretAvailableCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(bootstrapv1.InvalidConfigurationReason))
+		g.Expect(c.Message).To(ContainSubstring("Secret " + cluster.Namespace + "/missing for file /etc/x does not exist"))
+	}).Should(Succeed())
+	tokens, err := workloadClient(g).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, s := range tokens.Items {
+		g.Expect(s.Annotations["bootstrap.yonder.dev/yonderconfig"]).NotTo(Equal(cluster.Namespace + "/" + m.Name))
+	}
 }
 
 // Invalid specs are rejected by the API server with field paths; templates are immutable except for

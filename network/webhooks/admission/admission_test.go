@@ -85,6 +85,15 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		s.Spec.PodCIDRPools = append(s.Spec.PodCIDRPools, netv1.PodCIDRPool{CIDR: "10.101.0.0/16"})
 		g.Expect(env.Update(ctx, s)).To(Succeed())
 	})
+	t.Run("a GatewayPool cannot move to another Site (schema rule)", func(t *testing.T) {
+		g := NewWithT(t)
+		p := &netv1.GatewayPool{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "cloud-gw"}, p)).To(Succeed())
+		p.Spec.Site = "edge"
+		err := env.Update(ctx, p)
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(err.Error()).To(ContainSubstring("site is immutable"))
+	})
 	t.Run("a valid disjoint Site and peering are accepted", func(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(env.Create(ctx, site("edge", netv1.SiteSpec{NodeCIDRs: []string{"192.168.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.200.0.0/16"}}}))).To(Succeed())

@@ -23,10 +23,10 @@ import (
 func main() {
 	var (
 		metricsAddr, probeAddr, watchFilter, watchNamespace, certDir string
-		leaderElect                                                 bool
-		webhookPort, machineConc, hostConc, clusterConc             int
-		cleanupRetries                                              int
-		syncPeriod, probeInterval, pollInterval, retryInterval      time.Duration
+		leaderElect                                                  bool
+		webhookPort, machineConc, hostConc, clusterConc              int
+		cleanupRetries                                               int
+		syncPeriod, probeInterval, pollInterval, retryInterval       time.Duration
 	)
 	klog.InitFlags(nil)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")

@@ -182,7 +182,10 @@ func TestWebhooksRejectInvalidObjects(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("authorized_keys format")))
 	err = env.Create(ctx, host(func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = "" }))
 	g.Expect(err).To(MatchError(ContainSubstring("TrustOnFirstUse")))
-	g.Expect(env.Create(ctx, host(func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = ""; h.Spec.HostKeyPolicy = infrav1.HostKeyPolicyTrustOnFirstUse }))).To(Succeed())
+	g.Expect(env.Create(ctx, host(func(h *infrav1.YonderSSHHost) {
+		h.Spec.HostKey = ""
+		h.Spec.HostKeyPolicy = infrav1.HostKeyPolicyTrustOnFirstUse
+	}))).To(Succeed())
 	err = env.Create(ctx, host(func(h *infrav1.YonderSSHHost) { h.Spec.Port = 70000 }))
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue())
 

@@ -142,6 +142,12 @@ func TestAttachedClusterBecomesInitialized(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sar.Status.Allowed).To(BeTrue())
 
+	// "<cluster>-kubeconfig" deleted by someone is written again.
+	g.Expect(env.Delete(ctx, s)).To(Succeed())
+	g.Eventually(func() error {
+		return env.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "edge-kubeconfig"}, &corev1.Secret{})
+	}).Should(Succeed())
+
 	// Move labels: the user's Secret is carried by clusterctl move; our CRDs carry the contract label.
 	src := &corev1.Secret{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "edge-admin"}, src)).To(Succeed())
@@ -261,6 +267,33 @@ func TestBadKubeconfigsSayWhatIsWrong(t *testing.T) {
 			g.Expect(ptr.Deref(c.Status.Initialization.ControlPlaneInitialized, false)).To(BeFalse())
 		})
 	}
+}
+
+// A credential that authenticates but may not create ClusterRoleBindings: the cluster is attached and
+// available, JoinRBACReady says what is missing.
+func TestCredentialWithoutRBACRightsReportsJoinRBACFailure(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "norbac")
+	cs, err := kubernetes.NewForConfig(workload.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	saName := "viewer-" + strings.TrimPrefix(ns.Name, "norbac-")
+	_, err = cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: saName}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, saName, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, cp := attach(ctx, g, ns.Name, "norbac", tokenKubeconfig(g, workload.Endpoint, tr.Status.Token), true)
+	g.Eventually(func(g Gomega) {
+		c := condition(ctx, g, cp, controlplanev1.JoinRBACReadyCondition)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(controlplanev1.JoinRBACFailedReason))
+		g.Expect(c.Message).To(ContainSubstring("forbidden"))
+	}).Should(Succeed())
+	got := getCP(ctx, g, cp)
+	g.Expect(conditions.IsTrue(got, controlplanev1.KubeconfigValidCondition)).To(BeTrue())
+	g.Expect(conditions.IsTrue(got, controlplanev1.AvailableCondition)).To(BeTrue())
+	g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
+	g.Expect(conditions.IsFalse(got, clusterv1.ReadyCondition)).To(BeTrue())
 }
 
 // Objects without the manager's watch-filter label are left alone.

@@ -14,6 +14,8 @@ import (
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	"github.com/yonder-dev/yonder/bootstrap/internal/cloudinit"
 	"github.com/yonder-dev/yonder/bootstrap/setup"
+	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	cpsetup "github.com/yonder-dev/yonder/controlplane/setup"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -45,11 +47,18 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = workload.Stop() }()
 	return envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:    []string{"bootstrap/config/crd/bases"},
-		WebhookManifestPaths: []string{"bootstrap/config/webhook/manifests.yaml"},
-		AddToScheme:          []func(*runtime.Scheme) error{bootstrapv1.AddToScheme},
+		// The control-plane adapter runs too, for the story where both Yonder providers work together.
+		CRDDirectoryPaths:    []string{"bootstrap/config/crd/bases", "controlplane/config/crd/bases"},
+		WebhookManifestPaths: []string{"bootstrap/config/webhook/manifests.yaml", "controlplane/config/webhook/manifests.yaml"},
+		AddToScheme:          []func(*runtime.Scheme) error{bootstrapv1.AddToScheme, controlplanev1.AddToScheme},
 		Setup: func(ctx context.Context, e *envtest.Environment) error {
 			if err := setup.Webhooks(e.Manager); err != nil {
+				return err
+			}
+			if err := cpsetup.Webhooks(e.Manager); err != nil {
+				return err
+			}
+			if err := cpsetup.Reconcilers(ctx, e.Manager, cpsetup.Options{WatchFilterValue: watchFilter, RetryInterval: time.Second}); err != nil {
 				return err
 			}
 			return setup.Reconcilers(ctx, e.Manager, e.ClusterCache, setup.Options{

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +60,7 @@ func TestMain(m *testing.M) {
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t *testing.T) *controlplane.ControlPlane {
+func workload(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
 	wlOnce.Do(func() { wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "ssh-wl"}) })
 	if wlErr != nil {
@@ -80,9 +81,14 @@ func testOptions() setup.Options {
 }
 
 // startProvider starts the provider's reconcilers in a manager of their own.
-func startProvider(t *testing.T, o setup.Options) *provider {
+func startProvider(t testing.TB, o setup.Options) *provider {
+	return startProviderWithConfig(t, env.Config, o)
+}
+
+// startProviderWithConfig starts the provider with its own rest config (e.g. counting requests).
+func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *provider {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, manager.Options{
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme:                 env.GetScheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -124,7 +130,7 @@ type fixture struct {
 // newCluster creates a Cluster whose control plane is the workload apiserver. The test acts as the
 // control plane provider (a generic control plane object marked initialized) because this provider
 // only supplies workers; the real control plane adapter is another provider.
-func newCluster(t *testing.T, g *WithT, ns, name string) *clusterv1.Cluster {
+func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 	ctx := context.Background()
 	cp := workload(t)
 	sc := &infrav1.YonderSSHCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},

@@ -1,0 +1,253 @@
+package sshmachine_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/cloudinit"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/test/sshsim"
+)
+
+const benchData = "#cloud-config\nwrite_files:\n- path: /etc/kubernetes/bench.conf\n  content: bench\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+
+type usage struct {
+	wall            time.Duration
+	cpu, childCPU   time.Duration
+	peakRSSKiB      int64
+	requests, execs int64
+}
+
+func rusage(who int) time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(who, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resetPeakRSS lets VmHWM measure one phase (Linux: writing 5 to clear_refs resets the peak).
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o600) }
+
+func peakRSSKiB() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func measure(f func()) usage {
+	resetPeakRSS()
+	c0, ch0, t0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN), time.Now()
+	f()
+	return usage{wall: time.Since(t0), cpu: rusage(syscall.RUSAGE_SELF) - c0, childCPU: rusage(syscall.RUSAGE_CHILDREN) - ch0, peakRSSKiB: peakRSSKiB()}
+}
+
+type countingTransport struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
+
+// BenchmarkProvisionMachinesOnSimulatedHosts: a MachineDeployment of 200 (YONDER_BENCH_MACHINES)
+// YonderSSHMachines against 200 simulated SSH hosts (test/sshsim, real SSH protocol, scale only), with
+// the real CAPI controllers, until every YonderSSHMachine is provisioned. Baseline, in the same run:
+// the same bootstrap of 200 fresh simulated hosts driven directly (same SSH client and run protocol, 10
+// workers like the controller's default concurrency, no Kubernetes). Printed: time, CPU seconds of this
+// process (management controllers + simulator; the envtest apiserver is a separate process) and of
+// the simulated hosts' shells, peak RSS, API requests of the provider per Machine, SSH execs per Machine.
+func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
+	count := 200
+	if v, err := strconv.Atoi(os.Getenv("YONDER_BENCH_MACHINES")); err == nil && v > 0 {
+		count = v
+	}
+	for i := 0; i < b.N; i++ {
+		base, prov := benchOnce(b, count)
+		b.ReportMetric(prov.wall.Seconds(), "s-to-provisioned")
+		b.ReportMetric(float64(prov.requests)/float64(count), "apireq/machine")
+		fmt.Printf("\nSSH provider, %d Machines on %d simulated hosts (run %d of %d)\n", count, count, i+1, b.N)
+		fmt.Printf("%-34s %12s %12s %12s\n", "", "baseline", "provider", "ratio")
+		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "time to all provisioned (s)", base.wall.Seconds(), prov.wall.Seconds(), prov.wall.Seconds()/base.wall.Seconds())
+		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "CPU of this process (s)", base.cpu.Seconds(), prov.cpu.Seconds(), prov.cpu.Seconds()/base.cpu.Seconds())
+		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "CPU of simulated host shells (s)", base.childCPU.Seconds(), prov.childCPU.Seconds(), prov.childCPU.Seconds()/max(base.childCPU.Seconds(), 0.001))
+		fmt.Printf("%-34s %12d %12d %11.2fx\n", "peak RSS of this process (MiB)", base.peakRSSKiB/1024, prov.peakRSSKiB/1024, float64(prov.peakRSSKiB)/float64(base.peakRSSKiB))
+		fmt.Printf("%-34s %12s %12.1f\n", "provider API requests per Machine", "-", float64(prov.requests)/float64(count))
+		fmt.Printf("%-34s %12.1f %12.1f %11.2fx\n", "SSH execs per Machine", float64(base.execs)/float64(count), float64(prov.execs)/float64(count), float64(prov.execs)/float64(base.execs))
+	}
+}
+
+func benchOnce(b *testing.B, count int) (usage, usage) {
+	g := NewWithT(b)
+	ctx := context.Background()
+	keyPEM, signer, err := sshtest.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// Baseline: drive the bootstrap directly.
+	simB, err := sshsim.Start(count, signer.PublicKey(), b.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = simB.Close() }()
+	cfg, err := cloudinit.Parse([]byte(benchData), cloudinit.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	script := cfg.Script()
+	base := measure(func() {
+		work := make(chan *sshsim.Host)
+		var wg sync.WaitGroup
+		for w := 0; w < 10; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for h := range work {
+					g.Expect(bootstrapDirect(ctx, h, signer, script)).To(Succeed())
+				}
+			}()
+		}
+		for _, h := range simB.Hosts {
+			work <- h
+		}
+		close(work)
+		wg.Wait()
+	})
+	base.execs = simB.Execs
+
+	// The provider, with the real CAPI controllers.
+	simP, err := sshsim.Start(count, signer.PublicKey(), b.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = simP.Close() }()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
+	g.Expect(env.Create(ctx, nsObj)).To(Succeed())
+	ns := nsObj.Name
+	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
+	for _, h := range simP.Hosts {
+		g.Expect(env.Create(ctx, &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name, Labels: map[string]string{"pool": "bench"}},
+			Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root", //nolint:gosec // port
+				CredentialsSecretRef: infrav1.SecretReference{Name: "key"}, HostKey: sshexec.FormatHostKey(h.HostKey)}}})).To(Succeed())
+	}
+	var requests atomic.Int64
+	rc := rest.CopyConfig(env.Config)
+	rc.QPS, rc.Burst = 200, 400
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: &requests} }
+	o := setup.Options{PollInterval: time.Second, RetryInterval: time.Second, SkipNameValidation: true}
+	p := startProviderWithConfig(b, rc, o)
+	defer p.stop()
+	cluster := newCluster(b, g, ns, "bench")
+	data := dataSecret(g, ns, "bench", cluster.Name, benchData)
+	// Let the provider settle on the inventory (first probes) before timing Machines.
+	g.Eventually(func(g Gomega) {
+		for _, h := range hostList(g, ns) {
+			g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseAvailable))
+		}
+	}, 5*time.Minute).Should(Succeed())
+	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
+		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
+			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "bench"}}}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	labels := map[string]string{"pool": "bench"}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: cluster.Name, Replicas: ptr.To(int32(count)), //nolint:gosec // small
+			Selector: metav1.LabelSelector{MatchLabels: labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
+				Spec: clusterv1.MachineSpec{ClusterName: cluster.Name, Version: "v1.36.3",
+					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data.Name)},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name}},
+			},
+		},
+	}
+	requests.Store(0)
+	execs0 := simP.Execs
+	prov := measure(func() {
+		g.Expect(env.Create(ctx, md)).To(Succeed())
+		g.Eventually(func(g Gomega) int {
+			n := 0
+			for _, m := range sshMachines(g, ns) {
+				if ptr.Deref(m.Status.Initialization.Provisioned, false) {
+					n++
+				}
+			}
+			return n
+		}, 15*time.Minute, time.Second).Should(Equal(count))
+	})
+	prov.requests = requests.Load()
+	prov.execs = simP.Execs - execs0
+	g.Expect(checkClaims(g, ns, false)).To(HaveLen(count))
+	// Leave nothing behind for the next iteration.
+	g.Expect(env.Delete(ctx, md)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(sshMachines(g, ns)).To(BeEmpty()) }, 15*time.Minute, time.Second).Should(Succeed())
+	return base, prov
+}
+
+// bootstrapDirect is what the provider does for one host, without Kubernetes: connect, start the run,
+// poll until it finished with its sentinel.
+func bootstrapDirect(ctx context.Context, h *sshsim.Host, signer ssh.Signer, script string) error {
+	poll := func() (remote.RunState, error) {
+		e, err := sshexec.SSHDialer{}.Dial(ctx, sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: signer, HostKey: h.HostKey}})
+		if err != nil {
+			return remote.RunState{}, err
+		}
+		defer func() { _ = e.Close() }()
+		return remote.State(ctx, e, "bench")
+	}
+	e, err := sshexec.SSHDialer{}.Dial(ctx, sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: signer, HostKey: h.HostKey}})
+	if err != nil {
+		return err
+	}
+	if _, err := remote.Start(ctx, e, "bench", script); err != nil {
+		_ = e.Close()
+		return err
+	}
+	_ = e.Close()
+	for {
+		st, err := poll()
+		if err != nil {
+			return err
+		}
+		if st.Finished {
+			if st.ExitCode != 0 || !st.Sentinel {
+				return fmt.Errorf("bootstrap on %s failed: %+v", h.Name, st)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

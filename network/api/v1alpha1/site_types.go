@@ -127,9 +127,11 @@ type SiteStatus struct {
 // PodCIDRUsage counts per-node blocks.
 type PodCIDRUsage struct {
 	// allocated blocks (including blocks of Nodes that moved to another Site).
-	Allocated int64 `json:"allocated"`
+	// +optional
+	Allocated int64 `json:"allocated,omitempty"`
 	// capacity is the number of blocks the pools hold (per family, the smallest).
-	Capacity int64 `json:"capacity"`
+	// +optional
+	Capacity int64 `json:"capacity,omitempty"`
 }
 
 // Site condition types and reasons.

@@ -30,7 +30,7 @@ var env *envtest.Environment
 const leaseName = "yonder-net-controller.network.yonder.dev"
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	os.Exit(envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e }))
 }

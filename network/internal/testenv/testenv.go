@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,23 +53,33 @@ func (c *CountingClient) count(err error) error {
 	return err
 }
 
+func (c *CountingClient) log(obj client.Object, verb string) {
+	if os.Getenv("YONDER_TEST_LOG_WRITES") != "" {
+		fmt.Printf("write: %s %T %s\n", verb, obj, obj.GetName())
+	}
+}
+
 // Create counts and creates.
 func (c *CountingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.log(obj, "Create")
 	return c.count(c.Client.Create(ctx, obj, opts...))
 }
 
 // Update counts and updates.
 func (c *CountingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.log(obj, "Update")
 	return c.count(c.Client.Update(ctx, obj, opts...))
 }
 
 // Patch counts and patches.
 func (c *CountingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.log(obj, "Patch")
 	return c.count(c.Client.Patch(ctx, obj, patch, opts...))
 }
 
 // Delete counts and deletes.
 func (c *CountingClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.log(obj, "Delete")
 	return c.count(c.Client.Delete(ctx, obj, opts...))
 }
 
@@ -83,10 +94,12 @@ type countingStatus struct {
 }
 
 func (s *countingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.c.log(obj, "status Update")
 	return s.c.count(s.SubResourceWriter.Update(ctx, obj, opts...))
 }
 
 func (s *countingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.c.log(obj, "status Patch")
 	return s.c.count(s.SubResourceWriter.Patch(ctx, obj, patch, opts...))
 }
 

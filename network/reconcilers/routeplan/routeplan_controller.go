@@ -6,10 +6,13 @@ package routeplan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,13 +55,14 @@ func (r *Reconciler) Passes() int64 { return r.passes.Load() }
 // Writes is the number of plan objects created, updated or deleted and status patches since start.
 func (r *Reconciler) Writes() int64 { return r.writes.Load() }
 
-// LastPassWrites is the number of writes of the last completed pass; 0 means the published state matched
-// the cache at that pass (converged, unless events are pending).
+// LastPassWrites is the number of writes of the last pass: 0 means the published state matched the cache
+// at that pass (converged, unless events are pending); -1 means no pass has completed or the last failed.
 func (r *Reconciler) LastPassWrites() int64 { return r.lastPassWrites.Load() }
 
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{key} })
+	r.lastPassWrites.Store(-1)
 	// One key: more than one worker would only contend.
 	opts.MaxConcurrentReconciles = 1
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -89,6 +93,11 @@ func nodeRelevant() predicate.Predicate {
 	}}
 }
 
+// staleRequeue is how soon a pass that met a conflict runs again: the cache was behind our own last
+// writes, and catches up within milliseconds. A fixed short delay rather than an error keeps the
+// exponential backoff of the rate limiter (which grows to minutes) out of the normal write path.
+const staleRequeue = 200 * time.Millisecond
+
 // Reconcile computes the plan and publishes what changed.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	in, err := r.snapshot(ctx)
@@ -104,11 +113,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.reportStatus(ctx, out, in); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		r.lastPassWrites.Store(r.writes.Load() - before)
-		r.passes.Add(1)
+	if err := kerrors.NewAggregate(errs); err != nil {
+		r.lastPassWrites.Store(-1)
+		if onlyStale(err) {
+			ctrl.LoggerFrom(ctx).V(4).Info("Cache behind our own writes, retrying", "err", err.Error())
+			return ctrl.Result{RequeueAfter: staleRequeue}, nil
+		}
+		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, kerrors.NewAggregate(errs)
+	r.lastPassWrites.Store(r.writes.Load() - before)
+	r.passes.Add(1)
+	return ctrl.Result{}, nil
+}
+
+// onlyStale reports whether every error is a conflict or already-exists: the signature of a cache that has
+// not seen our previous writes yet.
+func onlyStale(err error) bool {
+	var agg kerrors.Aggregate
+	if !errors.As(err, &agg) {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
+	}
+	for _, e := range agg.Errors() {
+		if !onlyStale(e) {
+			return false
+		}
+	}
+	return true
 }
 
 type snapshot struct {

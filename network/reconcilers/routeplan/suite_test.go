@@ -14,7 +14,7 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	os.Exit(envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e }))
 }

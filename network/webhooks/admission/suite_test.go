@@ -14,6 +14,6 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyTimeout(90 * time.Second)
 	os.Exit(envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e }))
 }

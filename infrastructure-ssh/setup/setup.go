@@ -38,7 +38,7 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// ClientOptions: Secrets are read straight from the API server, never cached, so the manager does not
+// ClientOptions returns the client options: Secrets are read straight from the API server, never cached, so the manager does not
 // hold every Secret of the cluster (credentials, bootstrap data) in memory.
 func ClientOptions() client.Options {
 	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}

@@ -125,5 +125,5 @@ type YonderSSHClusterTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderSSHCluster{}, &YonderSSHClusterList{}, &YonderSSHClusterTemplate{}, &YonderSSHClusterTemplateList{})
+	objectTypes = append(objectTypes, &YonderSSHCluster{}, &YonderSSHClusterList{}, &YonderSSHClusterTemplate{}, &YonderSSHClusterTemplateList{})
 }

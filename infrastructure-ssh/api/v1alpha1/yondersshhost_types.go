@@ -224,5 +224,5 @@ type YonderSSHHostList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderSSHHost{}, &YonderSSHHostList{})
+	objectTypes = append(objectTypes, &YonderSSHHost{}, &YonderSSHHostList{})
 }

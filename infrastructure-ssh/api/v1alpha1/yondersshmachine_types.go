@@ -175,5 +175,5 @@ type YonderSSHMachineTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&YonderSSHMachine{}, &YonderSSHMachineList{}, &YonderSSHMachineTemplate{}, &YonderSSHMachineTemplateList{})
+	objectTypes = append(objectTypes, &YonderSSHMachine{}, &YonderSSHMachineList{}, &YonderSSHMachineTemplate{}, &YonderSSHMachineTemplateList{})
 }

@@ -133,5 +133,4 @@ func release(ctx context.Context, w client.Writer, h *infrav1.YonderSSHHost, uid
 	}
 	// Returned unwrapped so RetryOnConflict recognises a conflict.
 	return w.Update(ctx, h)
-	return nil
 }

@@ -28,7 +28,9 @@ func names(hs []*infrav1.YonderSSHHost) []string {
 func TestCandidates(t *testing.T) {
 	edge := map[string]string{"pool": "edge"}
 	claimedBy := func(cluster string) func(*infrav1.YonderSSHHost) {
-		return func(x *infrav1.YonderSSHHost) { x.Spec.ConsumerRef = &infrav1.ConsumerReference{Name: "m", UID: "u", ClusterName: cluster} }
+		return func(x *infrav1.YonderSSHHost) {
+			x.Spec.ConsumerRef = &infrav1.ConsumerReference{Name: "m", UID: "u", ClusterName: cluster}
+		}
 	}
 	unreachable := func(x *infrav1.YonderSSHHost) {
 		x.Status.Conditions = []metav1.Condition{{Type: infrav1.HostReachableCondition, Status: metav1.ConditionFalse, Reason: "SSHUnreachable"}}

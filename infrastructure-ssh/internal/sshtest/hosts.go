@@ -128,7 +128,7 @@ func Start(ctx context.Context, n *labnet.Network, prefix string, count int, cli
 
 func (h *Host) startSSHD(sshd string) error {
 	script := `set -e; hostname "$0"; for d in ` + fmt.Sprint(joinQuoted(PrivateDirs)) + `; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done; mkdir -p /run/sshd; exec "$1" -D -e -f "$2"`
-	log, err := os.OpenFile(filepath.Join(h.dir, "sshd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // own dir
+	log, err := os.OpenFile(filepath.Join(h.dir, "sshd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("failed to open sshd log: %w", err)
 	}

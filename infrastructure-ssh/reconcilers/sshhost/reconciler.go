@@ -111,12 +111,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if _, ok := h.Labels[MoveLabel]; !ok {
 		h.Labels[MoveLabel] = ""
 	}
-	if err := r.labelSecrets(ctx, h); err != nil {
-		return ctrl.Result{}, err
-	}
-
 	var res ctrl.Result
 	if h.Status.LastProbeTime == nil || time.Since(h.Status.LastProbeTime.Time) >= r.ProbeInterval {
+		// Secrets are read uncached, so their move label is checked with the probe, not on every event.
+		if err := r.labelSecrets(ctx, h); err != nil {
+			return ctrl.Result{}, err
+		}
 		r.probe(ctx, h)
 	}
 	res.RequeueAfter = r.ProbeInterval

@@ -154,7 +154,7 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
 	for _, h := range simP.Hosts {
 		g.Expect(env.Create(ctx, &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name, Labels: map[string]string{"pool": "bench"}},
-			Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root", //nolint:gosec // port
+			Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root",
 				CredentialsSecretRef: infrav1.SecretReference{Name: "key"}, HostKey: sshexec.FormatHostKey(h.HostKey)}}})).To(Succeed())
 	}
 	var requests atomic.Int64
@@ -180,7 +180,7 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	md := &clusterv1.MachineDeployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
 		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To(int32(count)), //nolint:gosec // small
+			ClusterName: cluster.Name, Replicas: ptr.To(int32(count)),
 			Selector: metav1.LabelSelector{MatchLabels: labels},
 			Template: clusterv1.MachineTemplateSpec{
 				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},

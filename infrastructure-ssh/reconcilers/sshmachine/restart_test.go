@@ -77,7 +77,7 @@ func TestControllerRestartsNeverDoubleClaimOrLeak(t *testing.T) {
 
 	seed := time.Now().UnixNano()
 	t.Logf("random seed %d", seed)
-	rnd := rand.New(rand.NewPCG(uint64(seed), 0)) //nolint:gosec // test randomness
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
 	replicas := []int32{3, 1, 4, 0, 2, 5, 1, 3}
 	// Kill points: a state to reach before the stop (nil: stop at once).
 	claimedNotProvisioned := func(g Gomega) bool {

@@ -114,17 +114,10 @@ func (p *provider) stop() {
 		return
 	}
 	p.cancel()
-	<-p.done
+	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "provider manager stopped with: %v\n", err)
+	}
 	p.cancel = nil
-}
-
-// fixture is one Cluster with its inventory of real sshd hosts.
-type fixture struct {
-	ns      string
-	cluster *clusterv1.Cluster
-	hosts   []*sshtest.Host
-	keyPEM  []byte
-	signer  interface{}
 }
 
 // newCluster creates a Cluster whose control plane is the workload apiserver. The test acts as the
@@ -134,7 +127,7 @@ func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 	ctx := context.Background()
 	cp := workload(t)
 	sc := &infrav1.YonderSSHCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}} //nolint:gosec // port
+		Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}}
 	g.Expect(env.Create(ctx, sc)).To(Succeed())
 	gcp := &unstructured.Unstructured{}
 	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
@@ -172,7 +165,7 @@ func registerHosts(g *WithT, ns string, hs []*sshtest.Host, keyPEM []byte, label
 		obj := &infrav1.YonderSSHHost{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name, Labels: map[string]string{"yonder.dev/host": h.Name}},
 			Spec: infrav1.YonderSSHHostSpec{
-				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root", //nolint:gosec // port
+				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root",
 					CredentialsSecretRef: infrav1.SecretReference{Name: secret.Name}, HostKey: sshexec.FormatHostKey(h.HostKey)},
 				Cleanup: infrav1.CleanupSpec{Commands: cleanup},
 			},

@@ -305,9 +305,11 @@ func (r *Responder) addBoot(rep, req *dhcpv4.DHCPv4, k ClientKind, h *inventory.
 			return false
 		}
 		file = f
-		rep.ServerIPAddr = net.IP(r.cfg.TFTPServer.AsSlice())
 		rep.UpdateOption(dhcpv4.OptTFTPServerName(r.cfg.TFTPServer.String()))
 	}
+	// next-server on every boot reply: iPXE counts a (proxy)DHCP reply as carrying PXE options only when it
+	// has both next-server and a file name.
+	rep.ServerIPAddr = net.IP(r.cfg.TFTPServer.AsSlice())
 	if k.PXE {
 		rep.UpdateOption(dhcpv4.OptClassIdentifier(pxeClientClass))
 		// PXE discovery control 8: boot from the file name at once, no boot server discovery.
@@ -358,7 +360,13 @@ func (r *Responder) respondProxy(req *dhcpv4.DHCPv4, peer *net.UDPAddr, proxyPor
 	}
 	to := r.destination(req, rep, peer)
 	if proxyPort && peer != nil {
-		to = peer // boot server requests are unicast from the client's leased address
+		// Boot-server requests come by unicast from the client's new address, but a PXE client (iPXE
+		// included) applies that address only after the whole exchange, so it does not answer ARP yet:
+		// on the client's own link the reply is broadcast to its port; a routed client gets unicast.
+		to = peer
+		if r.cfg.Interface != "" && (req.GatewayIPAddr == nil || req.GatewayIPAddr.IsUnspecified()) {
+			to = &net.UDPAddr{IP: net.IPv4bcast, Port: peer.Port}
+		}
 	}
 	return &Reply{Packet: rep, To: to}, outcome
 }

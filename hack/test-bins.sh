@@ -6,6 +6,8 @@
 #   hack/test-bins.sh            build what is missing, print the assembled bin directory on stdout's last line
 #   hack/test-bins.sh --print    print the bin directory without building (exit 1 if incomplete)
 #   hack/test-bins.sh --packages install only the Debian packages the tests need
+#   hack/test-bins.sh --rootfs   build (once) the node rootfs archive for yonder-agent host tests, print its path
+#   hack/test-bins.sh --rootfs-print  print the rootfs archive path without building (exit 1 if missing)
 #
 # A warm run returns in well under a second: each component has a stamp file and is skipped when present.
 set -euo pipefail
@@ -23,7 +25,7 @@ BUILD_ROOT="${CACHE_ROOT}/build"
 # Debian packages the test tiers use. Keep this list in step with docs/development.md.
 DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
   runc systemd-container containernetworking-plugins busybox-static zstd curl ca-certificates
-  isc-dhcp-client tftp-hpa swtpm swtpm-tools ipxe qemu-system-x86)
+  isc-dhcp-client tftp-hpa swtpm swtpm-tools ipxe qemu-system-x86 debootstrap)
 
 log() { printf '[test-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -117,7 +119,47 @@ assemble() {
   touch "${BIN_DIR}/.complete"
 }
 
+
+# ---------------------------------------------------------------------------------------------------------
+# Node rootfs for yonder-agent host tests (hostruntime). Separate from the binaries above: a debootstrap
+# minbase bookworm with the packages below, from the apt mirror this machine is configured with, cached as
+# a tar.zst keyed by suite + package list (~4.5 min cold, restores in seconds). Tests find it with
+# `hack/test-bins.sh --rootfs-print` or YONDER_TEST_ROOTFS.
+ROOTFS_SUITE=${ROOTFS_SUITE:-bookworm}
+ROOTFS_PACKAGES=${ROOTFS_PACKAGES:-systemd,systemd-sysv,dbus,iproute2,ca-certificates,runc,containernetworking-plugins,iptables,kmod}
+rootfs_archive() {
+  local key
+  key=$(printf '%s %s' "${ROOTFS_SUITE}" "${ROOTFS_PACKAGES}" | sha256sum | cut -c1-12)
+  echo "${CACHE_ROOT}/rootfs/${ROOTFS_SUITE}-minbase-${key}.tar.zst"
+}
+build_rootfs() {
+  local out; out=$(rootfs_archive)
+  if [ -f "$out" ]; then echo "$out"; return 0; fi
+  [ "$(id -u)" -eq 0 ] || { log "the rootfs build needs root (debootstrap)"; return 1; }
+  command -v debootstrap >/dev/null || install_packages
+  local mirror
+  mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\) *$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  local start=$SECONDS tmp="${out%.tar.zst}.tmp"
+  log "rootfs: debootstrap --variant=minbase ${ROOTFS_SUITE} from ${mirror} with ${ROOTFS_PACKAGES} (~4.5 min cold)…"
+  rm -rf "$tmp" && mkdir -p "$tmp/root"
+  debootstrap --variant=minbase --include="${ROOTFS_PACKAGES}" "${ROOTFS_SUITE}" "$tmp/root" "$mirror" 2>&1 | \
+    while IFS= read -r line; do case "$line" in I:\ Retriev*|I:\ Valid*) ;; *) log "rootfs: $line";; esac; done
+  [ -x "$tmp/root/lib/systemd/systemd" ] || { log "rootfs: debootstrap failed (no systemd in the tree)"; return 1; }
+  rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
+  log "rootfs: packing $(du -sm "$tmp/root" | cut -f1) MB as tar.zst…"
+  tar -C "$tmp/root" --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o "$tmp/rootfs.tar.zst"
+  mv "$tmp/rootfs.tar.zst" "$out" && rm -rf "$tmp"
+  log "rootfs: ready in $((SECONDS - start))s: $out ($(du -m "$out" | cut -f1) MB)"
+  echo "$out"
+}
+# ---------------------------------------------------------------------------------------------------------
+
 case "${1:-}" in
+  --rootfs) build_rootfs; exit $? ;;
+  --rootfs-print)
+    f=$(rootfs_archive); [ -f "$f" ] || { echo "node rootfs not built: run hack/test-bins.sh --rootfs" >&2; exit 1; }
+    echo "$f"; exit 0 ;;
   --print)
     [ -f "${BIN_DIR}/.complete" ] || { echo "test binaries not built: run make test-bins" >&2; exit 1; }
     echo "${BIN_DIR}"; exit 0 ;;

@@ -1,0 +1,131 @@
+// Package agent runs yonder-agent's phases: preflight, host preparation, artifacts, rootfs, machine
+// configuration, the nspawn machine, the kubelet's join, and the bootstrap-success sentinel; plus status
+// and reset. Every phase is idempotent and records its result in the state directory, so re-running
+// converges and a crash in the middle of a phase is recovered by running it again.
+//
+// Everything the agent touches on the host is rooted at configurable paths and names (state directory,
+// machine name, cgroup subtree, sentinel), so several agents can run side by side on one machine (tests,
+// two network-namespace hosts).
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+)
+
+// Defaults of the agent-side settings (command-line flags; not part of the AgentConfig file).
+const (
+	DefaultStateDir       = "/var/lib/yonder"
+	DefaultSentinel       = "/run/cluster-api/bootstrap-success.complete"
+	DefaultProviderIDFile = "/etc/yonder/provider-id"
+	DefaultReadyTimeout   = 5 * time.Minute
+)
+
+// Options are the agent-side settings: where things live on this host. They are flags of yonder-agent,
+// not AgentConfig fields, because they describe the host, not the node (docs/agent.md).
+type Options struct {
+	// ConfigPath is the AgentConfig file.
+	ConfigPath string
+	// StateDir holds state.json, the artifact cache, machines and logs.
+	StateDir string
+	// MachineName names the nspawn machine (default yonder-<nodeName>).
+	MachineName string
+	// CgroupName names the machine's cgroup subtree (default: MachineName).
+	CgroupName string
+	// SentinelPath is written when the Node is Ready.
+	SentinelPath string
+	// ProviderIDFile is read when the AgentConfig has no providerID.
+	ProviderIDFile string
+	// NetworkNamespacePath places the machine in that network namespace (default: the agent's own).
+	NetworkNamespacePath string
+	// PodCIDR overrides the Node's spec.podCIDR for the CNI config (clusters that do not allocate them).
+	PodCIDR string
+	// SandboxImage is the pause image name the CRI uses (must match an imported image).
+	SandboxImage string
+	// NodeLeaseDurationSeconds is the kubelet's lease duration (0: kubelet's default).
+	NodeLeaseDurationSeconds int
+	// ReadyTimeout bounds the wait for the Node to become Ready.
+	ReadyTimeout time.Duration
+	// StopGrace bounds a clean machine shutdown before it is killed.
+	StopGrace time.Duration
+	// SysctlRoot, SysRoot, DevRoot re-root /proc/sys, /sys and /dev (tests).
+	SysctlRoot, SysRoot, DevRoot string
+	// KeepCache makes reset keep the artifact and rootfs caches.
+	KeepCache bool
+	// Log receives human-readable progress (default stderr); it is also written to <state>/agent.log.
+	Log io.Writer
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// defaults fills unset options; nodeName may be "" when no config is available (reset).
+func (o *Options) defaults(nodeName string) error {
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.ConfigPath == "" {
+		o.ConfigPath = agentv1.DefaultPath
+	}
+	if o.MachineName == "" && nodeName != "" {
+		n := "yonder-" + strings.ReplaceAll(nodeName, ".", "-")
+		if len(n) > 63 {
+			n = n[:63]
+		}
+		o.MachineName = strings.TrimRight(n, "-")
+	}
+	if o.CgroupName == "" {
+		o.CgroupName = o.MachineName
+	}
+	if o.MachineName != "" && !nameRE.MatchString(o.MachineName) {
+		return fmt.Errorf("machine name %q is invalid: use lowercase letters, digits and dashes (max 63)", o.MachineName)
+	}
+	if o.CgroupName != "" && !nameRE.MatchString(o.CgroupName) {
+		return fmt.Errorf("cgroup name %q is invalid: use lowercase letters, digits and dashes (max 63)", o.CgroupName)
+	}
+	if o.SentinelPath == "" {
+		o.SentinelPath = DefaultSentinel
+	}
+	if o.ProviderIDFile == "" {
+		o.ProviderIDFile = DefaultProviderIDFile
+	}
+	if o.SandboxImage == "" {
+		o.SandboxImage = "registry.k8s.io/pause:3.10"
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 20 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+func (o *Options) machinesDir() string { return filepath.Join(o.StateDir, "machines") }
+func (o *Options) rootfsDir() string   { return filepath.Join(o.machinesDir(), o.MachineName) }
+func (o *Options) cacheDir() string    { return filepath.Join(o.StateDir, "cache") }
+func (o *Options) logDir() string      { return filepath.Join(o.StateDir, "log") }
+
+func (o *Options) logger() (*slog.Logger, func()) {
+	_ = os.MkdirAll(o.logDir(), 0o700)
+	f, err := os.OpenFile(filepath.Join(o.logDir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return slog.New(slog.NewTextHandler(o.Log, nil)), func() {}
+	}
+	return slog.New(slog.NewTextHandler(io.MultiWriter(o.Log, f), nil)), func() { _ = f.Close() }
+}

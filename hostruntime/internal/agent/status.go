@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
+	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
+	"github.com/yonder-dev/yonder/hostruntime/internal/render"
+	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+)
+
+// Status is the machine-readable state of this host's node.
+type Status struct {
+	NodeName string                        `json:"nodeName,omitempty"`
+	Phases   map[string]*state.PhaseRecord `json:"phases,omitempty"`
+	// Bootstrapped is true once the sentinel is written.
+	Bootstrapped bool              `json:"bootstrapped"`
+	Machine      *MachineStatus    `json:"machine,omitempty"`
+	Node         *NodeStatus       `json:"node,omitempty"`
+	GPU          map[string]string `json:"gpu,omitempty"`
+	// SysctlsSaved are the host originals reset will restore.
+	SysctlsSaved map[string]string `json:"sysctlsSaved,omitempty"`
+}
+
+// MachineStatus describes the nspawn machine.
+type MachineStatus struct {
+	Name        string `json:"name"`
+	Rootfs      string `json:"rootfs"`
+	Running     bool   `json:"running"`
+	LauncherPID int    `json:"launcherPID,omitempty"`
+	LeaderPID   int    `json:"leaderPID,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+}
+
+// NodeStatus is what the API server says about the Node (queried with the kubelet's own credentials).
+type NodeStatus struct {
+	Registered bool   `json:"registered"`
+	Ready      bool   `json:"ready"`
+	ProviderID string `json:"providerID,omitempty"`
+	PodCIDR    string `json:"podCIDR,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// GetStatus reports the recorded state and what is live.
+func GetStatus(ctx context.Context, o Options) (*Status, error) {
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	st, err := state.Store{Dir: o.StateDir}.Load()
+	if err != nil {
+		return nil, err
+	}
+	if o.MachineName == "" && st.Machine != nil {
+		o.MachineName = st.Machine.Name
+	}
+	if err := o.defaults(st.NodeName); err != nil {
+		return nil, err
+	}
+	s := &Status{NodeName: st.NodeName, Phases: st.Phases, GPU: st.GPU, SysctlsSaved: st.Sysctls}
+	s.Bootstrapped = st.Sentinel != "" && fileExists(st.Sentinel)
+	if o.MachineName != "" {
+		c := nspawn.Config{Name: o.MachineName}
+		m := &MachineStatus{Name: o.MachineName, Rootfs: o.rootfsDir(), LauncherPID: c.Running()}
+		m.Running = m.LauncherPID != 0
+		if m.Running {
+			m.LeaderPID = nspawn.Leader(m.LauncherPID)
+		}
+		if st.Machine != nil {
+			m.Unit = st.Machine.Unit
+		}
+		s.Machine = m
+	}
+	cfg, cfgErr := LoadConfig(o.ConfigPath)
+	cert := inRoot(o.rootfsDir(), render.KubeletClientCert)
+	if cfgErr == nil && st.NodeName != "" && fileExists(cert) {
+		ns := &NodeStatus{}
+		cs, err := kubeletClient(cfg.APIServer.Endpoint, cfg.APIServer.CACertificate, o.rootfsDir())
+		if err == nil {
+			var n *corev1.Node
+			n, err = cs.CoreV1().Nodes().Get(ctx, st.NodeName, metav1.GetOptions{})
+			if err == nil {
+				ns.Registered, ns.ProviderID, ns.PodCIDR = true, n.Spec.ProviderID, n.Spec.PodCIDR
+				for _, c := range n.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+						ns.Ready = true
+					}
+				}
+			}
+		}
+		if err != nil {
+			ns.Error = err.Error()
+		}
+		s.Node = ns
+	}
+	return s, nil
+}
+
+// Preflight runs the host checks alone (no changes) and returns the report.
+func Preflight(o Options) *preflight.Report {
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	in := preflight.Input{StateDir: o.StateDir, MinFreeBytes: 2 << 30, Tools: []string{"systemd-nspawn", "tar", "nsenter"}, Ports: []int{10250}}
+	if _, err := os.Stat(filepath.Join(o.StateDir, state.FileName)); err == nil {
+		in.Ports = nil // a node may already run here; its kubelet owns the port
+	}
+	return preflight.Run(in)
+}

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
+	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
+	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
+)
+
+func hostSysctls(t testing.TB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k := range hostprep.KubeletSysctls {
+		v, err := hostprep.Sysctls{}.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func status(t testing.TB, nd *node) *agent.Status {
+	t.Helper()
+	out, stderr, err := nd.agent(context.Background(), "status")
+	if err != nil {
+		t.Fatalf("status: %v: %s", err, stderr)
+	}
+	s := &agent.Status{}
+	if err := json.Unmarshal([]byte(out), s); err != nil {
+		t.Fatalf("status is not JSON: %v: %s", err, out)
+	}
+	return s
+}
+
+// The user story: a bare host in a network namespace runs `yonder-agent bootstrap` against a real
+// control plane; the Node becomes Ready with the providerID and labels of the AgentConfig and runs a pod
+// whose image came from a local OCI archive. Bootstrapping again changes nothing. Reset leaves no
+// machine, cgroup, mount, file or sysctl behind, and the Node can be created again from scratch.
+func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	before := hostSysctls(t)
+	c := startCluster(t)
+	nd := c.newNode(t, "a", nil)
+
+	start := time.Now()
+	stdout, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), "bootstrap: %s\n%s", stdout, stderr)
+	t.Logf("bootstrap to Node Ready: %s", time.Since(start))
+	g.Expect(stderr).NotTo(ContainSubstring(strings.SplitN(nodeToken(t, nd), ".", 2)[1]), "the bootstrap token must never be logged")
+
+	n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.ProviderID).To(Equal("yonder-ssh://default/" + nd.name))
+	g.Expect(n.Labels).To(HaveKeyWithValue("yonder.dev/site", "lab"))
+	g.Expect(n.Labels).To(HaveKeyWithValue("example.com/node", "a"))
+	g.Expect(n.Spec.PodCIDR).NotTo(BeEmpty())
+	g.Expect(nd.sentinel).To(BeAnExistingFile())
+
+	// A pod with the locally imported image runs on the node.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:                      nd.name,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "hello", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", "echo hello from $(hostname); exec sleep 3600"},
+			}},
+		},
+	}
+	_, err = c.admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() corev1.PodPhase {
+		p, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return p.Status.Phase
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal(corev1.PodRunning))
+	p, _ := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	g.Expect(p.Status.PodIP).To(HavePrefix("10.244."))
+
+	// status reports it all.
+	s := status(t, nd)
+	g.Expect(s.Bootstrapped).To(BeTrue())
+	g.Expect(s.Machine.Running).To(BeTrue())
+	g.Expect(s.Node).NotTo(BeNil())
+	g.Expect(s.Node.Ready).To(BeTrue())
+	for _, ph := range agent.Phases {
+		g.Expect(s.Phases).To(HaveKey(ph))
+		g.Expect(s.Phases[ph].Result).To(Equal("Succeeded"), ph)
+	}
+
+	// Bootstrap again: nothing changes (same machine process, same Node, no file rewritten).
+	launcher := s.Machine.LauncherPID
+	mtime := fileMTime(t, filepath.Join(nd.stateDir, "machines", nd.machine, "var/lib/kubelet/config.yaml"))
+	stdout, stderr, err = nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), "second bootstrap: %s\n%s", stdout, stderr)
+	g.Expect(stderr).NotTo(ContainSubstring("Wrote machine files"))
+	g.Expect(stderr).NotTo(ContainSubstring("Started machine"))
+	s2 := status(t, nd)
+	g.Expect(s2.Machine.LauncherPID).To(Equal(launcher))
+	g.Expect(fileMTime(t, filepath.Join(nd.stateDir, "machines", nd.machine, "var/lib/kubelet/config.yaml"))).To(Equal(mtime))
+	n2, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n2.UID).To(Equal(n.UID))
+	p2, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p2.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+
+	// Reset leaves nothing: no machine, no cgroups, no mounts, no files, sysctls as before.
+	stdout, stderr, err = nd.agent(ctx, "reset")
+	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
+	expectNothingLeft(t, nd, before)
+
+	// And the Node can be created again from scratch on the same host.
+	_ = c.admin.CoreV1().Nodes().Delete(ctx, nd.name, metav1.DeleteOptions{})
+	stdout, stderr, err = nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), "bootstrap after reset: %s\n%s", stdout, stderr)
+	g.Eventually(func() bool {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+		return err == nil && n.UID != n2.UID && ready(n)
+	}, 30*time.Second, 200*time.Millisecond).Should(BeTrue())
+	stdout, stderr, err = nd.agent(ctx, "reset")
+	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
+	expectNothingLeft(t, nd, before)
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeToken(t testing.TB, nd *node) string {
+	t.Helper()
+	data, err := os.ReadFile(nd.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "bootstrapToken:") {
+			return strings.TrimSpace(strings.TrimPrefix(l, "bootstrapToken:"))
+		}
+	}
+	t.Fatal("no bootstrapToken in the config")
+	return ""
+}
+
+func fileMTime(t testing.TB, p string) time.Time {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ModTime()
+}
+
+func expectNothingLeft(t testing.TB, nd *node, sysctls map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(nspawn.Config{Name: nd.machine}.Running()).To(BeZero(), "machine still running")
+	cg := nspawn.Cgroups{Name: nd.machine}
+	paths, err := cg.Paths()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, p := range paths {
+		g.Expect(p).NotTo(BeAnExistingFile(), "cgroup left behind")
+	}
+	g.Expect(agent.MountsUnder(nd.host.Dir)).To(BeEmpty(), "mounts left behind")
+	g.Expect(nd.stateDir).NotTo(BeAnExistingFile(), "state left behind")
+	g.Expect(nd.sentinel).NotTo(BeAnExistingFile(), "sentinel left behind")
+	g.Expect(hostSysctls(t)).To(Equal(sysctls), "host sysctls not restored")
+	// No process of the machine survives anywhere on the host.
+	g.Expect(processesMentioning(nd.stateDir)).To(BeEmpty())
+}
+
+func processesMentioning(s string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			out = append(out, fmt.Sprintf("%s: %s", e.Name(), strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+	return out
+}

@@ -1,0 +1,58 @@
+package hostprep
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func fakeProcSys(t *testing.T, values map[string]string) Sysctls {
+	t.Helper()
+	root := t.TempDir()
+	s := Sysctls{Root: root}
+	for k, v := range values {
+		p := s.path(k)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// A re-run must not record the agent's own values as the host's originals, and restore puts the
+// host's values back.
+func TestApplyRecordsOriginalsOnceAndRestoreReturnsThem(t *testing.T) {
+	g := NewWithT(t)
+	s := fakeProcSys(t, map[string]string{"vm.overcommit_memory": "0", "kernel.panic": "0", "vm.panic_on_oom": "0"})
+	want := map[string]string{"vm.overcommit_memory": "1", "kernel.panic": "10", "vm.panic_on_oom": "0"}
+	saved := map[string]string{}
+	changed, err := s.Apply(want, saved)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(ConsistOf("vm.overcommit_memory", "kernel.panic"))
+	g.Expect(saved).To(Equal(map[string]string{"vm.overcommit_memory": "0", "kernel.panic": "0"}))
+
+	changed, err = s.Apply(want, saved)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeEmpty())
+	g.Expect(saved).To(Equal(map[string]string{"vm.overcommit_memory": "0", "kernel.panic": "0"}))
+
+	g.Expect(s.Restore(saved)).To(Succeed())
+	g.Expect(saved).To(BeEmpty())
+	for k, v := range map[string]string{"vm.overcommit_memory": "0", "kernel.panic": "0"} {
+		got, err := s.Get(k)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(v))
+	}
+}
+
+func TestApplyReportsTheMissingSysctl(t *testing.T) {
+	g := NewWithT(t)
+	s := fakeProcSys(t, nil)
+	_, err := s.Apply(map[string]string{"kernel.panic": "10"}, map[string]string{})
+	g.Expect(err).To(MatchError(ContainSubstring("kernel.panic")))
+}

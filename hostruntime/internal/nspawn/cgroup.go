@@ -1,0 +1,187 @@
+package nspawn
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cgroups is the machine's own subtree in every cgroup v1 hierarchy. Two kubelets on one host (two
+// machines) must not share a cgroup parent, or each treats the other's pods as its own and kills them.
+type Cgroups struct {
+	// Name is the subtree's directory name under each hierarchy's root.
+	Name string
+	// MountInfo is the mountinfo file listing the hierarchies (default /proc/self/mountinfo).
+	MountInfo string
+}
+
+// Hierarchies returns the mount points of the cgroup v1 hierarchies (including name=systemd).
+func (c Cgroups) Hierarchies() ([]string, error) {
+	mi := c.MountInfo
+	if mi == "" {
+		mi = "/proc/self/mountinfo"
+	}
+	f, err := os.Open(mi)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", mi, err)
+	}
+	defer func() { _ = f.Close() }()
+	var out []string
+	seen := map[string]bool{}
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - cgroup cgroup rw,memory
+		fields := strings.Fields(s.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		if fields[sep+1] != "cgroup" || fields[3] != "/" { // only hierarchies mounted at their root
+			continue
+		}
+		mp := fields[4]
+		if !seen[mp] {
+			seen[mp] = true
+			out = append(out, mp)
+		}
+	}
+	sort.Strings(out)
+	return out, s.Err()
+}
+
+// Paths are the subtree's directories, one per hierarchy.
+func (c Cgroups) Paths() ([]string, error) {
+	hs, err := c.Hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, filepath.Join(h, c.Name))
+	}
+	return out, nil
+}
+
+// Create makes the subtree in every hierarchy (idempotent). cpuset needs cpus and mems before a process
+// may join, so they are copied from the parent.
+func (c Cgroups) Create() ([]string, error) {
+	paths, err := c.Paths()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if err := os.MkdirAll(p, 0o755); err != nil { //nolint:gosec // cgroup directories are world-readable by design
+			return nil, fmt.Errorf("failed to create cgroup %s: %w", p, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			parent, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+			if err != nil {
+				continue
+			}
+			cur, _ := os.ReadFile(filepath.Join(p, f))
+			if strings.TrimSpace(string(cur)) == "" {
+				if err := os.WriteFile(filepath.Join(p, f), parent, 0o644); err != nil { //nolint:gosec // cgroup control file
+					return nil, fmt.Errorf("failed to initialise %s/%s: %w", p, f, err)
+				}
+			}
+		}
+	}
+	return paths, nil
+}
+
+// Procs lists every process in the subtree (all hierarchies, all descendants).
+func (c Cgroups) Procs() ([]int, error) {
+	paths, err := c.Paths()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, p := range paths {
+		_ = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, l := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(l); err == nil && !seen[pid] {
+					seen[pid] = true
+					out = append(out, pid)
+				}
+			}
+			return nil
+		})
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// KillAndRemove kills every process in the subtree and removes its directories, deepest first, retrying
+// until timeout (processes take a moment to leave their cgroups after SIGKILL).
+func (c Cgroups) KillAndRemove(timeout time.Duration) error {
+	paths, err := c.Paths()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		procs, _ := c.Procs()
+		for _, pid := range procs {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		var left []string
+		for _, p := range paths {
+			var dirs []string
+			_ = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, path)
+				}
+				return nil
+			})
+			sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+			for _, d := range dirs {
+				if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+					left = append(left, d)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroups %s still busy after %s (processes %v): kill them and run reset again", strings.Join(left, ", "), timeout, procs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Exists reports whether any directory of the subtree exists.
+func (c Cgroups) Exists() bool {
+	paths, err := c.Paths()
+	if err != nil {
+		return false
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -93,7 +93,7 @@ const (
 	ReasonUnknownSession             = "UnknownSession"
 	ReasonNonceReplayed              = "NonceReplayed"
 	ReasonNonceMismatch              = "NonceMismatch"
-	ReasonCredentialActivationFailed = "CredentialActivationFailed"
+	ReasonCredentialActivationFailed = "CredentialActivationFailed" //nolint:gosec // a reason name, not a credential
 	ReasonQuoteInvalid               = "QuoteInvalid"
 	ReasonQuoteSignatureInvalid      = "QuoteSignatureInvalid"
 	ReasonPCRDigestMismatch          = "PCRDigestMismatch"

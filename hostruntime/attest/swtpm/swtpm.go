@@ -43,7 +43,7 @@ func Start(ctx context.Context, dir string) (*TPM, error) {
 		return nil, fmt.Errorf("failed to manufacture swtpm in %s: %w: %s", dir, err, out)
 	}
 	t := &TPM{Dir: dir, Socket: filepath.Join(dir, "tpm.sock"), Ctrl: filepath.Join(dir, "ctrl.sock"), done: make(chan struct{})}
-	log, err := os.Create(filepath.Join(dir, "swtpm.log"))
+	log, err := os.Create(filepath.Join(dir, "swtpm.log")) //nolint:gosec // the caller's own state directory
 	if err != nil {
 		return nil, fmt.Errorf("failed to create swtpm log: %w", err)
 	}

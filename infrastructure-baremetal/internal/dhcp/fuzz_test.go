@@ -27,7 +27,7 @@ func FuzzRespond(f *testing.F) {
 	seed(dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000")), dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)))
 	seed(dhcpv4.WithOption(dhcpv4.OptClassIdentifier("HTTPClient:Arch:00016")), dhcpv4.WithOption(dhcpv4.OptClientArch(iana.EFI_X86_64_HTTP)))
 	seed(dhcpv4.WithUserClass("iPXE", false), dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(175), []byte{19, 1, 1, 176, 1, 1}))
-	seed(dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0x00}))       // odd-length option 93
+	seed(dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0x00}))        // odd-length option 93
 	seed(dhcpv4.WithGeneric(dhcpv4.OptionUserClassInformation, []byte{0xff, 'i', 'P', 'X'})) // bad RFC 3004 length
 	seed(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(192, 0, 2, 1))))
 	seed(dhcpv4.WithGatewayIP(net.IPv4(198, 51, 100, 1)))

@@ -25,17 +25,17 @@ type Outcome string
 
 // Outcomes.
 const (
-	OutcomeOffer          Outcome = "offer"
-	OutcomeAck            Outcome = "ack"
-	OutcomeNak            Outcome = "nak"
-	OutcomeUnknownMAC     Outcome = "ignored_unknown_mac"
-	OutcomeNotForUs       Outcome = "ignored_other_server"
-	OutcomeNotPXE         Outcome = "ignored_not_pxe"
-	OutcomeNoReply        Outcome = "ignored_message_type"
-	OutcomeMalformed      Outcome = "ignored_malformed"
-	OutcomeNoAddress      Outcome = "ignored_no_reservation"
-	OutcomeProxyOffer     Outcome = "proxy_offer"
-	OutcomeProxyAck       Outcome = "proxy_ack"
+	OutcomeOffer      Outcome = "offer"
+	OutcomeAck        Outcome = "ack"
+	OutcomeNak        Outcome = "nak"
+	OutcomeUnknownMAC Outcome = "ignored_unknown_mac"
+	OutcomeNotForUs   Outcome = "ignored_other_server"
+	OutcomeNotPXE     Outcome = "ignored_not_pxe"
+	OutcomeNoReply    Outcome = "ignored_message_type"
+	OutcomeMalformed  Outcome = "ignored_malformed"
+	OutcomeNoAddress  Outcome = "ignored_no_reservation"
+	OutcomeProxyOffer Outcome = "proxy_offer"
+	OutcomeProxyAck   Outcome = "proxy_ack"
 )
 
 // Boot file defaults: Debian's ipxe package ships undionly.kpxe and ipxe.efi (x86-64); snp.efi is the

@@ -106,7 +106,7 @@ func TestResponder(t *testing.T) {
 		{name: "proxyDHCP ignores non-PXE clients", proxy: true,
 			req: func(t *testing.T) *dhcpv4.DHCPv4 { return discover(t, knownMAC) }, outcome: dhcp.OutcomeNotPXE},
 		{name: "proxyDHCP offers boot options without an address", proxy: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 { return discover(t, knownMAC, pxe, arch(iana.INTEL_X86PC)) },
+			req:     func(t *testing.T) *dhcpv4.DHCPv4 { return discover(t, knownMAC, pxe, arch(iana.INTEL_X86PC)) },
 			outcome: dhcp.OutcomeProxyOffer, check: func(g Gomega, rep *dhcp.Reply) {
 				g.Expect(rep.Packet.YourIPAddr.IsUnspecified()).To(BeTrue())
 				g.Expect(rep.Packet.BootFileName).To(Equal("undionly.kpxe"))

@@ -133,7 +133,6 @@ func BenchmarkArtifactTransfers(b *testing.B) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	data = nil
 
 	tsrv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -63,14 +64,14 @@ func Start(ctx context.Context, cfg Config, lookup inventory.Lookup, store attes
 	if cfg.TFTPPort == 0 {
 		cfg.TFTPPort = 69
 	}
-	httpLn, err := net.Listen("tcp4", netip.AddrPortFrom(cfg.ServerIP, uint16(cfg.HTTPPort)).String())
+	httpLn, err := net.Listen("tcp4", net.JoinHostPort(cfg.ServerIP.String(), strconv.Itoa(cfg.HTTPPort)))
 	if err != nil {
 		return nil, fmt.Errorf("failed to listen for boot HTTP: %w", err)
 	}
 	if cfg.HTTPBase == "" {
 		cfg.HTTPBase = "http://" + httpLn.Addr().String()
 	}
-	tftpConn, err := net.ListenPacket("udp4", netip.AddrPortFrom(cfg.ServerIP, uint16(cfg.TFTPPort)).String())
+	tftpConn, err := net.ListenPacket("udp4", net.JoinHostPort(cfg.ServerIP.String(), strconv.Itoa(cfg.TFTPPort)))
 	if err != nil {
 		_ = httpLn.Close()
 		return nil, fmt.Errorf("failed to listen for TFTP: %w", err)

@@ -138,6 +138,21 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(peering.Status.Conditions, netv1.ReadyCondition).Reason).To(Equal(netv1.SitePeeringLinkDownReason))
 	}).Should(Succeed())
 
+	// a1's daemon reports a smaller underlay MTU than its Site's: the Site says so.
+	nn := &netv1.NodeNetwork{}
+	g.Expect(env.Get(ctx, client.ObjectKey{Name: "a1"}, nn)).To(Succeed())
+	nn.Spec.UnderlayMTU = 1400
+	g.Expect(env.Update(ctx, nn)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		site := &netv1.Site{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a"}, site)).To(Succeed())
+		g.Expect(site.Status.MTUMismatches).To(Equal([]string{"a1"}))
+		c := meta.FindStatusCondition(site.Status.Conditions, netv1.SiteMTUConsistentCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(ContainSubstring("below spec.mtu 1500"))
+	}).Should(Succeed())
+
 	// Recovery brings both back.
 	g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "b-gw1", key("b-gw1"), "203.0.113.10", ptr.To(true))).To(Succeed())
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())

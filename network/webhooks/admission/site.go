@@ -103,6 +103,17 @@ func (w *Site) validate(ctx context.Context, old, s *netv1.Site) (admission.Warn
 	}
 	errs = append(errs, overlaps(append(pools, nodeCIDRs...), others, false)...)
 	var warnings admission.Warnings
+	if old != nil {
+		for _, op := range old.Spec.PodCIDRPools {
+			kept := false
+			for _, p := range s.Spec.PodCIDRPools {
+				kept = kept || p.CIDR == op.CIDR
+			}
+			if !kept {
+				warnings = append(warnings, "pod CIDR pool "+op.CIDR+" removed: Nodes keep their blocks from it (pod CIDRs are immutable); the plan routes those blocks individually")
+			}
+		}
+	}
 	if s.Spec.NodeSelector == nil && len(s.Spec.NodeCIDRs) == 0 {
 		warnings = append(warnings, "spec.nodeSelector and spec.nodeCIDRs are both empty: this Site selects no Node")
 	}

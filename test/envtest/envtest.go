@@ -27,6 +27,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -57,6 +58,7 @@ import (
 	msreconciler "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	"sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	"sigs.k8s.io/cluster-api/core/webhooks/conversion"
 	"sigs.k8s.io/cluster-api/util/index"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 
@@ -212,6 +214,11 @@ func setupCAPI(ctx context.Context, env *Environment, withControllers bool) erro
 	mgr := env.Manager
 	// Lets MachineHealthChecks use short node startup timeouts in tests.
 	coreadmission.SetMinNodeStartupTimeoutSeconds(0)
+	// CAPI's conversion to v1beta1 needs each referenced kind's API version, which the CAPI manager reads
+	// from the contract label of the kind's CRD.
+	conversion.SetAPIVersionGetter(func(ctx context.Context, gk schema.GroupKind) (string, error) {
+		return contractAPIVersion(ctx, mgr.GetAPIReader(), gk)
+	})
 	hooks := []interface{ SetupWebhookWithManager(ctrl.Manager) error }{
 		&coreadmission.Cluster{Client: mgr.GetClient()},
 		&coreadmission.ClusterClass{Client: mgr.GetClient()},
@@ -426,4 +433,25 @@ func resolve(p string) string {
 		return p
 	}
 	return filepath.Join(testbins.RepoRoot(), p)
+}
+
+// contractAPIVersion returns group/version of the kind's API version that serves the current CAPI
+// contract, from the "cluster.x-k8s.io/<contract>" label on its CRD (versions separated by "_", newest
+// last), as clusterctl and CAPI's contract package read it.
+func contractAPIVersion(ctx context.Context, r client.Reader, gk schema.GroupKind) (string, error) {
+	crds := &apiextensionsv1.CustomResourceDefinitionList{}
+	if err := r.List(ctx, crds); err != nil {
+		return "", fmt.Errorf("failed to list CRDs: %w", err)
+	}
+	for _, crd := range crds.Items {
+		if crd.Spec.Group != gk.Group || crd.Spec.Names.Kind != gk.Kind {
+			continue
+		}
+		if v, ok := crd.Labels[clusterv1.GroupVersion.String()]; ok && v != "" {
+			versions := strings.Split(v, "_")
+			return gk.Group + "/" + versions[len(versions)-1], nil
+		}
+		return "", fmt.Errorf("CRD %s has no %s contract label", crd.Name, clusterv1.GroupVersion.String())
+	}
+	return "", fmt.Errorf("no CRD serves %s", gk)
 }

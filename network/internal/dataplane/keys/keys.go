@@ -1,0 +1,84 @@
+// Package keys keeps a node's WireGuard private key on disk: generated once, persisted 0600, reused across
+// restarts, so the public key a node publishes never changes unless it is rotated on purpose.
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// LoadOrCreate returns the key stored at path, generating and persisting a new one (mode 0600) when the file
+// does not exist. A file with other permissions than 0600 is tightened; a file that does not parse is an error
+// (never silently replaced: that would change the node's identity).
+func LoadOrCreate(path string) (wgtypes.Key, error) {
+	k, err := Load(path)
+	if err == nil {
+		return k, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return wgtypes.Key{}, err
+	}
+	k, err = wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("failed to generate private key: %w", err)
+	}
+	if err := Store(path, k); err != nil {
+		return wgtypes.Key{}, err
+	}
+	return k, nil
+}
+
+// Load reads a key written by Store.
+func Load(path string) (wgtypes.Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("failed to read key %s: %w", path, err)
+	}
+	k, err := wgtypes.ParseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("failed to parse key %s: %w", path, err)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm() != 0o600 {
+		if err := os.Chmod(path, 0o600); err != nil {
+			return wgtypes.Key{}, fmt.Errorf("failed to restrict key %s to 0600: %w", path, err)
+		}
+	}
+	return k, nil
+}
+
+// Store writes k atomically (temporary file, fsync, rename) with mode 0600.
+func Store(path string, k wgtypes.Key) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("failed to create key directory for %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".key-*")
+	if err != nil {
+		return fmt.Errorf("failed to create temporary key file for %s: %w", path, err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if err := tmp.Chmod(0o600); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to restrict key file %s: %w", tmp.Name(), err)
+	}
+	if _, err := tmp.WriteString(k.String() + "\n"); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to write key %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to sync key %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("failed to close key %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("failed to install key %s: %w", path, err)
+	}
+	return nil
+}

@@ -80,7 +80,7 @@ func nodeChanged() predicate.Predicate {
 
 func (r *Reconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.Request {
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
+	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list Nodes")
 		return nil
 	}
@@ -93,7 +93,7 @@ func (r *Reconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.
 
 func (r *Reconciler) waitingNodes(ctx context.Context, _ event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
+	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list Nodes")
 		return
 	}
@@ -188,14 +188,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 }
 
 // allocate picks blocks for a Node from the Site's pools, given every Node's current CIDRs and the
-// reservations the cache has not caught up with.
+// reservations the cache has not caught up with. The Node list is read without deep copies (read-only
+// here): with thousands of Nodes joining at once, copying every Node for every allocation is what would
+// make allocation quadratic in memory traffic.
 func (r *Reconciler) allocate(ctx context.Context, site *netv1.Site, node string) ([]string, error) {
 	alloc, err := ipam.New(site.Spec.PodCIDRPools)
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse pod CIDR pools of Site %s: %w", site.Name, err)
 	}
 	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
+	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("failed to list Nodes: %w", err)
 	}
 	seen := map[string]bool{}

@@ -167,7 +167,9 @@ func (r *Reconciler) snapshot(ctx context.Context) (*snapshot, error) {
 		{&sites, nil}, {&pools, nil}, {&peerings, nil}, {&nns, nil}, {&nodes, nil},
 		{&plans, []client.ListOption{managed}}, {&slices, []client.ListOption{managed}},
 	} {
-		if err := r.Client.List(ctx, l.list, l.opts...); err != nil {
+		// Read-only snapshot: no deep copies of thousands of Nodes per pass. Everything derived from it
+		// that is written is deep-copied first (status patches, plan updates).
+		if err := r.Client.List(ctx, l.list, append(l.opts, client.UnsafeDisableDeepCopy)...); err != nil {
 			return nil, fmt.Errorf("failed to list %T: %w", l.list, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -368,6 +370,9 @@ func (r *run) configure(_ context.Context) (string, error) {
 		NVIDIARuntime:            fileExists(filepath.Join(root, "usr/bin/nvidia-container-runtime")),
 		NodeLeaseDurationSeconds: r.o.NodeLeaseDurationSeconds,
 	}
+	if r.o.NetworkNamespacePath == "" {
+		in.NodeIP = localAddressTo(r.cfg.APIServer.Endpoint)
+	}
 	for name, p := range r.files {
 		switch {
 		case binaryArtifacts[name]:
@@ -388,9 +393,19 @@ func (r *run) configure(_ context.Context) (string, error) {
 	w.file(render.CAFile, r.cfg.APIServer.CACertificate, 0o644)
 	// The bootstrap kubeconfig holds the token: 0600, never logged.
 	w.file(render.KubeletBootstrapConfig, render.Kubeconfig(r.cfg.APIServer.Endpoint, r.cfg.BootstrapToken, ""), 0o600)
-	if !fileExists(filepath.Join(root, "etc/resolv.conf")) {
-		w.file("/etc/resolv.conf", "# yonder-agent: the node resolves through the cluster DNS only\n", 0o644)
+	// The machine shares the host's network: it resolves like the host (containerd pulls images), and its
+	// own name resolves without DNS (the kubelet looks it up while registering; an unreachable resolver
+	// would delay registration by its timeouts).
+	resolv := "# yonder-agent: the host has no /etc/resolv.conf\n"
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		resolv = string(b)
 	}
+	w.file("/etc/resolv.conf", resolv, 0o644)
+	hostsFile := "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
+	if in.NodeIP != "" {
+		hostsFile += in.NodeIP + " " + r.cfg.NodeName + "\n"
+	}
+	w.file("/etc/hosts", hostsFile, 0o644)
 	if r.o.PodCIDR != "" {
 		w.file(render.CNIConfFile, render.CNIConflist(r.o.PodCIDR), 0o644)
 	}
@@ -562,6 +577,28 @@ func (r *run) join(ctx context.Context) (string, error) {
 	}
 	r.log.Info("Node is Ready", "node", node.Name, "providerID", node.Spec.ProviderID)
 	return "", nil
+}
+
+// localAddressTo returns this host's source address towards the API server (what the kubelet would
+// pick, made explicit so multi-homed hosts register the address the control plane reaches), or "".
+func localAddressTo(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(u.Hostname(), port)) // no packet is sent
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = c.Close() }()
+	if a, ok := c.LocalAddr().(*net.UDPAddr); ok {
+		return a.IP.String()
+	}
+	return ""
 }
 
 // inRoot resolves path inside the machine's tree: kubelet-client-current.pem is a symlink with an

@@ -60,7 +60,10 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	start := time.Now()
 	stdout, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
 	g.Expect(err).NotTo(HaveOccurred(), "bootstrap: %s\n%s", stdout, stderr)
-	t.Logf("bootstrap to Node Ready: %s", time.Since(start))
+	t.Logf("bootstrap to Node Ready: %s\n%s", time.Since(start), stderr)
+	if os.Getenv("YONDER_AGENT_TEST_SAVE_LOGS") != "" {
+		nd.saveLogs(t)
+	}
 	g.Expect(stderr).NotTo(ContainSubstring(strings.SplitN(nodeToken(t, nd), ".", 2)[1]), "the bootstrap token must never be logged")
 
 	n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})

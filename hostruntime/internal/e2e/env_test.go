@@ -244,7 +244,7 @@ func (c *cluster) newNode(t testing.TB, suffix string, mutate func(*agentv1.Agen
 	g.Expect(os.WriteFile(nd.config, data, 0o600)).To(Succeed())
 	// Whatever a failed test leaves, the node is reset (machine, cgroups, sysctls) before the network goes.
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("YONDER_AGENT_TEST_SAVE_LOGS") != "" {
 			nd.saveLogs(t)
 		}
 		if os.Getenv("YONDER_KEEP_TEST_DIRS") != "" {

@@ -53,6 +53,8 @@ type Input struct {
 	CNIBinDirs []string
 	// NVIDIARuntime adds the nvidia runtime to containerd when the toolkit is in the machine.
 	NVIDIARuntime bool
+	// NodeIP is the address the Node registers (kubelet --node-ip); empty lets the kubelet choose.
+	NodeIP string
 	// NodeLeaseDurationSeconds tunes how fast the Node goes NotReady (default 40, kubelet's default).
 	NodeLeaseDurationSeconds int
 }
@@ -189,6 +191,9 @@ func KubeletArgs(in Input) []string {
 		"--kubeconfig=" + KubeletKubeconfig,
 		"--cert-dir=" + KubeletCertDir,
 		"--hostname-override=" + in.Config.NodeName,
+	}
+	if in.NodeIP != "" {
+		args = append(args, "--node-ip="+in.NodeIP)
 	}
 	if len(in.Labels) > 0 {
 		keys := make([]string, 0, len(in.Labels))

@@ -150,9 +150,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}
 	if site != nil && len(site.Spec.PodCIDRPools) > 0 && len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
+		// Only the choice is serialised; the reservation it records keeps other workers off the block
+		// while this one patches the Node.
 		r.mu.Lock()
-		defer r.mu.Unlock()
 		cidrs, err := r.allocate(ctx, site, n.Name)
+		r.mu.Unlock()
 		switch {
 		case errors.Is(err, ipam.ErrExhausted):
 			// Terminal until a pool grows or a Node goes away (both are watched); the Site's
@@ -174,9 +176,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// win cleanly: we get a conflict and re-read instead of overwriting its choice.
 	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		if len(n.Spec.PodCIDRs) > 0 && len(base.Spec.PodCIDRs) == 0 {
+			r.mu.Lock()
 			for _, c := range n.Spec.PodCIDRs {
 				delete(r.reserved, c)
 			}
+			r.mu.Unlock()
 		}
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil

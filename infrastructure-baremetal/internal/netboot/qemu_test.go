@@ -98,15 +98,41 @@ func startVMLab(t *testing.T, cfg netboot.Config) *vmLab {
 	return l
 }
 
-// boot starts the VM; it is stopped by pid (iPXE cannot power off) when the test ends.
+// boot starts a SeaBIOS VM whose NIC ROM is iPXE; it is stopped by pid (iPXE cannot power off) when the
+// test ends.
 func (l *vmLab) boot(t *testing.T) time.Time {
+	return l.bootWith(t, "virtio-net-pci,disable-legacy=on,netdev=n0,mac="+l.mac.String()+",romfile="+ipxeROM)
+}
+
+// OVMF (UEFI firmware, Debian package ovmf) with its built-in virtio-net driver and PXE.
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// bootUEFI starts an OVMF VM that network-boots with the firmware's own PXE (no option ROM).
+func (l *vmLab) bootUEFI(t *testing.T) time.Time {
+	t.Helper()
+	vars, err := os.ReadFile(ovmfVars)
+	if err != nil {
+		t.Fatalf("OVMF is missing: run `hack/test-bins.sh --packages` (installs ovmf): %v", err)
+	}
+	varsCopy := filepath.Join(t.TempDir(), "OVMF_VARS.fd")
+	if err := os.WriteFile(varsCopy, vars, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return l.bootWith(t, "virtio-net-pci,netdev=n0,mac="+l.mac.String()+",romfile=",
+		"-drive", "if=pflash,format=raw,readonly=on,file="+ovmfCode, "-drive", "if=pflash,format=raw,file="+varsCopy)
+}
+
+func (l *vmLab) bootWith(t *testing.T, nic string, extra ...string) time.Time {
 	t.Helper()
 	dir := t.TempDir()
-	qemu := exec.Command("qemu-system-x86_64", "-machine", "pc,accel=tcg", "-m", "128", "-smp", "1",
+	args := append([]string{"-machine", "pc,accel=tcg", "-m", "256", "-smp", "1",
 		"-display", "none", "-nodefaults", "-no-reboot", "-boot", "n",
-		"-netdev", "tap,id=n0,ifname="+l.tap+",script=no,downscript=no",
-		"-device", "virtio-net-pci,disable-legacy=on,netdev=n0,mac="+l.mac.String()+",romfile="+ipxeROM,
-		"-debugcon", "file:"+filepath.Join(dir, "seabios.log"), "-global", "isa-debugcon.iobase=0x402")
+		"-netdev", "tap,id=n0,ifname=" + l.tap + ",script=no,downscript=no", "-device", nic,
+		"-debugcon", "file:" + filepath.Join(dir, "seabios.log"), "-global", "isa-debugcon.iobase=0x402"}, extra...)
+	qemu := exec.Command("qemu-system-x86_64", args...)
 	log, err := os.Create(filepath.Join(dir, "qemu.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -188,4 +214,18 @@ func TestQEMUProxyDHCP(t *testing.T) {
 		scripted.Round(time.Millisecond),
 		counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_offer"}),
 		counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_ack"}))
+}
+
+// TestQEMUOVMFPXEToIPXE: UEFI firmware PXE (option 93 = 7) gets ipxe.efi over our TFTP (after its size
+// probe), then iPXE gets this host's script over HTTP. Slow under software emulation.
+func TestQEMUOVMFPXEToIPXE(t *testing.T) {
+	g := NewWithT(t)
+	l := startVMLab(t, netboot.Config{HTTPPort: 8080, TFTPPort: 69})
+	start := l.bootUEFI(t)
+	g.Eventually(func() float64 {
+		return counter(l.reg, "yonder_metal_tftp_transfers_total", map[string]string{"result": "ok"})
+	}, 4*time.Minute, 500*time.Millisecond).Should(BeNumerically(">=", 1), "OVMF fetched ipxe.efi over TFTP")
+	fetched := time.Since(start)
+	scripted := l.waitForScriptAndKernel(t, start)
+	t.Logf("QEMU (TCG) OVMF: ipxe.efi over TFTP after %s, script over HTTP after %s", fetched.Round(time.Millisecond), scripted.Round(time.Millisecond))
 }

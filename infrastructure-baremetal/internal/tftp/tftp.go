@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,6 +30,10 @@ const DefaultRoot = "/usr/lib/ipxe"
 type Config struct {
 	// Root is the directory served (default DefaultRoot).
 	Root string
+	// Files are extra names served from explicit paths, resolved (symlinks followed) once at start. Requests
+	// can only select these names, never the paths. With the default Root, ipxe.efi maps to Debian's
+	// /usr/lib/ipxe/ipxe.efi, which is a symlink to /boot/ipxe.efi that os.Root rightly refuses to follow.
+	Files map[string]string
 	// MaxBlockSize caps the negotiated block size (default 1468: one Ethernet frame without fragments).
 	MaxBlockSize int
 	// Timeout per datagram (default 2s) and Retries before a transfer is aborted (default 5).
@@ -62,6 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Server is a read-only TFTP server.
 type Server struct {
 	root    *os.Root
+	files   map[string]string
 	srv     *tftplib.Server
 	log     logr.Logger
 	metrics *Metrics
@@ -74,6 +80,9 @@ var ErrRefused = errors.New("file name refused")
 func New(cfg Config, log logr.Logger, metrics *Metrics) (*Server, error) {
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
+		if cfg.Files == nil {
+			cfg.Files = map[string]string{"ipxe.efi": filepath.Join(DefaultRoot, "ipxe.efi")}
+		}
 	}
 	if cfg.MaxBlockSize == 0 {
 		cfg.MaxBlockSize = 1468
@@ -91,7 +100,21 @@ func New(cfg Config, log logr.Logger, metrics *Metrics) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to open TFTP root %s: %w", cfg.Root, err)
 	}
-	s := &Server{root: root, log: log, metrics: metrics}
+	files := map[string]string{}
+	for name, p := range cfg.Files {
+		clean, err := CleanPath(name)
+		if err != nil {
+			_ = root.Close()
+			return nil, fmt.Errorf("failed to configure TFTP file %q: %w", name, err)
+		}
+		resolved, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			_ = root.Close()
+			return nil, fmt.Errorf("failed to resolve TFTP file %q (%s): %w", name, p, err)
+		}
+		files[clean] = resolved
+	}
+	s := &Server{root: root, files: files, log: log, metrics: metrics}
 	s.srv = tftplib.NewServer(s.read, nil) // nil write handler: writes are refused
 	s.srv.SetBlockSize(cfg.MaxBlockSize)
 	s.srv.SetTimeout(cfg.Timeout)
@@ -125,7 +148,12 @@ func (s *Server) read(filename string, rf io.ReaderFrom) error {
 		s.log.V(4).Info("Refusing TFTP request", "file", filename)
 		return fmt.Errorf("failed to read %q: %w", filename, err)
 	}
-	f, err := s.root.Open(p)
+	var f *os.File
+	if extra, ok := s.files[p]; ok {
+		f, err = os.Open(extra) //nolint:gosec // an operator-configured path, selected by exact name only
+	} else {
+		f, err = s.root.Open(p)
+	}
 	if err != nil {
 		s.metrics.Transfers.WithLabelValues("not_found").Inc()
 		s.log.V(4).Info("Refusing TFTP request", "file", filename, "error", err.Error())

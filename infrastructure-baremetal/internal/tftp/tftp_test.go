@@ -255,3 +255,32 @@ func FuzzRequestPacket(f *testing.F) {
 }
 
 func testrDiscard() logr.Logger { return logr.Discard() }
+
+// TestConfiguredFiles: a configured name is served from its path (Debian's ipxe.efi is a symlink out of
+// /usr/lib/ipxe), while the same kind of symlink requested by name through the root stays refused.
+func TestConfiguredFiles(t *testing.T) {
+	g := NewWithT(t)
+	dir, outside := t.TempDir(), t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(outside, "ipxe.efi"), []byte("efi binary"), 0o644)).To(Succeed())
+	g.Expect(os.Symlink(filepath.Join(outside, "ipxe.efi"), filepath.Join(dir, "ipxe.efi"))).To(Succeed())
+	g.Expect(os.Symlink(filepath.Join(outside, "ipxe.efi"), filepath.Join(dir, "other.efi"))).To(Succeed())
+	srv, err := tftp.New(tftp.Config{Root: dir, Files: map[string]string{"/ipxe.efi": filepath.Join(dir, "ipxe.efi")}}, logr.Discard(), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
+	defer func() { cancel(); <-done; _ = srv.Close() }()
+	c, err := tftplib.NewClient(conn.LocalAddr().String())
+	g.Expect(err).NotTo(HaveOccurred())
+	c.SetTimeout(time.Second)
+	wt, err := c.Receive("ipxe.efi", "octet")
+	g.Expect(err).NotTo(HaveOccurred())
+	var buf bytes.Buffer
+	_, err = wt.WriteTo(&buf)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(buf.String()).To(Equal("efi binary"))
+	_, err = c.Receive("other.efi", "octet")
+	g.Expect(err).To(HaveOccurred())
+}

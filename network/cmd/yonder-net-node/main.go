@@ -1,0 +1,94 @@
+// Command yonder-net-node is the node dataplane of the Yonder network add-on: WireGuard (kernel or embedded
+// wireguard-go), VXLAN, routes, an eBPF pod egress program and BFD-style probes, programmed with diffs from the
+// node's view of the route plan.
+//
+//	yonder-net-node [flags]          run the daemon
+//	yonder-net-node debug [--debug-addr A]   print the running daemon's state as JSON
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := pflag.NewFlagSet("yonder-net-node", pflag.ContinueOnError)
+	var o daemon.Options
+	var attach string
+	var cleanup bool
+	fs.StringVar(&o.Node, "node", os.Getenv("NODE_NAME"), "this node's name")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/yonder-net", "directory holding the private key (0600)")
+	fs.StringVar(&o.InputFile, "input", "/run/yonder-net/plan.yaml", "the node's view of the route plan, re-read when it changes")
+	fs.StringVar(&o.PublishFile, "publish", "/run/yonder-net/nodenetwork.yaml", "where this node's NodeNetwork spec is written")
+	fs.StringVar(&o.Devices.WireGuard, "wireguard-device", "yonder-wg", "WireGuard device name (unique on the machine: userspace devices share /var/run/wireguard)")
+	fs.StringVar(&o.Devices.VXLAN, "vxlan-device", "yonder-vx", "VXLAN device over the underlay")
+	fs.StringVar(&o.Devices.VXLANWG, "vxlan-wg-device", "yonder-vw", "VXLAN device inside WireGuard")
+	fs.StringVar(&o.Devices.PodBridge, "pod-bridge", "cni0", "the pods' bridge (the eBPF program attaches to it)")
+	fs.StringVar(&o.UnderlayDev, "underlay-device", "eth0", "the underlay interface")
+	fs.StringVar(&o.Endpoint, "endpoint", "", "address peers dial (default: the underlay device's first IPv4 address)")
+	fs.IntVar(&o.WGPort, "wireguard-port", engine.DefaultWireGuardPort, "WireGuard listen port")
+	fs.IntVar(&o.ProbePort, "probe-port", engine.DefaultProbePort, "health probe UDP port")
+	fs.BoolVar(&o.Kernel, "kernel-wireguard", true, "use the kernel's WireGuard when available (else embedded wireguard-go)")
+	fs.StringVar(&attach, "ebpf-attach", "", "force tcx or clsact (default: tcx when the kernel has it)")
+	fs.StringVar(&o.DebugAddr, "debug-addr", "127.0.0.1:9870", "metrics (/metrics) and state dump (/debug)")
+	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "", "write a CNI conflist (bridge + host-local) for the node's pod CIDRs here")
+	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
+	if len(args) > 0 && args[0] == "debug" {
+		return debug(args[1:])
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.Attach = bpf.Attachment(attach)
+	o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if o.Node == "" {
+		return fmt.Errorf("failed to start: --node (or NODE_NAME) is required")
+	}
+	d, err := daemon.New(o)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	err = d.Run(ctx)
+	if cerr := d.Close(cleanup); cerr != nil {
+		o.Log.Error("Closing dataplane", "err", cerr)
+	}
+	return err
+}
+
+func debug(args []string) error {
+	fs := pflag.NewFlagSet("debug", pflag.ContinueOnError)
+	addr := fs.String("debug-addr", "127.0.0.1:9870", "the daemon's debug address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + *addr + "/debug")
+	if err != nil {
+		return fmt.Errorf("failed to reach yonder-net-node at %s: %w", *addr, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
+}

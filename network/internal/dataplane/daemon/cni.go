@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// WriteCNIConfig writes a CNI conflist for the node's pod CIDRs: the bridge plugin on the pod bridge (the node
+// is the pods' gateway, no IP masquerade: pod traffic to other sites keeps pod addresses) and host-local IPAM.
+// The file is only rewritten when its content changes.
+func WriteCNIConfig(dir, bridge string, podCIDRs []string, mtu int) error {
+	var ranges [][]map[string]string
+	for _, c := range podCIDRs {
+		ranges = append(ranges, []map[string]string{{"subnet": c}})
+	}
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "yonder",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false, "mtu": mtu, "hairpinMode": true,
+				"ipam": map[string]any{"type": "host-local", "ranges": ranges, "routes": []map[string]string{{"dst": "0.0.0.0/0"}}},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return fmt.Errorf("failed to encode CNI config: %w", err)
+	}
+	path := filepath.Join(dir, "10-yonder.conflist")
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("failed to create CNI config directory %s: %w", dir, err)
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		return fmt.Errorf("failed to write CNI config: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("failed to write CNI config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/wgdev"
+)
+
+// RouteProtocol marks the routes this daemon owns (so stale ones can be found after a restart).
+const RouteProtocol = netlink.RouteProtocol(0x79)
+
+// Devices names the node's devices.
+type Devices struct {
+	VXLAN     string // VXLAN over the underlay
+	VXLANWG   string // VXLAN inside WireGuard
+	WireGuard string
+	PodBridge string
+}
+
+// Writes counts kernel writes, by kind (the restart test expects none for unchanged state).
+type Writes struct {
+	Links, FDB, Neigh, Routes, Peers, Maps int
+}
+
+// Total is the number of writes.
+func (w Writes) Total() int { return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps }
+
+// Applier programs the kernel; it runs inside the node's network namespace.
+type Applier struct {
+	Dev Devices
+	WG  *wgdev.Device
+	BPF *bpf.Datapath
+	Log *slog.Logger
+	// Writes accumulates over the Applier's life.
+	Writes Writes
+}
+
+// Setup sets the sysctls forwarding needs and the MSS clamping rules (idempotent).
+func Setup(dev Devices) error {
+	for k, v := range map[string]string{
+		"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
+	} {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("failed to set sysctl %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Clamp installs MSS clamping for TCP SYNs arriving from the tunnels (both directions are covered: each node
+// clamps what it receives), and restricts the inner VXLAN port to packets arriving through WireGuard.
+func Clamp(dev Devices, mss map[string]int) error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("failed to find iptables for MSS clamping: %w", err)
+	}
+	rules := [][]string{
+		{"-t", "filter", "INPUT", "-p", "udp", "--dport", strconv.Itoa(VXLANOverWireGuardPort), "!", "-i", dev.WireGuard, "-j", "DROP"},
+	}
+	for d, m := range mss {
+		rules = append(rules, []string{"-t", "mangle", "FORWARD", "-i", d, "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--set-mss", strconv.Itoa(m)})
+	}
+	for _, r := range rules {
+		check := append([]string{"-w", r[0], r[1], "-C"}, r[2:]...)
+		if exec.Command("iptables", check...).Run() == nil {
+			continue
+		}
+		add := append([]string{"-w", r[0], r[1], "-A"}, r[2:]...)
+		if out, err := exec.Command("iptables", add...).CombinedOutput(); err != nil {
+			return fmt.Errorf("failed to add iptables rule %v: %w: %s", r, err, out)
+		}
+	}
+	return nil
+}
+
+// EnsureVXLAN creates or adopts a VXLAN device (no learning; static FDB), leaving an identical one untouched.
+func (a *Applier) EnsureVXLAN(name string, vni, port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
+	if l, err := netlink.LinkByName(name); err == nil {
+		v, ok := l.(*netlink.Vxlan)
+		if ok && v.VxlanId == vni && v.Port == port && !v.Learning && v.HardwareAddr.String() == mac.String() {
+			if v.MTU != mtu {
+				if err := netlink.LinkSetMTU(l, mtu); err != nil {
+					return nil, fmt.Errorf("failed to set MTU of %s: %w", name, err)
+				}
+				a.Writes.Links++
+			}
+			if v.OperState != netlink.OperUp && v.Flags&net.FlagUp == 0 {
+				if err := netlink.LinkSetUp(l); err != nil {
+					return nil, fmt.Errorf("failed to set %s up: %w", name, err)
+				}
+			}
+			return l, nil
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return nil, fmt.Errorf("failed to replace %s: %w", name, err)
+		}
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU, la.HardwareAddr = name, mtu, mac
+	if err := netlink.LinkAdd(&netlink.Vxlan{LinkAttrs: la, VxlanId: vni, Port: port, Learning: false}); err != nil {
+		return nil, fmt.Errorf("failed to create VXLAN device %s: %w", name, err)
+	}
+	a.Writes.Links++
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("failed to find %s: %w", name, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return nil, fmt.Errorf("failed to set %s up: %w", name, err)
+	}
+	return l, nil
+}
+
+// EnsureAddr gives link the /32 address when it lacks it.
+func (a *Applier) EnsureAddr(l netlink.Link, addr netip.Addr) error {
+	as, err := netlink.AddrList(l, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("failed to list addresses of %s: %w", l.Attrs().Name, err)
+	}
+	for _, x := range as {
+		if x.IP.Equal(addr.AsSlice()) {
+			return nil
+		}
+	}
+	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		return fmt.Errorf("failed to add %s to %s: %w", addr, l.Attrs().Name, err)
+	}
+	a.Writes.Links++
+	return nil
+}
+
+// Apply makes the kernel match d.
+func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
+	vx, err := a.EnsureVXLAN(a.Dev.VXLAN, 1, DefaultVXLANPort, d.VXLANMTU, d.MAC)
+	if err != nil {
+		return err
+	}
+	vw, err := a.EnsureVXLAN(a.Dev.VXLANWG, 2, VXLANOverWireGuardPort, d.WGMTU, d.MAC)
+	if err != nil {
+		return err
+	}
+	wgl, err := netlink.LinkByName(a.Dev.WireGuard)
+	if err != nil {
+		return fmt.Errorf("failed to find %s: %w", a.Dev.WireGuard, err)
+	}
+	if err := a.EnsureAddr(wgl, d.Tunnel); err != nil {
+		return err
+	}
+	links := map[Via]netlink.Link{ViaVXLAN: vx, ViaWireGuard: vw}
+
+	// WireGuard peers: allowed IPs are the peer's tunnel /32.
+	var peers []wgdev.Peer
+	for _, h := range d.Hops {
+		if h.Via != ViaWireGuard {
+			continue
+		}
+		pk, err := wgtypes.ParseKey(h.PublicKey)
+		if err != nil {
+			a.Log.Error("Ignoring peer with an invalid public key", "node", h.Node)
+			continue
+		}
+		peers = append(peers, wgdev.Peer{PublicKey: pk, Endpoint: &net.UDPAddr{IP: h.Underlay.AsSlice(), Port: h.WGPort},
+			AllowedIPs: []net.IPNet{{IP: h.Tunnel.AsSlice(), Mask: net.CIDRMask(32, 32)}}, Keepalive: 25 * time.Second})
+	}
+	ch, err := a.WG.ReconcilePeers(peers)
+	if err != nil {
+		return err
+	}
+	a.Writes.Peers += len(ch.Added) + len(ch.Updated) + len(ch.Removed)
+
+	// FDB (tunnel MAC → outer destination) and neighbour (tunnel address → tunnel MAC) entries.
+	for via, l := range links {
+		want := map[string]NextHop{}
+		for _, h := range d.Hops {
+			if h.Via == via {
+				want[h.MAC.String()] = h
+			}
+		}
+		if err := a.syncFDB(l, want, via); err != nil {
+			return err
+		}
+		if err := a.syncNeigh(l, want); err != nil {
+			return err
+		}
+	}
+	// Routes: WireGuard tunnel /32s, then prefixes via their primary member.
+	want := map[string]*netlink.Route{}
+	for _, h := range d.Hops {
+		if h.Via == ViaWireGuard {
+			r := &netlink.Route{LinkIndex: wgl.Attrs().Index, Dst: prefixNet(netip.PrefixFrom(h.Tunnel, 32)), Protocol: RouteProtocol, Scope: netlink.SCOPE_LINK}
+			want[r.Dst.String()] = r
+		}
+	}
+	for _, r := range d.Routes {
+		nr := &netlink.Route{Dst: prefixNet(r.Prefix), Protocol: RouteProtocol}
+		if len(r.Members) == 0 {
+			nr.Type = unix.RTN_BLACKHOLE
+		} else {
+			h := d.Hops[r.Primary()]
+			nr.LinkIndex = links[h.Via].Attrs().Index
+			nr.Gw = h.Tunnel.AsSlice()
+			nr.Flags = int(netlink.FLAG_ONLINK)
+			nr.MTU = r.MTU
+			nr.AdvMSS = r.MTU - 40
+		}
+		want[nr.Dst.String()] = nr
+	}
+	if err := a.syncRoutes(want); err != nil {
+		return err
+	}
+	if a.BPF != nil {
+		st, err := a.BPF.Sync(BPFDesired(d, links))
+		if err != nil {
+			return err
+		}
+		a.Writes.Maps += st.Updated + st.Deleted
+	}
+	return nil
+}
+
+// BPFDesired is the eBPF map content for d: each route is a group of its members.
+func BPFDesired(d Desired, links map[Via]netlink.Link) bpf.Desired {
+	out := bpf.Desired{Prefixes: map[netip.Prefix]uint32{}, Groups: map[uint32][]bpf.Backend{}}
+	ids := map[string]uint32{}
+	for _, r := range d.Routes {
+		key := strings.Join(r.Members, ",")
+		gid, ok := ids[key]
+		if !ok {
+			gid = uint32(len(ids) + 1)
+			ids[key] = gid
+			var bs []bpf.Backend
+			for _, m := range r.Members {
+				h := d.Hops[m]
+				l := links[h.Via]
+				if len(bs) == bpf.MaxBackends {
+					break
+				}
+				bs = append(bs, bpf.Backend{ID: MemberID(h.Node), Ifindex: l.Attrs().Index, MTU: r.MTU, DstMAC: h.MAC, SrcMAC: d.MAC})
+			}
+			out.Groups[gid] = bs
+		}
+		out.Prefixes[r.Prefix] = gid
+	}
+	return out
+}
+
+func (a *Applier) syncFDB(l netlink.Link, want map[string]NextHop, via Via) error {
+	have, err := netlink.NeighList(l.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		return fmt.Errorf("failed to list FDB of %s: %w", l.Attrs().Name, err)
+	}
+	seen := map[string]bool{}
+	for _, n := range have {
+		h, ok := want[n.HardwareAddr.String()]
+		dst := h.Underlay
+		if via == ViaWireGuard {
+			dst = h.Tunnel
+		}
+		if ok && n.IP.Equal(dst.AsSlice()) && !seen[n.HardwareAddr.String()] {
+			seen[n.HardwareAddr.String()] = true
+			continue
+		}
+		if n.HardwareAddr.String() == "00:00:00:00:00:00" && !ok {
+			// all-zero default entry: never created by us
+		}
+		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("failed to delete FDB entry %s on %s: %w", n.HardwareAddr, l.Attrs().Name, err)
+		}
+		a.Writes.FDB++
+	}
+	for m, h := range want {
+		if seen[m] {
+			continue
+		}
+		dst := h.Underlay
+		if via == ViaWireGuard {
+			dst = h.Tunnel
+		}
+		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+			State: netlink.NUD_PERMANENT, HardwareAddr: h.MAC, IP: dst.AsSlice()}
+		if err := netlink.NeighSet(n); err != nil {
+			return fmt.Errorf("failed to add FDB entry %s → %s on %s: %w", h.MAC, dst, l.Attrs().Name, err)
+		}
+		a.Writes.FDB++
+	}
+	return nil
+}
+
+func (a *Applier) syncNeigh(l netlink.Link, want map[string]NextHop) error {
+	have, err := netlink.NeighList(l.Attrs().Index, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("failed to list neighbours of %s: %w", l.Attrs().Name, err)
+	}
+	byIP := map[netip.Addr]NextHop{}
+	for _, h := range want {
+		byIP[h.Tunnel] = h
+	}
+	seen := map[netip.Addr]bool{}
+	for _, n := range have {
+		ip, _ := netip.AddrFromSlice(n.IP)
+		ip = ip.Unmap()
+		h, ok := byIP[ip]
+		if ok && n.HardwareAddr.String() == h.MAC.String() && n.State&netlink.NUD_PERMANENT != 0 {
+			seen[ip] = true
+			continue
+		}
+		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("failed to delete neighbour %s on %s: %w", ip, l.Attrs().Name, err)
+		}
+		a.Writes.Neigh++
+	}
+	for ip, h := range byIP {
+		if seen[ip] {
+			continue
+		}
+		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: h.MAC}
+		if err := netlink.NeighSet(n); err != nil {
+			return fmt.Errorf("failed to add neighbour %s on %s: %w", ip, l.Attrs().Name, err)
+		}
+		a.Writes.Neigh++
+	}
+	return nil
+}
+
+func (a *Applier) syncRoutes(want map[string]*netlink.Route) error {
+	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("failed to list routes: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range have {
+		w, ok := want[r.Dst.String()]
+		if ok && sameRoute(r, *w) {
+			seen[r.Dst.String()] = true
+			continue
+		}
+		if !ok {
+			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("failed to delete route %s: %w", r.Dst, err)
+			}
+			a.Writes.Routes++
+		}
+	}
+	for k, r := range want {
+		if seen[k] {
+			continue
+		}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("failed to set route %s: %w", r.Dst, err)
+		}
+		a.Writes.Routes++
+	}
+	return nil
+}
+
+func sameRoute(h, w netlink.Route) bool {
+	if h.Type != w.Type && !(h.Type == unix.RTN_UNICAST && w.Type == 0) {
+		return false
+	}
+	if w.Type == unix.RTN_BLACKHOLE {
+		return true
+	}
+	return h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.MTU == w.MTU && h.AdvMSS == w.AdvMSS
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}

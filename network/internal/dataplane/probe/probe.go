@@ -1,0 +1,175 @@
+// Package probe runs BFD-style UDP health probes: every daemon answers echo requests on its probe port and
+// sends one to each monitored peer every interval; a peer that misses `threshold` consecutive intervals is
+// down, one answer brings it back. State changes are reported at once, without waiting for the API.
+package probe
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+const magic = 0x59505242 // "YPRB"
+
+// Target is one peer to monitor.
+type Target struct {
+	Key  string
+	Addr netip.AddrPort
+}
+
+// PeerState is a target's health.
+type PeerState struct {
+	Up       bool
+	Sent     uint64
+	Received uint64
+	LastRTT  time.Duration
+	Changes  uint64
+	lastSeen time.Time
+	started  time.Time
+}
+
+// Prober sends probes from one socket and answers probes arriving on it.
+type Prober struct {
+	conn      *net.UDPConn
+	interval  time.Duration
+	threshold int
+	onChange  func(key string, up bool)
+
+	mu      sync.Mutex
+	targets map[string]Target
+	state   map[string]*PeerState
+	seq     uint32
+}
+
+// Listen opens the probe socket on port (all addresses).
+func Listen(port int, interval time.Duration, threshold int, onChange func(key string, up bool)) (*Prober, error) {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen for probes on port %d: %w", port, err)
+	}
+	if threshold < 1 {
+		threshold = 1
+	}
+	return &Prober{conn: c, interval: interval, threshold: threshold, onChange: onChange,
+		targets: map[string]Target{}, state: map[string]*PeerState{}}, nil
+}
+
+// SetTargets replaces the monitored set; new targets start up (so a fresh start does not flap everything
+// down) and are declared down only after missing threshold intervals.
+func (p *Prober) SetTargets(ts []Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := map[string]Target{}
+	for _, t := range ts {
+		next[t.Key] = t
+		if _, ok := p.state[t.Key]; !ok {
+			p.state[t.Key] = &PeerState{Up: true, started: time.Now(), lastSeen: time.Now()}
+		}
+	}
+	for k := range p.state {
+		if _, ok := next[k]; !ok {
+			delete(p.state, k)
+		}
+	}
+	p.targets = next
+}
+
+// States returns a copy of every target's state.
+func (p *Prober) States() map[string]PeerState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]PeerState{}
+	for k, s := range p.state {
+		out[k] = *s
+	}
+	return out
+}
+
+// Run sends and answers probes until ctx ends.
+func (p *Prober) Run(ctx context.Context) {
+	go p.read()
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	go func() { <-ctx.Done(); _ = p.conn.Close() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p.tick(now)
+		}
+	}
+}
+
+func (p *Prober) tick(now time.Time) {
+	type change struct {
+		key string
+		up  bool
+	}
+	var changes []change
+	p.mu.Lock()
+	p.seq++
+	for k, t := range p.targets {
+		s := p.state[k]
+		b := make([]byte, 20)
+		binary.BigEndian.PutUint32(b[0:], magic)
+		b[4] = 0 // request
+		binary.BigEndian.PutUint32(b[8:], p.seq)
+		binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano()))
+		_, _ = p.conn.WriteToUDPAddrPort(b, t.Addr)
+		s.Sent++
+		if s.Up && now.Sub(s.lastSeen) > time.Duration(p.threshold)*p.interval {
+			s.Up = false
+			s.Changes++
+			changes = append(changes, change{k, false})
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range changes {
+		p.onChange(c.key, c.up)
+	}
+}
+
+func (p *Prober) read() {
+	buf := make([]byte, 64)
+	for {
+		n, from, err := p.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		if n < 20 || binary.BigEndian.Uint32(buf) != magic {
+			continue
+		}
+		if buf[4] == 0 {
+			buf[4] = 1
+			_, _ = p.conn.WriteToUDPAddrPort(buf[:20], from)
+			continue
+		}
+		sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:])))
+		now := time.Now()
+		var changed string
+		p.mu.Lock()
+		for k, t := range p.targets {
+			if t.Addr.Addr() != from.Addr().Unmap() {
+				continue
+			}
+			s := p.state[k]
+			s.Received++
+			s.LastRTT = now.Sub(sent)
+			s.lastSeen = now
+			if !s.Up {
+				s.Up = true
+				s.Changes++
+				changed = k
+			}
+		}
+		p.mu.Unlock()
+		if changed != "" {
+			p.onChange(changed, true)
+		}
+	}
+}

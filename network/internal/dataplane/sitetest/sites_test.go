@@ -1,0 +1,109 @@
+package sitetest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+)
+
+// udpRoundTrip sends one datagram from ns to addr and waits briefly for the echo.
+func udpRoundTrip(ns, addr string, size int) error {
+	c, err := Dial(ns, "udp4", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	msg := make([]byte, size)
+	_, _ = rand.Read(msg)
+	if _, err := c.Write(msg); err != nil {
+		return fmt.Errorf("failed to send: %w", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, size+10)
+	n, err := c.Read(buf)
+	if err != nil {
+		return fmt.Errorf("failed to receive echo: %w", err)
+	}
+	if !bytes.Equal(buf[:n], msg) {
+		return fmt.Errorf("echo differs")
+	}
+	return nil
+}
+
+// tcpTransfer sends size bytes over TCP and reads them back (segments larger than the tunnel MTU exercise MSS
+// clamping and path MTU).
+func tcpTransfer(ns, addr string, size int) error {
+	c, err := Dial(ns, "tcp4", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := make([]byte, size)
+	_, _ = rand.Read(msg)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(msg); errc <- err }()
+	got := make([]byte, size)
+	if _, err := io.ReadFull(c, got); err != nil {
+		return fmt.Errorf("failed to read echo: %w", err)
+	}
+	if err := <-errc; err != nil {
+		return fmt.Errorf("failed to write: %w", err)
+	}
+	if !bytes.Equal(got, msg) {
+		return fmt.Errorf("echo differs")
+	}
+	return nil
+}
+
+func TestPodToPodAcrossSites(t *testing.T) {
+	for _, proto := range []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN} {
+		t.Run(string(proto), func(t *testing.T) {
+			g := NewWithT(t)
+			s := NewSites(t, proto)
+			a1, b2, ga1, gb1 := s.Nodes["a1"], s.Nodes["b2"], s.Nodes["ga1"], s.Nodes["gb1"]
+			for _, n := range []*Node{a1, b2, ga1} {
+				Echo(t, n.Pod, 7000)
+			}
+			diag := func() string {
+				out := ""
+				for _, n := range s.Nodes {
+					st, err := s.Debug(n)
+					out += fmt.Sprintf("--- %s: %+v %v\n%s\n", n.Name, st, err, n.Log())
+				}
+				return out
+			}
+			to := func(n *Node) string { return net.JoinHostPort(n.PodIP.String(), "7000") }
+			// a1 and b2 reach each other only through the gateways of both sites.
+			g.Eventually(func() error { return udpRoundTrip(a1.Pod, to(b2), 100) }, 20*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
+			g.Eventually(func() error { return udpRoundTrip(b2.Pod, to(a1), 100) }, 5*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
+			// Full-size datagrams (fragmented by the pods' 1500 MTU path) and TCP beyond one segment, both ways.
+			g.Eventually(func() error { return udpRoundTrip(a1.Pod, to(b2), 1400) }, 5*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
+			g.Expect(tcpTransfer(a1.Pod, to(b2), 1<<20)).To(Succeed(), diag)
+			g.Expect(tcpTransfer(b2.Pod, to(a1), 1<<20)).To(Succeed(), diag)
+			// Intra-site (VXLAN) and gateway pod to remote gateway pod.
+			g.Expect(tcpTransfer(a1.Pod, to(ga1), 256<<10)).To(Succeed(), diag)
+			g.Eventually(func() error { return udpRoundTrip(gb1.Pod, to(ga1), 200) }, 5*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
+
+			st, err := s.Debug(ga1)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.Attachment).NotTo(BeEmpty())
+			g.Expect(st.WireGuard.Kind).NotTo(BeEmpty())
+			if proto == netv1.ProtocolWireGuard {
+				g.Expect(st.WireGuard.Peers).To(HaveLen(1))
+				g.Expect(st.WireGuard.Peers[0].HandshakeAge).To(BeNumerically(">=", 0))
+			}
+			sa, err := s.Debug(a1)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(sa.Counters[0]).To(BeNumerically(">", 0), "a1's pod traffic went through the eBPF redirect")
+		})
+	}
+}

@@ -56,19 +56,19 @@ func Binary(t testing.TB) string {
 
 // Node is one namespace node.
 type Node struct {
-	Name     string
-	Site     string
-	NS       string
-	PodCIDR  netip.Prefix
-	Pod      string // pod namespace
-	PodIP    netip.Addr
-	LAN      netip.Addr // Internal endpoint
-	WAN      netip.Addr // External endpoint (gateways)
-	Gateway  bool
-	dir      string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	PubKey   string
+	Name    string
+	Site    string
+	NS      string
+	PodCIDR netip.Prefix
+	Pod     string // pod namespace
+	PodIP   netip.Addr
+	LAN     netip.Addr // Internal endpoint
+	WAN     netip.Addr // External endpoint (gateways)
+	Gateway bool
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	PubKey  string
 }
 
 // Sites is a two-site topology: site "a" (node a1 behind gateways ga1, ga2) and site "b" (node b2 behind

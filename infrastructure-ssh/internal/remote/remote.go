@@ -17,6 +17,10 @@ import (
 // RunsDir is where runs are recorded on a host.
 const RunsDir = "/var/lib/yonder-ssh/runs"
 
+// MaxLogBytes bounds a run's log on the host: the first 8 MiB of output are kept, the rest is read and
+// dropped (never blocking or killing the bootstrap).
+const MaxLogBytes = 8 << 20
+
 // SentinelPath is the file every Cluster API bootstrap writes when it succeeded.
 const SentinelPath = "/run/cluster-api/bootstrap-success.complete"
 
@@ -41,7 +45,8 @@ type RunState struct {
 	Sentinel bool
 }
 
-// Start starts the script as run runID, detached from the SSH session (setsid, output to the run's log),
+// Start starts the script as run runID, detached from the SSH session (setsid, output to the run's
+// bounded log),
 // unless that run already exists. It returns true when this call started it.
 func Start(ctx context.Context, e sshexec.Executor, runID, script string) (bool, error) {
 	d, err := runDir(runID)
@@ -52,12 +57,12 @@ func Start(ctx context.Context, e sshexec.Executor, runID, script string) (bool,
 mkdir -p %[1]s
 if mkdir %[2]s 2>/dev/null; then
   cat > %[2]s/bootstrap.sh
-  setsid sh -c 'echo $$ > "$0/pid"; sh "$0/bootstrap.sh" > "$0/log" 2>&1; echo $? > "$0/exit.tmp"; mv "$0/exit.tmp" "$0/exit"' %[2]s </dev/null >/dev/null 2>&1 &
+  setsid sh -c 'echo $$ > "$0/pid"; { sh "$0/bootstrap.sh" 2>&1; echo $? > "$0/exit.tmp"; } | { head -c %[3]d; cat >/dev/null; } > "$0/log"; mv "$0/exit.tmp" "$0/exit"' %[2]s </dev/null >/dev/null 2>&1 &
   echo started
 else
   cat >/dev/null
   echo exists
-fi`, RunsDir, d)
+fi`, RunsDir, d, MaxLogBytes)
 	out, _, err := e.Run(ctx, cmd, strings.NewReader(script))
 	if err != nil {
 		return false, fmt.Errorf("failed to start bootstrap run %s: %w", runID, err)

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,19 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	// The other host has its own filesystem view.
 	out, _ = hs[1].Run(ctx, "ls /run/cluster-api 2>&1 || true")
 	g.Expect(out).To(ContainSubstring("No such file"))
+
+	// The log is bounded, without cutting the run short.
+	started, err = remote.Start(ctx, e, "run-2", "head -c 9437184 /dev/zero; echo done > /var/lib/yonder-ssh/after-log\nexit 4\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(started).To(BeTrue())
+	g.Eventually(func() remote.RunState {
+		s, err := remote.State(ctx, e, "run-2")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}, 20*time.Second, 200*time.Millisecond).Should(HaveField("ExitCode", 4))
+	out, err = hs[0].Run(ctx, "stat -c %s /var/lib/yonder-ssh/runs/run-2/log && cat /var/lib/yonder-ssh/after-log")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal(fmt.Sprintf("%d\ndone\n", remote.MaxLogBytes)))
 
 	f, err := remote.Probe(ctx, e)
 	g.Expect(err).NotTo(HaveOccurred())

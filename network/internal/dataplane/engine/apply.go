@@ -34,10 +34,15 @@ type Devices struct {
 // Writes counts kernel writes, by kind (the restart test expects none for unchanged state).
 type Writes struct {
 	Links, FDB, Neigh, Routes, Peers, Maps int
+	// WireGuardDevice counts the address and routes of the WireGuard device (an embedded device is new after a
+	// restart, and the kernel removed its routes with the old one).
+	WireGuardDevice int
 }
 
 // Total is the number of writes.
-func (w Writes) Total() int { return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps }
+func (w Writes) Total() int {
+	return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps + w.WireGuardDevice
+}
 
 // Applier programs the kernel; it runs inside the node's network namespace.
 type Applier struct {
@@ -126,20 +131,27 @@ func (a *Applier) EnsureVXLAN(name string, vni, port, mtu int, mac net.HardwareA
 
 // EnsureAddr gives link the /32 address when it lacks it.
 func (a *Applier) EnsureAddr(l netlink.Link, addr netip.Addr) error {
+	added, err := ensureAddr(l, addr)
+	if added {
+		a.Writes.WireGuardDevice++
+	}
+	return err
+}
+
+func ensureAddr(l netlink.Link, addr netip.Addr) (bool, error) {
 	as, err := netlink.AddrList(l, unix.AF_INET)
 	if err != nil {
-		return fmt.Errorf("failed to list addresses of %s: %w", l.Attrs().Name, err)
+		return false, fmt.Errorf("failed to list addresses of %s: %w", l.Attrs().Name, err)
 	}
 	for _, x := range as {
 		if x.IP.Equal(addr.AsSlice()) {
-			return nil
+			return false, nil
 		}
 	}
 	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
-		return fmt.Errorf("failed to add %s to %s: %w", addr, l.Attrs().Name, err)
+		return false, fmt.Errorf("failed to add %s to %s: %w", addr, l.Attrs().Name, err)
 	}
-	a.Writes.Links++
-	return nil
+	return true, nil
 }
 
 // Apply makes the kernel match d.
@@ -218,7 +230,7 @@ func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
 		}
 		want[nr.Dst.String()] = nr
 	}
-	if err := a.syncRoutes(want); err != nil {
+	if err := a.syncRoutes(want, wgl.Attrs().Index); err != nil {
 		return err
 	}
 	if a.BPF != nil {
@@ -335,7 +347,7 @@ func (a *Applier) syncNeigh(l netlink.Link, want map[string]NextHop) error {
 	return nil
 }
 
-func (a *Applier) syncRoutes(want map[string]*netlink.Route) error {
+func (a *Applier) syncRoutes(want map[string]*netlink.Route, wgIndex int) error {
 	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return fmt.Errorf("failed to list routes: %w", err)
@@ -361,7 +373,11 @@ func (a *Applier) syncRoutes(want map[string]*netlink.Route) error {
 		if err := netlink.RouteReplace(r); err != nil {
 			return fmt.Errorf("failed to set route %s: %w", r.Dst, err)
 		}
-		a.Writes.Routes++
+		if r.LinkIndex == wgIndex {
+			a.Writes.WireGuardDevice++
+		} else {
+			a.Writes.Routes++
+		}
 	}
 	return nil
 }

@@ -148,6 +148,11 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
+# Hosts share this machine's users and home directories. sshd runs commands through the login shell, and
+# bash sources ~/.bashrc for ssh commands only at shell level 1: SHLVL=1 makes it level 2, so the
+# machine's own root ~/.bashrc (which can block, e.g. on a stale pyenv rehash lock) stays out of the
+# hosts' sessions, as on a fresh host.
+SetEnv SHLVL=1
 `, h.Name, h.Port, h.Address, h.Dir)
 }
 

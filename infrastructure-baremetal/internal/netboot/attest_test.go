@@ -1,0 +1,78 @@
+package netboot_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
+	"github.com/yonder-dev/yonder/test/labnet"
+)
+
+// TestScriptTicketReleasesDataToTheTPM follows the ticket from the iPXE script a host fetches (curl in a
+// lab namespace) through attestation with a real swtpm to the bootstrap data, on the full service stack.
+func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	host, err := n.Attach(ctx, "agent")
+	g.Expect(err).NotTo(HaveOccurred())
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7f, byte(n.Slot), 0x02}
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-7", MAC: mac, Address: netip.AddrFrom4([4]byte{10, 250, byte(n.Slot), 77}),
+		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	store := attest.NewMemoryStore()
+	store.SetBootstrapData("metal/host-7", []byte("join-config-for-host-7"))
+	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
+		ArtifactsDir: t.TempDir()}, inv, store, prometheus.NewRegistry(), testr.New(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = svcs.Stop() })
+
+	script, err := exec.Command("nsenter", "--net="+host.NamespacePath, "curl", "-sS", "--fail",
+		"http://"+svcs.HTTPAddr.String()+"/ipxe/"+mac.String()).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(script))
+	var kernelLine string
+	for _, l := range strings.Split(string(script), "\n") {
+		if strings.HasPrefix(l, "kernel ") {
+			kernelLine = l
+		}
+	}
+	server, ticket := wire.ParseCmdline(kernelLine)
+	g.Expect(server).To(Equal("http://" + svcs.HTTPAddr.String()))
+	g.Expect(ticket).NotTo(BeEmpty())
+
+	dir, err := os.MkdirTemp("", "yswtpm-")
+	g.Expect(err).NotTo(HaveOccurred())
+	sw, err := swtpm.Start(ctx, dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	conn, err := wire.OpenTPM(sw.Socket)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = conn.Close() }()
+	keys, err := wire.LoadKeys(conn)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = keys.Close() }()
+
+	client := &wire.Client{Server: server}
+	data, err := client.Attest(ctx, ticket, keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(Equal("join-config-for-host-7"))
+	g.Expect(store.LastReason("metal/host-7")).To(Equal(attest.ReasonReleased))
+
+	_, err = client.Attest(ctx, ticket, keys)
+	var refused *wire.RefusedError
+	g.Expect(errors.As(err, &refused)).To(BeTrue())
+	g.Expect(refused.Reason).To(Equal(wire.ReasonUnknownTicket), "the ticket was spent by the first boot")
+}

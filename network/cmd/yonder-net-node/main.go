@@ -18,6 +18,14 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/apisync"
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
@@ -35,7 +43,9 @@ func run(args []string) error {
 	fs := pflag.NewFlagSet("yonder-net-node", pflag.ContinueOnError)
 	var o daemon.Options
 	var attach string
-	var cleanup bool
+	var cleanup, useAPI bool
+	var kubeconfig string
+	var resync time.Duration
 	fs.StringVar(&o.Node, "node", os.Getenv("NODE_NAME"), "this node's name")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/yonder-net", "directory holding the private key (0600)")
 	fs.StringVar(&o.InputFile, "input", "/run/yonder-net/plan.yaml", "the node's view of the route plan, re-read when it changes")
@@ -53,6 +63,9 @@ func run(args []string) error {
 	fs.StringVar(&o.DebugAddr, "debug-addr", "127.0.0.1:9870", "metrics (/metrics) and state dump (/debug)")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "", "write a CNI conflist (bridge + host-local) for the node's pod CIDRs here")
 	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
+	fs.BoolVar(&useAPI, "api", os.Getenv("KUBERNETES_SERVICE_HOST") != "", "publish the NodeNetwork and read the route plan from the API (else --input is written by someone else)")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --api (default: in-cluster)")
+	fs.DurationVar(&resync, "api-resync", 5*time.Second, "how often the plan is read from the API")
 	if len(args) > 0 && args[0] == "debug" {
 		return debug(args[1:])
 	}
@@ -70,11 +83,45 @@ func run(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
+	if useAPI || kubeconfig != "" {
+		c, err := apiClient(kubeconfig)
+		if err != nil {
+			return err
+		}
+		s := &apisync.Syncer{Client: c, Node: o.Node, InputFile: o.InputFile, Spec: d.Publication, Interval: resync, Log: o.Log,
+			State: func() apisync.DaemonState {
+				ok, msg := d.Applied()
+				return apisync.DaemonState{Applied: ok, Message: msg, Gateway: ok}
+			}}
+		go func() { _ = s.Run(ctx) }()
+	}
 	err = d.Run(ctx)
 	if cerr := d.Close(cleanup); cerr != nil {
 		o.Log.Error("Closing dataplane", "err", cerr)
 	}
 	return err
+}
+
+func apiClient(kubeconfig string) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("failed to build scheme: %w", err)
+	}
+	if err := netv1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("failed to build scheme: %w", err)
+	}
+	cfg, err := ctrlconfig.GetConfig()
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to load API configuration: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create API client: %w", err)
+	}
+	return c, nil
 }
 
 func debug(args []string) error {

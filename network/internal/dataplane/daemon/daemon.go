@@ -371,6 +371,13 @@ func readInput(path string) (*engine.Input, error) {
 	return in, nil
 }
 
+// Applied reports whether the last plan was applied, and the last error.
+func (d *Daemon) Applied() (bool, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.applied > 0 && d.lastErr == "", d.lastErr
+}
+
 // Status returns the daemon's state.
 func (d *Daemon) Status() Status {
 	d.mu.Lock()

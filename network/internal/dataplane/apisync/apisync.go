@@ -1,0 +1,209 @@
+// Package apisync connects yonder-net-node to the API: it publishes the node's NodeNetwork (public key,
+// endpoints, ports, protocols, underlay MTU; never the private key), reads the node's view of the route plan
+// (its Node, its Site's RoutePlan, the PeerSlices it needs) into the daemon's input file, and reports the
+// daemon's state in NodeNetwork.status. Writes happen only when something differs.
+package apisync
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+)
+
+// DaemonState is what the daemon reports for the status.
+type DaemonState struct {
+	// Applied is true when the last plan was applied without error.
+	Applied bool
+	Message string
+	// Gateway is true when forwarding works on a gateway candidate (the daemon's own view).
+	Gateway bool
+}
+
+// Syncer runs the API side of the daemon.
+type Syncer struct {
+	Client    client.Client
+	Node      string
+	InputFile string
+	Spec      func() (netv1.NodeNetworkSpec, error)
+	State     func() DaemonState
+	Interval  time.Duration
+	Log       *slog.Logger
+
+	// Writes counts API writes (create/update/status), for tests.
+	Writes int
+	lastIn []byte
+}
+
+// Run syncs every Interval until ctx ends.
+func (s *Syncer) Run(ctx context.Context) error {
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if err := s.SyncOnce(ctx); err != nil {
+			s.Log.Error("Syncing with the API", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// SyncOnce publishes, reads the plan and reports status once.
+func (s *Syncer) SyncOnce(ctx context.Context) error {
+	node := &corev1.Node{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Name: s.Node}, node); err != nil {
+		return fmt.Errorf("failed to get Node %s: %w", s.Node, err)
+	}
+	nn, err := s.publish(ctx, node)
+	if err != nil {
+		return err
+	}
+	site := node.Labels[netv1.SiteLabel]
+	podCIDRs := node.Spec.PodCIDRs
+	if len(podCIDRs) == 0 && node.Spec.PodCIDR != "" {
+		podCIDRs = []string{node.Spec.PodCIDR}
+	}
+	if site == "" || len(podCIDRs) == 0 {
+		return nil // the controller has not assigned the node yet
+	}
+	plan := &netv1.RoutePlan{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Name: site}, plan); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	in := engine.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
+	slices, err := s.slices(ctx, client.MatchingLabels{netv1.SiteLabel: site})
+	if err != nil {
+		return err
+	}
+	in.Slices = append(in.Slices, slices...)
+	for _, l := range plan.Spec.Links {
+		sel := client.MatchingLabels{netv1.SiteLabel: l.Site}
+		if l.Mode == netv1.LinkModeGateway && !l.RemoteSelfGateway {
+			sel[netv1.SliceRoleLabel] = "gateways"
+		}
+		more, err := s.slices(ctx, sel)
+		if err != nil {
+			return err
+		}
+		in.Slices = append(in.Slices, more...)
+	}
+	b, err := yaml.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("failed to encode input: %w", err)
+	}
+	if !bytes.Equal(b, s.lastIn) {
+		if err := os.WriteFile(s.InputFile+".tmp", b, 0o644); err != nil {
+			return fmt.Errorf("failed to write input: %w", err)
+		}
+		if err := os.Rename(s.InputFile+".tmp", s.InputFile); err != nil {
+			return fmt.Errorf("failed to write input: %w", err)
+		}
+		s.lastIn = b
+	}
+	return s.status(ctx, nn, plan.Generation, isCandidate(in))
+}
+
+func isCandidate(in engine.Input) bool {
+	for _, sl := range in.Slices {
+		if sl.Site != in.Site {
+			continue
+		}
+		for _, p := range sl.Peers {
+			if p.Node == in.Node && p.Gateway != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *Syncer) slices(ctx context.Context, sel client.MatchingLabels) ([]netv1.PeerSliceSpec, error) {
+	l := &netv1.PeerSliceList{}
+	if err := s.Client.List(ctx, l, sel); err != nil {
+		return nil, fmt.Errorf("failed to list PeerSlices %v: %w", sel, err)
+	}
+	out := make([]netv1.PeerSliceSpec, 0, len(l.Items))
+	for _, it := range l.Items {
+		out = append(out, it.Spec)
+	}
+	return out, nil
+}
+
+func (s *Syncer) publish(ctx context.Context, node *corev1.Node) (*netv1.NodeNetwork, error) {
+	spec, err := s.Spec()
+	if err != nil {
+		return nil, err
+	}
+	nn := &netv1.NodeNetwork{}
+	err = s.Client.Get(ctx, client.ObjectKey{Name: s.Node}, nn)
+	if apierrors.IsNotFound(err) {
+		nn = &netv1.NodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.Node,
+			// Deleted with its Node.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}},
+			Spec: spec}
+		if err := s.Client.Create(ctx, nn); err != nil {
+			return nil, fmt.Errorf("failed to create NodeNetwork %s: %w", s.Node, err)
+		}
+		s.Writes++
+		s.Log.Info("Published NodeNetwork", "NodeNetwork", s.Node, "publicKey", spec.PublicKey)
+		return nn, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to get NodeNetwork %s: %w", s.Node, err)
+	}
+	if reflect.DeepEqual(nn.Spec, spec) {
+		return nn, nil
+	}
+	s.Log.Info("Updating NodeNetwork", "NodeNetwork", s.Node, "publicKey", spec.PublicKey)
+	nn.Spec = spec
+	if err := s.Client.Update(ctx, nn); err != nil {
+		return nil, fmt.Errorf("failed to update NodeNetwork %s: %w", s.Node, err)
+	}
+	s.Writes++
+	return nn, nil
+}
+
+func (s *Syncer) status(ctx context.Context, nn *netv1.NodeNetwork, planGen int64, candidate bool) error {
+	st := s.State()
+	next := nn.DeepCopy()
+	ready := metav1.Condition{Type: netv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: netv1.ReadyReason, ObservedGeneration: nn.Generation}
+	if !st.Applied {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "PlanNotApplied", st.Message
+	} else {
+		next.Status.ObservedPlanGeneration = planGen
+	}
+	meta.SetStatusCondition(&next.Status.Conditions, ready)
+	if candidate {
+		gw := metav1.Condition{Type: netv1.NodeNetworkGatewayReadyCondition, Status: metav1.ConditionTrue, Reason: netv1.ReadyReason, ObservedGeneration: nn.Generation}
+		if !st.Gateway {
+			gw.Status, gw.Reason, gw.Message = metav1.ConditionFalse, "ForwardingNotReady", "The dataplane cannot forward for other nodes: see yonder-net-node debug"
+		}
+		meta.SetStatusCondition(&next.Status.Conditions, gw)
+	} else {
+		meta.RemoveStatusCondition(&next.Status.Conditions, netv1.NodeNetworkGatewayReadyCondition)
+	}
+	if reflect.DeepEqual(next.Status, nn.Status) {
+		return nil
+	}
+	if err := s.Client.Status().Patch(ctx, next, client.MergeFrom(nn)); err != nil {
+		return fmt.Errorf("failed to update NodeNetwork %s status: %w", s.Node, err)
+	}
+	s.Writes++
+	return nil
+}

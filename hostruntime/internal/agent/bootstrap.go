@@ -277,7 +277,7 @@ func (r *run) host(ctx context.Context) (string, error) {
 		}
 	}
 	for i, c := range r.cfg.PreCommands {
-		out, err := exec.CommandContext(ctx, "/bin/sh", "-c", c).CombinedOutput() //nolint:gosec // operator-supplied commands are the point
+		out, err := exec.CommandContext(ctx, "/bin/sh", "-c", c).CombinedOutput()
 		if err != nil {
 			return "", withHint(fmt.Errorf("preCommands[%d] failed: %s: %w", i, tail(out), err), "fix the command; it runs again on the next bootstrap")
 		}
@@ -445,9 +445,10 @@ func (r *run) detectGPU() (*gpu.Result, error) {
 	case mode == agentv1.GPUModeAMD && res.Count("amd") == 0:
 		return nil, withHint(errors.New("gpu.mode is AMD but no AMD GPU (PCI vendor 0x1002) is on this host"), "use gpu.mode Auto or None, or check the GPU is visible in lspci")
 	}
-	if mode == agentv1.GPUModeAMD {
+	switch mode {
+	case agentv1.GPUModeAMD:
 		res = filterVendor(res, "amd")
-	} else if mode == agentv1.GPUModeNVIDIA {
+	case agentv1.GPUModeNVIDIA:
 		res = filterVendor(res, "nvidia")
 	}
 	return res, nil
@@ -567,12 +568,12 @@ func (r *run) join(ctx context.Context) (string, error) {
 	if err != nil {
 		switch {
 		case node == nil:
-			return "", withHint(fmt.Errorf("Node %s was not registered within %s", r.cfg.NodeName, r.o.ReadyTimeout), hint)
+			return "", withHint(fmt.Errorf("node %s was not registered within %s", r.cfg.NodeName, r.o.ReadyTimeout), hint)
 		case !cniWritten:
-			return "", withHint(fmt.Errorf("Node %s has no spec.podCIDR, so no CNI config was written", r.cfg.NodeName),
+			return "", withHint(fmt.Errorf("node %s has no spec.podCIDR, so no CNI config was written", r.cfg.NodeName),
 				"enable --allocate-node-cidrs on kube-controller-manager, or pass --pod-cidr to yonder-agent")
 		default:
-			return "", withHint(fmt.Errorf("Node %s did not become Ready within %s: %s", r.cfg.NodeName, r.o.ReadyTimeout, readyMessage(node)), hint)
+			return "", withHint(fmt.Errorf("node %s did not become Ready within %s: %s", r.cfg.NodeName, r.o.ReadyTimeout, readyMessage(node)), hint)
 		}
 	}
 	r.log.Info("Node is Ready", "node", node.Name, "providerID", node.Spec.ProviderID)
@@ -645,7 +646,7 @@ func readyMessage(n *corev1.Node) string {
 func (r *run) sentinel(ctx context.Context) (string, error) {
 	if prev := r.st.Phases[PhaseSentinel]; prev == nil || prev.Inputs != "post-done" {
 		for i, c := range r.cfg.PostCommands {
-			out, err := exec.CommandContext(ctx, "/bin/sh", "-c", c).CombinedOutput() //nolint:gosec // operator-supplied commands
+			out, err := exec.CommandContext(ctx, "/bin/sh", "-c", c).CombinedOutput()
 			if err != nil {
 				return "", withHint(fmt.Errorf("postCommands[%d] failed: %s: %w", i, tail(out), err), "fix the command; it runs again on the next bootstrap")
 			}
@@ -687,7 +688,7 @@ func (w *writer) file(path, content string, mode os.FileMode) {
 		return
 	}
 	tmp := p + ".yonder-tmp"
-	if err := os.WriteFile(tmp, []byte(content), mode); err != nil {
+	if err := os.WriteFile(tmp, []byte(content), mode); err != nil { //nolint:gosec // paths are the machine's tree joined with our own constants
 		w.err = fmt.Errorf("failed to write %s: %w", p, err)
 		return
 	}
@@ -769,7 +770,7 @@ func (w *writer) untarOnce(src, dir string) {
 		w.err = err
 		return
 	}
-	if out, err := exec.Command("tar", "-xzf", src, "-C", d).CombinedOutput(); err != nil { //nolint:gosec // paths are ours
+	if out, err := exec.Command("tar", "-xzf", src, "-C", d).CombinedOutput(); err != nil {
 		w.err = fmt.Errorf("failed to unpack %s into %s: %s: %w", src, dir, tail(out), err)
 		return
 	}
@@ -823,7 +824,7 @@ func writeHostFile(f agentv1.File) error {
 		return fmt.Errorf("failed to write %s: %w", f.Path, err)
 	}
 	if f.Owner != "" && f.Owner != "root:root" && f.Owner != "root" {
-		if out, err := exec.Command("chown", f.Owner, f.Path).CombinedOutput(); err != nil { //nolint:gosec // operator-requested owner
+		if out, err := exec.Command("chown", f.Owner, f.Path).CombinedOutput(); err != nil {
 			return fmt.Errorf("failed to chown %s to %s: %s: %w", f.Path, f.Owner, tail(out), err)
 		}
 	}

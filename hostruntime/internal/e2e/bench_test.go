@@ -119,4 +119,3 @@ func bareMachineBoot(b *testing.B, archive, name, dir string) time.Duration {
 	}
 	return time.Since(start)
 }
-

@@ -135,7 +135,7 @@ func (r *Result) Labels() map[string]string {
 }
 
 func readTrim(p string) string {
-	b, err := os.ReadFile(p)
+	b, err := os.ReadFile(p) //nolint:gosec // sysfs attribute under the configured root
 	if err != nil {
 		return ""
 	}

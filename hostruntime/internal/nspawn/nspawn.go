@@ -152,7 +152,7 @@ func (c Config) Start(ctx context.Context, cgroupProcs []string) (pid int, unit 
 	}
 	script.WriteString(`exec "$@"`)
 	argv := append([]string{"-c", script.String(), "sh", bin}, c.Args(false)...)
-	cmd := exec.Command("/bin/sh", argv...) //nolint:gosec // fixed shell, arguments are ours
+	cmd := exec.Command("/bin/sh", argv...)
 	cmd.Env = append(os.Environ(), Env...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -228,7 +228,7 @@ func (c Config) Stop(ctx context.Context, unit string, grace time.Duration) erro
 // Exec runs a command inside the running machine (nsenter into its init's namespaces).
 func Exec(ctx context.Context, leader int, argv ...string) ([]byte, error) {
 	args := append([]string{"--target", strconv.Itoa(leader), "--mount", "--uts", "--ipc", "--pid", "--net", "--"}, argv...)
-	return exec.CommandContext(ctx, "nsenter", args...).CombinedOutput() //nolint:gosec // argv is ours
+	return exec.CommandContext(ctx, "nsenter", args...).CombinedOutput()
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

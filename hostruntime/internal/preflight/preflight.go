@@ -180,7 +180,7 @@ func utsString(b []int8) string {
 		if c == 0 {
 			break
 		}
-		out = append(out, byte(c))
+		out = append(out, byte(c)) //nolint:gosec // utsname bytes are ASCII
 	}
 	return string(out)
 }

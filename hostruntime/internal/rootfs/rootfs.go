@@ -85,7 +85,7 @@ func Debootstrap(ctx context.Context, archive, suite, packages, mirror string, l
 	}
 	tree := archive + ".tree"
 	_ = os.RemoveAll(tree)
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include="+packages, suite, tree, mirror) //nolint:gosec // arguments are ours
+	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include="+packages, suite, tree, mirror)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		_ = os.RemoveAll(tree)
@@ -94,7 +94,7 @@ func Debootstrap(ctx context.Context, archive, suite, packages, mirror string, l
 	defer func() { _ = os.RemoveAll(tree) }()
 	tmp := archive + ".partial"
 	pack := fmt.Sprintf("tar -C %s --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o %s", tree, tmp)
-	if out, err := exec.CommandContext(ctx, "sh", "-c", pack).CombinedOutput(); err != nil { //nolint:gosec // paths are ours
+	if out, err := exec.CommandContext(ctx, "sh", "-c", pack).CombinedOutput(); err != nil {
 		return fmt.Errorf("failed to pack the debootstrap rootfs: %s: %w", lastLines(out), err)
 	}
 	return os.Rename(tmp, archive)
@@ -108,7 +108,7 @@ func HostMirror(aptDir string) string {
 	more, _ := filepath.Glob(filepath.Join(aptDir, "sources.list.d", "*.list"))
 	files = append(append(files, more...), filepath.Join(aptDir, "sources.list"))
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := os.ReadFile(f) //nolint:gosec // apt source lists
 		if err != nil {
 			continue
 		}
@@ -120,7 +120,7 @@ func HostMirror(aptDir string) string {
 }
 
 func compression(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := os.Open(path) //nolint:gosec // the verified rootfs archive
 	if err != nil {
 		return "", fmt.Errorf("failed to open rootfs archive: %w", err)
 	}

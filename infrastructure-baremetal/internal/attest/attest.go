@@ -346,6 +346,17 @@ func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPubl
 	return nil
 }
 
+// samePinnedEK compares a pinned EK public area with a session's EK by key.
+func samePinnedEK(pinned []byte, ek *tpm2.TPMTPublic) bool {
+	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pinned)
+	if err != nil {
+		return false
+	}
+	a, errA := tpm2.Pub(*p)
+	b, errB := tpm2.Pub(*ek)
+	return errA == nil && errB == nil && equalKeys(a, b)
+}
+
 func equalKeys(a, b crypto.PublicKey) bool {
 	ka, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && ka.Equal(b)
@@ -411,6 +422,9 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.Ve
 			return nil, fmt.Errorf("failed to enrol host %s: %w", host, err)
 		}
 		reason = ReasonEnrolled
+	} else if !samePinnedEK(enr.EKPublic, &sess.ekPub) {
+		// Another TPM enrolled the host while this session was open (two first boots racing on one ticket).
+		return nil, s.fail(ctx, host, refuse(403, wire.ReasonEKMismatch, "the host was enrolled with a different TPM during this session"))
 	} else if changed := changedPCRs(enr.PCRs, values, s.cfg.PCRs); len(changed) > 0 {
 		return nil, s.fail(ctx, host, refuse(403, wire.ReasonPCRMismatch,
 			"PCRs %v differ from the values recorded at enrolment: the firmware, boot loader or their configuration changed", changed))

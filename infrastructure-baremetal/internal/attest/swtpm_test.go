@@ -218,3 +218,25 @@ func TestAttestationWithSwtpm(t *testing.T) {
 		g.Expect(refusal(err)).To(Equal(wire.ReasonEKCertificateUntrusted))
 	})
 }
+
+// TestRacingFirstBootsOnOneTicket: two TPMs start sessions with the same ticket before the host is enrolled;
+// the first to verify enrols, the second is refused as a different TPM.
+func TestRacingFirstBootsOnOneTicket(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tpmA, tpmB := startTPM(t), startTPM(t)
+	e := newEnv(t, attest.Config{})
+	ticket := e.svc.IssueTicket(host)
+	chA, err := e.client.Start(ctx, ticket, tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	chB, err := e.client.Start(ctx, ticket, tpmB.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	ansA, err := wire.Answer(tpmA.keys, chA)
+	g.Expect(err).NotTo(HaveOccurred())
+	ansB, err := wire.Answer(tpmB.keys, chB)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.client.Verify(ctx, ansA)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.client.Verify(ctx, ansB)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
+}

@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 func TestPublishAndReadPlan(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	c := env.Client
+	// A direct client: the manager's cached one could read back stale objects.
+	c, err := client.New(env.Config, client.Options{Scheme: env.GetScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dp-n1", Labels: map[string]string{netv1.SiteLabel: "dps1"}},
 		Spec: corev1.NodeSpec{PodCIDR: "10.61.1.0/24", PodCIDRs: []string{"10.61.1.0/24"}}}
 	g.Expect(c.Create(ctx, node)).To(Succeed())

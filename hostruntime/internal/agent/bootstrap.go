@@ -105,7 +105,7 @@ type run struct {
 
 // LoadConfig reads and validates the AgentConfig.
 func LoadConfig(path string) (*agentv1.AgentConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the AgentConfig %s (the bootstrap data writes it; pass --config): %w", path, err)
 	}
@@ -678,7 +678,7 @@ func (w *writer) file(path, content string, mode os.FileMode) {
 		return
 	}
 	p := filepath.Join(w.root, path)
-	if cur, err := os.ReadFile(p); err == nil && bytes.Equal(cur, []byte(content)) {
+	if cur, err := os.ReadFile(p); err == nil && bytes.Equal(cur, []byte(content)) { //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 		if st, err := os.Stat(p); err == nil && st.Mode().Perm() == mode {
 			return
 		}
@@ -720,14 +720,14 @@ func (w *writer) copyVerified(src, path string, mode os.FileMode) {
 		w.err = err
 		return
 	}
-	in, err := os.Open(src)
+	in, err := os.Open(src) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 	if err != nil {
 		w.err = err
 		return
 	}
 	defer func() { _ = in.Close() }()
 	tmp := p + ".yonder-tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 	if err != nil {
 		w.err = err
 		return
@@ -850,7 +850,7 @@ func waitFor(ctx context.Context, every time.Duration, cond func() (bool, error)
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-func readFile(p string) []byte { b, _ := os.ReadFile(p); return b }
+func readFile(p string) []byte { b, _ := os.ReadFile(p); return b } //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 
 func tail(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")

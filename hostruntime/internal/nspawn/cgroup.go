@@ -92,7 +92,7 @@ func (c Cgroups) Create() ([]string, error) {
 			if err != nil {
 				continue
 			}
-			cur, _ := os.ReadFile(filepath.Join(p, f))
+			cur, _ := os.ReadFile(filepath.Join(p, f)) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 			if strings.TrimSpace(string(cur)) == "" {
 				if err := os.WriteFile(filepath.Join(p, f), parent, 0o644); err != nil { //nolint:gosec // cgroup control file
 					return nil, fmt.Errorf("failed to initialise %s/%s: %w", p, f, err)
@@ -116,7 +116,7 @@ func (c Cgroups) Procs() ([]int, error) {
 			if err != nil || !d.IsDir() {
 				return nil
 			}
-			data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+			data, err := os.ReadFile(filepath.Join(path, "cgroup.procs")) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 			if err != nil {
 				return nil
 			}

@@ -96,7 +96,7 @@ func Run(in Input) *Report {
 	if mi == "" {
 		mi = "/proc/self/mountinfo"
 	}
-	if data, err := os.ReadFile(mi); err != nil {
+	if data, err := os.ReadFile(mi); err != nil { //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 		r.add("cgroups", Fail, "cannot read "+mi+": "+err.Error(), "mount /proc")
 	} else {
 		v1 := strings.Count(string(data), " - cgroup ")

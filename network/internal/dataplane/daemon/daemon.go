@@ -349,6 +349,14 @@ func (d *Daemon) reconcile() {
 			}
 		}
 	}
+	iv, th := time.Duration(in.Plan.HealthProbe.IntervalMilliseconds)*time.Millisecond, int(in.Plan.HealthProbe.FailureThreshold)
+	if iv <= 0 {
+		iv = 200 * time.Millisecond
+	}
+	if th <= 0 {
+		th = 3
+	}
+	d.prober.SetTiming(iv, th)
 	d.prober.SetTargets(targets)
 }
 

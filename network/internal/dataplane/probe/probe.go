@@ -40,6 +40,7 @@ type Prober struct {
 	onChange  func(key string, up bool)
 
 	mu      sync.Mutex
+	retime  chan time.Duration
 	targets map[string]Target
 	state   map[string]*PeerState
 	seq     uint32
@@ -54,7 +55,7 @@ func Listen(port int, interval time.Duration, threshold int, onChange func(key s
 	if threshold < 1 {
 		threshold = 1
 	}
-	return &Prober{conn: c, interval: interval, threshold: threshold, onChange: onChange,
+	return &Prober{conn: c, interval: interval, threshold: threshold, onChange: onChange, retime: make(chan time.Duration, 1),
 		targets: map[string]Target{}, state: map[string]*PeerState{}}, nil
 }
 
@@ -78,6 +79,23 @@ func (p *Prober) SetTargets(ts []Target) {
 	p.targets = next
 }
 
+// SetTiming changes the probe interval and failure threshold (from the Site's healthProbe settings).
+func (p *Prober) SetTiming(interval time.Duration, threshold int) {
+	if threshold < 1 {
+		threshold = 1
+	}
+	p.mu.Lock()
+	changed := p.interval != interval
+	p.interval, p.threshold = interval, threshold
+	p.mu.Unlock()
+	if changed {
+		select {
+		case p.retime <- interval:
+		default:
+		}
+	}
+}
+
 // States returns a copy of every target's state.
 func (p *Prober) States() map[string]PeerState {
 	p.mu.Lock()
@@ -99,6 +117,8 @@ func (p *Prober) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case iv := <-p.retime:
+			t.Reset(iv)
 		case now := <-t.C:
 			p.tick(now)
 		}
@@ -122,7 +142,7 @@ func (p *Prober) tick(now time.Time) {
 		binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano()))
 		_, _ = p.conn.WriteToUDPAddrPort(b, t.Addr)
 		s.Sent++
-		if s.Up && now.Sub(s.lastSeen) > time.Duration(p.threshold)*p.interval {
+		if s.Up && now.Sub(s.lastSeen) > time.Duration(p.threshold)*p.interval+p.interval/2 {
 			s.Up = false
 			s.Changes++
 			changes = append(changes, change{k, false})

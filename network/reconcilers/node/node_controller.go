@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +37,9 @@ import (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
+	// Nodes, when set, is the manager's Node informer store: allocation scans it in place instead of
+	// listing (a List copies every Node; with thousands joining at once that dominated the CPU).
+	Nodes toolscache.Store
 
 	// mu serialises allocations: two workers must not hand out the same block.
 	mu sync.Mutex
@@ -50,13 +54,24 @@ type Reconciler struct {
 func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
 
 // SetupWithManager registers the reconciler.
-func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	r.reserved = map[string]string{}
+	if r.Nodes == nil {
+		inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+		if err != nil {
+			return fmt.Errorf("failed to get the Node informer: %w", err)
+		}
+		// The controller-runtime informer is client-go's shared informer; its store is read in place.
+		if si, ok := inf.(toolscache.SharedIndexInformer); ok {
+			r.Nodes = si.GetStore()
+		}
+	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("network-node").
 		For(&corev1.Node{}, builder.WithPredicates(nodeChanged())).
 		// A Site change can move any Node; a deleted Node frees a block a waiting Node may take.
-		Watches(&netv1.Site{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
+		// Only spec changes: status patches of Sites (the route plan reconciler's) must not wake every Node.
+		Watches(&netv1.Site{}, handler.EnqueueRequestsFromMapFunc(r.allNodes), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, handler.Funcs{DeleteFunc: r.waitingNodes}).
 		WithOptions(opts).
 		Complete(r)
@@ -200,19 +215,18 @@ func (r *Reconciler) allocate(ctx context.Context, site *netv1.Site, node string
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse pod CIDR pools of Site %s: %w", site.Name, err)
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("failed to list Nodes: %w", err)
+	nodes, err := r.listNodes(ctx)
+	if err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	exists := map[string]bool{}
-	for i := range nodes.Items {
-		exists[nodes.Items[i].Name] = true
-		cidrs := nodes.Items[i].Spec.PodCIDRs
-		if len(cidrs) > 0 {
-			seen[nodes.Items[i].Name] = true
+	seen := make(map[string]bool, len(nodes))
+	exists := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		exists[n.Name] = true
+		if len(n.Spec.PodCIDRs) > 0 {
+			seen[n.Name] = true
 		}
-		for _, c := range cidrs {
+		for _, c := range n.Spec.PodCIDRs {
 			alloc.MarkUsed(c)
 		}
 	}
@@ -235,6 +249,30 @@ func (r *Reconciler) allocate(ctx context.Context, site *netv1.Site, node string
 		r.reserved[c] = node
 	}
 	return cidrs, nil
+}
+
+// listNodes returns every cached Node, read-only: from the informer store when available, else a List
+// without deep copies.
+func (r *Reconciler) listNodes(ctx context.Context) ([]*corev1.Node, error) {
+	if r.Nodes != nil {
+		items := r.Nodes.List()
+		out := make([]*corev1.Node, 0, len(items))
+		for _, o := range items {
+			if n, ok := o.(*corev1.Node); ok {
+				out = append(out, n)
+			}
+		}
+		return out, nil
+	}
+	list := &corev1.NodeList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("failed to list Nodes: %w", err)
+	}
+	out := make([]*corev1.Node, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
 }
 
 func internalIPs(n *corev1.Node) []netip.Addr {

@@ -168,7 +168,9 @@ func TestConcurrentAllocationsAreDistinct(t *testing.T) {
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"loc": "burst"}},
 		PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.70.0.0/16"}},
 	}})).To(Succeed())
-	testenv.Start(t, env, setup.Options{NodeConcurrency: 8})
+	c := testenv.Start(t, env, setup.Options{NodeConcurrency: 8})
+	// Allocation scans the informer's store in place (no List copies).
+	g.Expect(c.Node.Nodes).NotTo(BeNil())
 	const count = 60
 	for i := range count {
 		g.Expect(env.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i), Labels: map[string]string{"loc": "burst"}}})).To(Succeed())

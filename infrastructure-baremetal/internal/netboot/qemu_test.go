@@ -77,6 +77,10 @@ func startVMLab(t *testing.T, cfg netboot.Config) *vmLab {
 	n := labnet.NewForTest(t)
 	l := &vmLab{n: n, tap: fmt.Sprintf("yq%dt0", n.Slot), mac: net.HardwareAddr{0x52, 0x54, 0x00, 0x7e, byte(n.Slot), 0x01},
 		reg: prometheus.NewRegistry()}
+	// This process holds the slot's lock, so a tap of that name is a leftover of a crashed earlier holder.
+	if labnet.LinkExists(l.tap) {
+		_ = exec.Command("ip", "link", "del", l.tap).Run()
+	}
 	for _, args := range [][]string{{"tuntap", "add", "dev", l.tap, "mode", "tap"}, {"link", "set", l.tap, "master", n.Bridge}, {"link", "set", l.tap, "up"}} {
 		out, err := exec.Command("ip", args...).CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), string(out))

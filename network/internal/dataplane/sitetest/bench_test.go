@@ -1,0 +1,126 @@
+package sitetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
+)
+
+type iperfResult struct {
+	End struct {
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+		CPU struct {
+			HostTotal   float64 `json:"host_total"`
+			RemoteTotal float64 `json:"remote_total"`
+		} `json:"cpu_utilization_percent"`
+	} `json:"end"`
+}
+
+// iperf runs one single-stream TCP iperf3 test from client namespace to server namespace's address.
+// It returns Gbit/s and the CPU percent (sender + receiver) per Gbit/s.
+func iperf(b *testing.B, lab *topo.Lab, client, server, addr string, port int) (float64, float64) {
+	b.Helper()
+	srv := topo.In(server, "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	var out string
+	var err error
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err = lab.Exec(client, "iperf3", "-c", addr, "-p", strconv.Itoa(port), "-t", "2", "-J")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		// The server may not listen yet: retry on a fresh connection.
+		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // benchmark setup, not a test assertion
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r iperfResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		b.Fatalf("failed to parse iperf3 output: %v", err)
+	}
+	gbps := r.End.SumReceived.BitsPerSecond / 1e9
+	return gbps, (r.End.CPU.HostTotal + r.End.CPU.RemoteTotal) / gbps
+}
+
+var rttRe = regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`)
+
+// rtt is the average ping round trip in microseconds.
+func rtt(b *testing.B, lab *topo.Lab, client, addr string) float64 {
+	b.Helper()
+	out, err := lab.Exec(client, "ping", "-q", "-c", "50", "-i", "0.01", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := rttRe.FindStringSubmatch(out)
+	if m == nil {
+		b.Fatalf("failed to parse ping output: %s", out)
+	}
+	ms, _ := strconv.ParseFloat(m[1], 64)
+	return ms * 1000
+}
+
+// BenchmarkDataplaneThroughput measures single-stream iperf3 throughput and ping latency over plain veth
+// (baseline), over the VXLAN path (pod → node → eBPF → VXLAN → node → pod, inside a Site) and over the
+// WireGuard path (pod → gateway → VXLAN inside WireGuard → gateway → pod, between Sites), in the same run.
+func BenchmarkDataplaneThroughput(b *testing.B) {
+	s := NewSites(b, netv1.ProtocolWireGuard)
+	lab := s.Lab
+	v1, v2 := lab.AddNS("v1"), lab.AddNS("v2")
+	lab.MustIP(v1, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v2)
+	lab.MustIP(v1, "addr", "add", "10.99.0.1/24", "dev", "eth0")
+	lab.MustIP(v2, "addr", "add", "10.99.0.2/24", "dev", "eth0")
+	lab.MustIP(v1, "link", "set", "eth0", "up")
+	lab.MustIP(v2, "link", "set", "eth0", "up")
+	a1, ga1, gb1 := s.Nodes["a1"], s.Nodes["ga1"], s.Nodes["gb1"]
+	// Wait for both paths.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, p := range [][2]*Node{{a1, ga1}, {ga1, gb1}} {
+		for {
+			if _, err := lab.Exec(p[0].Pod, "ping", "-c", "1", "-W", "1", p[1].PodIP.String()); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("no path %s → %s", p[0].Name, p[1].Name)
+			}
+		}
+	}
+	var veth, vx, wg, vethCPU, vxCPU, wgCPU, vethRTT, vxRTT, wgRTT float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g, c := iperf(b, lab, v1, v2, "10.99.0.2", 5201)
+		veth, vethCPU = veth+g, vethCPU+c
+		g, c = iperf(b, lab, a1.Pod, ga1.Pod, ga1.PodIP.String(), 5201)
+		vx, vxCPU = vx+g, vxCPU+c
+		g, c = iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		wg, wgCPU = wg+g, wgCPU+c
+		vethRTT += rtt(b, lab, v1, "10.99.0.2")
+		vxRTT += rtt(b, lab, a1.Pod, ga1.PodIP.String())
+		wgRTT += rtt(b, lab, ga1.Pod, gb1.PodIP.String())
+	}
+	n := float64(b.N)
+	b.ReportMetric(veth/n, "veth-Gbit/s")
+	b.ReportMetric(vx/n, "vxlan-Gbit/s")
+	b.ReportMetric(wg/n, "wireguard-Gbit/s")
+	b.ReportMetric(vx/veth, "vxlan-x-veth")
+	b.ReportMetric(wg/veth, "wireguard-x-veth")
+	b.ReportMetric((vxRTT-vethRTT)/n, "vxlan-added-µs")
+	b.ReportMetric((wgRTT-vethRTT)/n, "wireguard-added-µs")
+	b.ReportMetric(vethCPU/n, "veth-cpu%/Gbit")
+	b.ReportMetric(vxCPU/n, "vxlan-cpu%/Gbit")
+	b.ReportMetric(wgCPU/n, "wireguard-cpu%/Gbit")
+	st, _ := s.Debug(ga1)
+	fmt.Printf("wireguard device on ga1: %s\n", st.WireGuard.Kind)
+}

@@ -117,7 +117,8 @@ int pod_egress(struct __sk_buff *skb)
 	if (best < 0 || best >= MAX_BACKENDS)
 		return TC_ACT_OK;
 	struct backend *b = &g->b[best];
-	if (skb->len - sizeof(struct ethhdr) > b->mtu) {
+	// GSO packets are segmented to their (clamped) MSS on the tunnel device: only single packets are checked.
+	if (skb->gso_segs <= 1 && skb->len - sizeof(struct ethhdr) > b->mtu) {
 		count(3);
 		return TC_ACT_OK;
 	}

@@ -108,7 +108,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 		return fmt.Errorf("failed to encode input: %w", err)
 	}
 	if !bytes.Equal(b, s.lastIn) {
-		if err := os.WriteFile(s.InputFile+".tmp", b, 0o644); err != nil {
+		if err := os.WriteFile(s.InputFile+".tmp", b, 0o600); err != nil {
 			return fmt.Errorf("failed to write input: %w", err)
 		}
 		if err := os.Rename(s.InputFile+".tmp", s.InputFile); err != nil {

@@ -203,7 +203,7 @@ func prefixKey(p netip.Prefix) (egressPrefixKey, error) {
 		return egressPrefixKey{}, fmt.Errorf("failed to encode prefix %s: only IPv4 prefixes are handled by the eBPF path", p)
 	}
 	a := p.Masked().Addr().As4()
-	return egressPrefixKey{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}, nil
+	return egressPrefixKey{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}, nil //nolint:gosec // 0..32
 }
 
 func groupValue(bs []Backend) (egressGroup, error) {
@@ -211,10 +211,10 @@ func groupValue(bs []Backend) (egressGroup, error) {
 	if len(bs) > MaxBackends {
 		return g, fmt.Errorf("failed to encode group: %d members, at most %d", len(bs), MaxBackends)
 	}
-	g.Count = uint32(len(bs))
+	g.Count = uint32(len(bs)) //nolint:gosec // at most MaxBackends
 	for i, b := range bs {
 		e := &g.B[i]
-		e.Id, e.Ifindex, e.Mtu = b.ID, uint32(b.Ifindex), uint32(b.MTU)
+		e.Id, e.Ifindex, e.Mtu = b.ID, uint32(b.Ifindex), uint32(b.MTU) //nolint:gosec // kernel ifindex and MTU are non-negative 32-bit values
 		copy(e.Dmac[:], b.DstMAC)
 		copy(e.Smac[:], b.SrcMAC)
 		if b.L3 {

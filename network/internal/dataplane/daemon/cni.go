@@ -30,14 +30,14 @@ func WriteCNIConfig(dir, bridge string, podCIDRs []string, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode CNI config: %w", err)
 	}
-	path := filepath.Join(dir, "10-yonder.conflist")
+	path := filepath.Clean(filepath.Join(dir, "10-yonder.conflist"))
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // CNI config directories are world-readable by convention
 		return fmt.Errorf("failed to create CNI config directory %s: %w", dir, err)
 	}
-	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil { //nolint:gosec // kubelet and the CNI plugins read it; no secrets
 		return fmt.Errorf("failed to write CNI config: %w", err)
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {

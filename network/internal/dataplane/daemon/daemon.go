@@ -142,14 +142,14 @@ func New(opt Options) (*Daemon, error) {
 func (d *Daemon) Publication() (netv1.NodeNetworkSpec, error) {
 	spec := netv1.NodeNetworkSpec{
 		PublicKey: d.key.PublicKey().String(),
-		Ports:     netv1.Ports{WireGuard: int32(d.opt.WGPort), VXLAN: engine.DefaultVXLANPort, Probe: int32(d.opt.ProbePort)},
+		Ports:     netv1.Ports{WireGuard: int32(d.opt.WGPort), VXLAN: engine.DefaultVXLANPort, Probe: int32(d.opt.ProbePort)}, //nolint:gosec // ports fit in 16 bits
 		Protocols: []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN},
 	}
 	l, err := netlink.LinkByName(d.opt.UnderlayDev)
 	if err != nil {
 		return spec, fmt.Errorf("failed to find underlay device %s: %w", d.opt.UnderlayDev, err)
 	}
-	spec.UnderlayMTU = int32(l.Attrs().MTU)
+	spec.UnderlayMTU = int32(l.Attrs().MTU) //nolint:gosec // MTUs fit in 32 bits
 	ep := d.opt.Endpoint
 	if ep == "" {
 		as, err := netlink.AddrList(l, netlink.FAMILY_V4)
@@ -175,7 +175,7 @@ func (d *Daemon) publish() error {
 		return fmt.Errorf("failed to encode publication: %w", err)
 	}
 	tmp := d.opt.PublishFile + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil { //nolint:gosec // public data (public key, endpoints)
 		return fmt.Errorf("failed to write publication: %w", err)
 	}
 	if err := os.Rename(tmp, d.opt.PublishFile); err != nil {
@@ -326,7 +326,7 @@ func (d *Daemon) reconcile() {
 		if h.Via == engine.ViaWireGuard {
 			addr = h.Tunnel
 		}
-		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))})
+		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
 	}
 	// Members currently down stay monitored (they are absent from des.Routes' groups).
 	if in != nil {
@@ -345,7 +345,7 @@ func (d *Daemon) reconcile() {
 				if h.Via == engine.ViaWireGuard {
 					addr = h.Tunnel
 				}
-				targets = append(targets, probe.Target{Key: m, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))})
+				targets = append(targets, probe.Target{Key: m, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
 			}
 		}
 	}
@@ -368,7 +368,7 @@ func firstOr(s []string) string {
 }
 
 func readInput(path string) (*engine.Input, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // the operator-configured input file
 	if err != nil {
 		return nil, fmt.Errorf("failed to read input %s: %w", path, err)
 	}

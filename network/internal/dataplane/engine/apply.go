@@ -59,7 +59,7 @@ func Setup(dev Devices) error {
 	for k, v := range map[string]string{
 		"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
 	} {
-		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil { //nolint:gosec // sysctl files
 			return fmt.Errorf("failed to set sysctl %s: %w", k, err)
 		}
 	}
@@ -251,7 +251,7 @@ func BPFDesired(d Desired, links map[Via]netlink.Link) bpf.Desired {
 		key := strings.Join(r.Members, ",")
 		gid, ok := ids[key]
 		if !ok {
-			gid = uint32(len(ids) + 1)
+			gid = uint32(len(ids) + 1) //nolint:gosec // bounded by the number of routes
 			ids[key] = gid
 			var bs []bpf.Backend
 			for _, m := range r.Members {
@@ -284,9 +284,6 @@ func (a *Applier) syncFDB(l netlink.Link, want map[string]NextHop, via Via) erro
 		if ok && n.IP.Equal(dst.AsSlice()) && !seen[n.HardwareAddr.String()] {
 			seen[n.HardwareAddr.String()] = true
 			continue
-		}
-		if n.HardwareAddr.String() == "00:00:00:00:00:00" && !ok {
-			// all-zero default entry: never created by us
 		}
 		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("failed to delete FDB entry %s on %s: %w", n.HardwareAddr, l.Attrs().Name, err)
@@ -383,7 +380,7 @@ func (a *Applier) syncRoutes(want map[string]*netlink.Route, wgIndex int) error 
 }
 
 func sameRoute(h, w netlink.Route) bool {
-	if h.Type != w.Type && !(h.Type == unix.RTN_UNICAST && w.Type == 0) {
+	if h.Type != w.Type && (h.Type != unix.RTN_UNICAST || w.Type != 0) {
 		return false
 	}
 	if w.Type == unix.RTN_BLACKHOLE {

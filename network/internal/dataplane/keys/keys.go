@@ -36,7 +36,7 @@ func LoadOrCreate(path string) (wgtypes.Key, error) {
 
 // Load reads a key written by Store.
 func Load(path string) (wgtypes.Key, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // the configured key file
 	if err != nil {
 		return wgtypes.Key{}, fmt.Errorf("failed to read key %s: %w", path, err)
 	}

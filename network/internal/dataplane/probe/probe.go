@@ -169,7 +169,7 @@ func (p *Prober) read() {
 			_, _ = p.conn.WriteToUDPAddrPort(buf[:20], from)
 			continue
 		}
-		sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:])))
+		sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:]))) //nolint:gosec // our own timestamp echoed back
 		now := time.Now()
 		var changed string
 		p.mu.Lock()

@@ -149,7 +149,7 @@ func TestGatewayFailover(t *testing.T) {
 	for _, n := range []*Node{a1, s.Nodes["gb1"]} {
 		d, err := s.Debug(n)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(d.Down).To(ContainElement(victim.Name+"/"+map[bool]string{true: "vxlan", false: "wireguard"}[n == a1]))
+		g.Expect(d.Down).To(ContainElement(victim.Name + "/" + map[bool]string{true: "vxlan", false: "wireguard"}[n == a1]))
 		g.Expect(d.Failovers).To(BeNumerically(">=", 1))
 	}
 

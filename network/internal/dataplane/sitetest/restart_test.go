@@ -56,7 +56,7 @@ func TestRestartKeepsFlows(t *testing.T) {
 		}, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1), n.Log)
 		g.Expect(after.PublicKey).To(Equal(before.PublicKey), "the key survives a restart")
 		w := after.Writes
-		g.Expect(w.Links + w.FDB + w.Neigh + w.Routes).To(BeZero(), "%s: a restart must not rewrite unchanged kernel state: %+v", name, w)
+		g.Expect(w.Links+w.FDB+w.Neigh+w.Routes).To(BeZero(), "%s: a restart must not rewrite unchanged kernel state: %+v", name, w)
 		if after.WireGuard.Kind == wgdev.KindKernel {
 			g.Expect(w.Peers + w.WireGuardDevice).To(BeZero())
 		} else {

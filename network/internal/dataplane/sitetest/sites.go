@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
@@ -119,7 +119,7 @@ func NewSites(t testing.TB, proto netv1.Protocol) *Sites {
 // Start starts (or restarts) the node's daemon.
 func (s *Sites) Start(n *Node) {
 	s.T.Helper()
-	log, err := os.OpenFile(filepath.Join(n.dir, "daemon.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	log, err := os.OpenFile(filepath.Join(n.dir, "daemon.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		s.T.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func (n *Node) Log() string {
 // WaitPublished waits for the node's NodeNetwork spec and records its public key.
 func (s *Sites) WaitPublished(n *Node) {
 	s.T.Helper()
-	g := NewWithT(s.T)
+	g := gomega.NewWithT(s.T)
 	g.Eventually(func() (string, error) {
 		b, err := os.ReadFile(filepath.Join(n.dir, "nodenetwork.yaml"))
 		if err != nil {
@@ -176,7 +176,7 @@ func (s *Sites) WaitPublished(n *Node) {
 		}
 		n.PubKey = spec.PublicKey
 		return spec.PublicKey, nil
-	}, 20*time.Second, 50*time.Millisecond).ShouldNot(BeEmpty(), func() string { return n.Log() })
+	}, 20*time.Second, 50*time.Millisecond).ShouldNot(gomega.BeEmpty(), func() string { return n.Log() })
 }
 
 func (s *Sites) peer(n *Node) netv1.Peer {
@@ -237,7 +237,7 @@ func (s *Sites) WritePlans(inactive map[string]bool) {
 		if err != nil {
 			s.T.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(n.dir, "plan.yaml.tmp"), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(n.dir, "plan.yaml.tmp"), b, 0o600); err != nil {
 			s.T.Fatal(err)
 		}
 		if err := os.Rename(filepath.Join(n.dir, "plan.yaml.tmp"), filepath.Join(n.dir, "plan.yaml")); err != nil {

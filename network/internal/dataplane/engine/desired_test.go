@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+)
+
+func peer(node, cidr, lan, wan string, gw bool) netv1.Peer {
+	p := netv1.Peer{Node: node, PodCIDRs: []string{cidr}, PublicKey: "Hx8bR6PTb9C0eXjMmf0v5eP4Bv0hy5RD3zqoPr0hn0s=",
+		Endpoints: []netv1.Endpoint{{Address: lan, Type: netv1.EndpointInternal}}}
+	if wan != "" {
+		p.Endpoints = append(p.Endpoints, netv1.Endpoint{Address: wan, Type: netv1.EndpointExternal})
+	}
+	if gw {
+		p.Gateway = &netv1.PeerGateway{Pools: []string{"gw"}, Active: true}
+	}
+	return p
+}
+
+func input(node, cidr string) Input {
+	return Input{Node: node, Site: "a", PodCIDRs: []string{cidr},
+		Plan: netv1.RoutePlanSpec{Site: "a", IntraSite: netv1.IntraSitePlan{Protocol: netv1.ProtocolVXLAN, TunnelMTU: 1430},
+			Links: []netv1.SiteLink{{Site: "b", Protocol: netv1.ProtocolWireGuard, Mode: netv1.LinkModeGateway, TunnelMTU: 1420,
+				EndpointType: netv1.EndpointExternal, Prefixes: []string{"10.20.0.0/16"}, LocalGateways: []string{"ga1", "ga2"},
+				RemoteGateways: []string{"gb1"}, Up: true}}},
+		Slices: []netv1.PeerSliceSpec{
+			{Site: "a", Role: netv1.SliceRoleGateways, Peers: []netv1.Peer{
+				peer("ga1", "10.10.2.0/24", "192.168.10.21", "198.51.100.21", true),
+				peer("ga2", "10.10.3.0/24", "192.168.10.22", "198.51.100.22", true)}},
+			{Site: "a", Role: netv1.SliceRoleNodes, Peers: []netv1.Peer{peer("a1", "10.10.1.0/24", "192.168.10.11", "", false)}},
+			{Site: "b", Role: netv1.SliceRoleGateways, Peers: []netv1.Peer{peer("gb1", "10.20.1.0/24", "192.168.20.31", "198.51.100.31", true)}},
+		}}
+}
+
+func routes(d Desired) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range d.Routes {
+		out[r.Prefix.String()] = r.Members
+	}
+	return out
+}
+
+func TestComputeOrdinaryNode(t *testing.T) {
+	g := NewWithT(t)
+	d, err := Compute(input("a1", "10.10.1.0/24"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)).To(Equal(map[string][]string{
+		"10.10.2.0/24": {"ga1/vxlan"},
+		"10.10.3.0/24": {"ga2/vxlan"},
+		"10.20.0.0/16": {"ga1/vxlan", "ga2/vxlan"}, // remote site through both local gateways
+	}))
+	g.Expect(d.Hops["ga1/vxlan"].Underlay.String()).To(Equal("192.168.10.21"), "intra-site uses Internal endpoints")
+	g.Expect(d.Hops["ga1/vxlan"].MTU).To(Equal(1430))
+	g.Expect(d.Hops["ga1/vxlan"].MAC).To(Equal(NodeMAC("ga1")))
+
+	// A gateway the probes found dead leaves the group; a single-member route keeps its member.
+	d, err = Compute(input("a1", "10.10.1.0/24"), map[string]bool{"ga2/vxlan": true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)["10.20.0.0/16"]).To(Equal([]string{"ga1/vxlan"}))
+	g.Expect(routes(d)["10.10.3.0/24"]).To(Equal([]string{"ga2/vxlan"}))
+}
+
+func TestComputeGateway(t *testing.T) {
+	g := NewWithT(t)
+	d, err := Compute(input("ga1", "10.10.2.0/24"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)).To(Equal(map[string][]string{
+		"10.10.1.0/24": {"a1/vxlan"},
+		"10.10.3.0/24": {"ga2/vxlan"},
+		"10.20.0.0/16": {"gb1/wireguard"},
+	}))
+	h := d.Hops["gb1/wireguard"]
+	g.Expect(h.Underlay.String()).To(Equal("198.51.100.31"), "the link dials External endpoints")
+	g.Expect(h.Tunnel.String()).To(Equal("10.20.1.0"))
+	g.Expect(h.MTU).To(Equal(1420-VXLANOverhead))
+	g.Expect(d.WGMTU).To(Equal(1370))
+}
+
+func TestComputeLinkDownDrops(t *testing.T) {
+	g := NewWithT(t)
+	in := input("a1", "10.10.1.0/24")
+	in.Plan.Links[0].Up = false
+	d, err := Compute(in, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	r, ok := routes(d)["10.20.0.0/16"]
+	g.Expect(ok).To(BeTrue())
+	g.Expect(r).To(BeEmpty(), "a down link is a blackhole, not a leak onto the underlay")
+}
+
+func TestComputeNeedsIPv4PodCIDR(t *testing.T) {
+	g := NewWithT(t)
+	_, err := Compute(Input{Node: "x", PodCIDRs: []string{"fd00::/64"}}, nil)
+	g.Expect(err).To(MatchError(ContainSubstring("no IPv4 pod CIDR")))
+}

@@ -254,10 +254,8 @@ func (r *run) preflight(_ context.Context) (string, error) {
 }
 
 func (r *run) host(ctx context.Context) (string, error) {
-	if r.st.Sysctls == nil {
-		r.st.Sysctls = map[string]string{}
-	}
-	changed, err := hostprep.Sysctls{Root: r.o.SysctlRoot}.Apply(hostprep.KubeletSysctls, r.st.Sysctls)
+	changed, orig, err := r.o.sysctlRegistry().Acquire(r.o.MachineName, hostprep.KubeletSysctls)
+	r.st.Sysctls = orig
 	if serr := r.store.Save(r.st); serr != nil && err == nil {
 		err = serr
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 )
 
 // Defaults of the agent-side settings (command-line flags; not part of the AgentConfig file).
@@ -56,6 +57,8 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// StopGrace bounds a clean machine shutdown before it is killed.
 	StopGrace time.Duration
+	// SysctlRegistry is where nodes on this host coordinate host-global sysctls (default /run/yonder/sysctls).
+	SysctlRegistry string
 	// SysctlRoot, SysRoot, DevRoot re-root /proc/sys, /sys and /dev (tests).
 	SysctlRoot, SysRoot, DevRoot string
 	// KeepCache makes reset keep the artifact and rootfs caches.
@@ -114,6 +117,10 @@ func (o *Options) defaults(nodeName string) error {
 		o.Now = time.Now
 	}
 	return nil
+}
+
+func (o *Options) sysctlRegistry() hostprep.Registry {
+	return hostprep.Registry{Dir: o.SysctlRegistry, Sysctls: hostprep.Sysctls{Root: o.SysctlRoot}}
 }
 
 func (o *Options) machinesDir() string { return filepath.Join(o.StateDir, "machines") }

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
@@ -85,17 +84,15 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 			rep.Removed = append(rep.Removed, "mount "+m)
 		}
 	}
-	if len(st.Sysctls) > 0 {
-		names := make([]string, 0, len(st.Sysctls))
-		for k := range st.Sysctls {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		if err := (hostprep.Sysctls{Root: o.SysctlRoot}).Restore(st.Sysctls); err != nil {
-			errs = append(errs, err)
-			_ = store.Save(st) // keep what could not be restored
-		} else {
-			rep.Removed = append(rep.Removed, "sysctls restored: "+strings.Join(names, ","))
+	if o.MachineName != "" {
+		restored, remaining, err := o.sysctlRegistry().Release(o.MachineName)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("failed to restore host sysctls: %w", err))
+		case len(restored) > 0:
+			rep.Removed = append(rep.Removed, "sysctls restored: "+strings.Join(restored, ","))
+		case len(remaining) > 0:
+			rep.Kept = append(rep.Kept, "host sysctls (still needed by nodes "+strings.Join(remaining, ",")+")")
 		}
 	}
 	sentinel := st.Sentinel

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
 
@@ -94,6 +95,7 @@ func PhaseArtifacts() string { return "artifacts" }
 func TestTwoNodesSideBySide(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	before := hostSysctls(t)
 	c := startCluster(t)
 	nodes := []*node{c.newNode(t, "b", nil), c.newNode(t, "c", nil)}
 	var wg sync.WaitGroup
@@ -151,6 +153,11 @@ func TestTwoNodesSideBySide(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(ready(n)).To(BeTrue())
 	}, 5*time.Second, 500*time.Millisecond).Should(Succeed())
+	// Host-global sysctls stay as the running node needs them; the last reset restores the originals.
+	g.Expect(hostSysctls(t)).To(Equal(hostprep.KubeletSysctls))
+	_, stderr, err = cc.agent(ctx, "reset")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	expectNothingLeft(t, cc, before)
 }
 
 // Killing the agent in the middle of a phase (here: while it extracts the rootfs) and running it again

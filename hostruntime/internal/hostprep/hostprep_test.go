@@ -56,3 +56,32 @@ func TestApplyReportsTheMissingSysctl(t *testing.T) {
 	_, err := s.Apply(map[string]string{"kernel.panic": "10"}, map[string]string{})
 	g.Expect(err).To(MatchError(ContainSubstring("kernel.panic")))
 }
+
+// Two nodes on one host: the originals are recorded once, kept while either node runs, and restored
+// when the last one is reset.
+func TestRegistryRestoresWhenTheLastHolderReleases(t *testing.T) {
+	g := NewWithT(t)
+	s := fakeProcSys(t, map[string]string{"kernel.panic": "0", "vm.overcommit_memory": "0"})
+	r := Registry{Dir: filepath.Join(t.TempDir(), "reg"), Sysctls: s}
+	want := map[string]string{"kernel.panic": "10", "vm.overcommit_memory": "1"}
+	changed, orig, err := r.Acquire("node-a", want)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(HaveLen(2))
+	g.Expect(orig).To(Equal(map[string]string{"kernel.panic": "0", "vm.overcommit_memory": "0"}))
+	changed, orig, err = r.Acquire("node-b", want)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeEmpty())
+	g.Expect(orig).To(HaveKeyWithValue("kernel.panic", "0"), "the second node must not record the first node's values")
+
+	restored, remaining, err := r.Release("node-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(restored).To(BeEmpty())
+	g.Expect(remaining).To(Equal([]string{"node-b"}))
+	g.Expect(s.Get("kernel.panic")).To(Equal("10"), "node-b's kubelet still needs it")
+
+	restored, _, err = r.Release("node-b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(restored).To(ConsistOf("kernel.panic", "vm.overcommit_memory"))
+	g.Expect(s.Get("kernel.panic")).To(Equal("0"))
+	g.Expect(r.Dir).NotTo(BeAnExistingFile(), "the registry is removed with the last node")
+}

@@ -1,0 +1,133 @@
+package hostprep
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+)
+
+// DefaultRegistryDir is where agents on one host coordinate the host-global sysctls.
+const DefaultRegistryDir = "/run/yonder/sysctls"
+
+// Registry coordinates several nodes on one host. Sysctls are global to the machine, so the host's
+// originals are recorded by the first node that changes them and restored only when the last node is
+// reset; a node reset while another runs leaves the values the other's kubelet needs.
+type Registry struct {
+	// Dir holds originals.json and one holder file per node (default DefaultRegistryDir; /run, so a
+	// reboot — which resets sysctls anyway — forgets it).
+	Dir string
+	// Sysctls reads and writes the values.
+	Sysctls Sysctls
+}
+
+func (r Registry) dir() string {
+	if r.Dir == "" {
+		return DefaultRegistryDir
+	}
+	return r.Dir
+}
+
+func (r Registry) lock() (func(), error) {
+	if err := os.MkdirAll(filepath.Join(r.dir(), "holders"), 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create the sysctl registry %s: %w", r.dir(), err)
+	}
+	f, err := os.OpenFile(filepath.Join(r.dir(), ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+func (r Registry) originals() (map[string]string, error) {
+	m := map[string]string{}
+	data, err := os.ReadFile(filepath.Join(r.dir(), "originals.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, json.Unmarshal(data, &m)
+}
+
+func (r Registry) saveOriginals(m map[string]string) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(r.dir(), ".originals.tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(r.dir(), "originals.json"))
+}
+
+// Acquire registers holder and sets want, recording originals not recorded yet. It returns the names it
+// changed and the host's originals as recorded.
+func (r Registry) Acquire(holder string, want map[string]string) ([]string, map[string]string, error) {
+	unlock, err := r.lock()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+	orig, err := r.originals()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sysctl registry %s is corrupt: %w", r.dir(), err)
+	}
+	// Holder first: a crash after setting values still leaves a holder whose reset restores them.
+	if err := os.WriteFile(filepath.Join(r.dir(), "holders", holder), nil, 0o600); err != nil {
+		return nil, nil, err
+	}
+	changed, err := r.Sysctls.Apply(want, orig)
+	if serr := r.saveOriginals(orig); serr != nil && err == nil {
+		err = serr
+	}
+	return changed, orig, err
+}
+
+// Release unregisters holder; when no holder remains it restores the originals and removes the registry.
+// It returns the names restored (none while other nodes hold them) and the remaining holders.
+func (r Registry) Release(holder string) ([]string, []string, error) {
+	if _, err := os.Stat(r.dir()); errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	unlock, err := r.lock()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+	if err := os.Remove(filepath.Join(r.dir(), "holders", holder)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	entries, _ := os.ReadDir(filepath.Join(r.dir(), "holders"))
+	var remaining []string
+	for _, e := range entries {
+		remaining = append(remaining, e.Name())
+	}
+	if len(remaining) > 0 {
+		return nil, remaining, nil
+	}
+	orig, err := r.originals()
+	if err != nil {
+		return nil, nil, err
+	}
+	names := sortedKeys(orig)
+	if err := r.Sysctls.Restore(orig); err != nil {
+		_ = r.saveOriginals(orig) // keep what could not be restored for the next reset
+		return nil, nil, err
+	}
+	sort.Strings(names)
+	_ = os.RemoveAll(filepath.Join(r.dir(), "holders"))
+	_ = os.Remove(filepath.Join(r.dir(), "originals.json"))
+	_ = os.Remove(filepath.Join(r.dir(), ".lock"))
+	_ = os.Remove(r.dir())
+	return names, nil, nil
+}

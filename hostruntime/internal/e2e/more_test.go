@@ -198,3 +198,21 @@ func TestKilledMidPhaseRerunConverges(t *testing.T) {
 	g.Expect(filepath.Join(nd.stateDir, "machines", nd.machine+".partial")).NotTo(BeAnExistingFile())
 	g.Expect(fmt.Sprint(status(t, nd).Phases["rootfs"].Result)).To(Equal(state.Succeeded))
 }
+
+// The production path: the infrastructure provider runs `yonder-agent bootstrap` over SSH. The machine
+// outlives the SSH session (it is launched detached, in its own session and cgroup subtree).
+func TestBootstrapOverSSHOutlivesTheSession(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := startCluster(t)
+	nd := c.newNode(t, "s", nil)
+	cmd := fmt.Sprintf("%s bootstrap %s --ready-timeout=2m", nd.bin, nd.flags())
+	stdout, stderr, err := nd.host.Run(ctx, cmd)
+	g.Expect(err).NotTo(HaveOccurred(), "bootstrap over SSH: %s\n%s", stdout, stderr)
+	g.Expect(status(t, nd).Machine.Running).To(BeTrue())
+	g.Consistently(func(g Gomega) {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ready(n)).To(BeTrue())
+	}, 3*time.Second, 500*time.Millisecond).Should(Succeed())
+}

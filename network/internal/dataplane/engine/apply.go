@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -220,8 +221,11 @@ func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
 		nr := &netlink.Route{Dst: prefixNet(r.Prefix), Protocol: RouteProtocol}
 		if len(r.Members) == 0 {
 			nr.Type = unix.RTN_BLACKHOLE
+		} else if h := d.Hops[r.Primary()]; h.Via == ViaNative {
+			nr.Gw = h.Underlay.AsSlice()
+			nr.MTU = r.MTU
+			nr.AdvMSS = r.MTU - 40
 		} else {
-			h := d.Hops[r.Primary()]
 			nr.LinkIndex = links[h.Via].Attrs().Index
 			nr.Gw = h.Tunnel.AsSlice()
 			nr.Flags = int(netlink.FLAG_ONLINK)
@@ -248,6 +252,9 @@ func BPFDesired(d Desired, links map[Via]netlink.Link) bpf.Desired {
 	out := bpf.Desired{Prefixes: map[netip.Prefix]uint32{}, Groups: map[uint32][]bpf.Backend{}}
 	ids := map[string]uint32{}
 	for _, r := range d.Routes {
+		if slices.ContainsFunc(r.Members, func(m string) bool { return d.Hops[m].Via == ViaNative }) {
+			continue // native routing: the kernel's routes
+		}
 		key := strings.Join(r.Members, ",")
 		gid, ok := ids[key]
 		if !ok {
@@ -386,7 +393,8 @@ func sameRoute(h, w netlink.Route) bool {
 	if w.Type == unix.RTN_BLACKHOLE {
 		return true
 	}
-	return h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.MTU == w.MTU && h.AdvMSS == w.AdvMSS
+	// A native route leaves the device to the kernel (w.LinkIndex 0).
+	return (w.LinkIndex == 0 || h.LinkIndex == w.LinkIndex) && h.Gw.Equal(w.Gw) && h.MTU == w.MTU && h.AdvMSS == w.AdvMSS
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

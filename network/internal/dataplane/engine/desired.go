@@ -40,6 +40,9 @@ const (
 	ViaVXLAN Via = "vxlan"
 	// ViaWireGuard is the VXLAN device inside WireGuard.
 	ViaWireGuard Via = "wireguard"
+	// ViaNative routes to the peer's underlay address without a tunnel (protocol None: the underlay routes
+	// pod CIDRs). The eBPF program leaves these prefixes to the kernel.
+	ViaNative Via = "native"
 )
 
 // Input is what a node knows: itself, its Site's RoutePlan, and the PeerSlices it watches.
@@ -198,7 +201,9 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			if d.WGMTU == 0 || n.MTU < d.WGMTU {
 				d.WGMTU = n.MTU
 			}
-		default: // VXLAN; GENEVE and IPIP fall back to VXLAN (what both ends compute), None is not handled yet
+		case netv1.ProtocolNone:
+			n.Via, n.MTU = ViaNative, mtu
+		default: // VXLAN; GENEVE and IPIP fall back to VXLAN (what both ends compute)
 			n.Via, n.MTU = ViaVXLAN, mtu
 		}
 		d.Hops[n.Key()] = n

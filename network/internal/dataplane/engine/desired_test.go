@@ -79,6 +79,16 @@ func TestComputeGateway(t *testing.T) {
 	g.Expect(d.WGMTU).To(Equal(1370))
 }
 
+func TestComputeNativeIntraSite(t *testing.T) {
+	g := NewWithT(t)
+	in := input("a1", "10.10.1.0/24")
+	in.Plan.IntraSite = netv1.IntraSitePlan{Protocol: netv1.ProtocolNone, TunnelMTU: 1500}
+	d, err := Compute(in, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)["10.20.0.0/16"]).To(Equal([]string{"ga1/native", "ga2/native"}))
+	g.Expect(d.Hops["ga1/native"].Underlay.String()).To(Equal("192.168.10.21"))
+}
+
 func TestComputeLinkDownDrops(t *testing.T) {
 	g := NewWithT(t)
 	in := input("a1", "10.10.1.0/24")

@@ -78,13 +78,21 @@ type Sites struct {
 	Lab      *topo.Lab
 	Nodes    map[string]*Node
 	Protocol netv1.Protocol // between the sites
+	// Intra is the protocol inside each site (VXLAN unless set before the plans are written).
+	Intra netv1.Protocol
 	bin      string
 }
 
 // NewSites builds the namespaces and pods and starts a daemon on every node.
 func NewSites(t testing.TB, proto netv1.Protocol) *Sites {
 	t.Helper()
-	s := &Sites{T: t, Lab: topo.New(t), Nodes: map[string]*Node{}, Protocol: proto, bin: Binary(t)}
+	return NewSitesWith(t, netv1.ProtocolVXLAN, proto)
+}
+
+// NewSitesWith is NewSites with a chosen intra-site protocol.
+func NewSitesWith(t testing.TB, intra, proto netv1.Protocol) *Sites {
+	t.Helper()
+	s := &Sites{T: t, Lab: topo.New(t), Nodes: map[string]*Node{}, Protocol: proto, Intra: intra, bin: Binary(t)}
 	l := s.Lab
 	l.Network("lana")
 	l.Network("lanb")
@@ -222,13 +230,17 @@ func (s *Sites) WritePlans(inactive map[string]bool) {
 	if s.Protocol == netv1.ProtocolWireGuard {
 		mtu = 1420
 	}
+	intraMTU := int32(1430)
+	if s.Intra == netv1.ProtocolNone {
+		intraMTU = 1500
+	}
 	for _, n := range s.Nodes {
 		remote, pool := "b", "10.20.0.0/16"
 		if n.Site == "b" {
 			remote, pool = "a", "10.10.0.0/16"
 		}
 		in := engine.Input{Node: n.Name, Site: n.Site, PodCIDRs: []string{n.PodCIDR.String()}, Slices: slices,
-			Plan: netv1.RoutePlanSpec{Site: n.Site, IntraSite: netv1.IntraSitePlan{Protocol: netv1.ProtocolVXLAN, TunnelMTU: 1430},
+			Plan: netv1.RoutePlanSpec{Site: n.Site, IntraSite: netv1.IntraSitePlan{Protocol: s.Intra, TunnelMTU: intraMTU},
 				Links: []netv1.SiteLink{{Site: remote, Protocol: s.Protocol, Mode: netv1.LinkModeGateway, TunnelMTU: mtu,
 					EndpointType: netv1.EndpointExternal, Prefixes: []string{pool}, LocalGateways: gws[n.Site],
 					RemoteGateways: gws[remote], Up: len(gws[n.Site]) > 0 && len(gws[remote]) > 0}},

@@ -75,7 +75,7 @@ func TestComputeGateway(t *testing.T) {
 	h := d.Hops["gb1/wireguard"]
 	g.Expect(h.Underlay.String()).To(Equal("198.51.100.31"), "the link dials External endpoints")
 	g.Expect(h.Tunnel.String()).To(Equal("10.20.1.0"))
-	g.Expect(h.MTU).To(Equal(1420-VXLANOverhead))
+	g.Expect(h.MTU).To(Equal(1420 - VXLANOverhead))
 	g.Expect(d.WGMTU).To(Equal(1370))
 }
 

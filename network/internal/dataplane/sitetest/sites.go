@@ -80,7 +80,7 @@ type Sites struct {
 	Protocol netv1.Protocol // between the sites
 	// Intra is the protocol inside each site (VXLAN unless set before the plans are written).
 	Intra netv1.Protocol
-	bin      string
+	bin   string
 }
 
 // NewSites builds the namespaces and pods and starts a daemon on every node.

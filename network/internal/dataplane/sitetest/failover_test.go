@@ -115,6 +115,12 @@ func (st *stream) gapAfter(t0 time.Time) time.Duration {
 // (a1's pod → gateway → remote gateway → b2's pod and back) is interrupted. The probes (200 ms × 3) take the
 // gateway out of the eBPF groups and fallback routes of a1 and gb1 without any plan change.
 func TestGatewayFailover(t *testing.T) {
+	for _, mode := range []string{"links", "daemon"} {
+		t.Run(mode, func(t *testing.T) { testGatewayFailover(t, mode) })
+	}
+}
+
+func testGatewayFailover(t *testing.T, mode string) {
 	g := NewWithT(t)
 	s := NewSites(t, netv1.ProtocolWireGuard)
 	a1, b2 := s.Nodes["a1"], s.Nodes["b2"]
@@ -138,12 +144,17 @@ func TestGatewayFailover(t *testing.T) {
 	t.Logf("flow leaves site a through %s (vw tx +%d / +%d)", victim.Name, d1, d2)
 
 	t0 := time.Now()
-	s.Lab.MustIP(victim.NS, "link", "set", "eth0", "down")
-	s.Lab.MustIP(victim.NS, "link", "set", "eth1", "down")
+	if mode == "links" {
+		s.Lab.MustIP(victim.NS, "link", "set", "eth0", "down")
+		s.Lab.MustIP(victim.NS, "link", "set", "eth1", "down")
+	} else {
+		g.Expect(victim.cmd.Process.Kill()).To(Succeed()) // SIGKILL: no clean shutdown
+		<-victim.done
+	}
 	before := st.count()
 	g.Eventually(st.count, 10*time.Second).Should(BeNumerically(">", before+200), "the flow resumes through %s", survivor.Name)
 	gap := st.gapAfter(t0)
-	t.Logf("FAILOVER: flow interrupted for %v after the gateway's links went down (probe 200ms x 3)", gap)
+	t.Logf("FAILOVER (%s): flow interrupted for %v (probe 200ms x 3)", mode, gap)
 	g.Expect(gap).To(BeNumerically("<", 2*time.Second))
 
 	for _, n := range []*Node{a1, s.Nodes["gb1"]} {
@@ -154,8 +165,12 @@ func TestGatewayFailover(t *testing.T) {
 	}
 
 	// The gateway comes back: probes bring it back into the groups.
-	s.Lab.MustIP(victim.NS, "link", "set", "eth0", "up")
-	s.Lab.MustIP(victim.NS, "link", "set", "eth1", "up")
+	if mode == "links" {
+		s.Lab.MustIP(victim.NS, "link", "set", "eth0", "up")
+		s.Lab.MustIP(victim.NS, "link", "set", "eth1", "up")
+	} else {
+		s.Start(victim)
+	}
 	g.Eventually(func() ([]string, error) {
 		d, err := s.Debug(a1)
 		return d.Down, err

@@ -2,6 +2,7 @@
 // systemd-nspawn machine, so the host stays its owner's and `reset` leaves it as it was.
 //
 //	yonder-agent bootstrap   run every phase (idempotent; re-run converges)
+//	yonder-agent upgrade     switch to a new AgentConfig blue/green, with rollback
 //	yonder-agent preflight   check the host, change nothing
 //	yonder-agent status      print the node's state as JSON
 //	yonder-agent reset       remove the node from this host
@@ -68,6 +69,15 @@ func newRoot() *cobra.Command {
 	bf.IntVar(&o.NodeLeaseDurationSeconds, "node-lease-duration-seconds", 0, "kubelet nodeLeaseDurationSeconds (0: kubelet default)")
 	bf.DurationVar(&o.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "how long to wait for the Node to become Ready")
 
+	upgrade := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Switch the node to a new AgentConfig blue/green: prepare the other machine, switch, verify the kubelet, roll back on failure",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return agent.Upgrade(cmd.Context(), o)
+		},
+	}
+	upgrade.Flags().AddFlagSet(bf)
+
 	preflight := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check the host (kernel, cgroups, swap, ports, disk, tools); change nothing",
@@ -119,7 +129,7 @@ func newRoot() *cobra.Command {
 			return printJSON(cmd, map[string]string{"version": version, "commit": commit, "agentConfig": agentv1.APIVersion})
 		},
 	}
-	root.AddCommand(bootstrap, preflight, status, reset, ver)
+	root.AddCommand(bootstrap, upgrade, preflight, status, reset, ver)
 	return root
 }
 

@@ -137,6 +137,9 @@ func Bootstrap(ctx context.Context, o Options) error {
 			Hint: "run `yonder-agent reset` first, or use another --state-dir"}
 	}
 	st.NodeName = cfg.NodeName
+	if st.Machine != nil && st.Machine.Name == o.baseMachine+GreenSuffix {
+		o.useSlot(st.Machine.Name) // an upgrade switched to the green slot
+	}
 	r := &run{o: &o, cfg: cfg, st: st, store: store, log: log, files: map[string]string{}}
 	steps := []struct {
 		name string
@@ -254,7 +257,7 @@ func (r *run) preflight(_ context.Context) (string, error) {
 }
 
 func (r *run) host(ctx context.Context) (string, error) {
-	changed, orig, err := r.o.sysctlRegistry().Acquire(r.o.MachineName, hostprep.KubeletSysctls)
+	changed, orig, err := r.o.sysctlRegistry().Acquire(r.o.baseMachine, hostprep.KubeletSysctls)
 	r.st.Sysctls = orig
 	if serr := r.store.Save(r.st); serr != nil && err == nil {
 		err = serr
@@ -503,7 +506,7 @@ func (r *run) machine(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", withHint(err, "see "+c.LogFile)
 	}
-	r.st.Machine = &state.Machine{Name: c.Name, Rootfs: c.Rootfs, LauncherPID: pid, Unit: unit, ConfigDigest: digest, StartedAt: r.o.Now()}
+	r.st.Machine = &state.Machine{Name: c.Name, Base: r.o.baseMachine, Rootfs: c.Rootfs, LauncherPID: pid, Unit: unit, ConfigDigest: digest, StartedAt: r.o.Now()}
 	if err := r.store.Save(r.st); err != nil {
 		return "", err
 	}

@@ -67,6 +67,31 @@ type Options struct {
 	Log io.Writer
 	// Now is the clock (tests).
 	Now func() time.Time
+
+	// baseMachine and baseCgroup are the names before a blue/green slot is applied.
+	baseMachine, baseCgroup string
+	// stopped is set by stopMachine.
+	stopped bool
+}
+
+// GreenSuffix names the second blue/green slot of a machine (upgrade alternates between the two).
+const GreenSuffix = "-g"
+
+// slots are the machine names of both blue/green slots.
+func (o *Options) slots() []string { return []string{o.baseMachine, o.baseMachine + GreenSuffix} }
+
+// useSlot points the options at one slot (machine, cgroup subtree, rootfs).
+func (o *Options) useSlot(machine string) {
+	o.MachineName = machine
+	o.CgroupName = o.baseCgroup + strings.TrimPrefix(machine, o.baseMachine)
+}
+
+// otherSlot is the slot that is not machine.
+func (o *Options) otherSlot(machine string) string {
+	if machine == o.baseMachine {
+		return o.baseMachine + GreenSuffix
+	}
+	return o.baseMachine
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -94,6 +119,9 @@ func (o *Options) defaults(nodeName string) error {
 	}
 	if o.CgroupName != "" && !nameRE.MatchString(o.CgroupName) {
 		return fmt.Errorf("cgroup name %q is invalid: use lowercase letters, digits and dashes (max 63)", o.CgroupName)
+	}
+	if o.baseMachine == "" {
+		o.baseMachine, o.baseCgroup = o.MachineName, o.CgroupName
 	}
 	if o.SentinelPath == "" {
 		o.SentinelPath = DefaultSentinel

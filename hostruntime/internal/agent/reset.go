@@ -39,7 +39,10 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 		st = &state.State{}
 	}
 	if st.Machine != nil && o.MachineName == "" {
-		o.MachineName = st.Machine.Name
+		o.MachineName = st.Machine.Base
+		if o.MachineName == "" {
+			o.MachineName = st.Machine.Name
+		}
 	}
 	if o.MachineName == "" {
 		if cfg, err := LoadConfig(orDefault(o.ConfigPath)); err == nil {
@@ -52,27 +55,21 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 		return nil, err
 	}
 	log, closeLog := o.logger()
+	log.Info("Resetting node", "machine", o.MachineName, "stateDir", o.StateDir)
 	rep := &ResetReport{Removed: []string{}, Kept: []string{}}
 	var errs []error
 	if o.MachineName != "" {
-		c := nspawn.Config{Name: o.MachineName, Rootfs: o.rootfsDir()}
-		unit := ""
-		if st.Machine != nil {
-			unit = st.Machine.Unit
-		}
-		if c.Running() != 0 {
-			log.Info("Stopping machine", "machine", o.MachineName)
-			if err := c.Stop(ctx, unit, o.StopGrace); err != nil {
-				errs = append(errs, fmt.Errorf("failed to stop machine %s: %w", o.MachineName, err))
+		for _, slot := range o.slots() { // both blue/green slots
+			so := o
+			so.useSlot(slot)
+			unit := ""
+			if st.Machine != nil && st.Machine.Name == slot {
+				unit = st.Machine.Unit
 			}
-			rep.Removed = append(rep.Removed, "machine "+o.MachineName)
-		}
-		cg := nspawn.Cgroups{Name: o.CgroupName}
-		if cg.Exists() {
-			if err := cg.KillAndRemove(15 * time.Second); err != nil {
+			if err := stopMachine(ctx, &so, unit); err != nil {
 				errs = append(errs, err)
-			} else {
-				rep.Removed = append(rep.Removed, "cgroups "+o.CgroupName)
+			} else if so.stopped {
+				rep.Removed = append(rep.Removed, "machine "+slot, "cgroups "+so.CgroupName)
 			}
 		}
 	}
@@ -85,7 +82,7 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 		}
 	}
 	if o.MachineName != "" {
-		restored, remaining, err := o.sysctlRegistry().Release(o.MachineName)
+		restored, remaining, err := o.sysctlRegistry().Release(o.baseMachine)
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("failed to restore host sysctls: %w", err))
@@ -132,6 +129,26 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 		return rep, errors.Join(errs...)
 	}
 	return rep, nil
+}
+
+// stopMachine stops the slot's machine and removes its cgroup subtree; so.stopped says whether there
+// was anything to stop.
+func stopMachine(ctx context.Context, so *Options, unit string) error {
+	c := nspawn.Config{Name: so.MachineName, Rootfs: so.rootfsDir()}
+	if c.Running() != 0 {
+		so.stopped = true
+		if err := c.Stop(ctx, unit, so.StopGrace); err != nil {
+			return fmt.Errorf("failed to stop machine %s: %w", so.MachineName, err)
+		}
+	}
+	cg := nspawn.Cgroups{Name: so.CgroupName}
+	if cg.Exists() {
+		so.stopped = true
+		if err := cg.KillAndRemove(15 * time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MountsUnder lists mount points at or below dir, deepest first.

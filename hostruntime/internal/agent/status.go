@@ -55,8 +55,8 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.MachineName == "" && st.Machine != nil {
-		o.MachineName = st.Machine.Name
+	if st.Machine != nil && (o.MachineName == "" || o.MachineName == st.Machine.Base) {
+		o.MachineName = st.Machine.Name // the active blue/green slot
 	}
 	if err := o.defaults(st.NodeName); err != nil {
 		return nil, err

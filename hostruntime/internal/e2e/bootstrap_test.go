@@ -204,3 +204,5 @@ func processesMentioning(s string) []string {
 	}
 	return out
 }
+
+func nspawnRunning(machine string) bool { return nspawn.Config{Name: machine}.Running() != 0 }

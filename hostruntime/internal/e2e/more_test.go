@@ -216,3 +216,73 @@ func TestBootstrapOverSSHOutlivesTheSession(t *testing.T) {
 		g.Expect(ready(n)).To(BeTrue())
 	}, 3*time.Second, 500*time.Millisecond).Should(Succeed())
 }
+
+// upgrade switches blue/green to a new configuration and verifies the new kubelet; a new configuration
+// whose kubelet does not come up is rolled back, and the node keeps running the previous one. Reset
+// removes both machines.
+func TestUpgradeSwitchesMachinesAndRollsBack(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	before := hostSysctls(t)
+	c := startCluster(t)
+	nd := c.newNode(t, "u", nil)
+	_, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	first := status(t, nd).Machine.Name
+
+	rewrite := func(mutate func(*agentv1.AgentConfig)) {
+		data, err := os.ReadFile(nd.config)
+		g.Expect(err).NotTo(HaveOccurred())
+		cfg, err := agentv1.Decode(data)
+		g.Expect(err).NotTo(HaveOccurred())
+		mutate(cfg)
+		data, err = agentv1.Encode(cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(os.WriteFile(nd.config, data, 0o600)).To(Succeed())
+	}
+	maxPods := func() string {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		q := n.Status.Capacity[corev1.ResourcePods]
+		return q.String()
+	}
+	rewrite(func(cfg *agentv1.AgentConfig) {
+		cfg.KubeletExtraArgs = []agentv1.Arg{{Name: "max-pods", Value: "33"}}
+	})
+	_, stderr, err = nd.agent(ctx, "upgrade", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	s := status(t, nd)
+	g.Expect(s.Machine.Name).NotTo(Equal(first))
+	g.Expect(s.Machine.Running).To(BeTrue())
+	g.Eventually(maxPods, 30*time.Second, 200*time.Millisecond).Should(Equal("33"))
+	upgraded := s.Machine.Name
+
+	// A kubelet that does not start: rolled back.
+	broken := filepath.Join(nd.host.Dir, "broken-kubelet")
+	g.Expect(os.WriteFile(broken, []byte("#!/bin/sh\necho broken >&2\nexit 1\n"), 0o755)).To(Succeed())
+	rewrite(func(cfg *agentv1.AgentConfig) {
+		cfg.KubeletExtraArgs = []agentv1.Arg{{Name: "max-pods", Value: "44"}}
+		for i := range cfg.Artifacts {
+			if cfg.Artifacts[i].Name == "kubelet" {
+				cfg.Artifacts[i].Path, cfg.Artifacts[i].SHA256 = broken, sha(t, broken)
+			}
+		}
+	})
+	_, stderr, err = nd.agent(ctx, "upgrade", "--ready-timeout=20s")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(stderr).To(ContainSubstring("rolled back to " + upgraded))
+	s = status(t, nd)
+	g.Expect(s.Machine.Name).To(Equal(upgraded))
+	g.Expect(s.Machine.Running).To(BeTrue())
+	g.Expect(s.Phases["upgrade"].Result).To(Equal(state.Failed))
+	n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ready(n)).To(BeTrue())
+	g.Expect(maxPods()).To(Equal("33"))
+
+	_, stderr, err = nd.agent(ctx, "reset")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	expectNothingLeft(t, nd, before)
+	g.Expect(nspawnRunning(upgraded)).To(BeFalse())
+	g.Expect(nspawnRunning(first)).To(BeFalse())
+}

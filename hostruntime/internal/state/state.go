@@ -45,6 +45,8 @@ type PhaseRecord struct {
 type Machine struct {
 	// Name of the machine (also the name of its cgroup subtree).
 	Name string `json:"name"`
+	// Base is the machine name without its blue/green slot suffix.
+	Base string `json:"base,omitempty"`
 	// Rootfs is its root directory.
 	Rootfs string `json:"rootfs"`
 	// LauncherPID is the systemd-nspawn process (direct launch), 0 under systemd units.

@@ -2,6 +2,10 @@
 // network (package labnet) with its own hostname (a UTS namespace) and a real OpenSSH sshd that has a
 // fresh host key and authorizes a fresh client key. Tests talk to them exactly as Yonder talks to a
 // remote machine: over SSH, verifying the pinned host key.
+//
+// Hosts share the machine's filesystem unless Options.PrivateDirs names directories that each host gets
+// its own empty tmpfs of (in a private mount namespace): then files one host's bootstrap writes there
+// (sentinels, run records, configs) are invisible to the others, as on separate machines.
 package hosts
 
 import (
@@ -48,10 +52,15 @@ type Host struct {
 	sshd *proc.Process
 }
 
+// HomeDir is a private directory that keeps this machine's root dotfiles out of a host.
+const HomeDir = "/root"
+
 // Options tunes the hosts Start creates.
 type Options struct {
 	// ClientKeyPEM, when set, is authorized instead of a fresh key (several hosts sharing one credential).
 	ClientKeyPEM []byte
+	// PrivateDirs get an empty tmpfs of their own on each host (created on the machine if missing).
+	PrivateDirs []string
 	// ReadyTimeout bounds the wait for sshd to accept connections (default 30s).
 	ReadyTimeout time.Duration
 }
@@ -123,10 +132,24 @@ func startOne(ctx context.Context, n *labnet.Network, name string, opts Options)
 		return nil, fmt.Errorf("failed to create /run/sshd: %w", err)
 	}
 	sshd, _ := proc.LookPath("sshd")
+	for _, d := range opts.PrivateDirs {
+		if err := os.MkdirAll(d, 0o755); err != nil { //nolint:gosec // a mount point, not data
+			return nil, fmt.Errorf("failed to create mount point %s: %w", d, err)
+		}
+	}
 	// nsenter --net (not `ip netns exec`, which remounts /sys and later confuses systemd-nspawn's cgroup
-	// detection) + a private UTS namespace so the host has its own hostname.
-	h.sshd, err = proc.Start("sshd", dir, nil, "nsenter", "--net="+att.NamespacePath, "unshare", "--uts", "--",
-		"sh", "-c", `hostname "$0" && exec "$1" -D -e -f "$2"`, name, sshd, filepath.Join(dir, "sshd_config"))
+	// detection) + a private UTS namespace so the host has its own hostname, + a private mount namespace
+	// when the host has private directories.
+	unshare := []string{"unshare", "--uts"}
+	if len(opts.PrivateDirs) > 0 {
+		unshare = append(unshare, "--mount", "--propagation", "private")
+	}
+	// $0 = hostname, $1 = sshd, $2 = its config, then the private directories.
+	script := `hostname "$0" && sshd="$1" && cfg="$2" && shift 2 && for d in "$@"; do mount -t tmpfs -o mode=0755 tmpfs "$d" || exit 1; done && mkdir -p /run/sshd && exec "$sshd" -D -e -f "$cfg"`
+	args := append([]string{"--net=" + att.NamespacePath}, unshare...)
+	args = append(args, "--", "sh", "-c", script, name, sshd, filepath.Join(dir, "sshd_config"))
+	args = append(args, opts.PrivateDirs...)
+	h.sshd, err = proc.Start("sshd", dir, nil, "nsenter", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +176,9 @@ LogLevel VERBOSE
 # machine's own root ~/.bashrc (which can block, e.g. on a stale pyenv rehash lock) stays out of the
 # hosts' sessions, as on a fresh host.
 SetEnv SHLVL=1
+# Tests open many sessions at once (controllers with several workers, restart loops).
+MaxStartups 100
+MaxSessions 100
 `, h.Name, h.Port, h.Address, h.Dir)
 }
 
@@ -170,6 +196,29 @@ func newKey(comment string) ([]byte, ssh.Signer, error) {
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(block), signer, nil
+}
+
+// NewClientKey returns a fresh ed25519 client key as OpenSSH PEM (what a credentials Secret holds) and
+// as a signer.
+func NewClientKey() ([]byte, ssh.Signer, error) { return newKey("yonder test client") }
+
+// Stop stops the host's sshd: the host becomes unreachable, and its private directories are gone.
+func (h *Host) Stop() error { return h.sshd.Stop(5 * time.Second) }
+
+// Output runs a command over SSH and returns its stdout and stderr interleaved.
+func (h *Host) Output(ctx context.Context, command string) (string, error) {
+	c, err := h.Dial(ctx)
+	if err != nil {
+		return "", fmt.Errorf("failed to connect to host %s: %w", h.Name, err)
+	}
+	defer func() { _ = c.Close() }()
+	s, err := c.NewSession()
+	if err != nil {
+		return "", fmt.Errorf("failed to open session on host %s: %w", h.Name, err)
+	}
+	defer func() { _ = s.Close() }()
+	out, err := s.CombinedOutput(command)
+	return string(out), err
 }
 
 // Endpoint returns address:port of the host's sshd.

@@ -3,6 +3,8 @@ package hosts_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,5 +71,38 @@ func TestNetworkCloseRemovesEverything(t *testing.T) {
 	g.Expect(labnet.LinkExists(n.Bridge)).To(BeFalse())
 	g.Expect(labnet.LinkExists(fmt.Sprintf("yv%dh1", n.Slot))).To(BeFalse())
 	_, err = hs[0].Dial(ctx)
+	g.Expect(err).To(HaveOccurred())
+}
+
+// Private directories: what one host writes there, no other host and not the machine can see; the
+// machine's files in that place are hidden from the hosts.
+func TestPrivateDirectoriesAreHostLocal(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	shared := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(shared, "machine-file"), []byte("machine"), 0o600)).To(Succeed())
+	keyPEM, _, err := hosts.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	hs, err := hosts.Start(ctx, n, "priv", 2, hosts.Options{ClientKeyPEM: keyPEM, PrivateDirs: []string{shared, hosts.HomeDir}})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = hs[0].Output(ctx, "echo zero > "+shared+"/marker")
+	g.Expect(err).NotTo(HaveOccurred())
+	out, err := hs[0].Output(ctx, "cat "+shared+"/marker; ls -A "+shared)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("zero\nmarker\n"), "the machine's file is hidden, the host's own is there")
+	out, err = hs[0].Output(ctx, "ls -A "+hosts.HomeDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(BeEmpty(), "the machine's dotfiles are hidden")
+	out, err = hs[1].Output(ctx, "ls -A "+shared)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(BeEmpty())
+	_, err = os.Stat(filepath.Join(shared, "marker"))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "the machine does not see the host's file")
+
+	// A stopped host is unreachable.
+	g.Expect(hs[1].Stop()).To(Succeed())
+	_, err = hs[1].Dial(ctx)
 	g.Expect(err).To(HaveOccurred())
 }

@@ -3,8 +3,8 @@
 // (x/crypto/ssh server) to the client. An exec request runs the command with the machine's real
 // /bin/sh, but the host-state paths the SSH provider uses (/var/lib/yonder-ssh, /run/cluster-api,
 // /etc/kubernetes) are rewritten into a per-host directory so hosts do not see each other's state.
-// It is not a faithful host: functional tests use real sshd in network namespaces (test/hosts,
-// infrastructure-ssh/internal/sshtest). Nothing outside benchmarks may use it.
+// It is not a faithful host: functional tests use real sshd in network namespaces (test/hosts).
+// Nothing outside benchmarks may use it.
 package sshsim
 
 import (

@@ -18,7 +18,7 @@ import (
 )
 
 func target(h *sshtest.Host) sshexec.Target {
-	return sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: h.ClientSigner, HostKey: h.HostKey}}
+	return sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address.String(), Port: h.Port, User: "root", Signer: h.ClientSigner, HostKey: h.HostKey}}
 }
 
 // Against real sshd hosts: a bootstrap run starts detached, is not started twice, is observed to
@@ -28,9 +28,9 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	n := labnet.NewForTest(t)
-	_, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "rm", 2, signer)
+	hs, err := sshtest.Start(ctx, n, "rm", 2, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
@@ -50,11 +50,11 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		return s
 	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
-	out, err := hs[0].Run(ctx, "stat -c %a /etc/kubernetes/x.conf && cat /etc/kubernetes/x.conf")
+	out, err := hs[0].Output(ctx, "stat -c %a /etc/kubernetes/x.conf && cat /etc/kubernetes/x.conf")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(Equal("600\nhello"))
 	// The other host has its own filesystem view.
-	out, _ = hs[1].Run(ctx, "ls /run/cluster-api 2>&1 || true")
+	out, _ = hs[1].Output(ctx, "ls /run/cluster-api 2>&1 || true")
 	g.Expect(out).To(ContainSubstring("No such file"))
 
 	// The log is bounded, without cutting the run short.
@@ -66,7 +66,7 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		return s
 	}, 20*time.Second, 200*time.Millisecond).Should(HaveField("ExitCode", 4))
-	out, err = hs[0].Run(ctx, "stat -c %s /var/lib/yonder-ssh/runs/run-2/log && cat /var/lib/yonder-ssh/after-log")
+	out, err = hs[0].Output(ctx, "stat -c %s /var/lib/yonder-ssh/runs/run-2/log && cat /var/lib/yonder-ssh/after-log")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(Equal(fmt.Sprintf("%d\ndone\n", remote.MaxLogBytes)))
 
@@ -125,9 +125,9 @@ func TestTrustOnFirstUseRecordsKey(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	n := labnet.NewForTest(t)
-	_, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "tofu", 1, signer)
+	hs, err := sshtest.Start(ctx, n, "tofu", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	tg := target(hs[0])
 	tg.HostKey = nil

@@ -25,13 +25,13 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "host").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "hh", 1, signer)
+	hs, err := sshtest.Start(ctx, n, "hh", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
 	h := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tofu"},
-		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address, CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
+		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
 			HostKeyPolicy: infrav1.HostKeyPolicyTrustOnFirstUse}, FailureDomain: "rack-1"}}
 	g.Expect(env.Create(ctx, h)).To(Succeed())
 	g.Eventually(func(g Gomega) {

@@ -54,9 +54,9 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "fail").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "fm", 5, signer)
+	hs, err := sshtest.Start(ctx, n, "fm", 5, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
 	// fm-0 pins another host's key; fm-1 uses a key the host does not authorize.
@@ -113,7 +113,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	}).Should(Succeed())
 
 	// fm-4 goes away after provisioning: cleanup on delete is retried, then waits for the operator.
-	hs[4].Stop()
+	g.Expect(hs[4].Stop()).To(Succeed())
 	for _, name := range []string{"mismatch", "badcreds", "unreachable", "runcmd", "unsupported", "nohost", "gone"} {
 		g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
 	}

@@ -26,9 +26,9 @@ func TestPauseAndWatchFilter(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "pause").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "pz", 1, signer)
+	hs, err := sshtest.Start(ctx, n, "pz", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, nil, nil)
 	p := startProvider(t, testOptions())

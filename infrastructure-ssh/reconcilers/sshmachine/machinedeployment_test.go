@@ -98,12 +98,12 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "md").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "md", 3, signer)
+	hs, err := sshtest.Start(ctx, n, "md", 3, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, h := range hs {
-		_, err := h.Run(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
+		_, err := h.Output(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "edge"},
@@ -173,13 +173,13 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	// The CABPK-shaped data really ran on each host: files with their modes and encodings, the join
 	// config rendered for that host, kubeadm called as CABPK calls it, the sentinel written.
 	for _, h := range hs {
-		out, err := h.Run(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
+		out, err := h.Output(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
 			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /var/lib/yonder-ssh/kubeadm.args /run/cluster-api/bootstrap-success.complete && "+
 			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
 		// The bootstrap script (it holds the join token) is removed once the run finished.
-		out, _ = h.Run(ctx, "ls /var/lib/yonder-ssh/runs/*/")
+		out, _ = h.Output(ctx, "ls /var/lib/yonder-ssh/runs/*/")
 		g.Expect(out).NotTo(ContainSubstring("bootstrap.sh"))
 	}
 	// Hosts report their claim, phase and facts.
@@ -207,7 +207,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 				sh = x
 			}
 		}
-		out, err := sh.Run(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel")
+		out, err := sh.Output(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\n"))
 	}
@@ -225,7 +225,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	scale(3)
 	machinesRunning(3)
 	for _, h := range hs {
-		out, err := h.Run(ctx, "cat /run/cluster-api/bootstrap-success.complete")
+		out, err := h.Output(ctx, "cat /run/cluster-api/bootstrap-success.complete")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(strings.TrimSpace(out)).To(Equal("success"))
 	}

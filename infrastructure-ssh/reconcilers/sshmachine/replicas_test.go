@@ -23,9 +23,9 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "twin").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "tw", 4, signer)
+	hs, err := sshtest.Start(ctx, n, "tw", 4, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "tw"}, nil)
 	startProvider(t, testOptions())
@@ -60,7 +60,7 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 		g.Expect(checkClaims(g, ns, false)).To(HaveLen(4))
 	}).Should(Succeed())
 	for _, h := range hs {
-		out, err := h.Run(ctx, "cat /var/lib/yonder-ssh/joined")
+		out, err := h.Output(ctx, "cat /var/lib/yonder-ssh/joined")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(out).To(Equal("joined\n"), "host %s bootstrapped exactly once", h.Name)
 	}

@@ -31,9 +31,9 @@ func TestControllerRestartsNeverDoubleClaimOrLeak(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "restart").Name
 	n := labnet.NewForTest(t)
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshtest.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "rs", 5, signer)
+	hs, err := sshtest.Start(ctx, n, "rs", 5, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "rs"}, []string{"rm -f /var/lib/yonder-ssh/joined"})
 	bootstrapProvider := startProvider(t, testOptions())
@@ -153,7 +153,7 @@ func TestControllerRestartsNeverDoubleClaimOrLeak(t *testing.T) {
 		claimed[h] = uid
 	}
 	for _, h := range hs {
-		out, err := h.Run(ctx, "ls /var/lib/yonder-ssh/runs 2>/dev/null; echo --; cat /var/lib/yonder-ssh/joined 2>/dev/null; true")
+		out, err := h.Output(ctx, "ls /var/lib/yonder-ssh/runs 2>/dev/null; echo --; cat /var/lib/yonder-ssh/joined 2>/dev/null; true")
 		g.Expect(err).NotTo(HaveOccurred())
 		runs, joined, _ := strings.Cut(out, "--\n")
 		if uid, ok := claimed[h.Name]; ok {

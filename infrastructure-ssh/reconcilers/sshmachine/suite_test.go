@@ -165,7 +165,7 @@ func registerHosts(g *WithT, ns string, hs []*sshtest.Host, keyPEM []byte, label
 		obj := &infrav1.YonderSSHHost{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name, Labels: map[string]string{"yonder.dev/host": h.Name}},
 			Spec: infrav1.YonderSSHHostSpec{
-				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root",
+				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address.String(), Port: int32(h.Port), User: "root",
 					CredentialsSecretRef: infrav1.SecretReference{Name: secret.Name}, HostKey: sshexec.FormatHostKey(h.HostKey)},
 				Cleanup: infrav1.CleanupSpec{Commands: cleanup},
 			},
@@ -190,16 +190,18 @@ func dataSecret(g *WithT, ns, name, cluster, value string) *corev1.Secret {
 	return s
 }
 
-// sshMachines lists the YonderSSHMachines of a namespace.
+// sshMachines lists the YonderSSHMachines of a namespace, uncached: invariants compare machines with hosts,
+// and two informers of the test manager's cache may lag each other.
 func sshMachines(g Gomega, ns string) []infrav1.YonderSSHMachine {
 	l := &infrav1.YonderSSHMachineList{}
-	g.Expect(env.List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	return l.Items
 }
 
+// hostList lists the YonderSSHHosts of a namespace, uncached (see sshMachines).
 func hostList(g Gomega, ns string) []infrav1.YonderSSHHost {
 	l := &infrav1.YonderSSHHostList{}
-	g.Expect(env.List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	return l.Items
 }
 

@@ -19,13 +19,20 @@ OUT := out
 lab: test-bins ## Bring up the local lab (control plane, hosts at two sites); Ctrl-C tears it down
 	$(GO) run ./test/lab
 
+FUZZTIME ?= 10s
+
 .PHONY: test
-test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd)
+test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), fuzzing
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: bench
 bench: test-bins ## Run the benchmarks; each prints its ratio against a baseline measured in the same run
-	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./...
 
 ##@ Build
 
@@ -79,6 +86,7 @@ release-manifests: ## Build each provider's components YAML, metadata.yaml and t
 	    cp metadata.yaml $(OUT)/$$p/; echo "$(OUT)/$$p/$$f"; \
 	  else echo "skipping $$p: no config/default yet"; fi; \
 	done
+	@mkdir -p $(OUT)/network && $(TOOLS) kustomize build network/config/default > $(OUT)/network/yonder-network.yaml && echo "$(OUT)/network/yonder-network.yaml"
 	@cp templates/*.yaml $(OUT)/ 2>/dev/null || true
 
 .PHONY: clean

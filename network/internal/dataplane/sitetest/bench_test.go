@@ -127,9 +127,11 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 		kernRTT += rtt(b, lab, a1.Pod, ga1.PodIP.String())
 		s.Start(a1)
 		s.Start(ga1)
-		for {
-			if st, err := s.Debug(a1); err == nil && st.Attachment != "" {
-				break
+		for _, n := range []*Node{a1, ga1} {
+			for {
+				if st, err := s.Debug(n); err == nil && st.Attachment != "" {
+					break
+				}
 			}
 		}
 	}
@@ -149,5 +151,5 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 	b.ReportMetric(vxCPU/n, "vxlan-cpu%/Gbit")
 	b.ReportMetric(wgCPU/n, "wireguard-cpu%/Gbit")
 	st, _ := s.Debug(ga1)
-	fmt.Printf("wireguard device on ga1: %s\n", st.WireGuard.Kind)
+	b.Logf("wireguard device on ga1: %s", st.WireGuard.Kind)
 }

@@ -65,6 +65,8 @@ type Options struct {
 	KeepCache bool
 	// Log receives human-readable progress (default stderr); it is also written to <state>/agent.log.
 	Log io.Writer
+	// JournalSocket is journald's socket (default /run/systemd/journal/socket); logs also go there when it exists.
+	JournalSocket string
 	// Now is the clock (tests).
 	Now func() time.Time
 
@@ -158,9 +160,21 @@ func (o *Options) logDir() string      { return filepath.Join(o.StateDir, "log")
 
 func (o *Options) logger() (*slog.Logger, func()) {
 	_ = os.MkdirAll(o.logDir(), 0o700)
-	f, err := os.OpenFile(filepath.Join(o.logDir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return slog.New(slog.NewTextHandler(o.Log, nil)), func() {}
+	writers := []io.Writer{o.Log}
+	var closers []io.Closer
+	if f, err := os.OpenFile(filepath.Join(o.logDir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		writers, closers = append(writers, f), append(closers, f)
 	}
-	return slog.New(slog.NewTextHandler(io.MultiWriter(o.Log, f), nil)), func() { _ = f.Close() }
+	sock := o.JournalSocket
+	if sock == "" {
+		sock = DefaultJournalSocket
+	}
+	if j := newJournalWriter(sock); j != nil {
+		writers, closers = append(writers, j), append(closers, j)
+	}
+	return slog.New(slog.NewTextHandler(io.MultiWriter(writers...), nil)), func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}
 }

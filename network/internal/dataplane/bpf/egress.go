@@ -165,10 +165,11 @@ func (d *Datapath) Sync(want Desired) (Stats, error) {
 	return st, nil
 }
 
-// Counters returns the program's counters summed over CPUs: redirected, miss, no healthy member, oversize.
-func (d *Datapath) Counters() ([4]uint64, error) {
-	var out [4]uint64
-	for i := range uint32(4) {
+// Counters returns the program's counters summed over CPUs: redirected, miss, no healthy member, oversize,
+// TCP SYN left to the kernel.
+func (d *Datapath) Counters() ([5]uint64, error) {
+	var out [5]uint64
+	for i := range uint32(5) {
 		var per []uint64
 		if err := d.objs.Stats.Lookup(i, &per); err != nil {
 			return out, fmt.Errorf("failed to read counter %d: %w", i, err)

@@ -93,6 +93,19 @@ func TestProgramLogic(t *testing.T) {
 	g.Expect(net.HardwareAddr(out[0:6])).To(Equal(mac(4)))
 	g.Expect(net.HardwareAddr(out[6:12])).To(Equal(mac(8)))
 
+	// TCP SYNs go to the kernel (MSS clamping); other TCP segments are redirected.
+	tcp := func(flags byte) []byte {
+		f := frame(src, netip.MustParseAddr("10.2.7.9"), 1000, 80, 20)
+		f[14+9] = 6
+		f[14+20+12] = 5 << 4
+		f[14+20+13] = flags
+		return f
+	}
+	ret, _ = run(g, d.Program(), tcp(0x02))
+	g.Expect(ret).To(BeEquivalentTo(tcActOK))
+	ret, _ = run(g, d.Program(), tcp(0x10))
+	g.Expect(ret).To(BeEquivalentTo(tcActRedirect))
+
 	// A down link drops (never leaks unencrypted onto the underlay).
 	ret, _ = run(g, d.Program(), frame(src, netip.MustParseAddr("10.3.0.9"), 1, 2, 10))
 	g.Expect(ret).To(BeEquivalentTo(tcActShot))
@@ -144,6 +157,7 @@ func TestProgramLogic(t *testing.T) {
 	c, err := d.Counters()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c[0]).To(BeNumerically(">", 600))
+	g.Expect(c[4]).To(BeEquivalentTo(1))
 }
 
 // TestAttachRedirects attaches the program in namespaces (tcx and clsact) and checks a real packet from a

@@ -84,7 +84,7 @@ type Status struct {
 	Writes      engine.Writes              `json:"writes"`
 	MapPrefixes int                        `json:"mapPrefixes"`
 	MapGroups   int                        `json:"mapGroups"`
-	Counters    [4]uint64                  `json:"ebpfCounters"`
+	Counters    [5]uint64                  `json:"ebpfCounters"`
 	Applied     int64                      `json:"applied"`
 	LastError   string                     `json:"lastError,omitempty"`
 }
@@ -113,6 +113,9 @@ func New(opt Options) (*Daemon, error) {
 	}
 	d := &Daemon{opt: opt, down: map[string]bool{}, kick: make(chan struct{}, 1)}
 	if err := engine.Setup(opt.Devices); err != nil {
+		return nil, err
+	}
+	if err := engine.Clamp(opt.Devices); err != nil {
 		return nil, err
 	}
 	k, err := keys.LoadOrCreate(filepath.Join(opt.StateDir, "private.key"))

@@ -67,18 +67,17 @@ func Setup(dev Devices) error {
 	return nil
 }
 
-// Clamp installs MSS clamping for TCP SYNs arriving from the tunnels (both directions are covered: each node
-// clamps what it receives), and restricts the inner VXLAN port to packets arriving through WireGuard.
-func Clamp(dev Devices, mss map[string]int) error {
+// Clamp installs MSS clamping of forwarded TCP SYNs to the path MTU of their route (the routes carry the
+// tunnel path's MTU; the eBPF program leaves SYNs to the kernel, so every SYN passes here at each node it
+// crosses, in both directions), and restricts the inner VXLAN port to packets arriving through WireGuard.
+func Clamp(dev Devices) error {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return fmt.Errorf("failed to find iptables for MSS clamping: %w", err)
 	}
 	rules := [][]string{
 		{"-t", "filter", "INPUT", "-p", "udp", "--dport", strconv.Itoa(VXLANOverWireGuardPort), "!", "-i", dev.WireGuard, "-j", "DROP"},
 	}
-	for d, m := range mss {
-		rules = append(rules, []string{"-t", "mangle", "FORWARD", "-i", d, "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--set-mss", strconv.Itoa(m)})
-	}
+	rules = append(rules, []string{"-t", "mangle", "FORWARD", "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--clamp-mss-to-pmtu"})
 	for _, r := range rules {
 		check := append([]string{"-w", r[0], r[1], "-C"}, r[2:]...)
 		if exec.Command("iptables", check...).Run() == nil {

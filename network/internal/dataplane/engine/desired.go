@@ -265,8 +265,12 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			if !l.Up {
 				members = nil
 			}
+			linkMTU := mtu
+			if l.Protocol == netv1.ProtocolWireGuard {
+				linkMTU -= VXLANOverhead // the gateways carry VXLAN inside WireGuard
+			}
 			for _, pf := range l.Prefixes {
-				addRoute(pf, members, min(minMTU, mtu))
+				addRoute(pf, members, min(minMTU, linkMTU))
 			}
 		}
 	}

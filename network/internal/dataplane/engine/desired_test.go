@@ -55,6 +55,11 @@ func TestComputeOrdinaryNode(t *testing.T) {
 	g.Expect(d.Hops["ga1/vxlan"].Underlay.String()).To(Equal("192.168.10.21"), "intra-site uses Internal endpoints")
 	g.Expect(d.Hops["ga1/vxlan"].MTU).To(Equal(1430))
 	g.Expect(d.Hops["ga1/vxlan"].MAC).To(Equal(NodeMAC("ga1")))
+	for _, r := range d.Routes {
+		if r.Prefix.String() == "10.20.0.0/16" {
+			g.Expect(r.MTU).To(Equal(1420-VXLANOverhead), "the path MTU includes the gateways' WireGuard hop")
+		}
+	}
 
 	// A gateway the probes found dead leaves the group; a single-member route keeps its member.
 	d, err = Compute(input("a1", "10.10.1.0/24"), map[string]bool{"ga2/vxlan": true})

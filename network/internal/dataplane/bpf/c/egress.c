@@ -7,7 +7,9 @@
 // "fragmentation needed") and anything that is not IPv4 go on to the kernel's routing.
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/tcp.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -51,12 +53,12 @@ struct {
 	__uint(max_entries, 4096);
 } groups SEC(".maps");
 
-// counters: 0 redirected, 1 miss, 2 no healthy member, 3 oversize
+// counters: 0 redirected, 1 miss, 2 no healthy member, 3 oversize, 4 TCP SYN left to the kernel
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 4);
+	__uint(max_entries, 5);
 } stats SEC(".maps");
 
 static __always_inline void count(__u32 i)
@@ -89,6 +91,18 @@ int pod_egress(struct __sk_buff *skb)
 	struct iphdr *ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > data_end)
 		return TC_ACT_OK;
+
+	// TCP SYNs take the kernel path, whose MSS clamping (to the route's path MTU) then covers every flow,
+	// also at gateways where later packets are redirected from one tunnel to the next.
+	if (ip->protocol == IPPROTO_TCP && ip->ihl == 5) {
+		struct tcphdr *tcp = (void *)(ip + 1);
+		if ((void *)(tcp + 1) > data_end)
+			return TC_ACT_OK;
+		if (tcp->syn) {
+			count(4);
+			return TC_ACT_OK;
+		}
+	}
 
 	struct prefix_key k = {.prefixlen = 32, .addr = ip->daddr};
 	__u32 *gid = bpf_map_lookup_elem(&prefixes, &k);

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"time"
 
@@ -108,6 +109,9 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 		return fmt.Errorf("failed to encode input: %w", err)
 	}
 	if !bytes.Equal(b, s.lastIn) {
+		if err := os.MkdirAll(filepath.Dir(s.InputFile), 0o750); err != nil {
+			return fmt.Errorf("failed to create directory of %s: %w", s.InputFile, err)
+		}
 		if err := os.WriteFile(s.InputFile+".tmp", b, 0o600); err != nil {
 			return fmt.Errorf("failed to write input: %w", err)
 		}

@@ -177,6 +177,9 @@ func (d *Daemon) publish() error {
 	if err != nil {
 		return fmt.Errorf("failed to encode publication: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Dir(d.opt.PublishFile), 0o750); err != nil {
+		return fmt.Errorf("failed to create directory of %s: %w", d.opt.PublishFile, err)
+	}
 	tmp := d.opt.PublishFile + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil { //nolint:gosec // public data (public key, endpoints)
 		return fmt.Errorf("failed to write publication: %w", err)

@@ -35,6 +35,18 @@ const (
 	podCIDR      = "10.244.0.0/16"
 )
 
+// TestMain removes what the package-level helpers built once (agent binary, bundle) after all tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentBin != "" {
+		_ = os.RemoveAll(filepath.Dir(agentBin))
+	}
+	if bundleDir != "" {
+		_ = os.RemoveAll(bundleDir)
+	}
+	os.Exit(code)
+}
+
 var (
 	agentOnce sync.Once
 	agentBin  string
@@ -98,6 +110,7 @@ var (
 	bundleOnce sync.Once
 	bundle     []agentv1.Artifact
 	bundleRoot *agentv1.Artifact
+	bundleDir  string
 )
 
 // nodeBundle is the offline bundle: cached binaries, the rootfs archive and two OCI image archives (the
@@ -109,6 +122,7 @@ func nodeBundle(t testing.TB) ([]agentv1.Artifact, *agentv1.Artifact) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		bundleDir = dir
 		for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr"} {
 			p, err := testbins.Path(b)
 			if err != nil {

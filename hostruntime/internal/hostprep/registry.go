@@ -129,5 +129,8 @@ func (r Registry) Release(holder string) ([]string, []string, error) {
 	_ = os.Remove(filepath.Join(r.dir(), "originals.json"))
 	_ = os.Remove(filepath.Join(r.dir(), ".lock"))
 	_ = os.Remove(r.dir())
+	if r.Dir == "" {
+		_ = os.Remove(filepath.Dir(DefaultRegistryDir)) // /run/yonder, when nothing else is in it
+	}
 	return names, nil, nil
 }

@@ -56,6 +56,7 @@ func run(args []string) error {
 	fs.StringVar(&o.Devices.PodBridge, "pod-bridge", "cni0", "the pods' bridge (the eBPF program attaches to it)")
 	fs.StringVar(&o.UnderlayDev, "underlay-device", "eth0", "the underlay interface")
 	fs.StringVar(&o.Endpoint, "endpoint", "", "address peers dial (default: the underlay device's first IPv4 address)")
+	fs.StringVar(&o.ExternalEndpoint, "external-endpoint", "", "address other Sites dial (public or NATed; default: --endpoint)")
 	fs.IntVar(&o.WGPort, "wireguard-port", engine.DefaultWireGuardPort, "WireGuard listen port")
 	fs.IntVar(&o.ProbePort, "probe-port", engine.DefaultProbePort, "health probe UDP port")
 	fs.BoolVar(&o.Kernel, "kernel-wireguard", true, "use the kernel's WireGuard when available (else embedded wireguard-go)")

@@ -40,6 +40,8 @@ type Options struct {
 	Devices     engine.Devices
 	UnderlayDev string
 	Endpoint    string // address peers dial; default: the underlay device's first IPv4 address
+	// ExternalEndpoint is the address remote Sites dial (public/NATed); default: Endpoint.
+	ExternalEndpoint string
 	WGPort      int
 	ProbePort   int
 	Kernel      bool // try kernel WireGuard first
@@ -161,7 +163,11 @@ func (d *Daemon) Publication() (netv1.NodeNetworkSpec, error) {
 		}
 		ep = as[0].IP.String()
 	}
-	spec.Endpoints = []netv1.Endpoint{{Address: ep, Type: netv1.EndpointInternal}, {Address: ep, Type: netv1.EndpointExternal}}
+	ext := d.opt.ExternalEndpoint
+	if ext == "" {
+		ext = ep
+	}
+	spec.Endpoints = []netv1.Endpoint{{Address: ep, Type: netv1.EndpointInternal}, {Address: ext, Type: netv1.EndpointExternal}}
 	return spec, nil
 }
 

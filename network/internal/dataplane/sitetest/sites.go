@@ -92,12 +92,25 @@ func NewSites(t testing.TB, proto netv1.Protocol) *Sites {
 // NewSitesWith is NewSites with a chosen intra-site protocol.
 func NewSitesWith(t testing.TB, intra, proto netv1.Protocol) *Sites {
 	t.Helper()
-	s := &Sites{T: t, Lab: topo.New(t), Nodes: map[string]*Node{}, Protocol: proto, Intra: intra, bin: Binary(t)}
+	s := Build(t, nil)
+	s.Protocol, s.Intra = proto, intra
+	s.WritePlans(nil)
+	return s
+}
+
+// Build builds the namespaces, pods and daemons without writing any plan (a test driving the daemons through
+// the API does that). podCIDRs overrides the nodes' pod CIDRs (name → CIDR).
+func Build(t testing.TB, podCIDRs map[string]string) *Sites {
+	t.Helper()
+	s := &Sites{T: t, Lab: topo.New(t), Nodes: map[string]*Node{}, Protocol: netv1.ProtocolWireGuard, Intra: netv1.ProtocolVXLAN, bin: Binary(t)}
 	l := s.Lab
 	l.Network("lana")
 	l.Network("lanb")
 	l.Network("wan")
 	add := func(name, site string, podCIDR string, lan, wan string, gw bool) {
+		if c, ok := podCIDRs[name]; ok {
+			podCIDR = c
+		}
 		n := &Node{Name: name, Site: site, NS: l.AddNS(name), PodCIDR: netip.MustParsePrefix(podCIDR), Gateway: gw, dir: t.TempDir()}
 		n.LAN = netip.MustParseAddr(lan)
 		l.Attach(n.NS, "eth0", "lan"+site, lan+"/24", 1500)
@@ -120,8 +133,23 @@ func NewSitesWith(t testing.TB, intra, proto netv1.Protocol) *Sites {
 	for _, n := range s.Nodes {
 		s.WaitPublished(n)
 	}
-	s.WritePlans(nil)
 	return s
+}
+
+// InputFile is where the node's daemon reads its view of the plan.
+func (n *Node) InputFile() string { return filepath.Join(n.dir, "plan.yaml") }
+
+// Publication returns what the node's daemon published.
+func (n *Node) Publication() (netv1.NodeNetworkSpec, error) {
+	var spec netv1.NodeNetworkSpec
+	b, err := os.ReadFile(filepath.Join(n.dir, "nodenetwork.yaml"))
+	if err != nil {
+		return spec, fmt.Errorf("failed to read publication of %s: %w", n.Name, err)
+	}
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("failed to parse publication of %s: %w", n.Name, err)
+	}
+	return spec, nil
 }
 
 // Start starts (or restarts) the node's daemon.
@@ -131,9 +159,13 @@ func (s *Sites) Start(n *Node) {
 	if err != nil {
 		s.T.Fatal(err)
 	}
-	n.cmd = topo.In(n.NS, s.bin, "--node", n.Name, "--state-dir", filepath.Join(n.dir, "state"),
+	args := []string{"--node", n.Name, "--state-dir", filepath.Join(n.dir, "state"),
 		"--input", filepath.Join(n.dir, "plan.yaml"), "--publish", filepath.Join(n.dir, "nodenetwork.yaml"),
-		"--wireguard-device", s.Lab.Prefix+n.Name, "--pod-bridge", "br0", "--underlay-device", "eth0")
+		"--wireguard-device", s.Lab.Prefix + n.Name, "--pod-bridge", "br0", "--underlay-device", "eth0", "--api=false"}
+	if n.WAN.IsValid() {
+		args = append(args, "--external-endpoint", n.WAN.String())
+	}
+	n.cmd = topo.In(n.NS, s.bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	if err := n.cmd.Start(); err != nil {
 		s.T.Fatal(err)

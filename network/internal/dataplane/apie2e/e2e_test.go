@@ -1,0 +1,152 @@
+package apie2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/apisync"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/sitetest"
+	"github.com/yonder-dev/yonder/network/internal/testenv"
+	"github.com/yonder-dev/yonder/network/setup"
+	"github.com/yonder-dev/yonder/test/envtest"
+)
+
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e }))
+}
+
+const (
+	siteLabel = "e2e.yonder.dev/site"
+	gwLabel   = "e2e.yonder.dev/gateway"
+)
+
+// TestControllerAndDaemons: Sites, GatewayPools and a SitePeering are created; the controller allocates pod
+// CIDRs and publishes the route plan; each daemon publishes its NodeNetwork (public key) and programs the plan
+// it reads from the API; pods of the two Sites then reach each other through the elected gateways.
+func TestControllerAndDaemons(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	scheme, err := setup.Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = testenv.Cleanup(ctx, c) })
+	testenv.Start(t, env, setup.Options{SliceSize: 100, NodeConcurrency: 2})
+
+	for site, pool := range map[string]string{"a": "10.10.0.0/16", "b": "10.20.0.0/16"} {
+		g.Expect(c.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "e2e" + site},
+			Spec: netv1.SiteSpec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{siteLabel: site}},
+				PodCIDRPools: []netv1.PodCIDRPool{{CIDR: pool, BlockSize: 24}}}})).To(Succeed())
+		g.Expect(c.Create(ctx, &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e" + site + "-gw"},
+			Spec: netv1.GatewayPoolSpec{Site: "e2e" + site, NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{gwLabel: "true"}}}})).To(Succeed())
+	}
+	g.Expect(c.Create(ctx, &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "e2e-ab"},
+		Spec: netv1.SitePeeringSpec{Sites: []string{"e2ea", "e2eb"}, Topology: netv1.TopologyGateway}})).To(Succeed())
+
+	nodes := map[string]struct {
+		site, lan string
+		gw        bool
+	}{
+		"a1": {"a", "192.168.10.11", false}, "ga1": {"a", "192.168.10.21", true}, "ga2": {"a", "192.168.10.22", true},
+		"gb1": {"b", "192.168.20.31", true}, "b2": {"b", "192.168.20.32", false},
+	}
+	for name, n := range nodes {
+		labels := map[string]string{siteLabel: n.site}
+		if n.gw {
+			labels[gwLabel] = "true"
+		}
+		_, err := testenv.CreateNode(ctx, c, name, labels, n.lan, true)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	// The controller allocates the pod CIDRs; the lab is built with them.
+	podCIDRs := map[string]string{}
+	g.Eventually(func() (int, error) {
+		for name := range nodes {
+			n := &corev1.Node{}
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+				return 0, err
+			}
+			if n.Spec.PodCIDR != "" {
+				podCIDRs[name] = n.Spec.PodCIDR
+			}
+		}
+		return len(podCIDRs), nil
+	}, 60*time.Second, 100*time.Millisecond).Should(Equal(len(nodes)))
+
+	s := sitetest.Build(t, podCIDRs)
+	sctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	for _, n := range s.Nodes {
+		sy := &apisync.Syncer{Client: c, Node: n.Name, InputFile: n.InputFile(), Interval: 200 * time.Millisecond, Log: slog.Default(),
+			Spec: n.Publication,
+			State: func() apisync.DaemonState {
+				st, err := s.Debug(n)
+				ok := err == nil && st.Applied > 0 && st.LastError == ""
+				return apisync.DaemonState{Applied: ok, Gateway: ok}
+			}}
+		go func() { _ = sy.Run(sctx) }()
+	}
+
+	// Published keys reach the controller's slices, the gateways become active, and pods talk across Sites.
+	a1, b2 := s.Nodes["a1"], s.Nodes["b2"]
+	pc, err := sitetest.Listen(b2.Pod, "udp4", ":7000")
+	g.Expect(err).NotTo(HaveOccurred())
+	echo := pc.(net.PacketConn)
+	t.Cleanup(func() { _ = echo.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := echo.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = echo.WriteTo(buf[:n], from)
+		}
+	}()
+	diag := func() string {
+		out := ""
+		l := &netv1.RoutePlanList{}
+		_ = c.List(ctx, l)
+		for _, p := range l.Items {
+			out += fmt.Sprintf("plan %s: %+v\n", p.Name, p.Spec.Links)
+		}
+		for _, n := range s.Nodes {
+			st, err := s.Debug(n)
+			out += fmt.Sprintf("%s: routes %+v down %v err %v %s\n", n.Name, st.Routes, st.Down, err, st.LastError)
+		}
+		return out
+	}
+	g.Eventually(func() error {
+		conn, err := sitetest.Dial(a1.Pod, "udp4", net.JoinHostPort(b2.PodIP.String(), "7000"), time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		if _, err := conn.Write([]byte("hello")); err != nil {
+			return err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 16)
+		_, err = conn.Read(buf)
+		return err
+	}, 90*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+
+	for _, n := range s.Nodes {
+		nn := &netv1.NodeNetwork{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, nn)).To(Succeed())
+		g.Expect(nn.Spec.PublicKey).To(Equal(n.PubKey))
+	}
+}

@@ -42,13 +42,13 @@ type Options struct {
 	Endpoint    string // address peers dial; default: the underlay device's first IPv4 address
 	// ExternalEndpoint is the address remote Sites dial (public/NATed); default: Endpoint.
 	ExternalEndpoint string
-	WGPort      int
-	ProbePort   int
-	Kernel      bool // try kernel WireGuard first
-	DebugAddr   string
-	CNIConfDir  string
-	Attach      bpf.Attachment // "" = detect
-	Log         *slog.Logger
+	WGPort           int
+	ProbePort        int
+	Kernel           bool // try kernel WireGuard first
+	DebugAddr        string
+	CNIConfDir       string
+	Attach           bpf.Attachment // "" = detect
+	Log              *slog.Logger
 }
 
 // Daemon is a running yonder-net-node.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/rootfs"
@@ -102,20 +103,18 @@ func bareMachineBoot(b *testing.B, archive, name, dir string) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if leader := nspawn.Leader(pid); leader != 0 {
-			out, _ := nspawn.Exec(ctx, leader, "systemctl", "is-system-running")
-			s := strings.TrimSpace(string(out))
-			if s == "running" || s == "degraded" {
-				break
-			}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		leader := nspawn.Leader(pid)
+		if leader == 0 {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(cfg.LogFile)
-			b.Fatalf("bare machine did not finish booting: %s", log)
-		}
-		time.Sleep(20 * time.Millisecond) //nolint:forbidigo // polling a process outside any test assertion
+		out, _ := nspawn.Exec(ctx, leader, "systemctl", "is-system-running")
+		s := strings.TrimSpace(string(out))
+		return s == "running" || s == "degraded", nil
+	})
+	if err != nil {
+		log, _ := os.ReadFile(cfg.LogFile)
+		b.Fatalf("bare machine did not finish booting: %v: %s", err, log)
 	}
 	return time.Since(start)
 }

@@ -25,7 +25,9 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	os.Exit(envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e }))
+	code := envtest.Run(m, testenv.Options(), func(e *envtest.Environment) { env = e })
+	sitetest.RemoveBinary()
+	os.Exit(code)
 }
 
 const (

@@ -54,6 +54,13 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// RemoveBinary removes the binary Binary built (call it from TestMain after m.Run).
+func RemoveBinary() {
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
 // Node is one namespace node.
 type Node struct {
 	Name    string

@@ -343,6 +343,12 @@ func (d *Daemon) reconcile() {
 	// Members currently down stay monitored (they are absent from des.Routes' groups).
 	if in != nil {
 		all, _ := engine.Compute(*in, nil)
+		// Peers that left the plan are no longer down (nor probed).
+		for k := range d.down {
+			if _, ok := all.Hops[k]; !ok {
+				delete(d.down, k)
+			}
+		}
 		for _, r := range all.Routes {
 			if len(r.Members) < 2 {
 				continue

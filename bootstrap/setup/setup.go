@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -22,7 +20,6 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/reconcilers/kubeletserving"
 	"github.com/yonder-dev/yonder/bootstrap/reconcilers/yonderconfig"
 	"github.com/yonder-dev/yonder/bootstrap/webhooks/admission"
-	"github.com/yonder-dev/yonder/pkg/managercache"
 )
 
 // Scheme returns the scheme the manager needs.
@@ -35,14 +32,6 @@ func Scheme() (*runtime.Scheme, error) {
 	}
 	return s, nil
 }
-
-// CacheOptions are the manager's cache options (see pkg/managercache).
-func CacheOptions(watchNamespace string, syncPeriod time.Duration) ctrlcache.Options {
-	return managercache.CacheOptions(watchNamespace, syncPeriod)
-}
-
-// ClientOptions are the manager's client options (see pkg/managercache).
-func ClientOptions() client.Options { return managercache.ClientOptions() }
 
 // Options configures the reconcilers.
 type Options struct {

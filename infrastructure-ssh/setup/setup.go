@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -36,12 +34,6 @@ func Scheme() (*runtime.Scheme, error) {
 		}
 	}
 	return s, nil
-}
-
-// ClientOptions returns the client options: Secrets are read straight from the API server, never cached, so the manager does not
-// hold every Secret of the cluster (credentials, bootstrap data) in memory.
-func ClientOptions() client.Options {
-	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
 }
 
 // Options configure the reconcilers.

@@ -30,6 +30,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/pkg/managercache"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -92,7 +93,7 @@ func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *p
 		Scheme:                 env.GetScheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Client:                 setup.ClientOptions(),
+		Client:                 managercache.ClientOptions(),
 	})
 	if err != nil {
 		t.Fatalf("failed to create provider manager: %v", err)

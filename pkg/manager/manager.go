@@ -1,0 +1,96 @@
+// Package manager builds the controller-runtime manager of every Yonder provider the same way: the same
+// command-line flags with the same names and defaults in each provider (as CAPI's providers share theirs),
+// the label-filtered Secret cache of package managercache, leader election, secure metrics, and health
+// and readiness checks. Each provider's main.go adds only its own flags, webhooks and reconcilers.
+package manager
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/yonder-dev/yonder/pkg/managercache"
+)
+
+// Options are the settings every provider manager has.
+type Options struct {
+	// Name is the manager's name (e.g. yonder-bootstrap-manager): user agent and leader election ID.
+	Name string
+	// MetricsBindAddr serves metrics over HTTPS with authn/authz ("0" disables them).
+	MetricsBindAddr string
+	// HealthAddr serves /healthz and /readyz.
+	HealthAddr string
+	// LeaderElect lets only one replica reconcile.
+	LeaderElect bool
+	// WatchNamespace limits the manager to one namespace ("" watches all).
+	WatchNamespace string
+	// WatchFilter reconciles only objects labelled cluster.x-k8s.io/watch-filter=<value>.
+	WatchFilter string
+	// WebhookPort and WebhookCertDir configure the admission webhook server.
+	WebhookPort    int
+	WebhookCertDir string
+	// SyncPeriod is how often the caches resync.
+	SyncPeriod time.Duration
+}
+
+// AddFlags registers the common flags, and klog's, on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsBindAddr, "metrics-bind-addr", ":8443", `Address of the HTTPS metrics endpoint ("0" disables it)`)
+	fs.StringVar(&o.HealthAddr, "health-addr", ":9440", "Address of the health and readiness probes")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles")
+	fs.StringVar(&o.WatchNamespace, "namespace", "", "Only watch this namespace (default: all namespaces)")
+	fs.StringVar(&o.WatchFilter, "watch-filter", "", "Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value>")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the admission webhook server")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook serving certificate (tls.crt, tls.key)")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Minute, "How often the caches resync")
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+}
+
+// LeaderElectionID is unique per manager and per watch filter, so sharded managers elect separately.
+func (o *Options) LeaderElectionID() string {
+	id := o.Name + "-leader-election"
+	if o.WatchFilter != "" {
+		id += "-" + o.WatchFilter
+	}
+	return id
+}
+
+// New sets the logger and returns a manager with the common options, health and readiness checks.
+func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
+	ctrl.SetLogger(klog.Background())
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = o.Name
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddr, SecureServing: o.MetricsBindAddr != "0"},
+		HealthProbeBindAddress: o.HealthAddr,
+		LeaderElection:         o.LeaderElect,
+		LeaderElectionID:       o.LeaderElectionID(),
+		// Give up the lease at once on shutdown so a rolling update hands over without waiting it out.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         managercache.CacheOptions(o.WatchNamespace, o.SyncPeriod),
+		Client:                        managercache.ClientOptions(),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the %s manager: %w", o.Name, err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("failed to add the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, fmt.Errorf("failed to add the readiness check: %w", err)
+	}
+	return mgr, nil
+}

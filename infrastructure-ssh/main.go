@@ -58,7 +58,7 @@ func run() error {
 	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
 		WatchFilterValue: o.WatchFilter, MachineConcurrency: machineConc, HostConcurrency: hostConc, ClusterConcurrency: clusterConc,
 		ProbeInterval: probeInterval, PollInterval: pollInterval, RetryInterval: retryInterval,
-		CleanupRetries: int32(cleanupRetries), //nolint:gosec // bounded above
+		CleanupRetries: int32(cleanupRetries),
 	}); err != nil {
 		return err
 	}

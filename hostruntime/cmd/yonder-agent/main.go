@@ -6,6 +6,7 @@
 //	yonder-agent preflight   check the host, change nothing
 //	yonder-agent status      print the node's state as JSON
 //	yonder-agent reset       remove the node from this host
+//	yonder-agent attest      (bare metal) prove the TPM to the boot server, receive the bootstrap data
 //	yonder-agent version     print the version
 package main
 
@@ -129,7 +130,7 @@ func newRoot() *cobra.Command {
 			return printJSON(cmd, map[string]string{"version": version, "commit": commit, "agentConfig": agentv1.APIVersion})
 		},
 	}
-	root.AddCommand(bootstrap, upgrade, preflight, status, reset, ver)
+	root.AddCommand(bootstrap, upgrade, preflight, status, reset, ver, newAttestCommand())
 	return root
 }
 

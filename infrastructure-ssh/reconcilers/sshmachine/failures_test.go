@@ -98,9 +98,14 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 		g.Expect(reasonOf(ns, name, clusterv1.ReadyCondition)()).NotTo(Equal("Ready"), name)
 	}
 	m := &infrav1.YonderSSHMachine{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "runcmd"}, m)).To(Succeed())
-	g.Expect(m.Status.Bootstrap.ExitCode).To(HaveValue(BeEquivalentTo(3)))
-	g.Expect(m.Status.Bootstrap.OutputTail).To(ContainSubstring("boom"))
+	// The condition and the status fields are separate patches of the same reconcile (CAPI's patch
+	// helper): read until both are visible.
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "runcmd"}, m)).To(Succeed())
+		g.Expect(m.Status.Bootstrap).NotTo(BeNil())
+		g.Expect(m.Status.Bootstrap.ExitCode).To(HaveValue(BeEquivalentTo(3)))
+		g.Expect(m.Status.Bootstrap.OutputTail).To(ContainSubstring("boom"))
+	}).Should(Succeed())
 	g.Expect(condition(m, infrav1.BootstrapExecutedCondition).Message).To(ContainSubstring("delete the Machine"))
 	g.Expect(m.Annotations).To(HaveKey("clusterctl.cluster.x-k8s.io/block-move"), "not provisioned: clusterctl move must wait")
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "unsupported"}, m)).To(Succeed())

@@ -28,11 +28,13 @@ func SetNodeStatus(ctx context.Context, c client.Client, n *corev1.Node, interna
 	if ready {
 		status = corev1.ConditionTrue
 	}
+	// A merge patch, not an update: the controller writes the same Node (labels, pod CIDRs) at the same time.
+	orig := n.DeepCopy()
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	if internalIP != "" {
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
 	}
-	if err := c.Status().Update(ctx, n); err != nil {
+	if err := c.Status().Patch(ctx, n, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("failed to set status of Node %s: %w", n.Name, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -126,8 +127,21 @@ func Finish(ctx context.Context, e sshexec.Executor, runID string) error {
 	return nil
 }
 
+// ProviderIDPath is where the provider tells the host its providerID before the bootstrap runs: the
+// bootstrap data is rendered before a host is chosen, so it cannot carry it. yonder-agent reads this file
+// (its --provider-id-file default) when its AgentConfig names no providerID; a kubeadm-based bootstrap
+// can read it in a runcmd.
+const ProviderIDPath = "/etc/yonder/provider-id"
+
+// ProviderIDPrelude is the shell that writes ProviderIDPath; it runs before the bootstrap's own commands.
+func ProviderIDPrelude(providerID string) string {
+	return fmt.Sprintf("{ mkdir -p %[1]s && printf '%%s\\n' %[2]s > %[3]s; } || { echo 'failed to write %[3]s' >&2; exit 1; }\n",
+		path.Dir(ProviderIDPath), sshexec.Quote(providerID), ProviderIDPath)
+}
+
 // Cleanup stops run runID if it still runs, resets the host (`yonder-agent reset` when the agent is on
-// the PATH, else the given commands, each of which must succeed), and removes the run and the sentinel.
+// the PATH, else the given commands, each of which must succeed), and removes the run, the sentinel and
+// the providerID file.
 func Cleanup(ctx context.Context, e sshexec.Executor, runID string, commands []string) error {
 	d, err := runDir(runID)
 	if err != nil {
@@ -140,7 +154,7 @@ func Cleanup(ctx context.Context, e sshexec.Executor, runID string, commands []s
 		fmt.Fprintf(&b, "  sh -c %s || { echo \"cleanup command failed: %s\" >&2; exit 1; }\n", sshexec.Quote(c), strings.ReplaceAll(firstLine(c), `"`, ""))
 	}
 	b.WriteString("fi\n")
-	fmt.Fprintf(&b, "rm -rf %s\nrm -f %s\n", d, SentinelPath)
+	fmt.Fprintf(&b, "rm -rf %s\nrm -f %s %s\n", d, SentinelPath, ProviderIDPath)
 	if _, _, err := e.Run(ctx, b.String(), nil); err != nil {
 		return fmt.Errorf("failed to clean up host: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 
 // PrivateDirs are the directories each host gets its own empty copy of. /root is private too: the
 // machine's own root dotfiles must not run in the hosts' sessions.
-var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/usr/local/sbin", hosts.HomeDir}
+var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
 
 // Host is a running test host.
 type Host = hosts.Host

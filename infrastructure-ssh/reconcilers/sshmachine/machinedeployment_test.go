@@ -178,6 +178,10 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
+		// The host was told its providerID before the bootstrap ran (yonder-agent reads it from there).
+		out, err = h.Output(ctx, "cat /etc/yonder/provider-id")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(Equal("yonder-ssh://" + ns + "/" + h.Name + "\n"))
 		// The bootstrap script (it holds the join token) is removed once the run finished.
 		out, _ = h.Output(ctx, "ls /var/lib/yonder-ssh/runs/*/")
 		g.Expect(out).NotTo(ContainSubstring("bootstrap.sh"))
@@ -207,9 +211,9 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 				sh = x
 			}
 		}
-		out, err := sh.Output(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel")
+		out, err := sh.Output(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel; test ! -e /etc/yonder/provider-id && echo no-provider-id")
 		g.Expect(err).NotTo(HaveOccurred(), out)
-		g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\n"))
+		g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\nno-provider-id\n"))
 	}
 	g.Expect(released).To(Equal(2))
 	g.Eventually(func(g Gomega) {

@@ -432,7 +432,7 @@ func (r *Reconciler) reconcileBootstrap(ctx context.Context, s *scope, host *inf
 	}
 	b.Phase = infrav1.BootstrapPhaseSucceeded
 	b.FinishedTime = ptr.To(metav1.Now())
-	m.Spec.ProviderID = ProviderIDPrefix + m.Namespace + "/" + host.Name
+	m.Spec.ProviderID = providerID(m, host)
 	m.Status.Initialization.Provisioned = ptr.To(true)
 	setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionTrue, infrav1.BootstrapSucceededReason, "")
 	log.Info("Provisioned host", "providerID", m.Spec.ProviderID)
@@ -496,12 +496,18 @@ func (r *Reconciler) startBootstrap(ctx context.Context, s *scope, host *infrav1
 		return ctrl.Result{}, err
 	}
 	log.Info("Starting bootstrap on host")
-	if _, err := remote.Start(ctx, e, runID, cfg.Script()); err != nil {
+	script := remote.ProviderIDPrelude(providerID(m, host)) + cfg.Script()
+	if _, err := remote.Start(ctx, e, runID, script); err != nil {
 		reason, msg := hostconn.Reason(err, host)
 		setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+// providerID names the host, so the Node a reused host registers again carries the same providerID.
+func providerID(m *infrav1.YonderSSHMachine, host *infrav1.YonderSSHHost) string {
+	return ProviderIDPrefix + m.Namespace + "/" + host.Name
 }
 
 func trimNL(b []byte) []byte {

@@ -143,6 +143,22 @@ func testGatewayFailover(t *testing.T, mode string) {
 	}
 	t.Logf("flow leaves site a through %s (vw tx +%d / +%d)", victim.Name, d1, d2)
 
+	// Both gateways must be healthy on both sides before the cut — answered probes on a1 (VXLAN) and gb1
+	// (WireGuard, so the survivor's handshake is done): on a loaded machine the survivor's path can still be
+	// converging when the first echo already went through the other gateway.
+	for _, n := range []*Node{a1, s.Nodes["gb1"]} {
+		g.Eventually(func(g Gomega) {
+			d, err := s.Debug(n)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d.Down).To(BeEmpty())
+			g.Expect(d.Probes).NotTo(BeEmpty())
+			for peer, p := range d.Probes {
+				g.Expect(p.Up).To(BeTrue(), "%s probes %s", n.Name, peer)
+				g.Expect(p.Received).To(BeNumerically(">", 0), "%s probes %s", n.Name, peer)
+			}
+		}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+	}
+
 	t0 := time.Now()
 	if mode == "links" {
 		s.Lab.MustIP(victim.NS, "link", "set", "eth0", "down")

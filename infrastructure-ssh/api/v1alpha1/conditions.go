@@ -16,6 +16,11 @@ const (
 	// HostAnnotation is set on a YonderSSHMachine to the name of the YonderSSHHost it has claimed. It is
 	// written only after the claim is recorded on the host; the host's spec.consumerRef is the truth.
 	HostAnnotation = "ssh.infrastructure.yonder.dev/host"
+	// ReservedHostAnnotation records, on a YonderSSHMachine and with optimistic concurrency, the host it
+	// is about to claim. Of several controller replicas racing for one Machine only one can record a
+	// choice, so a Machine never ends up holding two hosts; a crash between the reservation and the claim
+	// resumes with the same host.
+	ReservedHostAnnotation = "ssh.infrastructure.yonder.dev/reserved-host"
 	// SkipCleanupAnnotation, set by an operator on a deleting YonderSSHMachine whose host cannot be
 	// cleaned (unreachable, host key changed), releases the host WITHOUT cleanup. The host is then
 	// marked with NeedsCleanupAnnotation and is not claimed again until an operator removes that.

@@ -221,10 +221,15 @@ func (r *Reconciler) patch(ctx context.Context, s *scope) error {
 		delete(m.Annotations, BlockMoveAnnotation)
 	}
 	owned := []string{infrav1.HostClaimedCondition, infrav1.BootstrapExecutedCondition, infrav1.HostCleanedCondition, clusterv1.ReadyCondition, clusterv1.PausedCondition}
-	if err := conditions.SetSummaryCondition(m, m, clusterv1.ReadyCondition,
-		conditions.ForConditionTypes{infrav1.HostClaimedCondition, infrav1.BootstrapExecutedCondition},
-		conditions.IgnoreTypesIfMissing{infrav1.HostClaimedCondition, infrav1.BootstrapExecutedCondition}); err != nil {
-		return fmt.Errorf("failed to summarise conditions of YonderSSHMachine %s: %w", klog.KObj(m), err)
+	// A pass that lost a claim race sets no condition yet; summarising nothing is an error in CAPI's
+	// conditions package, and returning it would put the Machine on an ever longer error backoff while
+	// controllers race (seen: a Machine idle for minutes with two replicas).
+	if conditions.Has(m, infrav1.HostClaimedCondition) || conditions.Has(m, infrav1.BootstrapExecutedCondition) {
+		if err := conditions.SetSummaryCondition(m, m, clusterv1.ReadyCondition,
+			conditions.ForConditionTypes{infrav1.HostClaimedCondition, infrav1.BootstrapExecutedCondition},
+			conditions.IgnoreTypesIfMissing{infrav1.HostClaimedCondition, infrav1.BootstrapExecutedCondition}); err != nil {
+			return fmt.Errorf("failed to summarise conditions of YonderSSHMachine %s: %w", klog.KObj(m), err)
+		}
 	}
 	if err := s.helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: owned}); err != nil {
 		return fmt.Errorf("failed to patch YonderSSHMachine %s: %w", klog.KObj(m), err)
@@ -318,31 +323,59 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHost, bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
-	hosts := &infrav1.YonderSSHHostList{}
-	if err := r.Client.List(ctx, hosts, client.InNamespace(m.Namespace)); err != nil {
-		return nil, false, fmt.Errorf("failed to list YonderSSHHosts in namespace %s: %w", m.Namespace, err)
-	}
-	fd := ptr.Deref(&s.machine.Spec.FailureDomain, "")
 	cons := claim.Consumer{Name: m.Name, UID: m.UID, ClusterName: s.cluster.Name}
-	cands, err := claim.Candidates(hosts.Items, m.Spec.HostSelector.LabelSelector(), fd, cons)
-	if err != nil {
-		setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, err.Error())
-		return nil, false, nil
-	}
-	if len(cands) == 0 {
-		msg := "No free YonderSSHHost matches spec.hostSelector"
-		if fd != "" {
-			msg += " in failure domain " + fd
+	name := m.Annotations[infrav1.ReservedHostAnnotation]
+	if name == "" {
+		hosts := &infrav1.YonderSSHHostList{}
+		if err := r.Client.List(ctx, hosts, client.InNamespace(m.Namespace)); err != nil {
+			return nil, false, fmt.Errorf("failed to list YonderSSHHosts in namespace %s: %w", m.Namespace, err)
 		}
-		setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, msg+": register more hosts, or release or clean existing ones")
-		return nil, false, nil
+		fd := ptr.Deref(&s.machine.Spec.FailureDomain, "")
+		cands, err := claim.Candidates(hosts.Items, m.Spec.HostSelector.LabelSelector(), fd, cons)
+		if err != nil {
+			setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, err.Error())
+			return nil, false, nil
+		}
+		if len(cands) == 0 {
+			msg := "No free YonderSSHHost matches spec.hostSelector"
+			if fd != "" {
+				msg += " in failure domain " + fd
+			}
+			setCond(m, infrav1.HostClaimedCondition, metav1.ConditionFalse, infrav1.NoHostAvailableReason, msg+": register more hosts, or release or clean existing ones")
+			return nil, false, nil
+		}
+		name = cands[0].Name
+		// Reserve first: a conflict means another replica is deciding for this Machine right now.
+		if err := r.setReservation(ctx, m, name); err != nil {
+			if apierrors.IsConflict(err) {
+				return nil, true, nil
+			}
+			return nil, false, err
+		}
 	}
-	h := cands[0]
+	h := &infrav1.YonderSSHHost{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, h); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, false, fmt.Errorf("failed to get YonderSSHHost %s: %w", klog.KRef(m.Namespace, name), err)
+		}
+		h = nil
+	}
+	if h != nil && claim.IsClaimedBy(h, m.UID) {
+		return h, false, nil
+	}
+	if h == nil || !claim.Available(h) {
+		// Taken by another Machine (or gone) between the choice and the claim: choose again.
+		log.V(4).Info("Reserved host is no longer available, choosing again", "YonderSSHHost", klog.KRef(m.Namespace, name))
+		if err := r.setReservation(ctx, m, ""); err != nil && !apierrors.IsConflict(err) {
+			return nil, false, err
+		}
+		return nil, true, nil
+	}
 	log.Info("Claiming host", "YonderSSHHost", klog.KObj(h))
 	if err := claim.Claim(ctx, r.Client, h, cons); err != nil {
 		if apierrors.IsConflict(err) {
-			// Another claim won the race for this host; choose again with fresh data.
-			log.V(4).Info("Lost the race for a host, choosing again", "YonderSSHHost", klog.KObj(h))
+			// Another claim or a status write raced us on the host; the next pass re-reads it.
+			log.V(4).Info("Lost the race for a host, trying again", "YonderSSHHost", klog.KObj(h))
 			return nil, true, nil
 		}
 		return nil, false, err
@@ -350,6 +383,26 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHos
 	claimed := h.DeepCopy()
 	claimed.Spec.ConsumerRef = cons.Ref()
 	return claimed, false, nil
+}
+
+// setReservation records (or, with "", clears) the host m is about to claim, with optimistic
+// concurrency on m so that concurrent replicas cannot record two different choices.
+func (r *Reconciler) setReservation(ctx context.Context, m *infrav1.YonderSSHMachine, host string) error {
+	before := m.DeepCopy()
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	if host == "" {
+		delete(m.Annotations, infrav1.ReservedHostAnnotation)
+	} else {
+		m.Annotations[infrav1.ReservedHostAnnotation] = host
+	}
+	latest := m.DeepCopy()
+	if err := r.Client.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		m.Annotations = before.Annotations
+		return fmt.Errorf("failed to record the host reservation of YonderSSHMachine %s: %w", klog.KObj(m), err)
+	}
+	return nil
 }
 
 func addresses(h *infrav1.YonderSSHHost) []clusterv1.MachineAddress {

@@ -241,8 +241,10 @@ func FuzzRequestPacket(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Keep the sending socket open until the check is done: closed at once, its ephemeral port can be
+		// handed to the client's next socket, which then reads the server's late answer to THIS packet.
+		defer func() { _ = c.Close() }()
 		_, _ = c.Write(data)
-		_ = c.Close()
 		wt, err := client.Receive("ok", "octet")
 		if err != nil {
 			t.Fatalf("server stopped serving after %q: %v", data, err)

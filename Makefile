@@ -76,8 +76,11 @@ verify-gen: generate ## Fail when generated files are not committed
 
 ##@ Release
 
+# Version of the local clusterctl repository (out/repository) that release-manifests lays out.
+RELEASE_VERSION ?= v0.1.0
+
 .PHONY: release-manifests
-release-manifests: ## Build each provider's components YAML, metadata.yaml and templates into out/
+release-manifests: ## Build each provider's components YAML, metadata.yaml and templates into out/, plus a local clusterctl repository and out/clusterctl.yaml
 	@mkdir -p $(OUT)
 	@for p in $(PROVIDERS); do \
 	  f=$$(sed -n 's/.*"componentsFile": "\(.*\)".*/\1/p' $$p/clusterctl-settings.json); \
@@ -87,7 +90,8 @@ release-manifests: ## Build each provider's components YAML, metadata.yaml and t
 	  else echo "skipping $$p: no config/default yet"; fi; \
 	done
 	@mkdir -p $(OUT)/network && $(TOOLS) kustomize build network/config/default > $(OUT)/network/yonder-network.yaml && echo "$(OUT)/network/yonder-network.yaml"
-	@cp templates/*.yaml $(OUT)/ 2>/dev/null || true
+	@cp templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/ 2>/dev/null || true
+	@hack/release-repo.sh $(OUT) $(RELEASE_VERSION)
 
 .PHONY: clean
 clean: ## Remove build outputs (the binary cache outside the tree stays)

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
-	"github.com/yonder-dev/yonder/hostruntime/internal/ociarchive"
+	"github.com/yonder-dev/yonder/pkg/ociarchive"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/labnet"

@@ -7,6 +7,7 @@ package manager
 import (
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -77,6 +78,10 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 		HealthProbeBindAddress: o.HealthAddr,
 		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       o.LeaderElectionID(),
+		// In a Pod controller-runtime reads the namespace from the service account mount; a manager run as
+		// a process (the e2e suite, a developer's shell) names it with POD_NAMESPACE, which the Deployment
+		// also sets from the downward API.
+		LeaderElectionNamespace: os.Getenv("POD_NAMESPACE"),
 		// Give up the lease at once on shutdown so a rolling update hands over without waiting it out.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         managercache.CacheOptions(o.WatchNamespace, o.SyncPeriod),

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
@@ -66,7 +67,7 @@ func run(args []string) error {
 	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
 	fs.BoolVar(&useAPI, "api", os.Getenv("KUBERNETES_SERVICE_HOST") != "", "publish the NodeNetwork and read the route plan from the API (else --input is written by someone else)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --api (default: in-cluster)")
-	fs.DurationVar(&resync, "api-resync", 5*time.Second, "how often the plan is read from the API")
+	fs.DurationVar(&resync, "api-resync", 10*time.Minute, "safety resync with the API (changes arrive through watches)")
 	if len(args) > 0 && args[0] == "debug" {
 		return debug(args[1:])
 	}
@@ -85,11 +86,16 @@ func run(args []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	if useAPI || kubeconfig != "" {
-		c, err := apiClient(kubeconfig)
+		c, ca, err := apiClient(kubeconfig, o.Node)
 		if err != nil {
 			return err
 		}
-		s := &apisync.Syncer{Client: c, Node: o.Node, InputFile: o.InputFile, Spec: d.Publication, Interval: resync, Log: o.Log,
+		go func() {
+			if err := ca.Start(ctx); err != nil {
+				o.Log.Error("Watching the API", "err", err)
+			}
+		}()
+		s := &apisync.Syncer{Client: c, Cache: ca, Node: o.Node, InputFile: o.InputFile, Spec: d.Publication, Interval: resync, Log: o.Log,
 			State: func() apisync.DaemonState {
 				ok, msg := d.Applied()
 				return apisync.DaemonState{Applied: ok, Message: msg, Gateway: ok}
@@ -103,26 +109,31 @@ func run(args []string) error {
 	return err
 }
 
-func apiClient(kubeconfig string) (client.Client, error) {
+// apiClient returns a client for writes and the informer cache reads and events come from.
+func apiClient(kubeconfig, node string) (client.Client, cache.Cache, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("failed to build scheme: %w", err)
+		return nil, nil, fmt.Errorf("failed to build scheme: %w", err)
 	}
 	if err := netv1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("failed to build scheme: %w", err)
+		return nil, nil, fmt.Errorf("failed to build scheme: %w", err)
 	}
 	cfg, err := ctrlconfig.GetConfig()
 	if kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to load API configuration: %w", err)
+		return nil, nil, fmt.Errorf("failed to load API configuration: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, fmt.Errorf("failed to create API client: %w", err)
+		return nil, nil, fmt.Errorf("failed to create API client: %w", err)
 	}
-	return c, nil
+	ca, err := apisync.NewCache(cfg, scheme, node)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, ca, nil
 }
 
 func debug(args []string) error {

@@ -92,7 +92,11 @@ func TestControllerAndDaemons(t *testing.T) {
 	sctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	for _, n := range s.Nodes {
-		sy := &apisync.Syncer{Client: c, Node: n.Name, InputFile: n.InputFile(), Interval: 200 * time.Millisecond, Log: slog.Default(),
+		// Each daemon watches the API through its own informers, as in a cluster.
+		ca, err := apisync.NewCache(env.Config, scheme, n.Name)
+		g.Expect(err).NotTo(HaveOccurred())
+		go func() { _ = ca.Start(sctx) }()
+		sy := &apisync.Syncer{Client: c, Cache: ca, Node: n.Name, InputFile: n.InputFile(), Interval: time.Hour, Log: slog.Default(),
 			Spec: n.Publication,
 			State: func() apisync.DaemonState {
 				st, err := s.Debug(n)

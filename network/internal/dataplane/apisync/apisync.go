@@ -2,6 +2,10 @@
 // endpoints, ports, protocols, underlay MTU; never the private key), reads the node's view of the route plan
 // (its Node, its Site's RoutePlan, the PeerSlices it needs) into the daemon's input file, and reports the
 // daemon's state in NodeNetwork.status. Writes happen only when something differs.
+//
+// With a Cache (informers, see NewCache) a sync runs when a watched object changes or the daemon's own state
+// changes, not on a timer: a plan change reaches the node in one watch event, and an idle cluster costs no
+// API requests.
 package apisync
 
 import (
@@ -18,6 +22,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -36,43 +45,127 @@ type DaemonState struct {
 
 // Syncer runs the API side of the daemon.
 type Syncer struct {
-	Client    client.Client
+	// Client writes (and reads, when Cache is nil).
+	Client client.Client
+	// Cache, when set, is where reads come from and whose watch events trigger syncs (see NewCache).
+	Cache     cache.Cache
 	Node      string
 	InputFile string
 	Spec      func() (netv1.NodeNetworkSpec, error)
 	State     func() DaemonState
-	Interval  time.Duration
-	Log       *slog.Logger
+	// Interval is the polling period without a Cache; with one it is only a safety resync.
+	Interval time.Duration
+	// StateInterval is how often Spec and State are compared with what was last reported (local calls,
+	// no API traffic); default 500 ms.
+	StateInterval time.Duration
+	Log           *slog.Logger
 
 	// Writes counts API writes (create/update/status), for tests.
-	Writes int
-	lastIn []byte
+	Writes   int
+	lastIn   []byte
+	reported any
 }
 
-// Run syncs every Interval until ctx ends.
+// NewCache returns informers for what a node's daemon reads: its own Node and NodeNetwork (field selector on
+// the name, so a node never caches other nodes), RoutePlans and PeerSlices. The caller starts it
+// (go c.Start(ctx)) before Syncer.Run, which waits for it to sync.
+func NewCache(cfg *rest.Config, scheme *runtime.Scheme, node string) (cache.Cache, error) {
+	own := fields.OneTermEqualSelector("metadata.name", node)
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		&corev1.Node{}:       {Field: own},
+		&netv1.NodeNetwork{}: {Field: own},
+		&netv1.RoutePlan{}:   {},
+		&netv1.PeerSlice{}:   {},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the API cache: %w", err)
+	}
+	return c, nil
+}
+
+func (s *Syncer) reader() client.Reader {
+	if s.Cache != nil {
+		return s.Cache
+	}
+	return s.Client
+}
+
+// Run syncs until ctx ends: on every watch event of the Cache and whenever the daemon's publication or state
+// changes, else every Interval (without a Cache that is the only trigger).
 func (s *Syncer) Run(ctx context.Context) error {
-	t := time.NewTicker(s.Interval)
-	defer t.Stop()
+	kick := make(chan struct{}, 1)
+	trigger := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if s.Cache != nil {
+		h := toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { trigger() },
+			UpdateFunc: func(any, any) { trigger() },
+			DeleteFunc: func(any) { trigger() },
+		}
+		for _, o := range []client.Object{&corev1.Node{}, &netv1.NodeNetwork{}, &netv1.RoutePlan{}, &netv1.PeerSlice{}} {
+			inf, err := s.Cache.GetInformer(ctx, o)
+			if err != nil {
+				return fmt.Errorf("failed to watch %T: %w", o, err)
+			}
+			if _, err := inf.AddEventHandler(h); err != nil {
+				return fmt.Errorf("failed to watch %T: %w", o, err)
+			}
+		}
+		if !s.Cache.WaitForCacheSync(ctx) {
+			return nil // ctx ended
+		}
+	}
+	every := s.StateInterval
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	local := time.NewTicker(every)
+	defer local.Stop()
+	resync := time.NewTicker(s.Interval)
+	defer resync.Stop()
 	for {
 		if err := s.SyncOnce(ctx); err != nil {
 			s.Log.Error("Syncing with the API", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-kick:
+				break wait
+			case <-resync.C:
+				break wait
+			case <-local.C:
+				// The daemon applied a plan or its key/endpoints changed: report it now rather than at
+				// the next watch event.
+				if !reflect.DeepEqual(s.localState(), s.reported) {
+					break wait
+				}
+			}
 		}
 	}
 }
 
+// localState is what the daemon would report now (Spec's error counts as a change too).
+func (s *Syncer) localState() any {
+	spec, err := s.Spec()
+	return []any{spec, fmt.Sprint(err), s.State()}
+}
+
 // SyncOnce publishes, reads the plan and reports status once.
 func (s *Syncer) SyncOnce(ctx context.Context) error {
+	s.reported = s.localState()
 	node := &corev1.Node{}
-	if err := s.Client.Get(ctx, client.ObjectKey{Name: s.Node}, node); err != nil {
+	if err := s.reader().Get(ctx, client.ObjectKey{Name: s.Node}, node); err != nil {
 		return fmt.Errorf("failed to get Node %s: %w", s.Node, err)
 	}
 	nn, err := s.publish(ctx, node)
-	if err != nil {
+	if err != nil || nn == nil {
 		return err
 	}
 	site := node.Labels[netv1.SiteLabel]
@@ -84,7 +177,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 		return nil // the controller has not assigned the node yet
 	}
 	plan := &netv1.RoutePlan{}
-	if err := s.Client.Get(ctx, client.ObjectKey{Name: site}, plan); err != nil {
+	if err := s.reader().Get(ctx, client.ObjectKey{Name: site}, plan); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	in := engine.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
@@ -139,7 +232,7 @@ func isCandidate(in engine.Input) bool {
 
 func (s *Syncer) slices(ctx context.Context, sel client.MatchingLabels) ([]netv1.PeerSliceSpec, error) {
 	l := &netv1.PeerSliceList{}
-	if err := s.Client.List(ctx, l, sel); err != nil {
+	if err := s.reader().List(ctx, l, sel); err != nil {
 		return nil, fmt.Errorf("failed to list PeerSlices %v: %w", sel, err)
 	}
 	out := make([]netv1.PeerSliceSpec, 0, len(l.Items))
@@ -155,13 +248,17 @@ func (s *Syncer) publish(ctx context.Context, node *corev1.Node) (*netv1.NodeNet
 		return nil, err
 	}
 	nn := &netv1.NodeNetwork{}
-	err = s.Client.Get(ctx, client.ObjectKey{Name: s.Node}, nn)
+	err = s.reader().Get(ctx, client.ObjectKey{Name: s.Node}, nn)
 	if apierrors.IsNotFound(err) {
 		nn = &netv1.NodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: s.Node,
 			// Deleted with its Node.
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}},
 			Spec: spec}
 		if err := s.Client.Create(ctx, nn); err != nil {
+			if apierrors.IsAlreadyExists(err) && s.Cache != nil {
+				// The cache has not seen our own create yet; its watch event brings the next sync.
+				return nil, nil
+			}
 			return nil, fmt.Errorf("failed to create NodeNetwork %s: %w", s.Node, err)
 		}
 		s.Writes++
@@ -177,6 +274,10 @@ func (s *Syncer) publish(ctx context.Context, node *corev1.Node) (*netv1.NodeNet
 	s.Log.Info("Updating NodeNetwork", "NodeNetwork", s.Node, "publicKey", spec.PublicKey)
 	nn.Spec = spec
 	if err := s.Client.Update(ctx, nn); err != nil {
+		if apierrors.IsConflict(err) && s.Cache != nil {
+			// A stale cached copy; the watch event of the newer one brings the next sync.
+			return nil, nil
+		}
 		return nil, fmt.Errorf("failed to update NodeNetwork %s: %w", s.Node, err)
 	}
 	s.Writes++

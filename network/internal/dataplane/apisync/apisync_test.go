@@ -104,3 +104,89 @@ func TestPublishAndReadPlan(t *testing.T) {
 	g.Expect(s.SyncOnce(ctx)).To(Succeed())
 	g.Expect(s.Writes).To(Equal(w + 2))
 }
+
+// TestWatchesDriveSyncs: with a Cache and a resync interval of an hour, the node's view still follows the API
+// within a watch event: a new PeerSlice reaches the input file and an applied plan reaches the status.
+func TestWatchesDriveSyncs(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := client.New(env.Config, client.Options{Scheme: env.GetScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dw-n1", Labels: map[string]string{netv1.SiteLabel: "dws1"}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.71.1.0/24", PodCIDRs: []string{"10.71.1.0/24"}}}
+	g.Expect(c.Create(ctx, node)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dw-n2", Labels: map[string]string{netv1.SiteLabel: "dws1"}}}
+	g.Expect(c.Create(ctx, other)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), other) })
+
+	ca, err := NewCache(env.Config, env.GetScheme(), node.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	go func() { _ = ca.Start(ctx) }()
+	applied := make(chan struct{})
+	spec := netv1.NodeNetworkSpec{PublicKey: "Hx8bR6PTb9C0eXjMmf0v5eP4Bv0hy5RD3zqoPr0hn0s=", UnderlayMTU: 1500}
+	input := filepath.Join(t.TempDir(), "plan.yaml")
+	s := &Syncer{Client: c, Cache: ca, Node: node.Name, InputFile: input, Log: slog.Default(), Interval: time.Hour,
+		StateInterval: 50 * time.Millisecond,
+		Spec:          func() (netv1.NodeNetworkSpec, error) { return spec, nil },
+		State: func() DaemonState {
+			select {
+			case <-applied:
+				return DaemonState{Applied: true}
+			default:
+				return DaemonState{Message: "not yet"}
+			}
+		}}
+	go func() { _ = s.Run(ctx) }()
+
+	nn := &netv1.NodeNetwork{}
+	g.Eventually(func() error { return c.Get(ctx, client.ObjectKey{Name: node.Name}, nn) }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	// The node's cache holds only its own Node.
+	nodes := &corev1.NodeList{}
+	g.Expect(ca.List(ctx, nodes)).To(Succeed())
+	g.Expect(nodes.Items).To(HaveLen(1))
+
+	plan := &netv1.RoutePlan{ObjectMeta: metav1.ObjectMeta{Name: "dws1"},
+		Spec: netv1.RoutePlanSpec{Site: "dws1", IntraSite: netv1.IntraSitePlan{Protocol: netv1.ProtocolVXLAN, TunnelMTU: 1430},
+			HealthProbe: netv1.HealthProbeSpec{IntervalMilliseconds: 200, FailureThreshold: 3, Port: 51822}}}
+	g.Expect(c.Create(ctx, plan)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), plan) })
+	readPeers := func() ([]string, error) {
+		b, err := os.ReadFile(input)
+		if err != nil {
+			return nil, err
+		}
+		var in engine.Input
+		if err := yaml.Unmarshal(b, &in); err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, sl := range in.Slices {
+			for _, p := range sl.Peers {
+				out = append(out, p.Node)
+			}
+		}
+		return out, nil
+	}
+	g.Eventually(readPeers, 5*time.Second, 50*time.Millisecond).Should(BeEmpty())
+	ps := &netv1.PeerSlice{ObjectMeta: metav1.ObjectMeta{Name: "dws1-nodes-0", Labels: map[string]string{netv1.SiteLabel: "dws1", netv1.SliceRoleLabel: "nodes"}},
+		Spec: netv1.PeerSliceSpec{Site: "dws1", Role: netv1.SliceRoleNodes, Peers: []netv1.Peer{{Node: "dw-n2", PodCIDRs: []string{"10.71.2.0/24"}}}}}
+	start := time.Now()
+	g.Expect(c.Create(ctx, ps)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), ps) })
+	g.Eventually(readPeers, 5*time.Second, 20*time.Millisecond).Should(ConsistOf("dw-n2"))
+	t.Logf("PeerSlice to input file: %v", time.Since(start))
+
+	// Not applied yet: Ready is False; once the daemon reports the plan applied, the status follows without
+	// an API event.
+	g.Eventually(func() bool {
+		_ = c.Get(ctx, client.ObjectKey{Name: node.Name}, nn)
+		return meta.IsStatusConditionFalse(nn.Status.Conditions, netv1.ReadyCondition)
+	}, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
+	close(applied)
+	g.Eventually(func() bool {
+		_ = c.Get(ctx, client.ObjectKey{Name: node.Name}, nn)
+		return meta.IsStatusConditionTrue(nn.Status.Conditions, netv1.ReadyCondition)
+	}, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
+}

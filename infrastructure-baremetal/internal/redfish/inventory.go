@@ -1,0 +1,190 @@
+package redfish
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/stmcginnis/gofish/schemas"
+)
+
+// Inventory reads the system's hardware. Members that are absent or disabled (Status.State "Absent") are
+// skipped, as an empty DIMM slot is not memory.
+func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
+	s, err := c.system()
+	if err != nil {
+		return nil, err
+	}
+	c.fresh = false
+	inv := &Inventory{
+		Manufacturer: s.Manufacturer,
+		Model:        s.Model,
+		SerialNumber: s.SerialNumber,
+		BIOSVersion:  s.BiosVersion,
+	}
+
+	procs, err := s.Processors()
+	if err != nil {
+		return nil, c.classify("read processors from", err)
+	}
+	for _, p := range procs {
+		if absent(p.Status) {
+			continue
+		}
+		if p.ProcessorType == schemas.GPUProcessorType {
+			inv.GPUs = append(inv.GPUs, GPU{Name: p.ID, Vendor: p.Manufacturer, Model: p.Model})
+			continue
+		}
+		if p.ProcessorType != "" && p.ProcessorType != schemas.CPUProcessorType {
+			continue
+		}
+		inv.CPU.SocketCount++
+		if inv.CPU.Model == "" {
+			inv.CPU.Model = p.Model
+			inv.CPU.Arch = cpuArch(p)
+		}
+		threads := deref(p.TotalThreads)
+		if threads == 0 {
+			threads = deref(p.TotalCores)
+		}
+		inv.CPU.Count += threads
+		inv.CPU.MaxSpeedMHz = max(inv.CPU.MaxSpeedMHz, deref(p.MaxSpeedMHz))
+	}
+	if inv.CPU.Count == 0 {
+		// Some BMCs publish only the summary.
+		inv.CPU.Count = int(deref(s.ProcessorSummary.LogicalProcessorCount))
+		if inv.CPU.Count == 0 {
+			inv.CPU.Count = int(deref(s.ProcessorSummary.CoreCount))
+		}
+		if inv.CPU.Model == "" {
+			inv.CPU.Model = s.ProcessorSummary.Model
+		}
+	}
+
+	mem, err := s.Memory()
+	if err != nil {
+		return nil, c.classify("read memory from", err)
+	}
+	for _, m := range mem {
+		if absent(m.Status) {
+			continue
+		}
+		inv.MemoryMiB += deref(m.CapacityMiB)
+	}
+	if inv.MemoryMiB == 0 && s.MemorySummary.TotalSystemMemoryGiB != nil {
+		inv.MemoryMiB = int(*s.MemorySummary.TotalSystemMemoryGiB * 1024)
+	}
+
+	nics, err := s.EthernetInterfaces()
+	if err != nil {
+		return nil, c.classify("read Ethernet interfaces from", err)
+	}
+	for _, n := range nics {
+		if absent(n.Status) {
+			continue
+		}
+		mac := n.PermanentMACAddress
+		if mac == "" {
+			mac = n.MACAddress
+		}
+		// VLAN sub-interfaces repeat their parent's MAC: one NIC per MAC.
+		if slices.ContainsFunc(inv.NICs, func(x NIC) bool { return strings.EqualFold(x.MAC, mac) }) {
+			continue
+		}
+		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: deref(n.SpeedMbps) / 1000})
+	}
+
+	storages, err := s.Storage()
+	if err != nil {
+		return nil, c.classify("read storage from", err)
+	}
+	for _, st := range storages {
+		drives, err := st.Drives()
+		if err != nil {
+			return nil, c.classify("read drives of storage "+st.ID+" from", err)
+		}
+		for _, d := range drives {
+			if absent(d.Status) {
+				continue
+			}
+			disk := Disk{Name: d.ID, Model: d.Model, Vendor: d.Manufacturer, SerialNumber: d.SerialNumber,
+				SizeBytes: int64(deref(d.CapacityBytes)), MediaType: string(d.MediaType)}
+			for _, id := range d.Identifiers {
+				if id.DurableNameFormat == schemas.NAADurableNameFormat || id.DurableNameFormat == schemas.EUIDurableNameFormat {
+					disk.WWN = id.DurableName
+				}
+			}
+			inv.Disks = append(inv.Disks, disk)
+		}
+	}
+
+	if len(storages) == 0 {
+		// Older BMCs (and DMTF's rack-server mockup) publish disks only through SimpleStorage.
+		simple, err := s.SimpleStorage()
+		if err != nil {
+			return nil, c.classify("read simple storage from", err)
+		}
+		for _, st := range simple {
+			for i, d := range st.Devices {
+				if absent(d.Status) {
+					continue
+				}
+				inv.Disks = append(inv.Disks, Disk{Name: fmt.Sprintf("%s-%d", st.ID, i), Model: d.Model, Vendor: d.Manufacturer,
+					SizeBytes: int64(deref(d.CapacityBytes))})
+			}
+		}
+	}
+
+	// GPUs that a BMC publishes only as PCIe devices (older schemas have no GPU processors).
+	if len(inv.GPUs) == 0 {
+		devs, err := s.PCIeDevices()
+		if err != nil {
+			return nil, c.classify("read PCIe devices from", err)
+		}
+		for _, d := range devs {
+			if absent(d.Status) || !looksLikeGPU(d) {
+				continue
+			}
+			inv.GPUs = append(inv.GPUs, GPU{Name: d.ID, Vendor: d.Manufacturer, Model: d.Model})
+		}
+	}
+	return inv, nil
+}
+
+func absent(st schemas.Status) bool {
+	return st.State == schemas.AbsentState || st.State == schemas.DisabledState
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func cpuArch(p *schemas.Processor) string {
+	switch {
+	case p.InstructionSet == schemas.X8664InstructionSet:
+		return "x86_64"
+	case p.InstructionSet == schemas.ARMA64InstructionSet:
+		return "aarch64"
+	case p.ProcessorArchitecture != "":
+		return string(p.ProcessorArchitecture)
+	}
+	return ""
+}
+
+// looksLikeGPU matches PCIe devices by the names GPU vendors give them; the class code would need one
+// more request per function.
+func looksLikeGPU(d *schemas.PCIeDevice) bool {
+	s := strings.ToLower(d.Manufacturer + " " + d.Model + " " + d.Name)
+	for _, w := range []string{"nvidia", "gpu", "radeon", "instinct", "accelerator"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,308 @@
+package redfishsim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *system, rest []string) {
+	id := sys.spec.ID
+	base := "/redfish/v1/Systems/" + id
+	switch {
+	case len(rest) == 0 && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, s.systemJSON(sys))
+	case len(rest) == 0 && r.Method == http.MethodPatch:
+		s.patchBoot(w, r, sys)
+	case len(rest) == 2 && rest[0] == "Actions" && rest[1] == "ComputerSystem.Reset" && r.Method == http.MethodPost:
+		s.reset(w, r, sys)
+	case len(rest) == 1 && rest[0] == "Processors":
+		ids := []string{}
+		for i := range sys.spec.CPUs {
+			ids = append(ids, fmt.Sprintf("CPU%d", i))
+		}
+		for i := range sys.spec.GPUs {
+			ids = append(ids, fmt.Sprintf("GPU%d", i))
+		}
+		s.collection(w, base+"/Processors", "ProcessorCollection", ids)
+	case len(rest) == 2 && rest[0] == "Processors":
+		var idx int
+		if _, err := fmt.Sscanf(rest[1], "CPU%d", &idx); err == nil && idx < len(sys.spec.CPUs) {
+			c := sys.spec.CPUs[idx]
+			is := "x86-64"
+			if !c.InstructionSetX864 {
+				is = "ARM-A64"
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[1], "@odata.type": "#Processor.v1_13_0.Processor",
+				"Id": rest[1], "Name": "Processor", "ProcessorType": "CPU", "ProcessorArchitecture": "x86", "InstructionSet": is,
+				"Manufacturer": "Emulated", "Model": c.Model, "MaxSpeedMHz": c.MaxSpeedMHz, "TotalCores": c.Cores, "TotalThreads": c.Threads,
+				"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+			return
+		}
+		if _, err := fmt.Sscanf(rest[1], "GPU%d", &idx); err == nil && idx < len(sys.spec.GPUs) {
+			g := sys.spec.GPUs[idx]
+			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[1], "@odata.type": "#Processor.v1_13_0.Processor",
+				"Id": rest[1], "Name": "GPU", "ProcessorType": "GPU", "Manufacturer": g.Vendor, "Model": g.Model,
+				"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+			return
+		}
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such processor")
+	case len(rest) == 1 && rest[0] == "Memory":
+		ids := []string{}
+		for i := range sys.spec.DIMMsMiB {
+			ids = append(ids, fmt.Sprintf("DIMM%d", i))
+		}
+		s.collection(w, base+"/Memory", "MemoryCollection", ids)
+	case len(rest) == 2 && rest[0] == "Memory":
+		var idx int
+		if _, err := fmt.Sscanf(rest[1], "DIMM%d", &idx); err != nil || idx >= len(sys.spec.DIMMsMiB) {
+			writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such DIMM")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Memory/" + rest[1], "@odata.type": "#Memory.v1_11_0.Memory",
+			"Id": rest[1], "Name": "DIMM", "MemoryType": "DRAM", "CapacityMiB": sys.spec.DIMMsMiB[idx],
+			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+	case len(rest) == 1 && rest[0] == "EthernetInterfaces":
+		ids := []string{}
+		for _, n := range sys.spec.NICs {
+			ids = append(ids, n.ID)
+		}
+		s.collection(w, base+"/EthernetInterfaces", "EthernetInterfaceCollection", ids)
+	case len(rest) == 2 && rest[0] == "EthernetInterfaces":
+		for _, n := range sys.spec.NICs {
+			if n.ID == rest[1] {
+				writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/EthernetInterfaces/" + n.ID, "@odata.type": "#EthernetInterface.v1_6_0.EthernetInterface",
+					"Id": n.ID, "Name": "Ethernet interface", "MACAddress": n.MAC, "PermanentMACAddress": n.MAC, "SpeedMbps": n.SpeedMbps,
+					"LinkStatus": "LinkUp", "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+				return
+			}
+		}
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such interface")
+	case len(rest) == 1 && rest[0] == "Storage":
+		s.collection(w, base+"/Storage", "StorageCollection", []string{"1"})
+	case len(rest) == 2 && rest[0] == "Storage" && rest[1] == "1":
+		drives := []any{}
+		for _, d := range sys.spec.Disks {
+			drives = append(drives, link(base+"/Storage/1/Drives/"+d.ID))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Storage/1", "@odata.type": "#Storage.v1_9_0.Storage",
+			"Id": "1", "Name": "Storage", "Drives": drives, "Drives@odata.count": len(drives), "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+	case len(rest) == 4 && rest[0] == "Storage" && rest[1] == "1" && rest[2] == "Drives":
+		for _, d := range sys.spec.Disks {
+			if d.ID == rest[3] {
+				writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Storage/1/Drives/" + d.ID, "@odata.type": "#Drive.v1_12_0.Drive",
+					"Id": d.ID, "Name": d.ID, "Model": d.Model, "Manufacturer": d.Vendor, "SerialNumber": d.Serial, "CapacityBytes": d.SizeBytes,
+					"MediaType": d.MediaType, "Identifiers": []any{map[string]any{"DurableName": d.WWN, "DurableNameFormat": "NAA"}},
+					"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+				return
+			}
+		}
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such drive")
+	case len(rest) == 2 && rest[0] == "PCIeDevices":
+		var idx int
+		if _, err := fmt.Sscanf(rest[1], "GPU%d", &idx); err != nil || idx >= len(sys.spec.GPUs) {
+			writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such PCIe device")
+			return
+		}
+		g := sys.spec.GPUs[idx]
+		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/PCIeDevices/" + rest[1], "@odata.type": "#PCIeDevice.v1_9_0.PCIeDevice",
+			"Id": rest[1], "Name": g.Model, "Manufacturer": g.Vendor, "Model": g.Model, "DeviceType": "SingleFunction",
+			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+	default:
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no resource at "+r.URL.Path)
+	}
+}
+
+func (s *Server) systemJSON(sys *system) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := "/redfish/v1/Systems/" + sys.spec.ID
+	power := "Off"
+	if sys.poweredOn {
+		power = "On"
+	}
+	mem := 0
+	for _, m := range sys.spec.DIMMsMiB {
+		mem += m
+	}
+	threads := 0
+	for _, c := range sys.spec.CPUs {
+		threads += c.Threads
+	}
+	pcie := []any{}
+	for i := range sys.spec.GPUs {
+		pcie = append(pcie, link(fmt.Sprintf("%s/PCIeDevices/GPU%d", base, i)))
+	}
+	return map[string]any{
+		"@odata.id": base, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
+		"Id": sys.spec.ID, "Name": sys.spec.ID, "SystemType": "Physical",
+		"Manufacturer": sys.spec.Manufacturer, "Model": sys.spec.Model, "SerialNumber": sys.spec.SerialNumber,
+		"UUID": "00000000-0000-4000-8000-" + fmt.Sprintf("%012x", hash(sys.spec.ID)), "BiosVersion": sys.spec.BIOSVersion,
+		"PowerState": power, "Status": map[string]any{"State": "Enabled", "Health": "OK"},
+		"Boot": map[string]any{
+			"BootSourceOverrideEnabled": sys.overrideOn, "BootSourceOverrideTarget": sys.overrideTgt, "BootSourceOverrideMode": "Legacy",
+			"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "Cd"},
+		},
+		"ProcessorSummary":   map[string]any{"Count": len(sys.spec.CPUs), "LogicalProcessorCount": threads},
+		"MemorySummary":      map[string]any{"TotalSystemMemoryGiB": float64(mem) / 1024},
+		"Processors":         link(base + "/Processors"),
+		"Memory":             link(base + "/Memory"),
+		"EthernetInterfaces": link(base + "/EthernetInterfaces"),
+		"Storage":            link(base + "/Storage"),
+		"PCIeDevices":        pcie,
+		"Links":              map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/BMC")}},
+		"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
+			"target":                            base + "/Actions/ComputerSystem.Reset",
+			"ResetType@Redfish.AllowableValues": []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart", "PowerCycle"},
+		}},
+	}
+}
+
+func hash(s string) uint64 {
+	var h uint64 = 1469598103934665603
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h & 0xffffffffffff
+}
+
+func (s *Server) patchBoot(w http.ResponseWriter, r *http.Request, sys *system) {
+	var body struct {
+		Boot *struct {
+			BootSourceOverrideEnabled string
+			BootSourceOverrideTarget  string
+		}
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&body); err != nil || body.Boot == nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", "expected a Boot object")
+		return
+	}
+	switch body.Boot.BootSourceOverrideTarget {
+	case "", "None", "Pxe", "Hdd", "Cd":
+	default:
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", "unsupported BootSourceOverrideTarget "+body.Boot.BootSourceOverrideTarget)
+		return
+	}
+	switch body.Boot.BootSourceOverrideEnabled {
+	case "", "Disabled", "Once", "Continuous":
+	default:
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", "unsupported BootSourceOverrideEnabled "+body.Boot.BootSourceOverrideEnabled)
+		return
+	}
+	s.mu.Lock()
+	if body.Boot.BootSourceOverrideTarget != "" {
+		sys.overrideTgt = body.Boot.BootSourceOverrideTarget
+	}
+	if body.Boot.BootSourceOverrideEnabled != "" {
+		sys.overrideOn = body.Boot.BootSourceOverrideEnabled
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
+	var body struct{ ResetType string }
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", err.Error())
+		return
+	}
+	if s.failPower.Load() {
+		writeError(w, http.StatusInternalServerError, "Base.1.0.InternalError", "power controller fault (injected)")
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	var err error
+	switch body.ResetType {
+	case "On":
+		err = s.powerOn(ctx, sys, false)
+	case "ForceOff", "GracefulShutdown":
+		err = s.powerOff(ctx, sys)
+	case "ForceRestart", "GracefulRestart", "PowerCycle":
+		if err = s.powerOff(ctx, sys); err == nil {
+			err = s.powerOn(ctx, sys, true)
+		}
+	default:
+		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterValueNotInList", "unsupported ResetType "+body.ResetType)
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "Base.1.0.InternalError", err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// powerOn boots the system, consuming a one-time override. A "On" to a system that is on does nothing
+// (as on real BMCs, some of which answer an error instead); a restart always boots.
+func (s *Server) powerOn(ctx context.Context, sys *system, restart bool) error {
+	s.mu.Lock()
+	if sys.poweredOn && !restart {
+		s.mu.Unlock()
+		return nil
+	}
+	target := ""
+	if sys.overrideOn != "Disabled" && sys.overrideTgt != "None" {
+		target = sys.overrideTgt
+		if sys.overrideOn == "Once" {
+			sys.overrideOn, sys.overrideTgt = "Disabled", "None"
+		}
+	}
+	if target == "Pxe" {
+		sys.pxeBoots++
+	}
+	sys.poweredOn = true
+	sys.lastBootTaget = target
+	id := sys.spec.ID
+	s.mu.Unlock()
+	if err := s.opts.Driver.PowerOn(ctx, id, target); err != nil {
+		s.mu.Lock()
+		sys.poweredOn = false
+		s.mu.Unlock()
+		return fmt.Errorf("failed to power on %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Server) powerOff(ctx context.Context, sys *system) error {
+	s.mu.Lock()
+	on := sys.poweredOn
+	sys.poweredOn = false
+	id := sys.spec.ID
+	s.mu.Unlock()
+	if !on {
+		return nil
+	}
+	if err := s.opts.Driver.PowerOff(ctx, id); err != nil {
+		return fmt.Errorf("failed to power off %s: %w", id, err)
+	}
+	return nil
+}
+
+// MemoryDriver is a PowerDriver that only records boots (scale tests; no machine behind it).
+type MemoryDriver struct {
+	mu    sync.Mutex
+	boots map[string][]string
+}
+
+// NewMemoryDriver returns an empty MemoryDriver.
+func NewMemoryDriver() *MemoryDriver { return &MemoryDriver{boots: map[string][]string{}} }
+
+// PowerOn implements PowerDriver.
+func (d *MemoryDriver) PowerOn(_ context.Context, id, target string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.boots[id] = append(d.boots[id], target)
+	return nil
+}
+
+// PowerOff implements PowerDriver.
+func (d *MemoryDriver) PowerOff(context.Context, string) error { return nil }
+
+// Boots lists the boot targets of a system's power-ons ("" normal, "Pxe").
+func (d *MemoryDriver) Boots(id string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.boots[id]...)
+}

@@ -187,4 +187,3 @@ func looksLikeGPU(d *schemas.PCIeDevice) bool {
 	}
 	return false
 }
-

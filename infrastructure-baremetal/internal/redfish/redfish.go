@@ -108,10 +108,10 @@ type Inventory struct {
 
 // CPU summarises the host's processors (GPUs excluded).
 type CPU struct {
-	Arch, Model   string
-	Count         int // logical threads, as Metal3 counts them
-	MaxSpeedMHz   int
-	SocketCount   int
+	Arch, Model string
+	Count       int // logical threads, as Metal3 counts them
+	MaxSpeedMHz int
+	SocketCount int
 }
 
 // NIC is one Ethernet interface.
@@ -159,8 +159,8 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		TLSClientConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			// BMCs ship self-signed certificates; trust is the pin below, not a CA chain.
-			InsecureSkipVerify:    true, //nolint:gosec // verified by VerifyConnection against the pin
-			VerifyConnection:      c.verify,
+			InsecureSkipVerify: true, //nolint:gosec // verified by VerifyConnection against the pin
+			VerifyConnection:   c.verify,
 		},
 		TLSHandshakeTimeout: timeout,
 		DisableKeepAlives:   false,

@@ -1,0 +1,130 @@
+package metalmachine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+
+	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+)
+
+// ConsumerKind is the kind written into a claimed host's spec.consumerRef.
+const ConsumerKind = "YonderMetalMachine"
+
+// IsClaimedBy reports whether h's consumerRef names the YonderMetalMachine with uid.
+func IsClaimedBy(h *bmov1alpha1.BareMetalHost, uid types.UID) bool {
+	r := h.Spec.ConsumerRef
+	return r != nil && r.Kind == ConsumerKind && r.UID == uid
+}
+
+// Available reports whether h can be claimed: free, managed and ready (Metal3's "available", or the
+// older "ready"), not paused or detached, not in error, not being deleted.
+func Available(h *bmov1alpha1.BareMetalHost) bool {
+	if h.Spec.ConsumerRef != nil || !h.DeletionTimestamp.IsZero() {
+		return false
+	}
+	if _, ok := h.Annotations[bmov1alpha1.PausedAnnotation]; ok {
+		return false
+	}
+	if _, ok := h.Annotations[bmov1alpha1.DetachedAnnotation]; ok {
+		return false
+	}
+	if h.Status.ErrorType != "" || h.Status.OperationalStatus == bmov1alpha1.OperationalStatusError ||
+		h.Status.OperationalStatus == bmov1alpha1.OperationalStatusDetached {
+		return false
+	}
+	s := h.Status.Provisioning.State
+	return s == bmov1alpha1.StateAvailable || s == bmov1alpha1.StateReady
+}
+
+// Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
+// again, or it never got past registration/inspection (nothing was written to it).
+func Released(h *bmov1alpha1.BareMetalHost) bool {
+	switch h.Status.Provisioning.State {
+	case bmov1alpha1.StateAvailable, bmov1alpha1.StateReady, bmov1alpha1.StateNone, bmov1alpha1.StateUnmanaged,
+		bmov1alpha1.StateRegistering, bmov1alpha1.StateInspecting, bmov1alpha1.StatePreparing, bmov1alpha1.StateMatchProfile:
+		return true
+	}
+	return false
+}
+
+// FailureDomain returns h's failure domain label ("" when it has none).
+func FailureDomain(h *bmov1alpha1.BareMetalHost) string { return h.Labels[infrav1.FailureDomainLabel] }
+
+// Candidates returns the hosts a machine of cluster may claim, best first: matching sel; hosts in
+// failureDomain (when set) before others; then hosts in the failure domain holding the fewest hosts of
+// the same Cluster (spreading); then in random order, so equal hosts are used evenly and concurrent
+// claims of different Machines rarely collide.
+func Candidates(hosts []bmov1alpha1.BareMetalHost, sel *metav1.LabelSelector, failureDomain, cluster string) ([]*bmov1alpha1.BareMetalHost, error) {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse hostSelector: %w", err)
+	}
+	perDomain := map[string]int{}
+	for i := range hosts {
+		h := &hosts[i]
+		if h.Spec.ConsumerRef != nil && h.Spec.ConsumerRef.Kind == ConsumerKind && clusterOf(h) == cluster {
+			perDomain[FailureDomain(h)]++
+		}
+	}
+	var out []*bmov1alpha1.BareMetalHost
+	for i := range hosts {
+		h := &hosts[i]
+		if Available(h) && s.Matches(labels.Set(h.Labels)) {
+			out = append(out, h)
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	sort.SliceStable(out, func(i, j int) bool {
+		if failureDomain != "" {
+			fi, fj := FailureDomain(out[i]) == failureDomain, FailureDomain(out[j]) == failureDomain
+			if fi != fj {
+				return fi
+			}
+		}
+		return perDomain[FailureDomain(out[i])] < perDomain[FailureDomain(out[j])]
+	})
+	return out, nil
+}
+
+// ClusterLabel on a claimed host names the Cluster of its consumer, so spreading can count a Cluster's
+// hosts per failure domain without reading every Machine. (Not cluster.x-k8s.io/cluster-name: the host is
+// inventory and must not look like one of the Cluster's objects.)
+const ClusterLabel = "metal.infrastructure.yonder.dev/cluster-name"
+
+func clusterOf(h *bmov1alpha1.BareMetalHost) string { return h.Labels[ClusterLabel] }
+
+// Addresses returns the machine addresses of h: the IPs of its inspected NICs and its hostname.
+func Addresses(h *bmov1alpha1.BareMetalHost) []clusterv1.MachineAddress {
+	var out []clusterv1.MachineAddress
+	hw := h.Status.HardwareDetails
+	if hw == nil {
+		return nil
+	}
+	for _, n := range hw.NIC {
+		a, err := netip.ParseAddr(n.IP)
+		if err != nil {
+			continue
+		}
+		t := clusterv1.MachineInternalIP
+		if a.Is4() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			t = clusterv1.MachineExternalIP
+		}
+		out = append(out, clusterv1.MachineAddress{Type: t, Address: a.String()})
+	}
+	if hw.Hostname != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: hw.Hostname})
+	}
+	if len(out) > 32 {
+		out = out[:32]
+	}
+	return out
+}

@@ -1,0 +1,302 @@
+package stack
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/yonder-dev/yonder/test/internal/proc"
+)
+
+// ProviderLabel is the label clusterctl puts on every object of a provider, the Deployments included.
+const ProviderLabel = "cluster.x-k8s.io/provider"
+
+// Manager is one provider Deployment run as a process.
+type Manager struct {
+	// Name is the provider's clusterctl label: cluster-api, bootstrap-yonder, control-plane-yonder,
+	// infrastructure-yonder-ssh.
+	Name string
+	// Namespace is the provider's namespace.
+	Namespace string
+	// Binary and Args are what runs: the Deployment's command and args plus the Pod-level additions.
+	Binary string
+	Args   []string
+
+	deployment *appsv1.Deployment
+	env        []string
+	healthAddr string
+	process    *proc.Process
+}
+
+// Managers returns the names of the managers, sorted.
+func (s *Stack) Managers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedKeys(s.managers)
+}
+
+// Manager returns a manager by name (nil when unknown).
+func (s *Stack) Manager(name string) *Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.managers[name]
+}
+
+// startManagers turns every provider Deployment clusterctl installed into a running process.
+func (s *Stack) startManagers(ctx context.Context) error {
+	deps := &appsv1.DeploymentList{}
+	if err := s.Client.List(ctx, deps, client.HasLabels{ProviderLabel}); err != nil {
+		return fmt.Errorf("failed to list the provider Deployments: %w", err)
+	}
+	if len(deps.Items) == 0 {
+		return fmt.Errorf("failed to find provider Deployments: clusterctl init installed none")
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		m, err := s.prepareManager(ctx, d)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.managers[m.Name] = m
+		s.mu.Unlock()
+	}
+	for _, name := range s.Managers() {
+		if err := s.StartManager(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareManager derives the process of a Deployment: binary, args, env, certificate, credentials and
+// the EndpointSlice that routes its webhook Service to the process.
+func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Manager, error) {
+	name := d.Labels[ProviderLabel]
+	pod := d.Spec.Template.Spec
+	var c *corev1.Container
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == "manager" {
+			c = &pod.Containers[i]
+		}
+	}
+	if c == nil {
+		return nil, fmt.Errorf("failed to run Deployment %s/%s: no container named manager", d.Namespace, d.Name)
+	}
+	bin := "manager"
+	args := append([]string{}, c.Args...)
+	if len(c.Command) > 0 {
+		bin = path.Base(c.Command[0])
+		args = append(append([]string{}, c.Command[1:]...), args...)
+	}
+	binPath := filepath.Join(s.binDir, bin)
+	if _, err := os.Stat(binPath); err != nil {
+		return nil, fmt.Errorf("failed to find the binary %s of Deployment %s/%s: %w", bin, d.Namespace, d.Name, err)
+	}
+	dir := filepath.Join(s.Dir, "managers", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+
+	// The webhook certificate: the Secret the Deployment mounts at its cert dir.
+	certDir := ""
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			sec := &corev1.Secret{}
+			if err := s.Client.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: v.Secret.SecretName}, sec); err != nil {
+				return nil, fmt.Errorf("failed to read Secret %s/%s mounted by %s: %w", d.Namespace, v.Secret.SecretName, name, err)
+			}
+			certDir = filepath.Join(dir, "certs")
+			if err := os.MkdirAll(certDir, 0o700); err != nil {
+				return nil, err
+			}
+			for k, val := range sec.Data {
+				if err := os.WriteFile(filepath.Join(certDir, k), val, 0o600); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+
+	// Credentials: a token of the Deployment's ServiceAccount, so the provider's RBAC is what applies.
+	kubeconfig, err := s.serviceAccountKubeconfig(ctx, d.Namespace, pod.ServiceAccountName, dir)
+	if err != nil {
+		return nil, err
+	}
+	env := []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+
+	// What the kubelet would give a Pod: its own ports (on the bridge address) and the mounted cert dir.
+	webhookAddr, webhookPort, err := s.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	healthAddr, _, err := s.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, metricsPort, err := s.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, fmt.Sprintf("--webhook-port=%d", webhookPort), "--health-addr="+healthAddr)
+	if certDir != "" {
+		args = append(args, "--webhook-cert-dir="+certDir)
+	}
+	if bin == "manager" {
+		// CAPI's own flags: its diagnostics endpoint instead of our metrics flag.
+		args = append(args, fmt.Sprintf("--diagnostics-address=%s:%d", s.Net.Gateway, metricsPort))
+	} else {
+		args = append(args, fmt.Sprintf("--metrics-bind-addr=%s:%d", s.Net.Gateway, metricsPort))
+	}
+	if err := s.routeWebhookService(ctx, d.Namespace, webhookPort); err != nil {
+		return nil, err
+	}
+	_ = webhookAddr
+	return &Manager{Name: name, Namespace: d.Namespace, Binary: binPath, Args: args, deployment: d, env: env, healthAddr: healthAddr}, nil
+}
+
+// routeWebhookService writes an EndpointSlice for each webhook Service of the namespace that points at the
+// process (what the EndpointSlice controller would write for a ready Pod).
+func (s *Stack) routeWebhookService(ctx context.Context, namespace string, port int) error {
+	svcs := &corev1.ServiceList{}
+	if err := s.Client.List(ctx, svcs, client.InNamespace(namespace)); err != nil {
+		return fmt.Errorf("failed to list Services of %s: %w", namespace, err)
+	}
+	for _, svc := range svcs.Items {
+		eps := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-stack", Namespace: namespace,
+				Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "yonder-test-stack"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{s.Net.Gateway.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		}
+		for _, p := range svc.Spec.Ports {
+			eps.Ports = append(eps.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)})
+		}
+		if err := s.Client.Delete(ctx, eps); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("failed to replace EndpointSlice %s/%s: %w", namespace, eps.Name, err)
+		}
+		if err := s.Client.Create(ctx, eps); err != nil {
+			return fmt.Errorf("failed to write EndpointSlice %s/%s: %w", namespace, eps.Name, err)
+		}
+	}
+	return nil
+}
+
+// serviceAccountKubeconfig writes a kubeconfig with a fresh token of namespace/sa.
+func (s *Stack) serviceAccountKubeconfig(ctx context.Context, namespace, sa, dir string) (string, error) {
+	if sa == "" {
+		sa = "default"
+	}
+	cs, err := kubernetes.NewForConfig(s.Management.Config)
+	if err != nil {
+		return "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("failed to request a token for ServiceAccount %s/%s: %w", namespace, sa, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["management"] = &clientcmdapi.Cluster{Server: s.Management.Endpoint, CertificateAuthorityData: s.Management.CACertPEM}
+	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "management", AuthInfo: sa, Namespace: namespace}
+	cfg.CurrentContext = "default"
+	p := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		return "", fmt.Errorf("failed to write the kubeconfig of %s/%s: %w", namespace, sa, err)
+	}
+	return p, nil
+}
+
+// StartManager starts a prepared manager (again) and waits until it reports ready.
+func (s *Stack) StartManager(ctx context.Context, name string) error {
+	m := s.Manager(name)
+	if m == nil {
+		return fmt.Errorf("failed to start manager %s: unknown (have %v)", name, s.Managers())
+	}
+	if m.process != nil && !m.process.Exited() {
+		return nil
+	}
+	p, err := proc.Start(name, s.logDir, m.env, m.Binary, m.Args...)
+	if err != nil {
+		return fmt.Errorf("failed to start manager %s: %w", name, err)
+	}
+	s.mu.Lock()
+	m.process = p
+	s.mu.Unlock()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}
+	return p.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.healthAddr+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// KillManager sends SIGKILL to a manager (chaos): no graceful shutdown, no lease release.
+func (s *Stack) KillManager(name string) error {
+	m := s.Manager(name)
+	if m == nil || m.process == nil {
+		return fmt.Errorf("failed to kill manager %s: not running", name)
+	}
+	if err := syscall.Kill(-m.process.Pid(), syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("failed to kill manager %s: %w", name, err)
+	}
+	for i := 0; i < 100 && !m.process.Exited(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// StopManager stops a manager gracefully (SIGTERM, then SIGKILL after 10s, the Deployment's grace period).
+func (s *Stack) StopManager(name string) error {
+	m := s.Manager(name)
+	if m == nil || m.process == nil {
+		return nil
+	}
+	if err := m.process.Stop(10 * time.Second); err != nil {
+		return fmt.Errorf("failed to stop manager %s: %w", name, err)
+	}
+	return nil
+}
+
+// ManagerLog returns the last n lines a manager wrote.
+func (s *Stack) ManagerLog(name string, n int) string {
+	m := s.Manager(name)
+	if m == nil || m.process == nil {
+		return ""
+	}
+	return m.process.Tail(n)
+}

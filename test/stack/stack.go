@@ -1,0 +1,414 @@
+// Package stack brings up a whole Yonder management stack on this machine, the way a user installs it,
+// for the end-to-end suite (test/e2e) and the local lab (`kubectl yonder lab up`):
+//
+//   - a lab network (test/labnet) whose bridge address every server below binds to;
+//   - a MANAGEMENT control plane: real etcd + kube-apiserver, no nodes (so no Deployment ever runs a Pod),
+//     started with --enable-aggregator-routing so the apiserver calls webhooks at their Service's
+//     EndpointSlice addresses;
+//   - the providers installed by the REAL `clusterctl init --core cluster-api --bootstrap yonder
+//     --control-plane yonder --infrastructure yonder-ssh` from the local repository that
+//     `make release-manifests` lays out (the stack runs that target into its own directory);
+//   - each provider's Deployment then run as a PROCESS: the same binary (capi-manager for the core
+//     provider, our managers built from this tree), the Deployment's own command-line arguments and
+//     POD_NAMESPACE, authenticated as the Deployment's ServiceAccount (a TokenRequest token, so the
+//     components' RBAC is exercised), serving webhooks with the certificate from the Secret the
+//     Deployment mounts, on the lab bridge address that the stack writes into an EndpointSlice of the
+//     webhook Service. Only what a Pod would get from the kubelet is added: ports, cert dir, kubeconfig;
+//   - a WORKLOAD control plane (etcd, apiserver, controller-manager, scheduler) that YonderControlPlane
+//     attaches, whose admin kubeconfig is stored as a Secret in the management cluster;
+//   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts;
+//   - an HTTP artifact server on the bridge with everything a node needs offline (yonder-agent, kubelet,
+//     containerd, the rootfs archive, pause/busybox OCI images), as the manager's --agent-url and as
+//     bootstrap artifacts (NodeArtifacts).
+//
+// cert-manager: clusterctl init installs the real cert-manager CRDs from the local repository and checks
+// its API with its own test resources; the cert-manager controller itself does not run here. The stack's
+// certificate issuer stands in for it (IssueCertificates): every cert-manager Certificate gets its Secret
+// from a per-stack CA, and every webhook configuration and CRD annotated with cert-manager.io/inject-ca-from
+// gets that CA as caBundle — the two things cert-manager's controller and cainjector do for a provider.
+//
+// Usage:
+//
+//	s, err := stack.Start(ctx, stack.Options{Sites: []stack.Site{{Name: "east", Hosts: 3}}})
+//	defer s.Stop()
+//	s.Clusterctl(ctx, "generate", "cluster", "edge", "--flavor", "ssh", …)
+//	s.KillManager("infrastructure-yonder-ssh"); s.StartManager(ctx, "infrastructure-yonder-ssh")
+//
+// Everything Start creates (processes, namespaces, links, directories) is removed by Stop, also after a
+// failed Start. The caller must be root (network namespaces, bridges).
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
+	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/controlplane"
+	"github.com/yonder-dev/yonder/test/hosts"
+	"github.com/yonder-dev/yonder/test/internal/proc"
+	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// KubernetesVersion is the version of the workload control plane and of the kubelet nodes run.
+const KubernetesVersion = "v1.36.3"
+
+// PodCIDR is the workload cluster's pod network (the controller-manager allocates node CIDRs from it).
+const PodCIDR = "10.244.0.0/16"
+
+// HostPrivateDirs are the directories each host gets its own empty copy of, so what one host's bootstrap
+// writes (agent state, sentinels, kubelet config) is invisible to the others, as on separate machines.
+var HostPrivateDirs = []string{"/run", "/var/lib/yonder", "/var/lib/yonder-ssh", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
+
+// Site is one group of hosts; its name is the hosts' failure domain.
+type Site struct {
+	// Name is the failure domain and the prefix of the hosts' names.
+	Name string
+	// Hosts is how many hosts the site has.
+	Hosts int
+}
+
+// Options says what to start.
+type Options struct {
+	// Dir holds everything the stack writes (default: a new temporary directory, removed by Stop).
+	Dir string
+	// Sites are the host groups; their hosts are registered as YonderSSHHosts in HostNamespace.
+	Sites []Site
+	// HostNamespace is the management namespace of the YonderSSHHosts and Clusters (default "default").
+	HostNamespace string
+	// FastNodeMonitoring makes a stopped kubelet's Node NotReady in ~10s (MachineHealthCheck scenarios).
+	FastNodeMonitoring bool
+	// ClusterTopology enables CAPI's ClusterClass support (the CLUSTER_TOPOLOGY variable of clusterctl init).
+	ClusterTopology bool
+	// Log receives progress lines (default: discarded).
+	Log func(format string, args ...any)
+}
+
+// Stack is a running management stack.
+type Stack struct {
+	// Dir holds the stack's files: release/ (components, repository, clusterctl.yaml), bin/, logs/, pki/.
+	Dir string
+	// Net is the lab network every server binds to.
+	Net *labnet.Network
+	// Management is the management cluster's control plane; Client is an admin client for it.
+	Management *controlplane.ControlPlane
+	Client     client.Client
+	// Workload is the cluster YonderControlPlane attaches and nodes join.
+	Workload *controlplane.ControlPlane
+	// WorkloadClient is an admin client of the workload cluster.
+	WorkloadClient client.Client
+	// ClusterctlConfig is the generated clusterctl.yaml; clusterctl the binary.
+	ClusterctlConfig string
+	// Hosts are the running hosts per site name.
+	Hosts map[string][]*hosts.Host
+	// HostNamespace is where YonderSSHHosts (and the workload kubeconfig Secret) live.
+	HostNamespace string
+	// ArtifactURL is the base URL of the artifact server.
+	ArtifactURL string
+
+	opts       Options
+	ownDir     bool
+	clusterctl string
+	binDir     string
+	logDir     string
+	ca         *certAuthority
+	artifacts  map[string]artifact
+	httpServer *http.Server
+
+	mu       sync.Mutex
+	managers map[string]*Manager
+}
+
+// Scheme is the scheme of the management client: core types, CAPI and Yonder's kinds.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme, infrav1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("failed to build the management scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Start brings the stack up. On error everything started so far is stopped again.
+func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
+	if err := labnet.RequireRoot(); err != nil {
+		return nil, err
+	}
+	if opts.HostNamespace == "" {
+		opts.HostNamespace = metav1.NamespaceDefault
+	}
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	seen := map[string]bool{}
+	for _, site := range opts.Sites {
+		if site.Name == "" || site.Hosts < 0 || seen[site.Name] {
+			return nil, fmt.Errorf("failed to start the stack: site names must be unique and non-empty, host counts not negative: %+v", opts.Sites)
+		}
+		seen[site.Name] = true
+	}
+	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}
+	if opts.Dir == "" {
+		d, err := os.MkdirTemp("", "yonder-stack-")
+		if err != nil {
+			return nil, fmt.Errorf("failed to create the stack directory: %w", err)
+		}
+		s.Dir, s.ownDir = d, true
+	} else {
+		s.Dir = opts.Dir
+	}
+	defer func() {
+		if rerr != nil {
+			_ = s.Stop()
+		}
+	}()
+	s.binDir, s.logDir = filepath.Join(s.Dir, "bin"), filepath.Join(s.Dir, "logs")
+	for _, d := range []string{s.binDir, s.logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("failed to create %s: %w", d, err)
+		}
+	}
+	var err error
+	if s.clusterctl, err = testbins.Path("clusterctl"); err != nil {
+		return nil, err
+	}
+	if s.ca, err = newCertAuthority(); err != nil {
+		return nil, err
+	}
+
+	// Builds run while nothing else is up yet: they are the slow part of a cold start.
+	t0 := time.Now()
+	if err := s.build(ctx); err != nil {
+		return nil, err
+	}
+	opts.Log("built the managers, the agent and the release manifests in %s", time.Since(t0).Round(time.Millisecond))
+
+	if s.Net, err = labnet.New(ctx); err != nil {
+		return nil, fmt.Errorf("failed to create the lab network: %w", err)
+	}
+	if err := s.serveArtifacts(); err != nil {
+		return nil, err
+	}
+	t0 = time.Now()
+	if s.Management, err = controlplane.Start(ctx, controlplane.Options{
+		Name: "management", BindAddress: s.Net.Gateway, Dir: filepath.Join(s.Dir, "management"),
+		// Webhook calls go to the Service's EndpointSlice addresses: the managers run on the bridge address.
+		ExtraAPIServerArgs: map[string]string{"enable-aggregator-routing": "true"},
+	}); err != nil {
+		return nil, fmt.Errorf("failed to start the management control plane: %w", err)
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	if s.Client, err = client.New(s.Management.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("failed to create the management client: %w", err)
+	}
+	opts.Log("management control plane up in %s", time.Since(t0).Round(time.Millisecond))
+
+	t0 = time.Now()
+	if err := s.clusterctlInit(ctx); err != nil {
+		return nil, err
+	}
+	opts.Log("clusterctl init done in %s", time.Since(t0).Round(time.Millisecond))
+	if err := s.IssueCertificates(ctx); err != nil {
+		return nil, err
+	}
+	t0 = time.Now()
+	if err := s.startManagers(ctx); err != nil {
+		return nil, err
+	}
+	opts.Log("managers ready in %s", time.Since(t0).Round(time.Millisecond))
+
+	t0 = time.Now()
+	if err := s.startWorkload(ctx); err != nil {
+		return nil, err
+	}
+	opts.Log("workload control plane up in %s", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	if err := s.startHosts(ctx); err != nil {
+		return nil, err
+	}
+	opts.Log("hosts up and registered in %s", time.Since(t0).Round(time.Millisecond))
+	return s, nil
+}
+
+// Stop stops the managers, the hosts (which reset their nodes first), both control planes and the network,
+// and removes the stack directory when Start created it. It returns every error it met.
+func (s *Stack) Stop() error {
+	var errs []error
+	s.mu.Lock()
+	names := make([]string, 0, len(s.managers))
+	for n := range s.managers {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	for _, n := range names {
+		if err := s.StopManager(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, hs := range s.Hosts {
+		for _, h := range hs {
+			// A node's nspawn machine, kubelet and cgroups outlive sshd: reset them while the host still exists.
+			if _, err := s.agentReset(ctx, h); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if s.httpServer != nil {
+		_ = s.httpServer.Close()
+	}
+	if s.Workload != nil {
+		errs = append(errs, s.Workload.Stop())
+	}
+	if s.Management != nil {
+		errs = append(errs, s.Management.Stop())
+	}
+	if s.Net != nil {
+		errs = append(errs, s.Net.Close())
+	}
+	if s.ownDir && os.Getenv("YONDER_KEEP_TEST_DIRS") == "" {
+		errs = append(errs, os.RemoveAll(s.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+// agentReset runs `yonder-agent reset` on a host when the agent was installed there.
+func (s *Stack) agentReset(ctx context.Context, h *hosts.Host) (string, error) {
+	out, err := h.Output(ctx, "if command -v yonder-agent >/dev/null; then yonder-agent reset; fi")
+	if err != nil && !strings.Contains(err.Error(), "connect") {
+		return out, fmt.Errorf("failed to reset host %s: %s: %w", h.Name, out, err)
+	}
+	return out, nil
+}
+
+// Clusterctl runs the real clusterctl against the management cluster with the stack's config and returns
+// its stdout. env adds variables (NAME=value) for template and component substitution.
+func (s *Stack) Clusterctl(ctx context.Context, env []string, args ...string) (string, error) {
+	args = append(args, "--config", s.ClusterctlConfig, "--kubeconfig", s.Management.AdminKubeconfigPath)
+	cmd := exec.CommandContext(ctx, s.clusterctl, args...)
+	home := filepath.Join(s.Dir, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return "", err
+	}
+	// HOME keeps clusterctl's overrides and cache out of the user's ~/.config/cluster-api.
+	cmd.Env = append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "CLUSTERCTL_DISABLE_VERSIONCHECK=true"}, env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("failed to run clusterctl %s: %s: %w", strings.Join(args, " "), stderr.String(), err)
+	}
+	return stdout.String(), nil
+}
+
+// build runs `make release-manifests` into the stack directory and builds our managers and the agent.
+func (s *Stack) build(ctx context.Context) error {
+	root := testbins.RepoRoot()
+	rel := filepath.Join(s.Dir, "release")
+	if _, err := proc.Run(ctx, "make", "-C", root, "release-manifests", "OUT="+rel); err != nil {
+		return fmt.Errorf("failed to build the release manifests: %w", err)
+	}
+	s.ClusterctlConfig = filepath.Join(rel, "clusterctl.yaml")
+	var errs []error
+	var wg sync.WaitGroup
+	// The managers and the agent are built in one go command each: packages shared by them compile once.
+	for _, b := range []struct{ out, env string }{
+		{out: s.binDir + "/", env: ""},
+		{out: filepath.Join(s.binDir, "yonder-agent"), env: "CGO_ENABLED=0"},
+	} {
+		pkgs := []string{"./bootstrap", "./controlplane", "./infrastructure-ssh"}
+		if b.env != "" {
+			pkgs = []string{"./hostruntime/cmd/yonder-agent"}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", b.out}, pkgs...)...)
+			cmd.Dir = root
+			cmd.Env = os.Environ()
+			if b.env != "" {
+				cmd.Env = append(cmd.Env, b.env)
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("failed to build %s: %s: %w", strings.Join(pkgs, " "), out, err))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// go build names a main package after its directory; the Deployments call the binaries by name.
+	for dir, name := range map[string]string{"bootstrap": "yonder-bootstrap-manager", "controlplane": "yonder-controlplane-manager", "infrastructure-ssh": "yonder-ssh-manager"} {
+		if err := os.Rename(filepath.Join(s.binDir, dir), filepath.Join(s.binDir, name)); err != nil {
+			return fmt.Errorf("failed to name the %s manager: %w", dir, err)
+		}
+	}
+	capi, err := testbins.Path("capi-manager")
+	if err != nil {
+		return err
+	}
+	return os.Symlink(capi, filepath.Join(s.binDir, "manager"))
+}
+
+// clusterctlInit installs cert-manager's CRDs, CAPI and our providers with the real clusterctl.
+func (s *Stack) clusterctlInit(ctx context.Context) error {
+	agent := s.artifacts["yonder-agent"]
+	env := []string{
+		"YONDER_AGENT_URL=" + s.ArtifactURL + "/yonder-agent",
+		"YONDER_AGENT_SHA256=" + agent.sha256,
+		fmt.Sprintf("CLUSTER_TOPOLOGY=%t", s.opts.ClusterTopology),
+	}
+	if _, err := s.Clusterctl(ctx, env, "init", "--core", "cluster-api", "--bootstrap", "yonder", "--control-plane", "yonder",
+		"--infrastructure", "yonder-ssh"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Logs returns the directory of every process's log.
+func (s *Stack) Logs() string { return s.logDir }
+
+// freeAddr returns host:port of a free port on the bridge address.
+func (s *Stack) freeAddr() (string, int, error) {
+	port, err := proc.FreePort(s.Net.Gateway.String())
+	if err != nil {
+		return "", 0, err
+	}
+	return net.JoinHostPort(s.Net.Gateway.String(), fmt.Sprint(port)), port, nil
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -39,7 +39,10 @@ const (
 func Overhead(p netv1.Protocol) int32 {
 	switch p {
 	case netv1.ProtocolWireGuard:
-		return 80 // IPv6 40 + UDP 8 + WireGuard 32
+		// IPv6 40 + UDP 8 + WireGuard 32, plus the VXLAN the dataplane carries inside WireGuard (inner IPv4
+		// 20 + UDP 8 + VXLAN 8 + Ethernet 14 = 50; see docs/network-dataplane.md): the link's tunnelMTU is
+		// what a pod packet may be, end to end.
+		return 130
 	case netv1.ProtocolVXLAN:
 		return 70 // IPv6 40 + UDP 8 + VXLAN 8 + inner Ethernet 14
 	case netv1.ProtocolGENEVE:

@@ -177,7 +177,7 @@ func TestRoutePlanScenarios(t *testing.T) {
 					l := linkOf(out, "a", "b")
 					g.Expect(l.Protocol).To(Equal(netv1.ProtocolWireGuard))
 					g.Expect(l.Mode).To(Equal(netv1.LinkModeDirect))
-					g.Expect(l.TunnelMTU).To(Equal(int32(1500 - 80))) // the smaller end, minus WireGuard over IPv6
+					g.Expect(l.TunnelMTU).To(Equal(int32(1500 - 130))) // the smaller end, minus WireGuard over IPv6 with VXLAN inside
 					g.Expect(l.Prefixes).To(Equal([]string{"10.2.0.0/16"}))
 					g.Expect(l.EndpointType).To(Equal(netv1.EndpointExternal))
 					g.Expect(planOf(out, "a").IntraSite).To(Equal(netv1.IntraSitePlan{Protocol: netv1.ProtocolVXLAN, TunnelMTU: 9000 - 70}))
@@ -346,8 +346,8 @@ func TestRoutePlanScenarios(t *testing.T) {
 					g.Expect(linkOf(out, "s1", "s2").Protocol).To(Equal(netv1.ProtocolNone))
 					g.Expect(linkOf(out, "s1", "s2").Mode).To(Equal(netv1.LinkModeDirect))
 					g.Expect(linkOf(out, "s1", "s3").Protocol).To(Equal(netv1.ProtocolWireGuard)) // VXLAN vs GENEVE
-					g.Expect(linkOf(out, "s1", "s3").TunnelMTU).To(Equal(int32(1500 - 80)))
-					g.Expect(linkOf(out, "s0", "s4").TunnelMTU).To(Equal(int32(1400 - 80)))
+					g.Expect(linkOf(out, "s1", "s3").TunnelMTU).To(Equal(int32(1500 - 130)))
+					g.Expect(linkOf(out, "s0", "s4").TunnelMTU).To(Equal(int32(1400 - 130)))
 					g.Expect(out.Peerings["core"].Links).To(HaveLen(9))
 					g.Expect(out.Peerings["a-fast"].Links).To(HaveLen(1))
 				},

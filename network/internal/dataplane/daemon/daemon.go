@@ -127,7 +127,7 @@ func New(opt Options) (*Daemon, error) {
 	d.key = k
 	mtu := 1420
 	if l, err := netlink.LinkByName(opt.UnderlayDev); err == nil {
-		mtu = l.Attrs().MTU - 80
+		mtu = l.Attrs().MTU - engine.WireGuardOverhead
 	}
 	if d.wg, err = wgdev.Open(opt.Devices.WireGuard, mtu, opt.Kernel, opt.Log); err != nil {
 		return nil, err

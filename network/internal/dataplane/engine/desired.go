@@ -28,8 +28,13 @@ const (
 	// packets arriving through the WireGuard device.
 	VXLANOverWireGuardPort = 4790
 	DefaultProbePort       = 51822
-	// VXLANOverhead is the encapsulation added inside WireGuard on top of the plan's WireGuard overhead.
+	// VXLANOverhead is the encapsulation carried inside WireGuard (IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14).
+	// The plan's WireGuard overhead includes it, so a link's tunnelMTU is the inner (pod) MTU and the
+	// WireGuard device needs tunnelMTU + VXLANOverhead.
 	VXLANOverhead = 50
+	// WireGuardOverhead is the plan's worst-case WireGuard overhead without the VXLAN inside (IPv6 40 + UDP 8
+	// + WireGuard 32): the WireGuard device's MTU is the underlay's minus this.
+	WireGuardOverhead = 80
 )
 
 // Via says which device a next hop is reached on.
@@ -197,7 +202,7 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			if p.PublicKey == "" {
 				return "", false
 			}
-			n.Via, n.MTU = ViaWireGuard, mtu-VXLANOverhead
+			n.Via, n.MTU = ViaWireGuard, mtu
 			if d.WGMTU == 0 || n.MTU < d.WGMTU {
 				d.WGMTU = n.MTU
 			}
@@ -265,12 +270,10 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			if !l.Up {
 				members = nil
 			}
-			linkMTU := mtu
-			if l.Protocol == netv1.ProtocolWireGuard {
-				linkMTU -= VXLANOverhead // the gateways carry VXLAN inside WireGuard
-			}
 			for _, pf := range l.Prefixes {
-				addRoute(pf, members, min(minMTU, linkMTU))
+				// The path MTU includes the gateways' link (its tunnelMTU already counts VXLAN inside
+				// WireGuard).
+				addRoute(pf, members, min(minMTU, mtu))
 			}
 		}
 	}
@@ -290,7 +293,7 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 	}
 	sort.Slice(d.Routes, func(i, j int) bool { return d.Routes[i].Prefix.String() < d.Routes[j].Prefix.String() })
 	if d.WGMTU == 0 {
-		d.WGMTU = 1500 - 80 - VXLANOverhead
+		d.WGMTU = 1500 - WireGuardOverhead - VXLANOverhead
 	}
 	return d, nil
 }

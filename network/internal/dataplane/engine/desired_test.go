@@ -23,7 +23,7 @@ func peer(node, cidr, lan, wan string, gw bool) netv1.Peer {
 func input(node, cidr string) Input {
 	return Input{Node: node, Site: "a", PodCIDRs: []string{cidr},
 		Plan: netv1.RoutePlanSpec{Site: "a", IntraSite: netv1.IntraSitePlan{Protocol: netv1.ProtocolVXLAN, TunnelMTU: 1430},
-			Links: []netv1.SiteLink{{Site: "b", Protocol: netv1.ProtocolWireGuard, Mode: netv1.LinkModeGateway, TunnelMTU: 1420,
+			Links: []netv1.SiteLink{{Site: "b", Protocol: netv1.ProtocolWireGuard, Mode: netv1.LinkModeGateway, TunnelMTU: 1370,
 				EndpointType: netv1.EndpointExternal, Prefixes: []string{"10.20.0.0/16"}, LocalGateways: []string{"ga1", "ga2"},
 				RemoteGateways: []string{"gb1"}, Up: true}}},
 		Slices: []netv1.PeerSliceSpec{
@@ -57,7 +57,7 @@ func TestComputeOrdinaryNode(t *testing.T) {
 	g.Expect(d.Hops["ga1/vxlan"].MAC).To(Equal(NodeMAC("ga1")))
 	for _, r := range d.Routes {
 		if r.Prefix.String() == "10.20.0.0/16" {
-			g.Expect(r.MTU).To(Equal(1420-VXLANOverhead), "the path MTU includes the gateways' WireGuard hop")
+			g.Expect(r.MTU).To(Equal(1370), "the path MTU includes the gateways' WireGuard link")
 		}
 	}
 
@@ -80,7 +80,7 @@ func TestComputeGateway(t *testing.T) {
 	h := d.Hops["gb1/wireguard"]
 	g.Expect(h.Underlay.String()).To(Equal("198.51.100.31"), "the link dials External endpoints")
 	g.Expect(h.Tunnel.String()).To(Equal("10.20.1.0"))
-	g.Expect(h.MTU).To(Equal(1420 - VXLANOverhead))
+	g.Expect(h.MTU).To(Equal(1370), "the plan's tunnelMTU is the inner MTU")
 	g.Expect(d.WGMTU).To(Equal(1370))
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
+	"github.com/yonder-dev/yonder/network/internal/plan"
 )
 
 var (
@@ -265,14 +266,9 @@ func (s *Sites) WritePlans(inactive map[string]bool) {
 		}
 		slices = append(slices, gs, ns)
 	}
-	mtu := int32(1430)
-	if s.Protocol == netv1.ProtocolWireGuard {
-		mtu = 1420
-	}
-	intraMTU := int32(1430)
-	if s.Intra == netv1.ProtocolNone {
-		intraMTU = 1500
-	}
+	// The tunnel MTUs the controller would plan for a 1500-byte underlay.
+	mtu := plan.DefaultMTU - plan.Overhead(s.Protocol)
+	intraMTU := plan.DefaultMTU - plan.Overhead(s.Intra)
 	for _, n := range s.Nodes {
 		remote, pool := "b", "10.20.0.0/16"
 		if n.Site == "b" {

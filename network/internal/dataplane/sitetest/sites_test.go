@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/plan"
 )
 
 // udpRoundTrip sends one datagram from ns to addr and waits briefly for the echo.
@@ -64,6 +67,18 @@ func tcpTransfer(ns, addr string, size int) error {
 	return nil
 }
 
+// dfPing sends three pings of size bytes (IP packet) with DF set from ns to addr; all must be answered.
+func dfPing(s *Sites, ns, addr string, size int) error {
+	out, err := s.Lab.Exec(ns, "ping", "-n", "-M", "do", "-c", "3", "-i", "0.2", "-W", "1", "-s", strconv.Itoa(size-28), addr)
+	if err != nil {
+		return fmt.Errorf("ping -s %d: %w: %s", size-28, err, out)
+	}
+	if !strings.Contains(out, " 0% packet loss") {
+		return fmt.Errorf("ping -s %d lost packets: %s", size-28, out)
+	}
+	return nil
+}
+
 func TestPodToPodAcrossSites(t *testing.T) {
 	for _, c := range []struct{ intra, proto netv1.Protocol }{
 		{netv1.ProtocolVXLAN, netv1.ProtocolWireGuard}, {netv1.ProtocolVXLAN, netv1.ProtocolVXLAN}, {netv1.ProtocolNone, netv1.ProtocolWireGuard},
@@ -92,6 +107,15 @@ func TestPodToPodAcrossSites(t *testing.T) {
 			g.Eventually(func() error { return udpRoundTrip(a1.Pod, to(b2), 1400) }, 5*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
 			g.Expect(tcpTransfer(a1.Pod, to(b2), 1<<20)).To(Succeed(), diag)
 			g.Expect(tcpTransfer(b2.Pod, to(a1), 1<<20)).To(Succeed(), diag)
+			// The planned path MTU is what crosses: a packet of exactly the link's tunnelMTU with DF set
+			// arrives unfragmented; one byte more is refused with "fragmentation needed" (never silently
+			// dropped), both by ping's own report.
+			linkMTU := int(plan.DefaultMTU - plan.Overhead(proto))
+			g.Eventually(func() error { return dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU) }, 5*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+			g.Expect(dfPing(s, b2.Pod, a1.PodIP.String(), linkMTU)).To(Succeed(), diag)
+			err := dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU+1)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(MatchRegexp(`(?i)frag needed|message too long|mtu ?= ?%d`, linkMTU))
 			// Intra-site (VXLAN) and gateway pod to remote gateway pod.
 			g.Expect(tcpTransfer(a1.Pod, to(ga1), 256<<10)).To(Succeed(), diag)
 			g.Eventually(func() error { return udpRoundTrip(gb1.Pod, to(ga1), 200) }, 5*time.Second, 100*time.Millisecond).Should(Succeed(), diag)

@@ -1,0 +1,42 @@
+// Command kubectl-yonder is Yonder's kubectl plugin (`kubectl yonder …` once it is on the PATH): register
+// SSH hosts, print a one-line manual bootstrap, install the network add-on into a workload cluster, describe
+// a Cluster's hosts, Machines, Nodes and tunnels, and run the local lab. See docs/kubectl-yonder.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/host"
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/machine"
+)
+
+func newRootCommand(o *cli.Options) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubectl-yonder",
+		Short:         "Operate Yonder: SSH hosts, manual joins, network sites, cluster views and the local lab",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// kubectl runs plugins as kubectl-yonder; show the name users type.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl yonder"},
+	}
+	o.AddFlags(root.PersistentFlags())
+	root.AddCommand(host.NewCommand(o), machine.NewCommand(o))
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand(cli.NewOptions()).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -64,6 +65,48 @@ type Reconciler struct {
 	APIReader client.Reader
 	// WatchFilterValue limits reconciliation to objects labelled cluster.x-k8s.io/watch-filter=<value>.
 	WatchFilterValue string
+
+	// claimMu serialises host choices within this replica, and recent remembers the claims it made that
+	// the cache may not show yet, so that Machines created together spread over failure domains instead
+	// of all choosing from the same stale picture. (Across replicas spreading is best effort; double
+	// claims are prevented by optimistic concurrency, not by this lock.)
+	claimMu sync.Mutex
+	recent  map[client.ObjectKey]recentClaim
+}
+
+type recentClaim struct {
+	cluster string
+	at      time.Time
+}
+
+// recentClaimTTL bounds how long a claim is remembered; the cache shows it long before.
+const recentClaimTTL = time.Minute
+
+// overlayRecent marks hosts this replica claimed recently as claimed in a cached list that does not
+// show it yet, and forgets claims the cache has caught up with.
+func (r *Reconciler) overlayRecent(hosts []bmov1alpha1.BareMetalHost) {
+	now := time.Now()
+	for k, c := range r.recent {
+		if now.Sub(c.at) > recentClaimTTL {
+			delete(r.recent, k)
+		}
+	}
+	for i := range hosts {
+		h := &hosts[i]
+		c, ok := r.recent[client.ObjectKeyFromObject(h)]
+		if !ok {
+			continue
+		}
+		if h.Spec.ConsumerRef != nil {
+			delete(r.recent, client.ObjectKeyFromObject(h))
+			continue
+		}
+		h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: ConsumerKind}
+		if h.Labels == nil {
+			h.Labels = map[string]string{}
+		}
+		h.Labels[ClusterLabel] = c.cluster
+	}
 }
 
 // SetupWithManager registers the reconciler and the consumer index on BareMetalHosts.
@@ -305,12 +348,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.BareMetalHost, retry bool, _ error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	if r.recent == nil {
+		r.recent = map[client.ObjectKey]recentClaim{}
+	}
 	name := m.Annotations[infrav1.ReservedHostAnnotation]
 	if name == "" {
 		hosts := &bmov1alpha1.BareMetalHostList{}
 		if err := r.Client.List(ctx, hosts, client.InNamespace(m.Namespace)); err != nil {
 			return nil, false, fmt.Errorf("failed to list BareMetalHosts in namespace %s: %w", m.Namespace, err)
 		}
+		r.overlayRecent(hosts.Items)
 		fd := s.machine.Spec.FailureDomain
 		cands, err := Candidates(hosts.Items, m.Spec.HostSelector.LabelSelector(), fd, s.cluster.Name)
 		if err != nil {
@@ -362,6 +411,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 		}
 		return nil, false, fmt.Errorf("failed to claim BareMetalHost %s: %w", klog.KObj(h), err)
 	}
+	r.recent[client.ObjectKeyFromObject(h)] = recentClaim{cluster: s.cluster.Name, at: time.Now()}
 	return h, false, nil
 }
 

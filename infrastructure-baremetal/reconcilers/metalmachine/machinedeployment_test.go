@@ -1,0 +1,157 @@
+package metalmachine_test
+
+import (
+	"context"
+	"testing"
+
+	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalmachine"
+)
+
+// The user story: a MachineDeployment of 3 YonderMetalMachines, with the real CAPI controllers, claims 3
+// distinct hosts, one per failure domain, skipping hosts that are paused, in error, consumed by someone
+// else, not matching the selector or not yet inspected. clusterctl move is blocked while the hosts
+// provision. Each host gets the image, the Machine's bootstrap data Secret and online=true; each
+// Machine gets providerID yonder-metal://<namespace>/<host> and the host's addresses and becomes Running
+// once its Node exists. Scaling down deprovisions the surplus hosts and releases them only once they
+// are available again; the BareMetalHosts are never deleted.
+func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "md").Name
+	pool := map[string]string{"pool": "rack"}
+	other := &corev1.ObjectReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta1", Kind: "Metal3Machine", Name: "someone-else", Namespace: ns}
+	registerHosts(g, ns,
+		hostSpec{name: "a1", failureDomain: "a", labels: pool}, hostSpec{name: "a2", failureDomain: "a", labels: pool},
+		hostSpec{name: "b1", failureDomain: "b", labels: pool}, hostSpec{name: "b2", failureDomain: "b", labels: pool},
+		hostSpec{name: "c1", failureDomain: "c", labels: pool},
+		hostSpec{name: "c-paused", failureDomain: "c", labels: pool, paused: true},
+		hostSpec{name: "c-error", failureDomain: "c", labels: pool, errorMessage: "Redfish: 401 Unauthorized"},
+		hostSpec{name: "c-taken", failureDomain: "c", labels: pool, consumer: other},
+		hostSpec{name: "c-inspecting", failureDomain: "c", labels: pool, state: bmov1alpha1.StateInspecting},
+		hostSpec{name: "c-otherpool", failureDomain: "c", labels: map[string]string{"pool": "other"}},
+	)
+	sim := simulateHostController(t, ns)
+	sim.setHold(true)
+	cluster := newCluster(t, g, ns, "edge")
+	startProvider(t, testOptions())
+	wlc, err := workload(t).Client()
+	g.Expect(err).NotTo(HaveOccurred())
+	data := dataSecret(g, ns, "edge-join", cluster.Name)
+	md := newMachineDeployment(g, ns, "workers", cluster, data.Name, 3, pool)
+
+	// The cluster reports the failure domains of the inventory.
+	g.Eventually(func(g Gomega) {
+		mc := &infrav1.YonderMetalCluster{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge"}, mc)).To(Succeed())
+		names := []string{}
+		for _, fd := range mc.Status.FailureDomains {
+			names = append(names, fd.Name)
+		}
+		g.Expect(names).To(Equal([]string{"a", "b", "c"}))
+	}).Should(Succeed())
+
+	// While the hosts provision, every machine blocks clusterctl move and says what it waits for.
+	g.Eventually(func(g Gomega) {
+		ms := metalMachines(g, ns)
+		g.Expect(ms).To(HaveLen(3))
+		for _, m := range ms {
+			g.Expect(m.Annotations).To(HaveKeyWithValue(metalmachine.BlockMoveAnnotation, "true"))
+			c := condition(&m, infrav1.HostProvisionedCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(infrav1.HostProvisioningReason))
+			g.Expect(c.Message).To(ContainSubstring(`is "provisioning"`))
+		}
+	}).Should(Succeed())
+	sim.setHold(false)
+
+	machinesRunning := func(want int) {
+		g.Eventually(func(g Gomega) {
+			ensureNodes(g, wlc, ns)
+			list := &clusterv1.MachineList{}
+			g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(want))
+			for _, m := range list.Items {
+				g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+			}
+			g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
+			for _, m := range metalMachines(g, ns) {
+				g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))
+				g.Expect(m.Annotations).NotTo(HaveKey(metalmachine.BlockMoveAnnotation))
+				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
+			}
+		}).Should(Succeed())
+	}
+	machinesRunning(3)
+
+	domains := map[string]bool{}
+	for _, m := range metalMachines(g, ns) {
+		h := host(g, ns, m.Status.HostRef)
+		g.Expect(h.Name).To(BeElementOf("a1", "a2", "b1", "b2", "c1"))
+		domains[h.Labels[infrav1.FailureDomainLabel]] = true
+		g.Expect(h.Spec.ConsumerRef).To(Equal(&corev1.ObjectReference{APIVersion: infrav1.GroupVersion.String(), Kind: "YonderMetalMachine", Namespace: ns, Name: m.Name, UID: m.UID}))
+		g.Expect(h.Spec.Image).NotTo(BeNil())
+		g.Expect(h.Spec.Image.URL).To(Equal(testImage().URL))
+		g.Expect(h.Spec.Image.Checksum).To(Equal(testImage().Checksum))
+		g.Expect(string(h.Spec.Image.ChecksumType)).To(Equal("md5"))
+		g.Expect(h.Spec.Image.DiskFormat).To(HaveValue(Equal("qcow2")))
+		g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data.Name, Namespace: ns}))
+		g.Expect(h.Spec.Online).To(BeTrue())
+		g.Expect(h.Spec.AutomatedCleaningMode).To(Equal(bmov1alpha1.CleaningModeMetadata))
+		g.Expect(m.Status.Addresses).To(ContainElement(clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: h.Name}))
+		g.Expect(m.Status.Addresses).To(ContainElement(HaveField("Type", clusterv1.MachineInternalIP)))
+	}
+	g.Expect(domains).To(HaveLen(3), "one machine per failure domain")
+	for _, name := range []string{"c-paused", "c-error", "c-inspecting", "c-otherpool"} {
+		g.Expect(host(g, ns, name).Spec.ConsumerRef).To(BeNil(), "host %s must be skipped", name)
+	}
+	g.Expect(host(g, ns, "c-taken").Spec.ConsumerRef).To(Equal(other))
+
+	// Scale down: the surplus hosts are deprovisioned first and released only once available again.
+	sim.setHold(true)
+	scale(g, md, 1)
+	g.Eventually(func(g Gomega) {
+		deprovisioning := 0
+		for _, h := range hostList(g, ns) {
+			if h.Status.Provisioning.State == bmov1alpha1.StateDeprovisioning {
+				deprovisioning++
+			}
+		}
+		g.Expect(deprovisioning).To(BeNumerically(">", 0))
+	}).Should(Succeed())
+	machinesRunning(1)
+	g.Eventually(func(g Gomega) {
+		free := 0
+		for _, h := range hostList(g, ns) {
+			if h.Spec.ConsumerRef == nil && h.Labels["pool"] == "rack" && h.Labels[infrav1.FailureDomainLabel] != "" && h.Status.Provisioning.State == bmov1alpha1.StateAvailable && h.Name != "c-error" {
+				g.Expect(h.Spec.Image).To(BeNil())
+				g.Expect(h.Spec.UserData).To(BeNil())
+				g.Expect(h.Spec.Online).To(BeFalse())
+				g.Expect(h.Labels).NotTo(HaveKey(metalmachine.ClusterLabel))
+				free++
+			}
+		}
+		// Of a1 a2 b1 b2 c1 one is still claimed; c-paused was never claimed.
+		g.Expect(free).To(Equal(5))
+	}).Should(Succeed())
+	g.Expect(hostList(g, ns)).To(HaveLen(10), "BareMetalHosts are never deleted")
+
+	scale(g, md, 0)
+	g.Eventually(func(g Gomega) {
+		g.Expect(metalMachines(g, ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+	}).Should(Succeed())
+	for h, byConsumer := range sim.provisionings() {
+		for uid, n := range byConsumer {
+			g.Expect(n).To(Equal(1), "host %s provisioned %d times for consumer %s", h, n, uid)
+		}
+	}
+}

@@ -44,6 +44,49 @@ type NodeNetworkStatus struct {
 	// observedPlanGeneration is the generation of the Site's RoutePlan the dataplane applied.
 	// +optional
 	ObservedPlanGeneration int64 `json:"observedPlanGeneration,omitempty"`
+	// dataplane is what the daemon detected on the node and uses.
+	// +optional
+	Dataplane *NodeDataplaneStatus `json:"dataplane,omitempty"`
+}
+
+// WireGuardImplementation says what backs a node's WireGuard device.
+// +kubebuilder:validation:Enum=kernel;userspace
+type WireGuardImplementation string
+
+const (
+	// WireGuardKernel is the kernel's WireGuard module.
+	WireGuardKernel WireGuardImplementation = "kernel"
+	// WireGuardUserspace is wireguard-go embedded in the daemon (the kernel has no module).
+	WireGuardUserspace WireGuardImplementation = "userspace"
+)
+
+// EBPFAttachMode says how the pod egress program is attached.
+// +kubebuilder:validation:Enum=tcx;clsact
+type EBPFAttachMode string
+
+const (
+	// EBPFAttachTCX is the tcx hook (kernel 6.6 and later).
+	EBPFAttachTCX EBPFAttachMode = "tcx"
+	// EBPFAttachClsact is a clsact qdisc with a direct-action filter.
+	EBPFAttachClsact EBPFAttachMode = "clsact"
+)
+
+// NodeDataplaneStatus is what a node's daemon detected and uses, for operators comparing nodes (a node on
+// userspace WireGuard forwards far less than one with the kernel module).
+type NodeDataplaneStatus struct {
+	// wireGuard is the implementation backing the WireGuard device.
+	// +optional
+	WireGuard WireGuardImplementation `json:"wireGuard,omitempty"`
+	// kernelTunnelTypes are the tunnel link types the node's kernel can create (probed at start with
+	// scratch links), sorted. The dataplane uses VXLAN and WireGuard (userspace when the kernel lacks it);
+	// GENEVE and IPIP links fall back to VXLAN.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	KernelTunnelTypes []Protocol `json:"kernelTunnelTypes,omitempty"`
+	// ebpfAttachMode is how the pod egress program is attached; empty until it is.
+	// +optional
+	EBPFAttachMode EBPFAttachMode `json:"ebpfAttachMode,omitempty"`
 }
 
 // NodeNetwork condition types.

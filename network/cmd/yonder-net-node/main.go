@@ -98,7 +98,7 @@ func run(args []string) error {
 		s := &apisync.Syncer{Client: c, Cache: ca, Node: o.Node, InputFile: o.InputFile, Spec: d.Publication, Interval: resync, Log: o.Log,
 			State: func() apisync.DaemonState {
 				ok, msg := d.Applied()
-				return apisync.DaemonState{Applied: ok, Message: msg, Gateway: ok}
+				return apisync.DaemonState{Applied: ok, Message: msg, Gateway: ok, Dataplane: d.Dataplane()}
 			}}
 		go func() { _ = s.Run(ctx) }()
 	}

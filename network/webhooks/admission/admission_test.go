@@ -45,7 +45,7 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		{name: "host bits", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.9.0.1/24"}}),
 			want: []string{"spec.nodeCIDRs[0]", "use 10.9.0.0/24"}},
 		{name: "IPv6 pods on an MTU too small for a tunnel", obj: site("edge", netv1.SiteSpec{MTU: 1300, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "fd00:9::/56"}}}),
-			want: []string{"spec.mtu", "below 1280"}},
+			want: []string{"spec.mtu", "below 1280", "at least 1410"}},
 		{name: "Site name that cannot be a label value", obj: site("Edge_1", netv1.SiteSpec{}),
 			want: []string{"metadata.name"}},
 		{name: "gateway pool selecting everything", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: netv1.GatewayPoolSpec{Site: "cloud"}},

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -79,7 +80,7 @@ func (w *Site) validate(ctx context.Context, old, s *netv1.Site) (admission.Warn
 	if hasIPv6 {
 		worst := max(plan.Overhead(plan.ResolveIntraSite(s.Spec.Tunnel.IntraSite)), plan.Overhead(netv1.ProtocolWireGuard))
 		if m := plan.SiteMTU(s); m-worst < ipv6MinMTU {
-			errs = append(errs, field.Invalid(spec.Child("mtu"), m, "too small for IPv6 pods: the tunnel MTU would fall below 1280; use at least 1360"))
+			errs = append(errs, field.Invalid(spec.Child("mtu"), m, fmt.Sprintf("too small for IPv6 pods: the tunnel MTU would fall below 1280; use at least %d", ipv6MinMTU+worst)))
 		}
 	}
 	if len(errs) > 0 {

@@ -16,6 +16,7 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/apisync"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/sitetest"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/network/setup"
@@ -101,7 +102,7 @@ func TestControllerAndDaemons(t *testing.T) {
 			State: func() apisync.DaemonState {
 				st, err := s.Debug(n)
 				ok := err == nil && st.Applied > 0 && st.LastError == ""
-				return apisync.DaemonState{Applied: ok, Gateway: ok}
+				return apisync.DaemonState{Applied: ok, Gateway: ok, Dataplane: daemon.DataplaneOf(st)}
 			}}
 		go func() { _ = sy.Run(sctx) }()
 	}
@@ -154,5 +155,13 @@ func TestControllerAndDaemons(t *testing.T) {
 		nn := &netv1.NodeNetwork{}
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, nn)).To(Succeed())
 		g.Expect(nn.Spec.PublicKey).To(Equal(n.PubKey))
+		// The daemon reports what it detected.
+		g.Eventually(func() *netv1.NodeDataplaneStatus {
+			_ = c.Get(ctx, client.ObjectKey{Name: n.Name}, nn)
+			return nn.Status.Dataplane
+		}, 10*time.Second, 100*time.Millisecond).Should(And(Not(BeNil()),
+			HaveField("WireGuard", BeElementOf(netv1.WireGuardKernel, netv1.WireGuardUserspace)),
+			HaveField("EBPFAttachMode", BeElementOf(netv1.EBPFAttachTCX, netv1.EBPFAttachClsact)),
+			HaveField("KernelTunnelTypes", ContainElement(netv1.ProtocolVXLAN))))
 	}
 }

@@ -41,6 +41,8 @@ type DaemonState struct {
 	Message string
 	// Gateway is true when forwarding works on a gateway candidate (the daemon's own view).
 	Gateway bool
+	// Dataplane is what the daemon detected and uses (nil: not reported).
+	Dataplane *netv1.NodeDataplaneStatus
 }
 
 // Syncer runs the API side of the daemon.
@@ -294,6 +296,9 @@ func (s *Syncer) status(ctx context.Context, nn *netv1.NodeNetwork, planGen int6
 		next.Status.ObservedPlanGeneration = planGen
 	}
 	meta.SetStatusCondition(&next.Status.Conditions, ready)
+	if st.Dataplane != nil {
+		next.Status.Dataplane = st.Dataplane
+	}
 	if candidate {
 		gw := metav1.Condition{Type: netv1.NodeNetworkGatewayReadyCondition, Status: metav1.ConditionTrue, Reason: netv1.ReadyReason, ObservedGeneration: nn.Generation}
 		if !st.Gateway {

@@ -60,6 +60,8 @@ type Daemon struct {
 	attach bpf.Attachment
 	ap     *engine.Applier
 	prober *probe.Prober
+	// tunnels are the tunnel link types the kernel can create (detected at start).
+	tunnels []netv1.Protocol
 
 	mu        sync.Mutex
 	input     *engine.Input
@@ -78,6 +80,8 @@ type Status struct {
 	WireGuard   WireGuardStatus            `json:"wireGuard"`
 	Protocols   []netv1.Protocol           `json:"protocols"`
 	Attachment  bpf.Attachment             `json:"ebpfAttachment"`
+	// KernelTunnelTypes are the tunnel link types the kernel can create.
+	KernelTunnelTypes []netv1.Protocol `json:"kernelTunnelTypes"`
 	Hops        []engine.NextHop           `json:"hops"`
 	Routes      []engine.Route             `json:"routes"`
 	Probes      map[string]probe.PeerState `json:"probes"`
@@ -125,6 +129,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.key = k
+	d.tunnels = engine.KernelTunnelTypes()
 	mtu := 1420
 	if l, err := netlink.LinkByName(opt.UnderlayDev); err == nil {
 		mtu = l.Attrs().MTU - engine.WireGuardOverhead
@@ -139,7 +144,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.ap = &engine.Applier{Dev: opt.Devices, WG: d.wg, BPF: d.dp, Log: opt.Log}
-	opt.Log.Info("Dataplane ready", "node", opt.Node, "wireguard", d.wg.Kind, "publicKey", k.PublicKey().String())
+	opt.Log.Info("Dataplane ready", "node", opt.Node, "wireguard", d.wg.Kind, "kernelTunnels", d.tunnels, "publicKey", k.PublicKey().String())
 	return d, nil
 }
 
@@ -404,11 +409,24 @@ func (d *Daemon) Applied() (bool, string) {
 	return d.applied > 0 && d.lastErr == "", d.lastErr
 }
 
+// Dataplane is the NodeNetwork status summary of what the daemon detected and uses.
+func (d *Daemon) Dataplane() *netv1.NodeDataplaneStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return DataplaneOf(Status{WireGuard: WireGuardStatus{Kind: d.wg.Kind}, KernelTunnelTypes: d.tunnels, Attachment: d.attach})
+}
+
+// DataplaneOf summarises a daemon status (as the debug dump reports it) for NodeNetwork.status.
+func DataplaneOf(st Status) *netv1.NodeDataplaneStatus {
+	return &netv1.NodeDataplaneStatus{WireGuard: netv1.WireGuardImplementation(st.WireGuard.Kind),
+		KernelTunnelTypes: st.KernelTunnelTypes, EBPFAttachMode: netv1.EBPFAttachMode(st.Attachment)}
+}
+
 // Status returns the daemon's state.
 func (d *Daemon) Status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := Status{Node: d.opt.Node, PublicKey: d.key.PublicKey().String(), Attachment: d.attach,
+	st := Status{Node: d.opt.Node, PublicKey: d.key.PublicKey().String(), Attachment: d.attach, KernelTunnelTypes: d.tunnels,
 		Protocols: []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN},
 		Routes:    d.desired.Routes, Failovers: d.failovers, Writes: d.ap.Writes, Applied: d.applied, LastError: d.lastErr}
 	st.WireGuard = WireGuardStatus{Device: d.wg.Name, Kind: d.wg.Kind}

@@ -75,24 +75,24 @@ type Daemon struct {
 
 // Status is what the daemon reports about itself (debug dump and publication).
 type Status struct {
-	Node        string                     `json:"node"`
-	PublicKey   string                     `json:"publicKey"`
-	WireGuard   WireGuardStatus            `json:"wireGuard"`
-	Protocols   []netv1.Protocol           `json:"protocols"`
-	Attachment  bpf.Attachment             `json:"ebpfAttachment"`
+	Node       string           `json:"node"`
+	PublicKey  string           `json:"publicKey"`
+	WireGuard  WireGuardStatus  `json:"wireGuard"`
+	Protocols  []netv1.Protocol `json:"protocols"`
+	Attachment bpf.Attachment   `json:"ebpfAttachment"`
 	// KernelTunnelTypes are the tunnel link types the kernel can create.
-	KernelTunnelTypes []netv1.Protocol `json:"kernelTunnelTypes"`
-	Hops        []engine.NextHop           `json:"hops"`
-	Routes      []engine.Route             `json:"routes"`
-	Probes      map[string]probe.PeerState `json:"probes"`
-	Down        []string                   `json:"down"`
-	Failovers   uint64                     `json:"failovers"`
-	Writes      engine.Writes              `json:"writes"`
-	MapPrefixes int                        `json:"mapPrefixes"`
-	MapGroups   int                        `json:"mapGroups"`
-	Counters    [5]uint64                  `json:"ebpfCounters"`
-	Applied     int64                      `json:"applied"`
-	LastError   string                     `json:"lastError,omitempty"`
+	KernelTunnelTypes []netv1.Protocol           `json:"kernelTunnelTypes"`
+	Hops              []engine.NextHop           `json:"hops"`
+	Routes            []engine.Route             `json:"routes"`
+	Probes            map[string]probe.PeerState `json:"probes"`
+	Down              []string                   `json:"down"`
+	Failovers         uint64                     `json:"failovers"`
+	Writes            engine.Writes              `json:"writes"`
+	MapPrefixes       int                        `json:"mapPrefixes"`
+	MapGroups         int                        `json:"mapGroups"`
+	Counters          [5]uint64                  `json:"ebpfCounters"`
+	Applied           int64                      `json:"applied"`
+	LastError         string                     `json:"lastError,omitempty"`
 }
 
 // WireGuardStatus describes the WireGuard device.

@@ -51,7 +51,7 @@ lint: ## Run golangci-lint (gofmt, goimports, vet, errcheck, gosec, importas, st
 ##@ Generation
 
 .PHONY: generate
-generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) ## Regenerate deepcopy code and manifests
+generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) generate-plugin ## Regenerate deepcopy code and manifests
 
 .PHONY: generate-go
 generate-go: ## Generate deepcopy code for every api/ package
@@ -59,6 +59,14 @@ generate-go: ## Generate deepcopy code for every api/ package
 	  if [ -d $$d/api ]; then echo "controller-gen object $$d"; \
 	    $(TOOLS) controller-gen object:headerFile=hack/boilerplate.go.txt paths=./$$d/api/... || exit 1; fi; \
 	done
+
+# kubectl-yonder embeds the network add-on for `site init`; the copy follows network/config.
+PLUGIN_MANIFESTS := cmd/kubectl-yonder/internal/site/manifests
+
+.PHONY: generate-plugin
+generate-plugin: ## Render the network add-on into kubectl-yonder (site init embeds it)
+	@echo "kustomize build network/config/default > $(PLUGIN_MANIFESTS)/yonder-network.yaml"
+	@$(TOOLS) kustomize build network/config/default > $(PLUGIN_MANIFESTS)/yonder-network.yaml
 
 generate-manifests-%: ## Generate CRDs, RBAC and webhook manifests of one provider into <provider>/config
 	@if [ -d $*/api ]; then echo "controller-gen manifests $*"; \
@@ -71,8 +79,8 @@ generate-manifests-%: ## Generate CRDs, RBAC and webhook manifests of one provid
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are not committed
-	@git diff --exit-code -- $(API_DIRS) templates || { echo "generated files are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- $(API_DIRS) templates)" || { git status --porcelain -- $(API_DIRS) templates; echo "untracked generated files: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- $(API_DIRS) templates $(PLUGIN_MANIFESTS) || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(API_DIRS) templates $(PLUGIN_MANIFESTS))" || { git status --porcelain -- $(API_DIRS) templates $(PLUGIN_MANIFESTS); echo "untracked generated files: run make generate and commit"; exit 1; }
 
 ##@ Release
 

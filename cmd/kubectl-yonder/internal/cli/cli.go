@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -38,7 +39,7 @@ var Scheme = runtime.NewScheme()
 
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, bootstrapv1.AddToScheme,
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, bootstrapv1.AddToScheme,
 		controlplanev1.AddToScheme, networkv1.AddToScheme,
 	} {
 		if err := add(Scheme); err != nil {

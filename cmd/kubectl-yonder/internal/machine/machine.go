@@ -208,4 +208,3 @@ func controlPlaneVersion(ctx context.Context, c client.Client, cluster *clusterv
 	}
 	return "", fmt.Errorf("the control plane of Cluster %s/%s reports no version: pass --kubernetes-version", cluster.Namespace, cluster.Name)
 }
-

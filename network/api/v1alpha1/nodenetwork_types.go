@@ -11,6 +11,20 @@ type NodeNetworkSpec struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`
 	PublicKey string `json:"publicKey,omitempty"`
+	// wireGuardSlot says which of the node's two WireGuard slots carries publicKey. Slot 0 listens on
+	// ports.wireGuard and uses the node's tunnel address (the first address of its first IPv4 pod CIDR) inside
+	// WireGuard; slot 1 listens on ports.wireGuard + 1 and uses the next address. A key rotation brings up the
+	// other slot with nextPublicKey and switches to it once peers have handshaken with it, so the old and new
+	// keys never need the same allowed IP on a peer (make-before-break, no packet lost).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
+	WireGuardSlot int32 `json:"wireGuardSlot,omitempty"`
+	// nextPublicKey is set while a key rotation is in progress: the WireGuard public key of the other slot
+	// (1 - wireGuardSlot), already listening. Peers add it next to publicKey.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
 	// endpoints are the addresses peers may dial. Empty means the Node's status.addresses
 	// (InternalIP → Internal, ExternalIP → External).
 	// +optional

@@ -26,6 +26,12 @@ type Peer struct {
 	// publicKey is the node's WireGuard public key (empty until its daemon publishes one).
 	// +optional
 	PublicKey string `json:"publicKey,omitempty"`
+	// wireGuardSlot is the node's NodeNetwork spec.wireGuardSlot.
+	// +optional
+	WireGuardSlot int32 `json:"wireGuardSlot,omitempty"`
+	// nextPublicKey is the node's NodeNetwork spec.nextPublicKey (a key rotation in progress).
+	// +optional
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
 	// endpoints are the addresses to dial.
 	// +optional
 	Endpoints []Endpoint `json:"endpoints,omitempty"`

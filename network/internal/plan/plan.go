@@ -676,6 +676,8 @@ func peer(si *siteInfo, n *Node, pools map[string]*netv1.GatewayPool) netv1.Peer
 	p := netv1.Peer{Node: n.Name, PodCIDRs: canonical(n.PodCIDRs), Endpoints: n.Addresses}
 	if n.Network != nil {
 		p.PublicKey = n.Network.PublicKey
+		// A key rotation in progress: peers configure the next key beside the current one.
+		p.WireGuardSlot, p.NextPublicKey = n.Network.WireGuardSlot, n.Network.NextPublicKey
 		p.Ports = n.Network.Ports
 		if len(n.Network.Endpoints) > 0 {
 			p.Endpoints = n.Network.Endpoints

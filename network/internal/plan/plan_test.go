@@ -196,6 +196,39 @@ func TestRoutePlanScenarios(t *testing.T) {
 				name:    "one node's key changes: exactly its slice",
 				in:      func(in *Input) { in.Nodes[1].Network.PublicKey = key("a2-rotated") },
 				changed: []string{"slice/a-nodes-0"},
+			}, {
+				name: "a node starts a key rotation: its slice carries the next key and slot",
+				in: func(in *Input) {
+					in.Nodes[1].Network.NextPublicKey = key("a2-next")
+				},
+				check: func(g Gomega, out *Output) {
+					for _, sl := range out.Slices {
+						for _, p := range sl.Spec.Peers {
+							if p.Node == "a2" {
+								g.Expect(p.NextPublicKey).To(Equal(key("a2-next")))
+								g.Expect(p.WireGuardSlot).To(BeZero())
+							}
+						}
+					}
+				},
+				changed: []string{"slice/a-nodes-0"},
+			}, {
+				name: "the rotation switches: new key in slot 1, no next key",
+				in: func(in *Input) {
+					in.Nodes[1].Network.PublicKey, in.Nodes[1].Network.NextPublicKey, in.Nodes[1].Network.WireGuardSlot = key("a2-next"), "", 1
+				},
+				check: func(g Gomega, out *Output) {
+					for _, sl := range out.Slices {
+						for _, p := range sl.Spec.Peers {
+							if p.Node == "a2" {
+								g.Expect(p.PublicKey).To(Equal(key("a2-next")))
+								g.Expect(p.NextPublicKey).To(BeEmpty())
+								g.Expect(p.WireGuardSlot).To(Equal(int32(1)))
+							}
+						}
+					}
+				},
+				changed: []string{"slice/a-nodes-0"},
 			}},
 		},
 		{

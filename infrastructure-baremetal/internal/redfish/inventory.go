@@ -3,6 +3,7 @@ package redfish
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -131,7 +132,7 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 					continue
 				}
 				inv.Disks = append(inv.Disks, Disk{Name: fmt.Sprintf("%s-%d", st.ID, i), Model: d.Model, Vendor: d.Manufacturer,
-					SizeBytes: int64(deref(d.CapacityBytes))})
+					SizeBytes: clampInt64(deref(d.CapacityBytes))})
 			}
 		}
 	}
@@ -186,4 +187,12 @@ func looksLikeGPU(d *schemas.PCIeDevice) bool {
 		}
 	}
 	return false
+}
+
+// clampInt64 converts a Redfish unsigned size, which a broken BMC could report beyond int64.
+func clampInt64(v uint) int64 {
+	if uint64(v) > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
 }

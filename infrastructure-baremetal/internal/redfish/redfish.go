@@ -310,3 +310,37 @@ func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {
 	}
 	return nil
 }
+
+// ProbeCertificate returns the hex SHA-256 of the certificate the BMC presents, without sending any
+// credentials, so that the pin can be recorded before the credentials ever travel to that BMC. It
+// returns "" for plain-HTTP addresses.
+func ProbeCertificate(ctx context.Context, addr Address, timeout time.Duration) (string, error) {
+	u, err := url.Parse(addr.Endpoint)
+	if err != nil {
+		return "", fmt.Errorf("failed to parse endpoint %s: %w", addr.Endpoint, err)
+	}
+	if u.Scheme != "https" {
+		return "", nil
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":443"
+	}
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	d := &tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}} //nolint:gosec // reading the certificate to pin it
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return "", fmt.Errorf("failed to connect to BMC %s: %w", addr.Endpoint, err)
+	}
+	defer func() { _ = conn.Close() }()
+	cs := conn.(*tls.Conn).ConnectionState()
+	if len(cs.PeerCertificates) == 0 {
+		return "", fmt.Errorf("BMC %s presented no certificate", addr.Endpoint)
+	}
+	sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+	return hex.EncodeToString(sum[:]), nil
+}

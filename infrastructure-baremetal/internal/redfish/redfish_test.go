@@ -173,7 +173,7 @@ func (m *mockup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p == "/redfish/v1" {
 		f = filepath.Join(m.root, "index.json")
 	}
-	b, err := os.ReadFile(f) //nolint:gosec // test fixture path
+	b, err := os.ReadFile(f)
 	if err != nil {
 		http.NotFound(w, r)
 		return

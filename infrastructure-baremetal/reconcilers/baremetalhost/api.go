@@ -1,0 +1,140 @@
+package baremetalhost
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+)
+
+// Labels and annotations this controller reads and writes on BareMetalHosts. Everything the controller
+// must remember across a restart or a clusterctl move (which drops status) lives in annotations.
+const (
+	// ManagedLabel opts a BareMetalHost in: Yonder reconciles only hosts labelled
+	// metal.yonder.dev/managed=true, so a Metal3 baremetal-operator can own every other host of the cluster.
+	ManagedLabel = "metal.yonder.dev/managed"
+	// Finalizer keeps a host until it is powered off and forgotten by the boot services.
+	Finalizer = "metal.yonder.dev/baremetalhost"
+	// CertPinAnnotation is the hex SHA-256 of the BMC's TLS certificate, recorded on first contact and
+	// enforced afterwards. Remove it to accept a legitimately replaced certificate.
+	CertPinAnnotation = "metal.yonder.dev/bmc-cert-sha256"
+	// StateAnnotation is the host's durable state (JSON, see HostState): provisioning state, provisioned
+	// image and provisioning progress. Status is rebuilt from it after clusterctl move.
+	StateAnnotation = "metal.yonder.dev/state"
+	// EnrolmentAnnotation is the host's pinned TPM (JSON attest.Enrolment).
+	EnrolmentAnnotation = "metal.yonder.dev/tpm-enrolment"
+	// EnrolmentWindowAnnotation, "open", lets the host's TPM be pinned by its next attested boot. The
+	// controller opens it when it registers a host that has no pinned TPM and the first enrolment closes
+	// it; an operator who pins EKs out of band removes it (or never lets it open: set EnrolmentAnnotation
+	// before labelling the host).
+	EnrolmentWindowAnnotation = "metal.yonder.dev/tpm-enrolment-window"
+	// AttestationAnnotation is the latest attestation outcome reported by the boot server (JSON
+	// AttestationRecord); written by the boot server's store, read by the reconciler.
+	AttestationAnnotation = "metal.yonder.dev/attestation"
+	// BootAddressAnnotation is the IPv4 address the DHCP server reserves for the host's boot NIC (when
+	// Yonder serves DHCP; unused behind another DHCP server in proxy mode).
+	BootAddressAnnotation = "metal.yonder.dev/boot-address"
+	// GPUsAnnotation lists the GPUs inspection found (JSON); Metal3's HardwareDetails has no GPU field.
+	GPUsAnnotation = "metal.yonder.dev/gpus"
+)
+
+// Condition types on BareMetalHost.status.conditions.
+const (
+	// BMCAccessibleCondition: the BMC answered with the Secret's credentials and the pinned certificate.
+	BMCAccessibleCondition = "BMCAccessible"
+	// SpecSupportedCondition: every field set in spec is one Yonder honours.
+	SpecSupportedCondition = "SpecSupported"
+	// InspectedCondition: status.hardware holds the Redfish inventory.
+	InspectedCondition = "Inspected"
+	// ProvisionedCondition: the host booted the provisioning image, attested and received its data.
+	ProvisionedCondition = "Provisioned"
+	// AttestedCondition: the latest attestation outcome.
+	AttestedCondition = "Attested"
+)
+
+// Condition reasons.
+const (
+	ReasonRegistered          = "Registered"
+	ReasonInvalidAddress      = "InvalidBMCAddress"
+	ReasonCredentialsMissing  = "CredentialsSecretMissing"
+	ReasonCredentialsRejected = "CredentialsRejected"
+	ReasonCertificateChanged  = "BMCCertificateChanged"
+	ReasonBMCUnreachable      = "BMCUnreachable"
+	ReasonSupported           = "Supported"
+	ReasonUnsupportedFields   = "UnsupportedFields"
+	ReasonInventoryRead       = "InventoryRead"
+	ReasonInspectionFailed    = "InspectionFailed"
+	ReasonInspectionDisabled  = "InspectionDisabled"
+	ReasonWaitingForPXEBoot   = "WaitingForPXEBoot"
+	ReasonPXEBootTimeout      = "PXEBootTimeout"
+	ReasonAttestationFailed   = "AttestationFailed"
+	ReasonUserDataMissing     = "UserDataMissing"
+	ReasonPowerFailed         = "PowerActionFailed"
+	ReasonProvisioned         = "Provisioned"
+	ReasonNotProvisioned      = "NotProvisioned"
+)
+
+// HostState is the durable part of a host's state, kept in StateAnnotation.
+type HostState struct {
+	// State is the Metal3 provisioning state.
+	State metal3v1.ProvisioningState `json:"state"`
+	// Image is the image the host was provisioned with (status.provisioning.image).
+	Image *metal3v1.Image `json:"image,omitempty"`
+	// BootRequestedAt is when the controller armed the one-time PXE boot and power-cycled the host for
+	// the current provisioning attempt; nil before, so a restarted controller never cycles twice.
+	BootRequestedAt *metav1.Time `json:"bootRequestedAt,omitempty"`
+	// Attempt counts provisioning boots of the current image (retries after timeouts).
+	Attempt int `json:"attempt,omitempty"`
+	// RetryAt is when a failed attempt is retried.
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+	// PhaseStartedAt is when the current state began (operation history, timeouts).
+	PhaseStartedAt *metav1.Time `json:"phaseStartedAt,omitempty"`
+}
+
+// AttestationRecord is one outcome reported by the boot server.
+type AttestationRecord struct {
+	At      metav1.Time `json:"at"`
+	Success bool        `json:"success"`
+	Reason  string      `json:"reason"`
+	Message string      `json:"message,omitempty"`
+}
+
+func readState(h *metal3v1.BareMetalHost) (HostState, error) {
+	var s HostState
+	raw, ok := h.Annotations[StateAnnotation]
+	if !ok {
+		return s, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return s, fmt.Errorf("failed to decode annotation %s: %w", StateAnnotation, err)
+	}
+	return s, nil
+}
+
+func writeState(h *metal3v1.BareMetalHost, s HostState) {
+	raw, _ := json.Marshal(s)
+	if h.Annotations == nil {
+		h.Annotations = map[string]string{}
+	}
+	h.Annotations[StateAnnotation] = string(raw)
+}
+
+func readAttestation(h *metal3v1.BareMetalHost) *AttestationRecord {
+	raw, ok := h.Annotations[AttestationAnnotation]
+	if !ok {
+		return nil
+	}
+	var r AttestationRecord
+	if json.Unmarshal([]byte(raw), &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+func now() *metav1.Time {
+	t := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	return &t
+}

@@ -1,0 +1,151 @@
+package baremetalhost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+)
+
+// AttestStore is the attestation service's view of BareMetalHosts (attest.Store): the pinned TPM lives
+// in EnrolmentAnnotation, bootstrap data is the Secret named by spec.userData, and outcomes are written
+// to AttestationAnnotation, which the host reconciler acts on. Host names are "<namespace>/<name>".
+type AttestStore struct {
+	Client client.Client
+}
+
+var _ attest.Store = AttestStore{}
+
+func splitHost(host string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(host, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, fmt.Errorf("host %q is not <namespace>/<name>", host)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+func (s AttestStore) get(ctx context.Context, host string) (*metal3v1.BareMetalHost, error) {
+	key, err := splitHost(host)
+	if err != nil {
+		return nil, err
+	}
+	h := &metal3v1.BareMetalHost{}
+	if err := s.Client.Get(ctx, key, h); err != nil {
+		return nil, fmt.Errorf("failed to get BareMetalHost %s: %w", host, err)
+	}
+	if h.Labels[ManagedLabel] != "true" {
+		return nil, fmt.Errorf("BareMetalHost %s is not managed by Yonder (label %s)", host, ManagedLabel)
+	}
+	return h, nil
+}
+
+// Enrolment implements attest.Store.
+func (s AttestStore) Enrolment(ctx context.Context, host string) (*attest.Enrolment, error) {
+	h, err := s.get(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := h.Annotations[EnrolmentAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	e := &attest.Enrolment{}
+	if err := json.Unmarshal([]byte(raw), e); err != nil {
+		return nil, fmt.Errorf("failed to decode annotation %s of %s: %w", EnrolmentAnnotation, host, err)
+	}
+	return e, nil
+}
+
+// Enrol implements attest.Store: it pins the TPM only while the host's enrolment window is open (the
+// controller opens it at registration) and closes the window in the same update, so a second TPM can
+// never be pinned by a later boot.
+func (s AttestStore) Enrol(ctx context.Context, host string, e attest.Enrolment) error {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("failed to encode enrolment of %s: %w", host, err)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		h, err := s.get(ctx, host)
+		if err != nil {
+			return err
+		}
+		if _, pinned := h.Annotations[EnrolmentAnnotation]; pinned {
+			return fmt.Errorf("host %s already has a pinned TPM", host)
+		}
+		if h.Annotations[EnrolmentWindowAnnotation] != "open" {
+			return fmt.Errorf("host %s has no pinned TPM and its enrolment window is closed: set annotation %s=open to let its next boot pin its TPM", host, EnrolmentWindowAnnotation)
+		}
+		orig := h.DeepCopy()
+		h.Annotations[EnrolmentAnnotation] = string(raw)
+		delete(h.Annotations, EnrolmentWindowAnnotation)
+		// The optimistic lock makes "window open" and "pin" one atomic step.
+		if err := s.Client.Patch(ctx, h, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("Pinned host TPM", "BareMetalHost", host)
+		return nil
+	})
+}
+
+// BootstrapData implements attest.Store: the user data Secret's "userData" key (what CAPM3 writes), or
+// "value" (a CAPI bootstrap data Secret named directly).
+func (s AttestStore) BootstrapData(ctx context.Context, host string) ([]byte, error) {
+	h, err := s.get(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
+		return nil, fmt.Errorf("host %s has no spec.userData", host)
+	}
+	if h.Status.Provisioning.State != metal3v1.StateProvisioning {
+		return nil, fmt.Errorf("host %s is %q, not provisioning: no bootstrap data is released", host, h.Status.Provisioning.State)
+	}
+	sec := &corev1.Secret{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.UserData.Name}, sec); err != nil {
+		return nil, fmt.Errorf("failed to get user data Secret of %s: %w", host, err)
+	}
+	for _, k := range []string{"userData", "value"} {
+		if v, ok := sec.Data[k]; ok {
+			return v, nil
+		}
+	}
+	return nil, fmt.Errorf("user data Secret %s/%s has neither key userData nor value", h.Namespace, sec.Name)
+}
+
+// Record implements attest.Store: the outcome lands on the host (annotation and Attested condition).
+func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
+	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message}
+	raw, _ := json.Marshal(rec)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		h, err := s.get(ctx, host)
+		if err != nil {
+			return err
+		}
+		orig := h.DeepCopy()
+		h.Annotations[AttestationAnnotation] = string(raw)
+		if err := s.Client.Patch(ctx, h, client.MergeFrom(orig)); err != nil {
+			return err
+		}
+		origStatus := h.DeepCopy()
+		status := metav1.ConditionTrue
+		if !r.Success {
+			status = metav1.ConditionFalse
+		}
+		setConditionRaw(h, metav1.Condition{Type: AttestedCondition, Status: status, Reason: r.Reason, Message: r.Message})
+		return s.Client.Status().Patch(ctx, h, client.MergeFrom(origStatus))
+	})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to record attestation outcome", "BareMetalHost", host, "reason", r.Reason)
+	}
+}

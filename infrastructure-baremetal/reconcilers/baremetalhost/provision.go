@@ -1,0 +1,220 @@
+package baremetalhost
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
+)
+
+// provision is the ordered list of provisioning steps. Each is idempotent and its result is recorded
+// in the state annotation before the next one runs, so a controller killed between two steps resumes at
+// the first unfinished one and never power-cycles a host twice for one attempt:
+//
+//  1. the host's user data Secret exists (it is what attestation releases);
+//  2. the boot services know the host (DHCP reservation, iPXE script with a one-time ticket);
+//  3. one-time PXE boot override + power cycle (BootRequestedAt);
+//  4. wait for the boot server's attestation record: released → provisioned, refused → error;
+//     no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all.
+func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	log := ctrl.LoggerFrom(ctx)
+	if h.Spec.Image == nil || h.Spec.Image.URL == "" || !h.Spec.Online {
+		// The consumer withdrew the image (or wants the host off) before it was provisioned.
+		s.transition(metal3v1.StateDeprovisioning)
+		return r.deprovision(ctx, s)
+	}
+	if r.NetBoot == nil {
+		msg := "this manager runs no boot services (start yonder-metal-manager with the boot network flags) so it cannot provision hosts"
+		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, msg)
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		return ctrl.Result{}, nil
+	}
+	// 1. user data.
+	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
+		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, "spec.userData names no Secret: the host would have no bootstrap data to receive")
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	ns := h.Spec.UserData.Namespace
+	if ns == "" {
+		ns = h.Namespace
+	}
+	if ns != h.Namespace {
+		msg := fmt.Sprintf("spec.userData names Secret %s/%s in another namespace: it must be in %s", ns, h.Spec.UserData.Name, h.Namespace)
+		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, msg)
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		return ctrl.Result{}, nil
+	}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: h.Spec.UserData.Name}, &corev1.Secret{}); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("failed to read user data Secret of %s: %w", h.Name, err)
+		}
+		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, fmt.Sprintf("user data Secret %s/%s does not exist yet", ns, h.Spec.UserData.Name))
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+
+	// 4 first: a recorded outcome of the current attempt decides.
+	if s.state.BootRequestedAt != nil {
+		if rec := readAttestation(h); rec != nil && !rec.At.Before(s.state.BootRequestedAt) {
+			if rec.Success && rec.Reason == "BootstrapDataReleased" {
+				return r.provisioned(ctx, s)
+			}
+			if !rec.Success {
+				return r.attestationFailed(ctx, s, rec)
+			}
+		}
+	}
+
+	// 2. boot services (rebuilt on every pass: the table is in memory and a restart empties it).
+	bh, err := bootHost(h, r.Boot)
+	if err != nil {
+		msg := err.Error()
+		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, msg)
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		return ctrl.Result{}, nil
+	}
+	r.NetBoot.Set(bh)
+
+	// 3. one PXE boot per attempt.
+	if s.state.BootRequestedAt == nil {
+		if s.state.RetryAt != nil && time.Now().Before(s.state.RetryAt.Time) {
+			return ctrl.Result{RequeueAfter: time.Until(s.state.RetryAt.Time)}, nil
+		}
+		// Record the attempt before acting on it: a controller killed after the power cycle must not
+		// cycle the host again when it restarts (it waits for this attempt's outcome or timeout instead).
+		s.state.Attempt++
+		s.state.BootRequestedAt = now()
+		s.state.RetryAt = nil
+		if err := r.persist(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
+			s.state.BootRequestedAt = nil
+			return r.powerFailed(s, fmt.Sprintf("failed to set the one-time PXE boot: %v", err))
+		}
+		sys, err := s.bmc.System(ctx)
+		if err != nil {
+			s.state.BootRequestedAt = nil
+			return r.powerFailed(s, err.Error())
+		}
+		action := redfish.PowerOn
+		if sys.PoweredOn {
+			action = redfish.PowerCycle
+		}
+		log.Info("PXE-booting host", "action", string(action), "attempt", s.state.Attempt)
+		if err := s.bmc.Power(ctx, action); err != nil {
+			s.state.BootRequestedAt = nil
+			return r.powerFailed(s, fmt.Sprintf("failed to power-cycle the host into PXE: %v", err))
+		}
+		h.Status.PoweredOn = true
+	}
+	waited := time.Since(s.state.BootRequestedAt.Time)
+	if waited < r.ProvisionTimeout {
+		setCondition(h, ProvisionedCondition, false, ReasonWaitingForPXEBoot,
+			fmt.Sprintf("PXE boot %d of %d requested at %s; waiting for the host to boot, attest and fetch its bootstrap data (timeout %s)",
+				s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout))
+		return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
+	}
+
+	// Timed out: the host never PXE-booted, or never reached the attestation API.
+	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
+		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
+	setCondition(h, ProvisionedCondition, false, ReasonPXEBootTimeout, msg)
+	s.setError(metal3v1.ProvisioningError, msg, true)
+	log.Info("PXE boot timed out", "attempt", s.state.Attempt)
+	s.state.BootRequestedAt = nil
+	if s.state.Attempt >= r.MaxProvisionAttempts {
+		// Out of attempts: power off and stay in error until the image changes or is removed.
+		_ = s.bmc.Power(ctx, redfish.PowerOff)
+		h.Status.PoweredOn = false
+		r.forgetBoot(h)
+		return ctrl.Result{}, nil
+	}
+	retry := r.RetryInterval << (s.state.Attempt - 1)
+	s.state.RetryAt = now()
+	s.state.RetryAt.Time = s.state.RetryAt.Add(retry)
+	return ctrl.Result{RequeueAfter: retry}, nil
+}
+
+func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
+	setCondition(s.host, ProvisionedCondition, false, ReasonPowerFailed, msg)
+	s.setError(metal3v1.PowerManagementError, msg, true)
+	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+}
+
+func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	img := h.Spec.Image.DeepCopy()
+	s.state.Image = img
+	s.state.BootRequestedAt, s.state.RetryAt, s.state.Attempt = nil, nil, 0
+	h.Status.Provisioning.Image = *img
+	h.Status.Provisioning.BootMode = h.Spec.BootMode
+	h.Status.PoweredOn = true
+	s.clearError()
+	s.endOperation(metal3v1.StateProvisioning)
+	s.transition(metal3v1.StateProvisioned)
+	setCondition(h, ProvisionedCondition, true, ReasonProvisioned, "the host attested and received its bootstrap data; running "+img.URL+" live")
+	// The host is running its image: its next boot must not be served a provisioning script.
+	r.forgetBoot(h)
+	ctrl.LoggerFrom(ctx).Info("Host provisioned")
+	return ctrl.Result{RequeueAfter: r.PowerPollInterval}, nil
+}
+
+// attestationFailed powers the host off and keeps it in error: a host that fails attestation may run
+// something it should not, so there is no automatic retry. Deprovisioning (removing spec.image) clears it.
+func (r *Reconciler) attestationFailed(ctx context.Context, s *scope, rec *AttestationRecord) (ctrl.Result, error) {
+	h := s.host
+	msg := fmt.Sprintf("attestation refused (%s): %s; the host was powered off and gets no bootstrap data. "+
+		"If its TPM was replaced on purpose, update annotation %s (or remove it and set %s=open), then remove and re-add spec.image",
+		rec.Reason, rec.Message, EnrolmentAnnotation, EnrolmentWindowAnnotation)
+	setCondition(h, ProvisionedCondition, false, ReasonAttestationFailed, msg)
+	if h.Status.ErrorMessage != msg {
+		s.setError(metal3v1.ProvisioningError, msg, true)
+		ctrl.LoggerFrom(ctx).Info("Attestation refused, powering host off", "reason", rec.Reason)
+	}
+	r.forgetBoot(h)
+	if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
+		return r.powerFailed(s, fmt.Sprintf("failed to power off the host that failed attestation: %v", err))
+	}
+	h.Status.PoweredOn = false
+	return ctrl.Result{}, nil
+}
+
+// deprovision cleans and powers off a host. Images are only ever run live (nothing is written to the
+// host's disks), so "metadata" cleaning has nothing to wipe and "disabled" skips it: both end with the
+// host powered off and available.
+func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	r.forgetBoot(h)
+	if !h.Spec.DisablePowerOff {
+		if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
+			msg := fmt.Sprintf("failed to power off the host while deprovisioning: %v", err)
+			s.setError(metal3v1.PowerManagementError, msg, true)
+			return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+		}
+		h.Status.PoweredOn = false
+	}
+	s.state.Image, s.state.BootRequestedAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, 0
+	h.Status.Provisioning.Image = metal3v1.Image{}
+	s.clearError()
+	setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, "deprovisioned ("+cleaningMode(h)+" cleaning: live images leave no data on disk)")
+	s.endOperation(metal3v1.StateDeprovisioning)
+	s.transition(metal3v1.StateAvailable)
+	ctrl.LoggerFrom(ctx).Info("Host deprovisioned, available")
+	return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+}
+
+func cleaningMode(h *metal3v1.BareMetalHost) string {
+	if h.Spec.AutomatedCleaningMode == "" {
+		return string(metal3v1.CleaningModeMetadata)
+	}
+	return string(h.Spec.AutomatedCleaningMode)
+}

@@ -1,0 +1,593 @@
+// Package baremetalhost reconciles Metal3 BareMetalHosts without Ironic: registration and inspection
+// over Redfish (BMC certificate pinned on first contact), power, and provisioning through a one-time PXE
+// boot into Yonder's boot services, where the host attests with its TPM before it receives its bootstrap
+// data. Only hosts labelled metal.yonder.dev/managed=true are touched.
+//
+// yonder-metal-manager wires it with:
+//
+//	(&baremetalhost.Reconciler{Client: mgr.GetClient(), ...}).SetupWithManager(ctx, mgr, controller.Options{})
+//
+// and, when it runs the boot services, passes the same inventory.Static to netboot.Start and as
+// Reconciler.NetBoot, and a baremetalhost.AttestStore as the attestation store.
+package baremetalhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
+)
+
+// +kubebuilder:rbac:groups=metal3.io,resources=baremetalhosts;baremetalhosts/status;baremetalhosts/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+
+// NetBoot is the boot services' host table (an *inventory.Static): the controller adds a host while it
+// is being provisioned, so DHCP answers and the iPXE script is served only then.
+type NetBoot interface {
+	Set(h inventory.Host)
+	Delete(mac net.HardwareAddr)
+}
+
+// Reconciler reconciles BareMetalHosts labelled metal.yonder.dev/managed=true.
+type Reconciler struct {
+	Client client.Client
+	// Dial opens a Redfish connection (default redfish.Dial).
+	Dial redfish.Dialer
+	// NetBoot, when set, receives the hosts being provisioned; without it provisioning is refused with a
+	// condition (a manager that runs no boot services cannot provision).
+	NetBoot NetBoot
+	// Boot is what a provisioning host boots: the Yonder agent's kernel and initramfs.
+	Boot inventory.BootConfig
+	// ProvisionTimeout bounds the time from the power cycle to the released bootstrap data (default 15m).
+	ProvisionTimeout time.Duration
+	// MaxProvisionAttempts is how many PXE boots one image gets before the host stays in error (default 3).
+	MaxProvisionAttempts int
+	// RetryInterval is the first delay after a BMC error or a failed boot; it doubles per attempt (default 1m).
+	RetryInterval time.Duration
+	// PowerPollInterval is how often a settled host's power state is read from its BMC (default 5m).
+	PowerPollInterval time.Duration
+	// Namespaces, when set, limits the controller to hosts in these namespaces (the label is still required).
+	Namespaces []string
+	// BasicAuth sends credentials with every request instead of opening Redfish sessions.
+	BasicAuth bool
+}
+
+// SetupWithManager registers the reconciler. Called from yonder-metal-manager's main.go (setup package).
+func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if r.Dial == nil {
+		r.Dial = redfish.Dial
+	}
+	if r.ProvisionTimeout == 0 {
+		r.ProvisionTimeout = 15 * time.Minute
+	}
+	if r.MaxProvisionAttempts == 0 {
+		r.MaxProvisionAttempts = 3
+	}
+	if r.RetryInterval == 0 {
+		r.RetryInterval = time.Minute
+	}
+	if r.PowerPollInterval == 0 {
+		r.PowerPollInterval = 5 * time.Minute
+	}
+	managed := predicate.NewPredicateFuncs(r.manages)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("baremetalhost").
+		For(&metal3v1.BareMetalHost{}, builder.WithPredicates(managed)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// manages is the opt-in: the label, and the namespace when Namespaces is set.
+func (r *Reconciler) manages(o client.Object) bool {
+	if o.GetLabels()[ManagedLabel] != "true" {
+		return false
+	}
+	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, o.GetNamespace())
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+	h := &metal3v1.BareMetalHost{}
+	if err := r.Client.Get(ctx, req.NamespacedName, h); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("BareMetalHost", klog.KObj(h))
+	ctx = ctrl.LoggerInto(ctx, log)
+	if !r.manages(h) {
+		// Opted out (or never in): not ours, even if it carries our finalizer from before.
+		return ctrl.Result{}, nil
+	}
+	// clusterctl move and CAPM3 pause hosts with Metal3's annotations; detached hosts are left alone.
+	if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
+		return ctrl.Result{}, nil
+	}
+	if _, ok := h.Annotations[metal3v1.DetachedAnnotation]; ok {
+		return ctrl.Result{}, nil
+	}
+	if h.DeletionTimestamp.IsZero() {
+		if added, err := ensureFinalizer(ctx, r.Client, h); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+	if h.Status.OperationalStatus == "" {
+		// A new host, or one whose status clusterctl move dropped. Metal3's status schema has required
+		// fields, which a merge patch of only the changed ones would lack: write it whole, once.
+		st, err := readState(h)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		restoreStatus(h, st)
+		if h.Status.OperationalStatus == "" {
+			h.Status.OperationalStatus = metal3v1.OperationalStatusDiscovered
+		}
+		if err := r.Client.Status().Update(ctx, h); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to initialise status of %s: %w", klog.KObj(h), err)
+		}
+		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+	}
+	st, err := readState(h)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	restoreStatus(h, st)
+	if h.Annotations == nil {
+		h.Annotations = map[string]string{}
+	}
+	s := &scope{host: h, state: st, orig: h.DeepCopy()}
+	defer func() {
+		if err := r.persist(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			rerr = kerrors.NewAggregate([]error{rerr, err})
+		}
+	}()
+	if !h.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	if msgs := unsupported(h); len(msgs) > 0 {
+		msg := "Yonder does not support " + strings.Join(msgs, "; ") + ": remove these fields or let Metal3's baremetal-operator manage this host (remove label " + ManagedLabel + ")"
+		setCondition(h, SpecSupportedCondition, false, ReasonUnsupportedFields, msg)
+		s.setError(metal3v1.RegistrationError, msg, false)
+		return ctrl.Result{}, nil
+	}
+	setCondition(h, SpecSupportedCondition, true, ReasonSupported, "")
+	if s.state.State == metal3v1.StateNone {
+		s.transition(metal3v1.StateRegistering)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// persist writes the host's metadata (annotations, finalizers: the durable state) and then its status,
+// both as patches that fail on a conflict. The manager's cache may hand a reconcile an outdated host; an
+// optimistic lock makes such a pass fail and retry instead of writing old state back.
+func (r *Reconciler) persist(ctx context.Context, s *scope) error {
+	h := s.host
+	writeState(h, s.state)
+	h.Status.Provisioning.State = s.state.State
+	status := h.Status.DeepCopy()
+	if !equality.Semantic.DeepEqual(s.orig.Annotations, h.Annotations) || !equality.Semantic.DeepEqual(s.orig.Finalizers, h.Finalizers) {
+		if err := r.Client.Patch(ctx, h, client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("failed to patch %s: %w", klog.KObj(h), err)
+		}
+		h.Status = *status
+	}
+	if !equality.Semantic.DeepEqual(s.orig.Status, h.Status) {
+		base := h.DeepCopy()
+		base.Status = s.orig.Status
+		if err := r.Client.Status().Patch(ctx, h, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("failed to patch status of %s: %w", klog.KObj(h), err)
+		}
+	}
+	s.orig = h.DeepCopy()
+	return nil
+}
+
+func ensureFinalizer(ctx context.Context, c client.Client, h *metal3v1.BareMetalHost) (bool, error) {
+	if controllerutil.ContainsFinalizer(h, Finalizer) {
+		return false, nil
+	}
+	orig := h.DeepCopy()
+	controllerutil.AddFinalizer(h, Finalizer)
+	if err := c.Patch(ctx, h, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("failed to add finalizer to %s: %w", klog.KObj(h), err)
+	}
+	return true, nil
+}
+
+// restoreStatus rebuilds what status needs from the durable state when status was lost (clusterctl move).
+func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
+	if h.Status.Provisioning.State == "" && st.State != "" {
+		h.Status.Provisioning.State = st.State
+		if st.Image != nil {
+			h.Status.Provisioning.Image = *st.Image
+		}
+		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
+	}
+}
+
+type scope struct {
+	host  *metal3v1.BareMetalHost
+	state HostState
+	bmc   redfish.Client
+	// orig is the host as last read or written, the base of the optimistic-locked patches.
+	orig *metal3v1.BareMetalHost
+	// credVersion is the resourceVersion of the credentials Secret this reconcile used.
+	credVersion string
+}
+
+func (s *scope) transition(to metal3v1.ProvisioningState) {
+	if s.state.State == to {
+		return
+	}
+	s.state.State = to
+	s.state.PhaseStartedAt = now()
+	s.host.Status.Provisioning.State = to
+	s.host.Status.LastUpdated = now()
+	om := s.host.OperationMetricForState(to)
+	if om != nil {
+		om.Start = *now()
+		om.End = metav1.Time{}
+	}
+}
+
+func (s *scope) endOperation(op metal3v1.ProvisioningState) {
+	if om := s.host.OperationMetricForState(op); om != nil && !om.Start.IsZero() {
+		om.End = *now()
+	}
+}
+
+// setError records a host error as Metal3 consumers (CAPM3, our machine controller) read it: errorType,
+// errorMessage, errorCount and operationalStatus error. count is false for a condition that repeats.
+func (s *scope) setError(t metal3v1.ErrorType, msg string, count bool) {
+	h := s.host
+	if h.Status.ErrorType != t || h.Status.ErrorMessage != msg || count {
+		h.Status.ErrorCount++
+	}
+	h.Status.ErrorType = t
+	h.Status.ErrorMessage = msg
+	h.Status.OperationalStatus = metal3v1.OperationalStatusError
+}
+
+func (s *scope) clearError() {
+	h := s.host
+	h.Status.ErrorType = ""
+	h.Status.ErrorMessage = ""
+	h.Status.ErrorCount = 0
+	h.Status.OperationalStatus = metal3v1.OperationalStatusOK
+}
+
+func setCondition(h *metal3v1.BareMetalHost, t string, ok bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&h.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: h.Generation})
+}
+
+// unsupported lists the spec fields set on h that Yonder does not implement, so they are refused
+// instead of silently ignored. The honoured fields are listed in docs/infrastructure-baremetal.md.
+func unsupported(h *metal3v1.BareMetalHost) []string {
+	var out []string
+	sp := h.Spec
+	add := func(field, why string) { out = append(out, field+" ("+why+")") }
+	if sp.RAID != nil {
+		add("spec.raid", "no RAID configuration")
+	}
+	if sp.Firmware != nil { //nolint:staticcheck // deprecated in Metal3, still refused explicitly rather than ignored
+		add("spec.firmware", "no BIOS settings")
+	}
+	if sp.CustomDeploy != nil {
+		add("spec.customDeploy", "no Ironic deploy steps")
+	}
+	if sp.ExternallyProvisioned {
+		add("spec.externallyProvisioned", "hosts are provisioned by Yonder")
+	}
+	if sp.HardwareProfile != "" {
+		add("spec.hardwareProfile", "deprecated in Metal3")
+	}
+	if sp.PreprovisioningNetworkDataName != "" {
+		add("spec.preprovisioningNetworkDataName", "the agent configures its own boot network")
+	}
+	if sp.NetworkData != nil {
+		add("spec.networkData", "network configuration belongs in the bootstrap data")
+	}
+	if sp.MetaData != nil {
+		add("spec.metaData", "no config drive")
+	}
+	if sp.BootMode == metal3v1.UEFISecureBoot {
+		add("spec.bootMode=UEFISecureBoot", "the boot override does not manage Secure Boot")
+	}
+	if sp.InspectionMode == metal3v1.InspectionModeAgent {
+		add("spec.inspectionMode=agent", "inspection reads the BMC's Redfish inventory; no inspection boot yet")
+	}
+	if sp.RootDeviceHints != nil {
+		add("spec.rootDeviceHints", "only live images are provisioned, nothing is written to a root device")
+	}
+	if sp.Image != nil {
+		if sp.Image.DiskFormat == nil || *sp.Image.DiskFormat != "live-iso" {
+			add("spec.image.format other than live-iso", "writing images to disk is not implemented yet; use format live-iso")
+		}
+		if sp.Image.OCIAuthSecretName != nil {
+			add("spec.image.ociAuthSecretName", "no OCI images")
+		}
+	}
+	if sp.Architecture != "" && sp.Architecture != "x86_64" {
+		add("spec.architecture="+sp.Architecture, "boot artefacts are x86_64")
+	}
+	return out
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	// Every state needs the BMC; a failure here is the host's registration error, whatever its state.
+	if res, err := r.connect(ctx, s); err != nil || s.bmc == nil {
+		return res, err
+	}
+	defer s.bmc.Close()
+	switch s.state.State {
+	case metal3v1.StateRegistering:
+		s.endOperation(metal3v1.StateRegistering)
+		s.host.UpdateGoodCredentials(s.secret())
+		if _, pinned := h.Annotations[EnrolmentAnnotation]; !pinned {
+			if _, set := h.Annotations[EnrolmentWindowAnnotation]; !set {
+				h.Annotations[EnrolmentWindowAnnotation] = "open"
+			}
+		}
+		s.transition(metal3v1.StateInspecting)
+		return r.inspect(ctx, s)
+	case metal3v1.StateInspecting:
+		return r.inspect(ctx, s)
+	case metal3v1.StateAvailable, metal3v1.StateReady, metal3v1.StatePreparing, metal3v1.StateMatchProfile:
+		s.transition(metal3v1.StateAvailable)
+		if h.NeedsProvisioning() {
+			s.transition(metal3v1.StateProvisioning)
+			s.state.Attempt, s.state.BootRequestedAt, s.state.RetryAt = 0, nil, nil
+			return r.provision(ctx, s)
+		}
+		if h.Status.HardwareDetails == nil && !h.InspectionDisabled() {
+			// Status lost (clusterctl move): read the inventory again, it costs no boot.
+			return r.inspect(ctx, s)
+		}
+		return r.ensurePower(ctx, s, h.Spec.Online)
+	case metal3v1.StateProvisioning:
+		return r.provision(ctx, s)
+	case metal3v1.StateProvisioned:
+		if h.Spec.Image == nil || h.Spec.Image.URL == "" || (s.state.Image != nil && h.Spec.Image.URL != s.state.Image.URL) {
+			s.transition(metal3v1.StateDeprovisioning)
+			return r.deprovision(ctx, s)
+		}
+		return r.ensurePower(ctx, s, h.Spec.Online)
+	case metal3v1.StateDeprovisioning:
+		return r.deprovision(ctx, s)
+	default:
+		msg := fmt.Sprintf("provisioning state %q is not one Yonder drives", s.state.State)
+		s.setError(metal3v1.RegistrationError, msg, false)
+		return ctrl.Result{}, nil
+	}
+}
+
+func (s *scope) secret() corev1.Secret {
+	return corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.host.Namespace, Name: s.host.Spec.BMC.CredentialsName, ResourceVersion: s.credVersion}}
+}
+
+// connect reads the credentials and opens the BMC connection, pinning its certificate on first contact.
+// Every failure becomes the BMCAccessible condition and a registration error, with a retry after
+// RetryInterval: a BMC sends no events.
+func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	fail := func(reason, msg string) (ctrl.Result, error) {
+		setCondition(h, BMCAccessibleCondition, false, reason, msg)
+		errType := metal3v1.RegistrationError
+		if h.Status.Provisioning.State == metal3v1.StateProvisioned {
+			errType = metal3v1.ProvisionedRegistrationError
+		}
+		s.setError(errType, msg, false)
+		ctrl.LoggerFrom(ctx).Info("BMC not accessible", "reason", reason, "message", msg)
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	addr, err := redfish.ParseAddress(h.Spec.BMC.Address)
+	if err != nil {
+		return fail(ReasonInvalidAddress, err.Error()+": fix spec.bmc.address")
+	}
+	if h.Spec.BMC.CredentialsName == "" {
+		return fail(ReasonCredentialsMissing, "spec.bmc.credentialsName is empty: name a Secret with keys username and password")
+	}
+	sec := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.BMC.CredentialsName}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fail(ReasonCredentialsMissing, fmt.Sprintf("Secret %s/%s (spec.bmc.credentialsName) does not exist: create it with keys username and password", h.Namespace, h.Spec.BMC.CredentialsName))
+		}
+		return ctrl.Result{}, fmt.Errorf("failed to read BMC credentials of %s: %w", klog.KObj(h), err)
+	}
+	user, pass := string(sec.Data["username"]), string(sec.Data["password"])
+	if user == "" || pass == "" {
+		return fail(ReasonCredentialsMissing, fmt.Sprintf("Secret %s/%s lacks username or password", h.Namespace, sec.Name))
+	}
+	h.UpdateTriedCredentials(*sec)
+	s.credVersion = sec.ResourceVersion
+	pin := h.Annotations[CertPinAnnotation]
+	if h.Spec.BMC.DisableCertificateVerification {
+		pin = ""
+	} else if pin == "" {
+		// First contact: read the certificate without credentials and make the pin durable (a write that
+		// fails if this pass read an outdated host) before the credentials are sent to that BMC.
+		seen, err := redfish.ProbeCertificate(ctx, addr, 0)
+		if err != nil {
+			return fail(ReasonBMCUnreachable, err.Error())
+		}
+		if seen != "" {
+			h.Annotations[CertPinAnnotation] = seen
+			if err := r.persist(ctx, s); err != nil {
+				return ctrl.Result{}, err
+			}
+			ctrl.LoggerFrom(ctx).Info("Pinned BMC certificate", "sha256", seen)
+			pin = seen
+		}
+	}
+	c, err := r.Dial(ctx, redfish.Config{Address: addr, Username: user, Password: pass, BasicAuth: r.BasicAuth, PinnedCertSHA256: pin})
+	if err == nil {
+		// Sessions prove the credentials at connect; basic auth only on the first real request.
+		if _, err = c.System(ctx); err != nil {
+			c.Close()
+		}
+	}
+	switch {
+	case errors.Is(err, redfish.ErrCertificateMismatch):
+		return fail(ReasonCertificateChanged, fmt.Sprintf("the BMC presented a different TLS certificate than the one pinned at registration (%v). "+
+			"If the BMC's certificate was replaced on purpose, remove annotation %s to pin the new one; otherwise something else answers at %s", err, CertPinAnnotation, h.Spec.BMC.Address))
+	case errors.Is(err, redfish.ErrUnauthorized):
+		return fail(ReasonCredentialsRejected, fmt.Sprintf("the BMC rejected the credentials in Secret %s/%s: fix the Secret", h.Namespace, sec.Name))
+	case err != nil:
+		return fail(ReasonBMCUnreachable, err.Error())
+	}
+	setCondition(h, BMCAccessibleCondition, true, ReasonRegistered, "")
+	if h.Status.OperationalStatus == metal3v1.OperationalStatusDiscovered {
+		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
+	}
+	if h.Status.ErrorType == metal3v1.RegistrationError || h.Status.ErrorType == metal3v1.ProvisionedRegistrationError {
+		s.clearError()
+	}
+	s.bmc = c
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	if h.InspectionDisabled() {
+		setCondition(h, InspectedCondition, false, ReasonInspectionDisabled, "spec.inspectionMode is disabled")
+		s.endOperation(metal3v1.StateInspecting)
+		s.transition(metal3v1.StateAvailable)
+		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+	}
+	inv, err := s.bmc.Inventory(ctx)
+	if err != nil {
+		msg := fmt.Sprintf("failed to read the Redfish inventory: %v", err)
+		setCondition(h, InspectedCondition, false, ReasonInspectionFailed, msg)
+		s.setError(metal3v1.InspectionError, msg, false)
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	h.Status.HardwareDetails = hardwareDetails(inv)
+	if len(inv.GPUs) > 0 {
+		h.Annotations[GPUsAnnotation] = gpusJSON(inv.GPUs)
+	} else {
+		delete(h.Annotations, GPUsAnnotation)
+	}
+	setCondition(h, InspectedCondition, true, ReasonInventoryRead,
+		fmt.Sprintf("%d CPUs, %d MiB, %d NICs, %d disks, %d GPUs", inv.CPU.Count, inv.MemoryMiB, len(inv.NICs), len(inv.Disks), len(inv.GPUs)))
+	if h.Status.ErrorType == metal3v1.InspectionError {
+		s.clearError()
+	}
+	if s.state.State == metal3v1.StateInspecting {
+		s.endOperation(metal3v1.StateInspecting)
+		s.transition(metal3v1.StateAvailable)
+		ctrl.LoggerFrom(ctx).Info("Host inspected, available", "cpus", inv.CPU.Count, "memoryMiB", inv.MemoryMiB)
+		// One more pass settles power for the available host.
+		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+	}
+	return ctrl.Result{}, nil
+}
+
+// ensurePower brings the host to the wanted power state and records it.
+func (r *Reconciler) ensurePower(ctx context.Context, s *scope, on bool) (ctrl.Result, error) {
+	h := s.host
+	if !on && h.Spec.DisablePowerOff {
+		on = true
+	}
+	sys, err := s.bmc.System(ctx)
+	if err != nil {
+		s.setError(metal3v1.PowerManagementError, err.Error(), false)
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	if sys.PoweredOn != on {
+		action := redfish.PowerOff
+		if on {
+			action = redfish.PowerOn
+		}
+		ctrl.LoggerFrom(ctx).Info("Changing host power", "action", string(action))
+		if err := s.bmc.Power(ctx, action); err != nil {
+			s.setError(metal3v1.PowerManagementError, fmt.Sprintf("failed to power the host %s: %v", map[bool]string{true: "on", false: "off"}[on], err), true)
+			return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+		}
+		sys.PoweredOn = on
+	}
+	h.Status.PoweredOn = sys.PoweredOn
+	if h.Status.ErrorType == metal3v1.PowerManagementError {
+		s.clearError()
+	}
+	return ctrl.Result{RequeueAfter: r.PowerPollInterval}, nil
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	s.transition(metal3v1.StateDeleting)
+	r.forgetBoot(h)
+	// Power off best effort: an unreachable BMC must not keep a host object forever.
+	if !h.Spec.DisablePowerOff {
+		if _, err := r.connect(ctx, s); err == nil && s.bmc != nil {
+			if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
+				ctrl.LoggerFrom(ctx).Info("Could not power off deleted host", "error", err.Error())
+			}
+			s.bmc.Close()
+		}
+	}
+	controllerutil.RemoveFinalizer(h, Finalizer)
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) forgetBoot(h *metal3v1.BareMetalHost) {
+	if r.NetBoot == nil || h.Spec.BootMACAddress == "" {
+		return
+	}
+	if mac, err := net.ParseMAC(h.Spec.BootMACAddress); err == nil {
+		r.NetBoot.Delete(mac)
+	}
+}
+
+func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Host, error) {
+	mac, err := net.ParseMAC(h.Spec.BootMACAddress)
+	if err != nil {
+		return inventory.Host{}, fmt.Errorf("spec.bootMACAddress %q is not a MAC address", h.Spec.BootMACAddress)
+	}
+	ih := inventory.Host{Name: h.Namespace + "/" + h.Name, MAC: mac, Hostname: h.Name, Boot: cfg}
+	if a := h.Annotations[BootAddressAnnotation]; a != "" {
+		addr, err := netip.ParseAddr(a)
+		if err != nil || !addr.Is4() {
+			return inventory.Host{}, fmt.Errorf("annotation %s=%q is not an IPv4 address", BootAddressAnnotation, a)
+		}
+		ih.Address = addr
+	}
+	if img := h.Spec.Image; img != nil {
+		// The agent learns what to run from its command line; the checksum lets it verify what it fetches.
+		ih.Boot.Cmdline = strings.TrimSpace(ih.Boot.Cmdline + " yonder.image=" + img.URL)
+		if img.Checksum != "" {
+			ih.Boot.Cmdline += " yonder.image_checksum=" + string(img.ChecksumType) + ":" + img.Checksum
+		}
+	}
+	return ih, nil
+}
+
+func setConditionRaw(h *metal3v1.BareMetalHost, c metav1.Condition) {
+	c.ObservedGeneration = h.Generation
+	meta.SetStatusCondition(&h.Status.Conditions, c)
+}

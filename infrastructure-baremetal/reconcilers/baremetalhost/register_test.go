@@ -1,0 +1,155 @@
+package baremetalhost_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+// A host written for Metal3 goes registering → inspecting → available: the BMC certificate is pinned,
+// status.hardware holds the Redfish inventory (GPUs in an annotation), the host stays powered off, and
+// every Redfish session is logged out. A host without the opt-in label is never touched.
+func TestRegisterInspectAvailable(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-reg").Name
+	sim := startSim(t, nil)
+	spec := redfishsim.DefaultSystem("s1", "52:54:00:10:00:01")
+	spec.GPUs = []redfishsim.GPU{{Vendor: "NVIDIA", Model: "H100"}, {Vendor: "NVIDIA", Model: "H100"}}
+	sim.AddSystem(spec)
+	sim.AddSystem(redfishsim.DefaultSystem("s2", "52:54:00:10:00:02"))
+	startController(t, testReconciler(nil), ns)
+
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:10:00:01", bmcPass)
+	other := newHost(g, ns, "not-ours", sim, "s2", "52:54:00:10:00:02", bmcPass, func(h *metal3v1.BareMetalHost) { h.Labels = nil })
+
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	got := getHost(g, h)
+	g.Expect(got.Annotations[baremetalhost.CertPinAnnotation]).To(Equal(sim.CertSHA256()))
+	g.Expect(got.Annotations[baremetalhost.GPUsAnnotation]).To(ContainSubstring("H100"))
+	g.Expect(got.Annotations[baremetalhost.EnrolmentWindowAnnotation]).To(Equal("open"))
+	g.Expect(got.Finalizers).To(ContainElement(baremetalhost.Finalizer))
+	hw := got.Status.HardwareDetails
+	g.Expect(hw).NotTo(BeNil())
+	g.Expect(hw.CPU.Count).To(Equal(8))
+	g.Expect(hw.CPU.Arch).To(Equal("x86_64"))
+	g.Expect(hw.RAMMebibytes).To(Equal(16384))
+	g.Expect(hw.NIC).To(ConsistOf(metal3v1.NIC{Name: "nic0", MAC: "52:54:00:10:00:01", SpeedGbps: 10}))
+	g.Expect(hw.Storage).To(HaveLen(1))
+	g.Expect(hw.Storage[0].Type).To(Equal(metal3v1.SSD))
+	g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusOK))
+	g.Expect(got.Status.ErrorMessage).To(BeEmpty())
+	g.Expect(got.Status.GoodCredentials.Reference).NotTo(BeNil())
+	g.Expect(got.Status.PoweredOn).To(BeFalse())
+	g.Expect(got.Status.OperationHistory.Register.End.IsZero()).To(BeFalse())
+	g.Expect(got.Status.OperationHistory.Inspect.End.IsZero()).To(BeFalse())
+	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+	g.Eventually(sim.Sessions).Should(BeZero())
+
+	// spec.online powers the available host on, and off again.
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Online = true })
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeTrue())
+	g.Expect(sim.State("s1").PoweredOn).To(BeTrue())
+	g.Expect(sim.State("s1").PXEBoots).To(BeZero(), "powering on an available host boots its normal order")
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Online = false })
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeFalse())
+	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+
+	g.Consistently(func(g Gomega) metal3v1.BareMetalHostStatus { return getHost(g, other).Status }, "2s").Should(BeZero())
+	g.Expect(sim.State("s2").Requests).To(BeZero())
+
+	// Deleting the host powers it off and removes the finalizer.
+	g.Expect(env.Delete(ctx, h)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrorsIsNotFound(env.Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{}))
+	}).Should(BeTrue())
+}
+
+// Wrong credentials: the host stays registering with a registration error that names the Secret; fixing
+// the Secret registers it without any other intervention.
+func TestWrongCredentials(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-cred").Name
+	sim := startSim(t, nil)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:11:00:01"))
+	startController(t, testReconciler(nil), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:11:00:01", "wrong")
+
+	g.Eventually(condition(h, baremetalhost.BMCAccessibleCondition)).Should(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.ReasonCredentialsRejected),
+		HaveField("Message", ContainSubstring("h1-bmc"))))
+	got := getHost(g, h)
+	g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateRegistering))
+	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.RegistrationError))
+	g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusError))
+	g.Expect(got.Status.HardwareDetails).To(BeNil())
+
+	sec := &corev1Secret{}
+	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "h1-bmc"}, sec)).To(Succeed())
+	sec.Data["password"] = []byte(bmcPass)
+	g.Expect(env.Update(ctx, sec)).To(Succeed())
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	got = getHost(g, h)
+	g.Expect(got.Status.ErrorType).To(BeEmpty())
+	g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusOK))
+}
+
+// A BMC whose certificate changes after registration is refused with a clear error until an operator
+// removes the pin; then the new certificate is pinned and the host recovers.
+func TestChangedBMCCertificate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-cert").Name
+	sim := startSim(t, nil)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:01"))
+	startController(t, testReconciler(nil), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	oldPin := getHost(g, h).Annotations[baremetalhost.CertPinAnnotation]
+
+	g.Expect(sim.RotateCertificate()).To(Succeed())
+	g.Eventually(condition(h, baremetalhost.BMCAccessibleCondition)).Should(And(
+		HaveField("Reason", baremetalhost.ReasonCertificateChanged),
+		HaveField("Message", ContainSubstring(sim.CertSHA256())),
+		HaveField("Message", ContainSubstring(baremetalhost.CertPinAnnotation))))
+	got := getHost(g, h)
+	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.RegistrationError))
+	g.Expect(got.Annotations[baremetalhost.CertPinAnnotation]).To(Equal(oldPin), "the pin is never replaced by the controller")
+
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { delete(h.Annotations, baremetalhost.CertPinAnnotation) })
+	g.Eventually(func(g Gomega) string { return getHost(g, h).Annotations[baremetalhost.CertPinAnnotation] }).Should(Equal(sim.CertSHA256()))
+	g.Eventually(func(g Gomega) metal3v1.ErrorType { return getHost(g, h).Status.ErrorType }).Should(BeEmpty())
+}
+
+// Fields Yonder does not implement are refused with a condition naming them, and the BMC is not touched.
+func TestUnsupportedFieldsRejected(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-unsup").Name
+	sim := startSim(t, nil)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:13:00:01"))
+	startController(t, testReconciler(nil), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:13:00:01", bmcPass, func(h *metal3v1.BareMetalHost) {
+		h.Spec.RAID = &metal3v1.RAIDConfig{SoftwareRAIDVolumes: []metal3v1.SoftwareRAIDVolume{{Level: "1"}}}
+		h.Spec.Image = &metal3v1.Image{URL: "http://images/ubuntu.qcow2", Checksum: "abc", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
+	})
+	g.Eventually(condition(h, baremetalhost.SpecSupportedCondition)).Should(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.ReasonUnsupportedFields),
+		HaveField("Message", ContainSubstring("spec.raid")), HaveField("Message", ContainSubstring("live-iso"))))
+	g.Expect(getHost(g, h).Status.ErrorType).To(Equal(metal3v1.RegistrationError))
+	g.Expect(sim.State("s1").Requests).To(BeZero())
+
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.RAID = nil; h.Spec.Image = nil })
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Expect(getHost(g, h).Status.ErrorType).To(BeEmpty())
+}

@@ -1,0 +1,301 @@
+package baremetalhost_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	os.Exit(envtest.Run(m, envtest.Options{
+		CRDDirectoryPaths:      []string{"infrastructure-baremetal/config/crd/metal3"},
+		AddToScheme:            []func(*runtime.Scheme) error{metal3v1.AddToScheme},
+		WithoutCAPIControllers: true,
+	}, func(e *envtest.Environment) { env = e }))
+}
+
+// controllerProc is one run of the host controller in its own manager, so a test can kill it (cancel:
+// in-flight Redfish calls and API writes are cut off) and start a fresh one, as after a crash.
+type controllerProc struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startController(t testing.TB, r *baremetalhost.Reconciler, namespaces ...string) *controllerProc {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, manager.Options{
+		Scheme:                 env.GetScheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Client:                 managercache.ClientOptions(),
+	})
+	if err != nil {
+		t.Fatalf("failed to create manager: %v", err)
+	}
+	r.Client = mgr.GetClient()
+	r.Namespaces = namespaces
+	ctx, cancel := context.WithCancel(context.Background())
+	skip := true
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: 4}); err != nil {
+		cancel()
+		t.Fatalf("failed to set up the host controller: %v", err)
+	}
+	p := &controllerProc{cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- mgr.Start(ctx) }()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *controllerProc) stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "host controller manager stopped with: %v\n", err)
+	}
+	p.cancel = nil
+}
+
+// testReconciler has short timers so failure paths finish in seconds.
+func testReconciler(nb baremetalhost.NetBoot) *baremetalhost.Reconciler {
+	return &baremetalhost.Reconciler{
+		NetBoot:              nb,
+		Boot:                 inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"},
+		ProvisionTimeout:     20 * time.Second,
+		MaxProvisionAttempts: 2,
+		RetryInterval:        time.Second,
+		PowerPollInterval:    time.Second,
+	}
+}
+
+const (
+	bmcUser = "admin"
+	bmcPass = "s3cret"
+)
+
+func startSim(t testing.TB, driver redfishsim.PowerDriver) *redfishsim.Server {
+	t.Helper()
+	sim, err := redfishsim.Start(redfishsim.Options{Username: bmcUser, Password: bmcPass, Driver: driver})
+	if err != nil {
+		t.Fatalf("failed to start the Redfish emulator: %v", err)
+	}
+	t.Cleanup(sim.Close)
+	return sim
+}
+
+// newHost creates a managed BareMetalHost for the emulated system id, with its credentials Secret.
+func newHost(g Gomega, ns, name string, sim *redfishsim.Server, id, mac, password string, mutate ...func(*metal3v1.BareMetalHost)) *metal3v1.BareMetalHost {
+	ctx := context.Background()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-bmc"},
+		Data: map[string][]byte{"username": []byte(bmcUser), "password": []byte(password)}}
+	g.Expect(env.Create(ctx, sec)).To(Succeed())
+	h := &metal3v1.BareMetalHost{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{baremetalhost.ManagedLabel: "true"}},
+		Spec: metal3v1.BareMetalHostSpec{
+			BMC:            metal3v1.BMCDetails{Address: sim.Address(id), CredentialsName: sec.Name},
+			BootMACAddress: mac,
+		},
+	}
+	for _, m := range mutate {
+		m(h)
+	}
+	g.Expect(env.Create(ctx, h)).To(Succeed())
+	return h
+}
+
+func getHost(g Gomega, h *metal3v1.BareMetalHost) *metal3v1.BareMetalHost {
+	out := &metal3v1.BareMetalHost{}
+	g.Expect(env.Get(context.Background(), client.ObjectKeyFromObject(h), out)).To(Succeed())
+	return out
+}
+
+func state(h *metal3v1.BareMetalHost) func(Gomega) metal3v1.ProvisioningState {
+	return func(g Gomega) metal3v1.ProvisioningState { return getHost(g, h).Status.Provisioning.State }
+}
+
+func condition(h *metal3v1.BareMetalHost, t string) func(Gomega) metav1.Condition {
+	return func(g Gomega) metav1.Condition {
+		for _, c := range getHost(g, h).Status.Conditions {
+			if c.Type == t {
+				return c
+			}
+		}
+		return metav1.Condition{}
+	}
+}
+
+// bootLab is the boot server side of provisioning, in process: the real attestation service (with
+// AttestStore on the BareMetalHosts) and the real boot HTTP server (iPXE scripts with one-time tickets)
+// on loopback, plus the inventory the controller fills.
+type bootLab struct {
+	inv  *inventory.Static
+	base string
+}
+
+func startBootLab(t testing.TB, c client.Client) *bootLab {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	inv := inventory.NewStatic()
+	svc := attest.New(attest.Config{}, baremetalhost.AttestStore{Client: c}, testr.NewWithInterface(t, testr.Options{}), nil)
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: svc, API: svc.Handler()}, testr.NewWithInterface(t, testr.Options{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: bs.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = bs.Close() })
+	return &bootLab{inv: inv, base: base}
+}
+
+// pxeHosts is a redfishsim power driver for hosts without firmware: a power-on with the one-time PXE
+// override does, in process, what the QEMU host's iPXE and `yonder-agent attest` do over the network —
+// fetch the host's iPXE script (one-time ticket) for its MAC and attest with the host's TPM, a real
+// swtpm. A normal power-on boots nothing. The QEMU e2e runs the real firmware and agent.
+type pxeHosts struct {
+	t    testing.TB
+	lab  *bootLab
+	mu   sync.Mutex
+	macs map[string]string
+	tpms map[string]*swtpm.TPM
+	// pxeBoots counts PXE boots; data records what each host received.
+	pxeBoots map[string]int
+	data     map[string][]string
+	errs     map[string][]string
+	wg       sync.WaitGroup
+}
+
+func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
+	p := &pxeHosts{t: t, lab: lab, macs: map[string]string{}, tpms: map[string]*swtpm.TPM{},
+		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{}}
+	t.Cleanup(p.wg.Wait)
+	return p
+}
+
+// add registers a host and gives it a fresh TPM (call again to swap the TPM: a changed machine).
+func (p *pxeHosts) add(id, mac string) {
+	dir, err := os.MkdirTemp("", "ybmh-tpm-")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	tpm, err := swtpm.Start(context.Background(), dir)
+	if err != nil {
+		p.t.Fatalf("failed to start swtpm: %v", err)
+	}
+	p.t.Cleanup(func() { _ = tpm.Stop(); _ = os.RemoveAll(dir) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.macs[id] = mac
+	p.tpms[id] = tpm
+}
+
+func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
+	if target != "Pxe" {
+		return nil
+	}
+	p.mu.Lock()
+	p.pxeBoots[id]++
+	mac, tpm := p.macs[id], p.tpms[id]
+	p.mu.Unlock()
+	if tpm == nil {
+		return nil // a host whose NIC is not on the boot network: nothing answers
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		data, err := p.boot(mac, tpm)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil {
+			p.errs[id] = append(p.errs[id], err.Error())
+			return
+		}
+		p.data[id] = append(p.data[id], string(data))
+	}()
+	return nil
+}
+
+func (p *pxeHosts) PowerOff(context.Context, string) error { return nil }
+
+func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.lab.base+"/ipxe/"+mac, nil)
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rsp.Body.Close() }()
+	if rsp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(rsp.Body)
+		return nil, fmt.Errorf("iPXE script: HTTP %d: %s", rsp.StatusCode, b)
+	}
+	var kernel string
+	sc := bufio.NewScanner(rsp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "kernel ") {
+			kernel = sc.Text()
+		}
+	}
+	server, ticket := wire.ParseCmdline(kernel)
+	if ticket == "" {
+		return nil, fmt.Errorf("iPXE script has no ticket: %q", kernel)
+	}
+	conn, err := wire.OpenTPM(tpm.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close() }()
+	keys, err := wire.LoadKeys(conn)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = keys.Close() }()
+	return (&wire.Client{Server: server}).Attest(ctx, ticket, keys)
+}
+
+func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pxeBoots[id], append([]string(nil), p.data[id]...), append([]string(nil), p.errs[id]...)
+}

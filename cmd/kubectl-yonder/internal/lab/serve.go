@@ -1,0 +1,338 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/yonder-dev/yonder/test/stack"
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// ClusterName is the name of the lab's Cluster.
+const ClusterName = "lab"
+
+// siteName is the name of site i: site-a, site-b, …
+func siteName(i int) string { return "site-" + string(rune('a'+i)) }
+
+// Serve runs the lab in this process: it brings everything up, prints the next commands and ReadyMarker,
+// then holds the lab until ctx ends or SIGINT/SIGTERM arrives, and tears it all down.
+func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr error) {
+	ctx, stop := notifyContext(ctx)
+	defer stop()
+	start := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(out, "[lab %6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	defer func() {
+		if rerr != nil {
+			fmt.Fprintf(out, "error: %v\n%s\n", rerr, FailedMarker)
+		}
+	}()
+	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", l.Dir, err)
+	}
+	st := &State{PID: os.Getpid(), Started: start, Dir: l.Dir, Namespace: "default"}
+	if err := st.write(); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(StatePath(l.Dir)) }()
+
+	step("building what is missing: Kubernetes, etcd, CAPI, containerd and the node rootfs (the first time takes many minutes; progress follows), then Yonder's managers and agent")
+	if err := testBins(ctx, out); err != nil {
+		return err
+	}
+	step("binaries ready")
+
+	if hold {
+		// The stack's directory is recreated each time; its logs of the last run are gone with `lab down`.
+		_ = os.RemoveAll(filepath.Join(l.Dir, "stack"))
+	}
+	st.StackDir = filepath.Join(l.Dir, "stack")
+	if err := os.MkdirAll(st.StackDir, 0o700); err != nil {
+		return err
+	}
+	sites := make([]stack.Site, l.Sites)
+	for i := range sites {
+		sites[i] = stack.Site{Name: siteName(i), Hosts: l.HostsPerSite}
+	}
+	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, Log: step})
+	if err != nil {
+		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(st.StackDir, "logs"), err)
+	}
+	defer func() {
+		t0 := time.Now()
+		step("tearing down: managers, hosts (yonder-agent reset), control planes, lab network %s", s.Net.Bridge)
+		if err := s.Stop(); err != nil {
+			step("teardown reported: %v", err)
+			rerr = errors.Join(rerr, err)
+		}
+		_ = os.RemoveAll(st.StackDir)
+		for _, f := range []string{"management.kubeconfig", "workload.kubeconfig", "id_ed25519", "known_hosts", "cluster.yaml"} {
+			_ = os.Remove(filepath.Join(l.Dir, f))
+		}
+		step("lab removed in %.1fs", time.Since(t0).Seconds())
+	}()
+	st.Bridge, st.Prefix = s.Net.Bridge, s.Net.Prefix.String()
+	if err := writeAccess(ctx, l.Dir, s, st); err != nil {
+		return err
+	}
+	for _, site := range sites {
+		for _, h := range s.Hosts[site.Name] {
+			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: site.Name, Address: h.Address.String(), Namespace: h.Namespace})
+		}
+	}
+	if err := st.write(); err != nil {
+		return err
+	}
+	step("%d hosts at %d sites on %s (%s), registered as YonderSSHHosts", len(st.Hosts), l.Sites, s.Net.Bridge, s.Net.Prefix)
+
+	workers := l.Workers
+	if workers == 0 {
+		workers = l.HostsPerSite * l.Sites
+	}
+	if !l.NoCluster {
+		st.Cluster = ClusterName
+		t0 := time.Now()
+		step("applying Cluster %q from templates/cluster-template-ssh.yaml (clusterctl generate cluster --flavor ssh) with %d workers", ClusterName, workers)
+		if err := applyCluster(ctx, s, l.Dir, st.Namespace, workers); err != nil {
+			return err
+		}
+		if err := st.write(); err != nil {
+			return err
+		}
+		step("waiting for %d worker Nodes to be Ready at %d sites (each host: agent install, nspawn, containerd, kubelet TLS bootstrap)", workers, min(l.Sites, workers))
+		if err := waitForNodes(ctx, s, st.Namespace, workers, min(l.Sites, workers), l.Timeout, step); err != nil {
+			return err
+		}
+		step("%d workers Ready in %.1fs", workers, time.Since(t0).Seconds())
+	}
+	st.Ready = time.Now()
+	if err := st.write(); err != nil {
+		return err
+	}
+	step("lab ready in %.1fs", time.Since(start).Seconds())
+	printNext(out, l, st)
+	fmt.Fprintln(out, ReadyMarker)
+	if !hold {
+		return nil
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// testBins runs hack/test-bins.sh (and --rootfs), passing its progress lines through.
+func testBins(ctx context.Context, out io.Writer) error {
+	script := filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh")
+	for _, args := range [][]string{{script}, {script, "--rootfs"}} {
+		cmd := exec.CommandContext(ctx, "bash", args...)
+		pr, pw := io.Pipe()
+		cmd.Stdout, cmd.Stderr = io.Discard, pw
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("failed to run %s: %w", strings.Join(args, " "), err)
+		}
+		done := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				fmt.Fprintf(out, "    %s\n", sc.Text())
+			}
+			close(done)
+		}()
+		err := cmd.Wait()
+		_ = pw.Close()
+		<-done
+		if err != nil {
+			return fmt.Errorf("failed to build the binaries (%s): %w", strings.Join(args[1:], " "), err)
+		}
+	}
+	return nil
+}
+
+// writeAccess writes what an operator needs: both kubeconfigs, the hosts' SSH key and known_hosts.
+func writeAccess(ctx context.Context, dir string, s *stack.Stack, st *State) error {
+	st.ManagementKubeconfig = filepath.Join(dir, "management.kubeconfig")
+	st.WorkloadKubeconfig = filepath.Join(dir, "workload.kubeconfig")
+	files := map[string][]byte{
+		st.ManagementKubeconfig: s.Management.AdminKubeconfig,
+		st.WorkloadKubeconfig:   s.Workload.AdminKubeconfig,
+	}
+	cred := &corev1.Secret{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.HostNamespace, Name: "yonder-hosts-ssh"}, cred); err == nil {
+		files[filepath.Join(dir, "id_ed25519")] = cred.Data["ssh-privatekey"]
+	}
+	var known strings.Builder
+	for _, hs := range s.Hosts {
+		for _, h := range hs {
+			known.WriteString(h.Address.String() + " " + string(ssh.MarshalAuthorizedKey(h.HostKey)))
+		}
+	}
+	files[filepath.Join(dir, "known_hosts")] = []byte(known.String())
+	for p, data := range files {
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return fmt.Errorf("failed to write %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// applyCluster generates the Cluster with the real clusterctl from the installed local repository, points
+// its YonderConfigTemplate at the lab's offline artifacts (the lab has no internet), and creates it.
+func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, workers int) error {
+	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}
+	manifest, err := s.Clusterctl(ctx, env, "generate", "cluster", ClusterName, "--flavor", "ssh",
+		"--kubernetes-version", stack.KubernetesVersion, "--worker-machine-count", strconv.Itoa(workers), "--target-namespace", namespace)
+	if err != nil {
+		return err
+	}
+	rootfs, artifacts := s.NodeArtifacts()
+	rootfsU, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rootfs)
+	if err != nil {
+		return fmt.Errorf("failed to convert the rootfs source: %w", err)
+	}
+	var artifactsU []any
+	for i := range artifacts {
+		a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&artifacts[i])
+		if err != nil {
+			return fmt.Errorf("failed to convert artifact %s: %w", artifacts[i].Name, err)
+		}
+		artifactsU = append(artifactsU, a)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return fmt.Errorf("failed to decode the generated cluster: %w", err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if u.GetKind() == "YonderConfigTemplate" {
+			if err := unstructured.SetNestedField(u.Object, rootfsU, "spec", "template", "spec", "rootfs"); err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedSlice(u.Object, artifactsU, "spec", "template", "spec", "artifacts"); err != nil {
+				return err
+			}
+		}
+		objs = append(objs, u)
+	}
+	var applied bytes.Buffer
+	for _, u := range objs {
+		data, _ := u.MarshalJSON()
+		applied.WriteString("---\n")
+		applied.Write(data)
+		applied.WriteString("\n")
+		if err := s.Client.Create(ctx, u); err != nil {
+			return fmt.Errorf("failed to create %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "cluster.yaml"), applied.Bytes(), 0o600)
+}
+
+// waitForNodes waits until want Nodes are Ready and their Machines span wantSites failure domains,
+// printing progress whenever it changes.
+func waitForNodes(ctx context.Context, s *stack.Stack, namespace string, want, wantSites int, timeout time.Duration, step func(string, ...any)) error {
+	last := ""
+	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		ms := &clusterv1.MachineList{}
+		if err := s.Client.List(ctx, ms, client.InNamespace(namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName}); err != nil {
+			return false, nil //nolint:nilerr // transient: keep waiting
+		}
+		nodes := &corev1.NodeList{}
+		if err := s.WorkloadClient.List(ctx, nodes); err != nil {
+			return false, nil //nolint:nilerr // transient: keep waiting
+		}
+		ready := map[string]bool{}
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready[n.Name] = true
+				}
+			}
+		}
+		phases := map[string]int{}
+		sites := map[string]bool{}
+		readyMachines := 0
+		for _, m := range ms.Items {
+			phases[m.Status.Phase]++
+			if m.Status.NodeRef.IsDefined() && ready[m.Status.NodeRef.Name] {
+				readyMachines++
+				sites[siteOf(s, m)] = true
+			}
+		}
+		msg := fmt.Sprintf("Machines %v; %d/%d Nodes Ready at %d/%d sites", phases, readyMachines, want, len(sites), wantSites)
+		if msg != last {
+			step("%s", msg)
+			last = msg
+		}
+		return readyMachines >= want && len(sites) >= wantSites, nil
+	})
+	if err != nil {
+		return fmt.Errorf("workers did not become Ready in %s (manager logs in %s; `kubectl yonder describe cluster %s`): %w", timeout, s.Logs(), ClusterName, err)
+	}
+	return nil
+}
+
+// siteOf is the site of the host a Machine runs on: its providerID is yonder-ssh://<namespace>/<host>.
+func siteOf(s *stack.Stack, m clusterv1.Machine) string {
+	host := m.Spec.ProviderID[strings.LastIndex(m.Spec.ProviderID, "/")+1:]
+	for site, hs := range s.Hosts {
+		for _, h := range hs {
+			if h.Name == host {
+				return site
+			}
+		}
+	}
+	return m.Spec.FailureDomain
+}
+
+func printNext(out io.Writer, l *Options, st *State) {
+	fmt.Fprintf(out, `
+Kubeconfigs:
+  management (CAPI, Yonder's providers, the Cluster):  %[1]s
+  workload   (the Nodes):                             %[2]s
+Hosts: %[3]d at %[4]d sites on bridge %[5]s (%[6]s); SSH: ssh -i %[7]s/id_ed25519 -o UserKnownHostsFile=%[7]s/known_hosts root@%[8]s
+
+Next:
+  export KUBECONFIG=%[1]s
+  kubectl yonder describe cluster %[9]s
+  kubectl yonder host list
+  kubectl --kubeconfig %[2]s get nodes -o wide
+  kubectl scale machinedeployment %[9]s-md-0 --replicas=<n>     # scale (hosts are claimed and released)
+  kubectl --kubeconfig %[2]s delete node <node>                  # delete a node; watch MachineHealthCheck remediate:
+  kubectl get machines -w
+  kubectl yonder lab status
+  kubectl yonder lab down                                         # removes everything the lab created
+
+`, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, st.Bridge, st.Prefix, l.Dir, firstAddr(st), ClusterName)
+}
+
+func firstAddr(st *State) string {
+	if len(st.Hosts) == 0 {
+		return "<host>"
+	}
+	return st.Hosts[0].Address
+}

@@ -1,0 +1,115 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
+)
+
+func newStatusCommand(o *cli.Options) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show whether the lab runs, its kubeconfigs, hosts, Machines and Nodes",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return Status(cmd.Context(), dir, o.Now, cmd.OutOrStdout()) },
+	}
+	cmd.Flags().StringVar(&dir, "dir", defaultDir(), "directory of the lab's files")
+	return cmd
+}
+
+// Status prints the lab's state; it fails when no lab runs.
+func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer) error {
+	st, err := ReadState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no lab is running (no %s): `kubectl yonder lab up`", StatePath(dir))
+	}
+	if err != nil {
+		return err
+	}
+	if !st.Alive() {
+		return fmt.Errorf("the lab supervisor (pid %d) is not running; `kubectl yonder lab down` removes its state", st.PID)
+	}
+	state := "starting"
+	if !st.Ready.IsZero() {
+		state = fmt.Sprintf("ready (up %s, came up in %s)", now().Sub(st.Ready).Round(time.Second), st.Ready.Sub(st.Started).Round(100*time.Millisecond))
+	}
+	fmt.Fprintf(out, "Lab: %s, supervisor pid %d, log %s/lab.log\n", state, st.PID, dir)
+	if st.Bridge != "" {
+		fmt.Fprintf(out, "Network: bridge %s (%s)\n", st.Bridge, st.Prefix)
+	}
+	if st.ManagementKubeconfig != "" {
+		fmt.Fprintf(out, "Kubeconfigs: management %s\n             workload   %s\n", st.ManagementKubeconfig, st.WorkloadKubeconfig)
+	}
+	if len(st.Hosts) > 0 {
+		fmt.Fprintf(out, "\n")
+		rows := [][]string{}
+		for _, h := range st.Hosts {
+			rows = append(rows, []string{h.Name, h.Site, h.Address, h.Namespace})
+		}
+		_ = (&cli.Options{Out: out}).Table([]string{"HOST", "SITE", "ADDRESS", "NETNS"}, rows)
+	}
+	if st.ManagementKubeconfig == "" {
+		return nil
+	}
+	mgmt, err := clientFor(st.ManagementKubeconfig)
+	if err != nil {
+		return err
+	}
+	ms := &clusterv1.MachineList{}
+	if err := mgmt.List(ctx, ms, client.InNamespace(st.Namespace)); err != nil {
+		return fmt.Errorf("failed to list Machines: %w", err)
+	}
+	fmt.Fprintf(out, "\nMachines: %d\n", len(ms.Items))
+	if len(ms.Items) > 0 {
+		rows := [][]string{}
+		for _, m := range ms.Items {
+			rows = append(rows, []string{m.Name, m.Status.Phase, cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.ProviderID)})
+		}
+		_ = (&cli.Options{Out: out}).Table([]string{"MACHINE", "PHASE", "NODE", "PROVIDER ID"}, rows)
+	}
+	wl, err := clientFor(st.WorkloadKubeconfig)
+	if err != nil {
+		return err
+	}
+	nodes := &corev1.NodeList{}
+	if err := wl.List(ctx, nodes); err != nil {
+		return fmt.Errorf("failed to list Nodes: %w", err)
+	}
+	fmt.Fprintf(out, "\nNodes: %d\n", len(nodes.Items))
+	if len(nodes.Items) > 0 {
+		rows := [][]string{}
+		for _, n := range nodes.Items {
+			ready := "Unknown"
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					ready = string(c.Status)
+				}
+			}
+			rows = append(rows, []string{n.Name, ready, cli.Dash(n.Spec.ProviderID)})
+		}
+		_ = (&cli.Options{Out: out}).Table([]string{"NODE", "READY", "PROVIDER ID"}, rows)
+	}
+	return nil
+}
+
+func clientFor(kubeconfig string) (client.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load %s: %w", kubeconfig, err)
+	}
+	cfg.Timeout = 10 * time.Second
+	return client.New(cfg, client.Options{Scheme: cli.Scheme})
+}

@@ -2,6 +2,7 @@ package baremetalhost_test
 
 import (
 	"context"
+	"net"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -25,4 +26,12 @@ func patchHost(g Gomega, h *metal3v1.BareMetalHost, mutate func(*metal3v1.BareMe
 		mutate(cur)
 		return env.Update(context.Background(), cur)
 	}).Should(Succeed())
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -85,6 +85,10 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 
 	// 3. one PXE boot per attempt.
 	if s.state.BootRequestedAt == nil {
+		if s.state.Attempt >= r.MaxProvisionAttempts {
+			// Out of attempts (the error says why): wait for the consumer to withdraw or change the image.
+			return ctrl.Result{}, nil
+		}
 		if s.state.RetryAt != nil && time.Now().Before(s.state.RetryAt.Time) {
 			return ctrl.Result{RequeueAfter: time.Until(s.state.RetryAt.Time)}, nil
 		}

@@ -109,7 +109,7 @@ func (r *Reconciler) manages(o client.Object) bool {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, rerr error) {
 	h := &metal3v1.BareMetalHost{}
 	if err := r.Client.Get(ctx, req.NamespacedName, h); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -152,13 +152,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	restoreStatus(h, st)
 	if h.Annotations == nil {
 		h.Annotations = map[string]string{}
 	}
 	s := &scope{host: h, state: st, orig: h.DeepCopy()}
+	restoreStatus(h, st)
 	defer func() {
-		if err := r.persist(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+		err := r.persist(ctx, s)
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err) && rerr == nil:
+			// This pass read an outdated host; the newer version is on its way through the watch.
+			ctrl.LoggerFrom(ctx).V(4).Info("Host changed while reconciling, retrying")
+			res = ctrl.Result{RequeueAfter: 100 * time.Millisecond}
+		default:
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
 	}()
@@ -215,13 +222,20 @@ func ensureFinalizer(ctx context.Context, c client.Client, h *metal3v1.BareMetal
 	return true, nil
 }
 
-// restoreStatus rebuilds what status needs from the durable state when status was lost (clusterctl move).
+// restoreStatus derives the status fields that mirror the durable state: after clusterctl move (status
+// dropped) and after a pass whose status write failed once its metadata write had succeeded.
 func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
-	if h.Status.Provisioning.State == "" && st.State != "" {
-		h.Status.Provisioning.State = st.State
-		if st.Image != nil {
-			h.Status.Provisioning.Image = *st.Image
-		}
+	if st.State == "" {
+		return
+	}
+	h.Status.Provisioning.State = st.State
+	switch {
+	case st.Image != nil:
+		h.Status.Provisioning.Image = *st.Image
+	case st.State != metal3v1.StateProvisioned:
+		h.Status.Provisioning.Image = metal3v1.Image{}
+	}
+	if h.Status.OperationalStatus == "" {
 		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
 	}
 }
@@ -354,8 +368,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 				h.Annotations[EnrolmentWindowAnnotation] = "open"
 			}
 		}
+		// Each state is recorded before its work starts, so a restart resumes inside the right one.
 		s.transition(metal3v1.StateInspecting)
-		return r.inspect(ctx, s)
+		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 	case metal3v1.StateInspecting:
 		return r.inspect(ctx, s)
 	case metal3v1.StateAvailable, metal3v1.StateReady, metal3v1.StatePreparing, metal3v1.StateMatchProfile:
@@ -363,7 +378,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if h.NeedsProvisioning() {
 			s.transition(metal3v1.StateProvisioning)
 			s.state.Attempt, s.state.BootRequestedAt, s.state.RetryAt = 0, nil, nil
-			return r.provision(ctx, s)
+			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
 		if h.Status.HardwareDetails == nil && !h.InspectionDisabled() {
 			// Status lost (clusterctl move): read the inventory again, it costs no boot.
@@ -375,7 +390,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	case metal3v1.StateProvisioned:
 		if h.Spec.Image == nil || h.Spec.Image.URL == "" || (s.state.Image != nil && h.Spec.Image.URL != s.state.Image.URL) {
 			s.transition(metal3v1.StateDeprovisioning)
-			return r.deprovision(ctx, s)
+			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
 		return r.ensurePower(ctx, s, h.Spec.Online)
 	case metal3v1.StateDeprovisioning:

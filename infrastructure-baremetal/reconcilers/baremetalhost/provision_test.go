@@ -1,0 +1,160 @@
+package baremetalhost_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+// claim does to a host what CAPM3 (or our YonderMetalMachine) does when a Machine takes it: consumerRef,
+// a live image, the user data Secret, online.
+func claim(g Gomega, ns string, h *metal3v1.BareMetalHost, data string) {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: h.Name + "-user-data-"},
+		Data: map[string][]byte{"userData": []byte(data)}}
+	g.Expect(env.Create(context.Background(), sec)).To(Succeed())
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
+		h.Spec.ConsumerRef = &corev1.ObjectReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "YonderMetalMachine", Namespace: ns, Name: "m-" + h.Name}
+		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/yonder-live.iso", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
+		h.Spec.UserData = &corev1.SecretReference{Name: sec.Name, Namespace: ns}
+		h.Spec.Online = true
+	})
+}
+
+// release does what CAPM3 does on Machine deletion: image and user data removed, host off, claim cleared.
+func release(g Gomega, h *metal3v1.BareMetalHost) {
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
+		h.Spec.Image = nil
+		h.Spec.UserData = nil
+		h.Spec.Online = false
+		h.Spec.ConsumerRef = nil
+	})
+}
+
+// The provisioning path with the real boot server pieces: a claimed host gets a one-time PXE override
+// and a power cycle, its boot fetches an iPXE script with a one-time ticket, attests with its own TPM
+// (pinned by this first boot, as the enrolment window is open after registration) and receives exactly
+// the user data; the host is provisioned. Releasing it powers it off and makes it available; the second
+// provisioning is attested against the pinned TPM.
+func TestProvisionAttestDeprovision(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-prov").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("s1", "52:54:00:20:00:01")
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:20:00:01"))
+	startController(t, testReconciler(lab.inv), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:20:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+
+	for round := 1; round <= 2; round++ {
+		start := time.Now()
+		claim(g, ns, h, fmt.Sprintf("bootstrap-data-round-%d", round))
+		g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
+		t.Logf("round %d: available → provisioned in %s", round, time.Since(start).Round(time.Millisecond))
+		boots, data, errs := hosts.snapshot("s1")
+		g.Expect(errs).To(BeEmpty())
+		g.Expect(boots).To(Equal(round), "one PXE boot per provisioning")
+		g.Expect(data).To(HaveLen(round))
+		g.Expect(data[round-1]).To(Equal(fmt.Sprintf("bootstrap-data-round-%d", round)))
+		got := getHost(g, h)
+		g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation))
+		g.Expect(got.Annotations).NotTo(HaveKey(baremetalhost.EnrolmentWindowAnnotation), "the first enrolment closes the window")
+		g.Expect(got.Status.Provisioning.Image.URL).To(Equal("http://images.example/yonder-live.iso"))
+		g.Expect(got.Status.PoweredOn).To(BeTrue())
+		g.Expect(got.Status.ErrorMessage).To(BeEmpty())
+		g.Expect(condition(h, baremetalhost.ProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(h, baremetalhost.AttestedCondition)(g).Reason).To(Equal("BootstrapDataReleased"))
+		_, ok := lab.inv.HostByMAC(mustMAC("52:54:00:20:00:01"))
+		g.Expect(ok).To(BeFalse(), "a provisioned host is no longer served a provisioning boot")
+
+		start = time.Now()
+		release(g, h)
+		g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+		t.Logf("round %d: provisioned → available in %s", round, time.Since(start).Round(time.Millisecond))
+		got = getHost(g, h)
+		g.Expect(got.Status.PoweredOn).To(BeFalse())
+		g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+		g.Expect(got.Status.Provisioning.Image.URL).To(BeEmpty())
+	}
+}
+
+// A host that comes back with another TPM than the one pinned is refused: no bootstrap data, an
+// AttestationFailed condition and a provisioning error (so no machine controller picks it), powered off.
+func TestAttestationFailure(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-att").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("s1", "52:54:00:21:00:01")
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:21:00:01"))
+	startController(t, testReconciler(lab.inv), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:21:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	claim(g, ns, h, "first")
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
+	release(g, h)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+
+	hosts.add("s1", "52:54:00:21:00:01") // the motherboard (and its TPM) was swapped
+	claim(g, ns, h, "second")
+	g.Eventually(condition(h, baremetalhost.ProvisionedCondition)).Should(And(
+		HaveField("Reason", baremetalhost.ReasonAttestationFailed), HaveField("Message", ContainSubstring("EK"))))
+	got := getHost(g, h)
+	g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioning))
+	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeFalse())
+	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+	_, data, errs := hosts.snapshot("s1")
+	g.Expect(data).To(Equal([]string{"first"}), "nothing released to the other TPM")
+	g.Expect(errs).To(HaveLen(1))
+	g.Consistently(func(g Gomega) int { b, _, _ := hosts.snapshot("s1"); return b }, "3s").Should(Equal(2), "no automatic retry after a refused attestation")
+
+	// Releasing the host clears the error; it is available (and will fail again until an operator re-pins).
+	release(g, h)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Expect(getHost(g, h).Status.ErrorType).To(BeEmpty())
+}
+
+// A host that never PXE-boots (its NIC is not on the boot network): every attempt times out, is retried
+// with backoff, and after MaxProvisionAttempts the host is powered off with a provisioning error that
+// says what to check.
+func TestPXEBootTimeout(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-pxe").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab) // s1 has no TPM here: its PXE boots reach nothing
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:22:00:01"))
+	r := testReconciler(lab.inv)
+	r.ProvisionTimeout = 2 * time.Second
+	startController(t, r, ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:22:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	start := time.Now()
+	claim(g, ns, h, "never-delivered")
+	g.Eventually(func(g Gomega) int { return getHost(g, h).Status.ErrorCount }, "30s").Should(BeNumerically(">=", 2))
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeFalse())
+	t.Logf("two attempts timed out in %s", time.Since(start).Round(time.Millisecond))
+	got := getHost(g, h)
+	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
+	g.Expect(got.Status.ErrorMessage).To(And(ContainSubstring("did not PXE-boot"), ContainSubstring("PXE boot 2 of 2"), ContainSubstring("52:54:00:22:00:01")))
+	g.Expect(condition(h, baremetalhost.ProvisionedCondition)(g).Reason).To(Equal(baremetalhost.ReasonPXEBootTimeout))
+	g.Consistently(func() int { return sim.State("s1").PXEBoots }, "3s").Should(Equal(2))
+	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+}

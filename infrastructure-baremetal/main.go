@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
 )
@@ -29,6 +30,8 @@ func run() error {
 	o.AddFlags(fs)
 	fs.IntVar(&machineConc, "yondermetalmachine-concurrency", 10, "Concurrent YonderMetalMachine reconciles")
 	fs.IntVar(&clusterConc, "yondermetalcluster-concurrency", 2, "Concurrent YonderMetalCluster reconciles")
+	var hostOpts baremetalhost.Options
+	hostOpts.AddFlags(fs)
 	pflag.Parse()
 
 	scheme, err := setup.Scheme()
@@ -46,6 +49,10 @@ func run() error {
 	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
 		WatchFilterValue: o.WatchFilter, MachineConcurrency: machineConc, ClusterConcurrency: clusterConc,
 	}); err != nil {
+		return err
+	}
+	// BareMetalHosts labelled metal.yonder.dev/managed=true, and the boot services when configured.
+	if err := baremetalhost.SetupWithManager(ctx, mgr, hostOpts); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

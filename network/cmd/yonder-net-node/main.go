@@ -4,6 +4,7 @@
 //
 //	yonder-net-node [flags]          run the daemon
 //	yonder-net-node debug [--debug-addr A]   print the running daemon's state as JSON
+//	yonder-net-node rotate [--debug-addr A]  start a make-before-break WireGuard key rotation
 package main
 
 import (
@@ -71,6 +72,9 @@ func run(args []string) error {
 	if len(args) > 0 && args[0] == "debug" {
 		return debug(args[1:])
 	}
+	if len(args) > 0 && args[0] == "rotate" {
+		return rotate(args[1:])
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,6 +138,26 @@ func apiClient(kubeconfig, node string) (client.Client, cache.Cache, error) {
 		return nil, nil, err
 	}
 	return c, ca, nil
+}
+
+func rotate(args []string) error {
+	fs := pflag.NewFlagSet("rotate", pflag.ContinueOnError)
+	addr := fs.String("debug-addr", "127.0.0.1:9870", "the daemon's debug address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Post("http://"+*addr+"/rotate", "text/plain", nil)
+	if err != nil {
+		return fmt.Errorf("failed to reach yonder-net-node at %s: %w", *addr, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("failed to start a key rotation: %s: %s", resp.Status, b)
+	}
+	_, err = os.Stdout.Write(b)
+	return err
 }
 
 func debug(args []string) error {

@@ -54,8 +54,7 @@ type Options struct {
 // Daemon is a running yonder-net-node.
 type Daemon struct {
 	opt    Options
-	key    wgtypes.Key
-	wg     *wgdev.Device
+	mtu    int // of the WireGuard devices
 	dp     *bpf.Datapath
 	attach bpf.Attachment
 	ap     *engine.Applier
@@ -63,7 +62,14 @@ type Daemon struct {
 	// tunnels are the tunnel link types the kernel can create (detected at start).
 	tunnels []netv1.Protocol
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// WireGuard slots (see netv1.NodeNetworkSpec.WireGuardSlot): slots.Current carries the published key;
+	// during a rotation slots.Next is up too; after the switch the previous slot drains (drain).
+	slots keys.Slots
+	keys  [2]wgtypes.Key
+	wgs   [2]*wgdev.Device
+	rot   rotation
+
 	input     *engine.Input
 	desired   engine.Desired
 	down      map[string]bool
@@ -101,6 +107,14 @@ type WireGuardStatus struct {
 	Kind       wgdev.Kind   `json:"kind"`
 	ListenPort int          `json:"listenPort"`
 	Peers      []PeerStatus `json:"peers"`
+	// Slot is the slot of the published key; NextPublicKey is set while a rotation is in progress.
+	Slot          int    `json:"slot"`
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
+	// Rotation is "" (none), "handshaking" (the next slot is up, waiting for every peer's handshake) or
+	// "draining" (switched; the previous slot stays until peers stop using it).
+	Rotation string `json:"rotation,omitempty"`
+	// OtherDevice is the second slot's device while one is up.
+	OtherDevice string `json:"otherDevice,omitempty"`
 }
 
 // PeerStatus is one WireGuard peer as the device reports it.
@@ -121,39 +135,40 @@ func New(opt Options) (*Daemon, error) {
 	if err := engine.Setup(opt.Devices); err != nil {
 		return nil, err
 	}
-	if err := engine.Clamp(opt.Devices); err != nil {
+	if err := engine.Clamp(SlotDevice(opt.Devices.WireGuard, 0), SlotDevice(opt.Devices.WireGuard, 1)); err != nil {
 		return nil, err
 	}
-	k, err := keys.LoadOrCreate(filepath.Join(opt.StateDir, "private.key"))
-	if err != nil {
-		return nil, err
-	}
-	d.key = k
 	d.tunnels = engine.KernelTunnelTypes()
-	mtu := 1420
+	d.mtu = 1420
 	if l, err := netlink.LinkByName(opt.UnderlayDev); err == nil {
-		mtu = l.Attrs().MTU - engine.WireGuardOverhead
+		d.mtu = l.Attrs().MTU - engine.WireGuardOverhead
 	}
-	if d.wg, err = wgdev.Open(opt.Devices.WireGuard, mtu, opt.Kernel, opt.Log); err != nil {
+	if err := d.openSlots(); err != nil {
 		return nil, err
 	}
-	if _, err := d.wg.SetIdentity(k, opt.WGPort); err != nil {
-		return nil, err
-	}
+	var err error
 	if d.dp, err = bpf.Load(); err != nil {
 		return nil, err
 	}
-	d.ap = &engine.Applier{Dev: opt.Devices, WG: d.wg, BPF: d.dp, Log: opt.Log}
-	opt.Log.Info("Dataplane ready", "node", opt.Node, "wireguard", d.wg.Kind, "kernelTunnels", d.tunnels, "publicKey", k.PublicKey().String())
+	d.ap = &engine.Applier{Dev: opt.Devices, BPF: d.dp, Log: opt.Log}
+	opt.Log.Info("Dataplane ready", "node", opt.Node, "wireguard", d.wgs[d.slots.Current].Kind, "slot", d.slots.Current,
+		"kernelTunnels", d.tunnels, "publicKey", d.keys[d.slots.Current].PublicKey().String())
 	return d, nil
 }
 
 // Publication is what the node publishes in its NodeNetwork.
 func (d *Daemon) Publication() (netv1.NodeNetworkSpec, error) {
+	d.mu.Lock()
+	cur, slots := d.keys[d.slots.Current], d.slots
+	next := d.keys[max(slots.Next, 0)]
+	d.mu.Unlock()
 	spec := netv1.NodeNetworkSpec{
-		PublicKey: d.key.PublicKey().String(),
+		PublicKey: cur.PublicKey().String(), WireGuardSlot: int32(slots.Current), //nolint:gosec // 0 or 1
 		Ports:     netv1.Ports{WireGuard: int32(d.opt.WGPort), VXLAN: engine.DefaultVXLANPort, Probe: int32(d.opt.ProbePort)}, //nolint:gosec // ports fit in 16 bits
 		Protocols: []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN},
+	}
+	if slots.Rotating() {
+		spec.NextPublicKey = next.PublicKey().String()
 	}
 	l, err := netlink.LinkByName(d.opt.UnderlayDev)
 	if err != nil {
@@ -242,6 +257,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.attach == "" && d.applied > 0 {
 			d.tryAttach()
 		}
+		d.rotationStep()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -299,13 +315,14 @@ func (d *Daemon) reconcile() {
 	for k := range d.down {
 		down[k] = true
 	}
+	own := d.ownWireGuard()
 	d.mu.Unlock()
 	if in == nil {
 		return
 	}
 	des, err := engine.Compute(*in, down)
 	if err == nil {
-		err = d.ap.Apply(des, d.key)
+		err = d.ap.Apply(des, own)
 	}
 	if err == nil && d.opt.CNIConfDir != "" {
 		err = WriteCNIConfig(d.opt.CNIConfDir, d.opt.Devices.PodBridge, in.PodCIDRs, des.VXLANMTU)
@@ -341,7 +358,7 @@ func (d *Daemon) reconcile() {
 		}
 		addr := h.Underlay
 		if h.Via == engine.ViaWireGuard {
-			addr = h.Tunnel
+			addr = h.WGAddr
 		}
 		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
 	}
@@ -366,7 +383,7 @@ func (d *Daemon) reconcile() {
 				h := all.Hops[m]
 				addr := h.Underlay
 				if h.Via == engine.ViaWireGuard {
-					addr = h.Tunnel
+					addr = h.WGAddr
 				}
 				targets = append(targets, probe.Target{Key: m, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
 			}
@@ -413,7 +430,7 @@ func (d *Daemon) Applied() (bool, string) {
 func (d *Daemon) Dataplane() *netv1.NodeDataplaneStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DataplaneOf(Status{WireGuard: WireGuardStatus{Kind: d.wg.Kind}, KernelTunnelTypes: d.tunnels, Attachment: d.attach})
+	return DataplaneOf(Status{WireGuard: WireGuardStatus{Kind: d.wgs[d.slots.Current].Kind}, KernelTunnelTypes: d.tunnels, Attachment: d.attach})
 }
 
 // DataplaneOf summarises a daemon status (as the debug dump reports it) for NodeNetwork.status.
@@ -426,11 +443,18 @@ func DataplaneOf(st Status) *netv1.NodeDataplaneStatus {
 func (d *Daemon) Status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := Status{Node: d.opt.Node, PublicKey: d.key.PublicKey().String(), Attachment: d.attach, KernelTunnelTypes: d.tunnels,
+	wg := d.wgs[d.slots.Current]
+	st := Status{Node: d.opt.Node, PublicKey: d.keys[d.slots.Current].PublicKey().String(), Attachment: d.attach, KernelTunnelTypes: d.tunnels,
 		Protocols: []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN},
 		Routes:    d.desired.Routes, Failovers: d.failovers, Writes: d.ap.Writes, Applied: d.applied, LastError: d.lastErr}
-	st.WireGuard = WireGuardStatus{Device: d.wg.Name, Kind: d.wg.Kind}
-	if dev, err := d.wg.State(); err == nil {
+	st.WireGuard = WireGuardStatus{Device: wg.Name, Kind: wg.Kind, Slot: d.slots.Current, Rotation: d.rotationPhase()}
+	if d.slots.Rotating() {
+		st.WireGuard.NextPublicKey = d.keys[d.slots.Next].PublicKey().String()
+	}
+	if o := d.ownWireGuard().Other; o != nil {
+		st.WireGuard.OtherDevice = o.Name
+	}
+	if dev, err := wg.State(); err == nil {
 		st.WireGuard.ListenPort = dev.ListenPort
 		for _, p := range dev.Peers {
 			ps := PeerStatus{PublicKey: p.PublicKey.String(), RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes, HandshakeAge: -1}
@@ -466,8 +490,13 @@ func (d *Daemon) Close(remove bool) error {
 	if d.dp != nil {
 		errs = append(errs, d.dp.Close())
 	}
-	if d.wg != nil {
-		errs = append(errs, d.wg.Close(remove))
+	d.mu.Lock()
+	devs := []*wgdev.Device{d.wgs[0], d.wgs[1], d.rot.drain}
+	d.mu.Unlock()
+	for _, w := range devs {
+		if w != nil {
+			errs = append(errs, w.Close(remove))
+		}
 	}
 	if remove {
 		for _, n := range []string{d.opt.Devices.VXLAN, d.opt.Devices.VXLANWG} {
@@ -484,6 +513,23 @@ func (d *Daemon) serveDebug(ctx context.Context) {
 	reg.MustRegister(&collector{d: d})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// POST /rotate starts a key rotation (yonder-net-node rotate). The debug address is loopback by default:
+	// only the node itself can ask.
+	mux.HandleFunc("/rotate", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		if err := d.Rotate(); err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrRotating) {
+				code = http.StatusConflict
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "rotation started")
+	})
 	mux.HandleFunc("/debug", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

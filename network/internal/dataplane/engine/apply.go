@@ -48,7 +48,6 @@ func (w Writes) Total() int {
 // Applier programs the kernel; it runs inside the node's network namespace.
 type Applier struct {
 	Dev Devices
-	WG  *wgdev.Device
 	BPF *bpf.Datapath
 	Log *slog.Logger
 	// Writes accumulates over the Applier's life.
@@ -69,26 +68,59 @@ func Setup(dev Devices) error {
 
 // Clamp installs MSS clamping of forwarded TCP SYNs to the path MTU of their route (the routes carry the
 // tunnel path's MTU; the eBPF program leaves SYNs to the kernel, so every SYN passes here at each node it
-// crosses, in both directions), and restricts the inner VXLAN port to packets arriving through WireGuard.
-func Clamp(dev Devices) error {
+// crosses, in both directions), and restricts the inner VXLAN port to packets arriving through the node's
+// WireGuard devices (both slots: a key rotation runs two at once).
+func Clamp(wireGuardDevices ...string) error {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return fmt.Errorf("failed to find iptables for MSS clamping: %w", err)
 	}
-	rules := [][]string{
-		{"-t", "filter", "INPUT", "-p", "udp", "--dport", strconv.Itoa(VXLANOverWireGuardPort), "!", "-i", dev.WireGuard, "-j", "DROP"},
+	port := strconv.Itoa(VXLANOverWireGuardPort)
+	// The single-device rule of earlier versions would drop the second slot's traffic.
+	if len(wireGuardDevices) > 0 {
+		legacy := []string{"-w", "-t", "filter", "-D", "INPUT", "-p", "udp", "--dport", port, "!", "-i", wireGuardDevices[0], "-j", "DROP"}
+		for range 8 { // every copy (bounded: a broken iptables must not spin)
+			if exec.Command("iptables", legacy...).Run() != nil {
+				break
+			}
+		}
 	}
-	rules = append(rules, []string{"-t", "mangle", "FORWARD", "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--clamp-mss-to-pmtu"})
+	type rule struct {
+		insert bool // accept rules go first, before the drop
+		spec   []string
+	}
+	var rules []rule
+	for _, d := range wireGuardDevices {
+		rules = append(rules, rule{true, []string{"-t", "filter", "INPUT", "-p", "udp", "--dport", port, "-i", d, "-j", "ACCEPT"}})
+	}
+	rules = append(rules,
+		rule{false, []string{"-t", "filter", "INPUT", "-p", "udp", "--dport", port, "-j", "DROP"}},
+		rule{false, []string{"-t", "mangle", "FORWARD", "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--clamp-mss-to-pmtu"}})
 	for _, r := range rules {
-		check := append([]string{"-w", r[0], r[1], "-C"}, r[2:]...)
+		check := append([]string{"-w", r.spec[0], r.spec[1], "-C"}, r.spec[2:]...)
 		if exec.Command("iptables", check...).Run() == nil {
 			continue
 		}
-		add := append([]string{"-w", r[0], r[1], "-A"}, r[2:]...)
+		op := "-A"
+		if r.insert {
+			op = "-I"
+		}
+		add := append([]string{"-w", r.spec[0], r.spec[1], op}, r.spec[2:]...)
 		if out, err := exec.Command("iptables", add...).CombinedOutput(); err != nil {
-			return fmt.Errorf("failed to add iptables rule %v: %w: %s", r, err, out)
+			return fmt.Errorf("failed to add iptables rule %v: %w: %s", r.spec, err, out)
 		}
 	}
 	return nil
+}
+
+// OwnWireGuard is the node's side of WireGuard for one Apply. Send carries traffic to the peers: their
+// addresses are routed to it, with its slot's address as source. Other, while a key rotation brings up the
+// next slot or the previous slot drains, has the same peers and its own slot's address but no routes, so
+// what peers still send to it arrives.
+type OwnWireGuard struct {
+	Send      *wgdev.Device
+	SendSlot  int
+	Other     *wgdev.Device
+	OtherSlot int
 }
 
 // EnsureVXLAN creates or adopts a VXLAN device (no learning; static FDB), leaving an identical one untouched.
@@ -155,7 +187,7 @@ func ensureAddr(l netlink.Link, addr netip.Addr) (bool, error) {
 }
 
 // Apply makes the kernel match d.
-func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
+func (a *Applier) Apply(d Desired, own OwnWireGuard) error {
 	vx, err := a.EnsureVXLAN(a.Dev.VXLAN, 1, DefaultVXLANPort, d.VXLANMTU, d.MAC)
 	if err != nil {
 		return err
@@ -164,34 +196,59 @@ func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
 	if err != nil {
 		return err
 	}
-	wgl, err := netlink.LinkByName(a.Dev.WireGuard)
+	wgl, err := netlink.LinkByName(own.Send.Name)
 	if err != nil {
-		return fmt.Errorf("failed to find %s: %w", a.Dev.WireGuard, err)
+		return fmt.Errorf("failed to find %s: %w", own.Send.Name, err)
 	}
-	if err := a.EnsureAddr(wgl, d.Tunnel); err != nil {
+	src := SlotAddr(d.Tunnel, own.SendSlot)
+	if err := a.EnsureAddr(wgl, src); err != nil {
 		return err
+	}
+	if own.Other != nil {
+		ol, err := netlink.LinkByName(own.Other.Name)
+		if err != nil {
+			return fmt.Errorf("failed to find %s: %w", own.Other.Name, err)
+		}
+		if err := a.EnsureAddr(ol, SlotAddr(d.Tunnel, own.OtherSlot)); err != nil {
+			return err
+		}
 	}
 	links := map[Via]netlink.Link{ViaVXLAN: vx, ViaWireGuard: vw}
 
-	// WireGuard peers: allowed IPs are the peer's tunnel /32.
+	// WireGuard peers: allowed IPs are the peer's address of the slot the key belongs to (/32); a peer
+	// rotating its key has both.
 	var peers []wgdev.Peer
+	addPeer := func(h NextHop, key string, addr netip.Addr, port int) {
+		pk, err := wgtypes.ParseKey(key)
+		if err != nil {
+			a.Log.Error("Ignoring peer with an invalid public key", "node", h.Node)
+			return
+		}
+		peers = append(peers, wgdev.Peer{PublicKey: pk, Endpoint: &net.UDPAddr{IP: h.Underlay.AsSlice(), Port: port},
+			AllowedIPs: []net.IPNet{{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}, Keepalive: 25 * time.Second})
+	}
 	for _, h := range d.Hops {
 		if h.Via != ViaWireGuard {
 			continue
 		}
-		pk, err := wgtypes.ParseKey(h.PublicKey)
-		if err != nil {
-			a.Log.Error("Ignoring peer with an invalid public key", "node", h.Node)
-			continue
+		addPeer(h, h.PublicKey, h.WGAddr, h.WGPort)
+		if h.NextPublicKey != "" {
+			addPeer(h, h.NextPublicKey, h.NextWGAddr, h.NextWGPort)
 		}
-		peers = append(peers, wgdev.Peer{PublicKey: pk, Endpoint: &net.UDPAddr{IP: h.Underlay.AsSlice(), Port: h.WGPort},
-			AllowedIPs: []net.IPNet{{IP: h.Tunnel.AsSlice(), Mask: net.CIDRMask(32, 32)}}, Keepalive: 25 * time.Second})
 	}
-	ch, err := a.WG.ReconcilePeers(peers)
-	if err != nil {
-		return err
+	// New and changed peers first; peers that left are removed last, after the FDB and routes stopped
+	// pointing at them (a peer that switched its key slot keeps receiving until then).
+	devs := []*wgdev.Device{own.Send}
+	if own.Other != nil {
+		devs = append(devs, own.Other)
 	}
-	a.Writes.Peers += len(ch.Added) + len(ch.Updated) + len(ch.Removed)
+	for _, dev := range devs {
+		ch, err := dev.UpsertPeers(peers)
+		if err != nil {
+			return err
+		}
+		a.Writes.Peers += len(ch.Added) + len(ch.Updated)
+	}
 
 	// FDB (tunnel MAC → outer destination) and neighbour (tunnel address → tunnel MAC) entries.
 	for via, l := range links {
@@ -211,8 +268,17 @@ func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
 	// Routes: WireGuard tunnel /32s, then prefixes via their primary member.
 	want := map[string]*netlink.Route{}
 	for _, h := range d.Hops {
-		if h.Via == ViaWireGuard {
-			r := &netlink.Route{LinkIndex: wgl.Attrs().Index, Dst: prefixNet(netip.PrefixFrom(h.Tunnel, 32)), Protocol: RouteProtocol, Scope: netlink.SCOPE_LINK}
+		if h.Via != ViaWireGuard {
+			continue
+		}
+		// A rotating peer's next address is routed too, so when it switches, the FDB entry can move to it
+		// in one write (without the route, that address would fall into its pod CIDR's route).
+		for _, addr := range []netip.Addr{h.WGAddr, h.NextWGAddr} {
+			if !addr.IsValid() {
+				continue
+			}
+			r := &netlink.Route{LinkIndex: wgl.Attrs().Index, Dst: prefixNet(netip.PrefixFrom(addr, 32)), Src: src.AsSlice(),
+				Protocol: RouteProtocol, Scope: netlink.SCOPE_LINK}
 			want[r.Dst.String()] = r
 		}
 	}
@@ -235,6 +301,13 @@ func (a *Applier) Apply(d Desired, key wgtypes.Key) error {
 	}
 	if err := a.syncRoutes(want, wgl.Attrs().Index); err != nil {
 		return err
+	}
+	for _, dev := range devs {
+		ch, err := dev.ReconcilePeers(peers)
+		if err != nil {
+			return err
+		}
+		a.Writes.Peers += len(ch.Removed)
 	}
 	if a.BPF != nil {
 		st, err := a.BPF.Sync(BPFDesired(d, links))
@@ -280,15 +353,21 @@ func (a *Applier) syncFDB(l netlink.Link, want map[string]NextHop, via Via) erro
 	if err != nil {
 		return fmt.Errorf("failed to list FDB of %s: %w", l.Attrs().Name, err)
 	}
-	seen := map[string]bool{}
+	seen, moved := map[string]bool{}, map[string]bool{}
 	for _, n := range have {
 		h, ok := want[n.HardwareAddr.String()]
 		dst := h.Underlay
 		if via == ViaWireGuard {
-			dst = h.Tunnel
+			dst = h.WGAddr
 		}
 		if ok && n.IP.Equal(dst.AsSlice()) && !seen[n.HardwareAddr.String()] {
 			seen[n.HardwareAddr.String()] = true
+			continue
+		}
+		if ok && !seen[n.HardwareAddr.String()] && !moved[n.HardwareAddr.String()] {
+			// Still wanted with another destination (a peer's WireGuard slot switched): replaced in place
+			// below; deleting first would drop the packets sent in between.
+			moved[n.HardwareAddr.String()] = true
 			continue
 		}
 		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -302,7 +381,7 @@ func (a *Applier) syncFDB(l netlink.Link, want map[string]NextHop, via Via) erro
 		}
 		dst := h.Underlay
 		if via == ViaWireGuard {
-			dst = h.Tunnel
+			dst = h.WGAddr
 		}
 		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
 			State: netlink.NUD_PERMANENT, HardwareAddr: h.MAC, IP: dst.AsSlice()}
@@ -393,7 +472,8 @@ func sameRoute(h, w netlink.Route) bool {
 		return true
 	}
 	// A native route leaves the device to the kernel (w.LinkIndex 0).
-	return (w.LinkIndex == 0 || h.LinkIndex == w.LinkIndex) && h.Gw.Equal(w.Gw) && h.MTU == w.MTU && h.AdvMSS == w.AdvMSS
+	return (w.LinkIndex == 0 || h.LinkIndex == w.LinkIndex) && h.Gw.Equal(w.Gw) && h.MTU == w.MTU && h.AdvMSS == w.AdvMSS &&
+		(w.Src == nil || h.Src.Equal(w.Src))
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

@@ -70,9 +70,18 @@ type NextHop struct {
 	Tunnel    netip.Addr
 	MAC       net.HardwareAddr
 	PublicKey string
-	WGPort    int
-	ProbePort int
-	MTU       int
+	// WGAddr is the peer's address inside WireGuard: its tunnel address in slot 0, the next one in slot 1
+	// (see netv1.NodeNetworkSpec.WireGuardSlot). The allowed IP of PublicKey and the VXLAN-in-WireGuard
+	// destination.
+	WGAddr netip.Addr
+	// WGPort is the listen port of the peer's current slot.
+	WGPort int
+	// NextPublicKey, NextWGAddr and NextWGPort describe the peer's other slot while it rotates its key.
+	NextPublicKey string
+	NextWGAddr    netip.Addr
+	NextWGPort    int
+	ProbePort     int
+	MTU           int
 }
 
 // Key identifies a next hop.
@@ -106,6 +115,19 @@ func NodeMAC(node string) net.HardwareAddr {
 	binary.BigEndian.PutUint32(m[2:], h.Sum32())
 	return m
 }
+
+// SlotAddr is a node's address inside WireGuard for a slot: its tunnel address for slot 0, the next address
+// for slot 1. Two slots have two addresses so a peer can accept the old and the new key at once during a
+// rotation (WireGuard allows an address on one peer of a device only).
+func SlotAddr(tunnel netip.Addr, slot int) netip.Addr {
+	if slot == 1 {
+		return tunnel.Next()
+	}
+	return tunnel
+}
+
+// SlotPort is the WireGuard listen port of a slot: the published port for slot 0, the next port for slot 1.
+func SlotPort(base, slot int) int { return base + slot }
 
 // MemberID is a node's rendezvous identity in the eBPF program.
 func MemberID(node string) uint32 {
@@ -190,6 +212,12 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			WGPort: int(p.Ports.WireGuard), ProbePort: int(p.Ports.Probe)}
 		if n.WGPort == 0 {
 			n.WGPort = DefaultWireGuardPort
+		}
+		slot := int(p.WireGuardSlot) & 1
+		base := n.WGPort
+		n.WGAddr, n.WGPort = SlotAddr(t, slot), SlotPort(base, slot)
+		if p.NextPublicKey != "" {
+			n.NextPublicKey, n.NextWGAddr, n.NextWGPort = p.NextPublicKey, SlotAddr(t, 1-slot), SlotPort(base, 1-slot)
 		}
 		if n.ProbePort == 0 {
 			n.ProbePort = int(in.Plan.HealthProbe.Port)

@@ -82,3 +82,61 @@ func Store(path string, k wgtypes.Key) error {
 	}
 	return nil
 }
+
+// SlotKeyPath is the key file of a WireGuard slot in dir: private.key for slot 0 (the file nodes had before
+// rotation existed), private-1.key for slot 1.
+func SlotKeyPath(dir string, slot int) string {
+	if slot == 0 {
+		return filepath.Join(dir, "private.key")
+	}
+	return filepath.Join(dir, fmt.Sprintf("private-%d.key", slot))
+}
+
+// Slots is the node's WireGuard slot state: Current carries the published key; Next is the slot being
+// brought up by a rotation, or -1.
+type Slots struct {
+	Current, Next int
+}
+
+// Rotating reports whether a rotation is in progress.
+func (s Slots) Rotating() bool { return s.Next >= 0 }
+
+// LoadSlots reads dir/slot ("0", "1", or "0>1"/"1>0" during a rotation); a missing file is slot 0, not
+// rotating. One small file written atomically makes the switch a single rename: after a crash the node
+// comes back either before or after it, never half-way.
+func LoadSlots(dir string) (Slots, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "slot")) //nolint:gosec // the daemon's state directory
+	if errors.Is(err, fs.ErrNotExist) {
+		return Slots{Current: 0, Next: -1}, nil
+	}
+	if err != nil {
+		return Slots{}, fmt.Errorf("failed to read WireGuard slot state in %s: %w", dir, err)
+	}
+	switch strings.TrimSpace(string(b)) {
+	case "0":
+		return Slots{Current: 0, Next: -1}, nil
+	case "1":
+		return Slots{Current: 1, Next: -1}, nil
+	case "0>1":
+		return Slots{Current: 0, Next: 1}, nil
+	case "1>0":
+		return Slots{Current: 1, Next: 0}, nil
+	}
+	return Slots{}, fmt.Errorf("failed to parse WireGuard slot state in %s: %q is not 0, 1, 0>1 or 1>0", dir, strings.TrimSpace(string(b)))
+}
+
+// StoreSlots writes the slot state atomically.
+func StoreSlots(dir string, s Slots) error {
+	v := fmt.Sprint(s.Current)
+	if s.Rotating() {
+		v = fmt.Sprintf("%d>%d", s.Current, s.Next)
+	}
+	tmp := filepath.Join(dir, ".slot.tmp")
+	if err := os.WriteFile(tmp, []byte(v+"\n"), 0o600); err != nil {
+		return fmt.Errorf("failed to write WireGuard slot state in %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "slot")); err != nil {
+		return fmt.Errorf("failed to write WireGuard slot state in %s: %w", dir, err)
+	}
+	return nil
+}

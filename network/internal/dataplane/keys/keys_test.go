@@ -43,3 +43,21 @@ func TestLoadTightensAndRejectsGarbage(t *testing.T) {
 	b, _ := os.ReadFile(bad)
 	g.Expect(string(b)).To(Equal("not a key"), "an unparsable key is never replaced")
 }
+
+func TestSlots(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	s, err := LoadSlots(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(Slots{Current: 0, Next: -1}), "no file: slot 0, as before rotation existed")
+	g.Expect(SlotKeyPath(dir, 0)).To(Equal(filepath.Join(dir, "private.key")))
+	for _, want := range []Slots{{0, 1}, {1, -1}, {1, 0}, {0, -1}} {
+		g.Expect(StoreSlots(dir, want)).To(Succeed())
+		got, err := LoadSlots(dir)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(want))
+	}
+	g.Expect(os.WriteFile(filepath.Join(dir, "slot"), []byte("2\n"), 0o600)).To(Succeed())
+	_, err = LoadSlots(dir)
+	g.Expect(err).To(MatchError(ContainSubstring(`"2" is not 0, 1`)))
+}

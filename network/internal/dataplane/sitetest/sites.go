@@ -77,6 +77,9 @@ type Node struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	PubKey  string
+	// Slot and NextKey are the node's published WireGuard slot and rotation key.
+	Slot    int32
+	NextKey string
 }
 
 // Sites is a two-site topology: site "a" (node a1 behind gateways ga1, ga2) and site "b" (node b2 behind
@@ -222,13 +225,34 @@ func (s *Sites) WaitPublished(n *Node) {
 		if err := yaml.Unmarshal(b, &spec); err != nil {
 			return "", err
 		}
-		n.PubKey = spec.PublicKey
+		n.PubKey, n.Slot, n.NextKey = spec.PublicKey, spec.WireGuardSlot, spec.NextPublicKey
 		return spec.PublicKey, nil
 	}, 20*time.Second, 50*time.Millisecond).ShouldNot(gomega.BeEmpty(), func() string { return n.Log() })
 }
 
+// Republish re-reads every node's publication, as the controller would from the NodeNetworks, and rewrites
+// the plans when a key, slot or rotation key changed. It reports whether it did.
+func (s *Sites) Republish() bool {
+	s.T.Helper()
+	changed := false
+	for _, n := range s.Nodes {
+		spec, err := n.Publication()
+		if err != nil || spec.PublicKey == "" {
+			continue
+		}
+		if spec.PublicKey != n.PubKey || spec.WireGuardSlot != n.Slot || spec.NextPublicKey != n.NextKey {
+			n.PubKey, n.Slot, n.NextKey = spec.PublicKey, spec.WireGuardSlot, spec.NextPublicKey
+			changed = true
+		}
+	}
+	if changed {
+		s.WritePlans(nil)
+	}
+	return changed
+}
+
 func (s *Sites) peer(n *Node) netv1.Peer {
-	p := netv1.Peer{Node: n.Name, PodCIDRs: []string{n.PodCIDR.String()}, PublicKey: n.PubKey,
+	p := netv1.Peer{Node: n.Name, PodCIDRs: []string{n.PodCIDR.String()}, PublicKey: n.PubKey, WireGuardSlot: n.Slot, NextPublicKey: n.NextKey,
 		Endpoints: []netv1.Endpoint{{Address: n.LAN.String(), Type: netv1.EndpointInternal}}}
 	if n.WAN.IsValid() {
 		p.Endpoints = append(p.Endpoints, netv1.Endpoint{Address: n.WAN.String(), Type: netv1.EndpointExternal})

@@ -215,6 +215,16 @@ func (c Changes) Empty() bool { return len(c.Added)+len(c.Updated)+len(c.Removed
 
 // ReconcilePeers makes the device's peers equal to desired, writing only peers that are new, differ, or are gone.
 func (d *Device) ReconcilePeers(desired []Peer) (Changes, error) {
+	return d.reconcilePeers(desired, true)
+}
+
+// UpsertPeers adds and updates the peers of desired like ReconcilePeers but removes none, so a caller can
+// point traffic away from a peer before removing it.
+func (d *Device) UpsertPeers(desired []Peer) (Changes, error) {
+	return d.reconcilePeers(desired, false)
+}
+
+func (d *Device) reconcilePeers(desired []Peer, remove bool) (Changes, error) {
 	cur, err := d.State()
 	if err != nil {
 		return Changes{}, err
@@ -244,7 +254,7 @@ func (d *Device) ReconcilePeers(desired []Peer) (Changes, error) {
 		}
 	}
 	for k := range have {
-		if !want[k] {
+		if remove && !want[k] {
 			cfgs = append(cfgs, wgtypes.PeerConfig{PublicKey: k, Remove: true})
 			ch.Removed = append(ch.Removed, k)
 		}

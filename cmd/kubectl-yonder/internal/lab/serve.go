@@ -290,6 +290,9 @@ func waitForNodes(ctx context.Context, s *stack.Stack, namespace string, want, w
 		}
 		return readyMachines >= want && len(sites) >= wantSites, nil
 	})
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted while waiting for Ready workers: %w", ctx.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("workers did not become Ready in %s (manager logs in %s; `kubectl yonder describe cluster %s`): %w", timeout, s.Logs(), ClusterName, err)
 	}

@@ -24,7 +24,9 @@ func newStatusCommand(o *cli.Options) *cobra.Command {
 		Use:   "status",
 		Short: "Show whether the lab runs, its kubeconfigs, hosts, Machines and Nodes",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return Status(cmd.Context(), dir, o.Now, cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Status(cmd.Context(), dir, o.Now, cmd.OutOrStdout())
+		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", defaultDir(), "directory of the lab's files")
 	return cmd

@@ -1,0 +1,297 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// snapshot is what `lab down` must leave as it found it: network namespaces, links in the root
+// namespace, mounts of the root mount namespace, and processes.
+type snapshot struct {
+	netns  map[string]bool
+	links  map[string]bool
+	master map[string]string // link key → its bridge
+	mounts map[string]bool
+	procs  map[int]string // pid → "starttime cmdline" (the start time tells a reused pid apart)
+}
+
+func take(t *testing.T) snapshot {
+	t.Helper()
+	s := snapshot{netns: map[string]bool{}, links: map[string]bool{}, master: map[string]string{}, mounts: map[string]bool{}, procs: map[int]string{}}
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			// name@inode: a namespace of the same name made by another test is another namespace.
+			var st syscall.Stat_t
+			if err := syscall.Stat("/run/netns/"+f[0], &st); err == nil {
+				s.netns[fmt.Sprintf("%s@%d", f[0], st.Ino)] = true
+			}
+		}
+	}
+	out, err = exec.Command("ip", "-o", "link", "show").Output()
+	if err != nil {
+		t.Fatalf("ip link: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			// name@ifindex: indexes are not reused soon, so a link of the same name made later differs.
+			k := strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0] + "@" + strings.TrimSuffix(f[0], ":")
+			s.links[k] = true
+			for i := range f[:len(f)-1] {
+				if f[i] == "master" {
+					s.master[k] = f[i+1]
+				}
+			}
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("mountinfo: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(mi))
+	for sc.Scan() {
+		// mount point and source, without the ids that change with every remount.
+		f := strings.Fields(sc.Text())
+		if len(f) > 5 {
+			s.mounts[f[4]+" "+f[len(f)-2]] = true
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err1 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		cmd, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 19 {
+			s.procs[pid] = fields[19] + " " + strings.ReplaceAll(string(cmd), "\x00", " ")
+		}
+	}
+	return s
+}
+
+// labnetName matches names of lab networks (namespaces, bridges, veths, their /run/netns mounts). Tests
+// running at the same time create and remove those; the lab's own are checked by identity instead.
+var labnetName = regexp.MustCompile(`(^|/run/netns/)(yh|ylab|yv|yp)\d+`)
+
+// foreign says which objects to leave out of the before/after comparison: labnet objects the lab does not
+// own (other tests' networks), and objects whose names do not look like anything the lab makes (other
+// tests' namespaces, links and mounts) unless the lab owned them.
+func foreign(owned map[string]bool, labLike *regexp.Regexp) func(string) bool {
+	return func(k string) bool {
+		if owned[k] {
+			return false
+		}
+		return labnetName.MatchString(k) || !labLike.MatchString(k)
+	}
+}
+
+func diff(before, after map[string]bool, ignore func(string) bool) (added, removed []string) {
+	for k := range after {
+		if !before[k] && !ignore(k) {
+			added = append(added, k)
+		}
+	}
+	for k := range before {
+		if !after[k] && !ignore(k) {
+			removed = append(removed, k)
+		}
+	}
+	return added, removed
+}
+
+// The lab's promise: `lab down` removes every namespace, link, process and mount `lab up` created, and
+// nothing else. The test builds the real plugin, brings a lab up (hosts at two sites, the whole
+// management stack), records what the lab owns, tears it down and compares the machine before and after.
+func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
+	g := NewWithT(t)
+	bin := filepath.Join(t.TempDir(), "kubectl-yonder")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-yonder")
+	build.Dir = testbins.RepoRoot()
+	out, err := build.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	dir := t.TempDir()
+
+	// A process the lab did not start: it must survive.
+	bystander := exec.Command("sleep", "600")
+	g.Expect(bystander.Start()).To(Succeed())
+	t.Cleanup(func() { _ = bystander.Process.Kill(); _ = bystander.Wait() })
+
+	// A namespace, a link and a mount the lab did not make: they must survive too.
+	bys := fmt.Sprintf("ybys%d", os.Getpid()%100000)
+	g.Expect(exec.Command("ip", "netns", "add", bys).Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", bys).Run() })
+	g.Expect(exec.Command("ip", "link", "add", bys, "type", "bridge").Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bys).Run() })
+	mnt := t.TempDir()
+	g.Expect(exec.Command("mount", "-t", "tmpfs", "ybystander", mnt).Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+
+	before := take(t)
+	var bystanderNS, bystanderLink string
+	for k := range before.netns {
+		if strings.HasPrefix(k, bys+"@") {
+			bystanderNS = k
+		}
+	}
+	for k := range before.links {
+		if strings.HasPrefix(k, bys+"@") {
+			bystanderLink = k
+		}
+	}
+	bystanderMount := mnt + " ybystander"
+	g.Expect(before.mounts).To(HaveKey(bystanderMount))
+	g.Expect(bystanderNS).NotTo(BeEmpty())
+	g.Expect(bystanderLink).NotTo(BeEmpty())
+	args := []string{"lab", "up", "--dir", dir, "--hosts", "1", "--sites", "2"}
+	if os.Getenv("YONDER_LAB_TEST_CLUSTER") == "" {
+		// Joining workers takes minutes; YONDER_LAB_TEST_CLUSTER=1 checks the teardown of a lab with Nodes too.
+		args = append(args, "--no-cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	up := exec.CommandContext(ctx, bin, args...)
+	out, err = up.CombinedOutput()
+	t.Logf("lab up:\n%s", out)
+	st, stErr := ReadState(dir)
+	t.Cleanup(func() { _ = exec.Command(bin, "lab", "down", "--dir", dir).Run() })
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stErr).NotTo(HaveOccurred())
+	g.Expect(string(out)).To(ContainSubstring(ReadyMarker))
+	g.Expect(st.Hosts).To(HaveLen(2))
+	g.Expect(map[string]bool{st.Hosts[0].Site: true, st.Hosts[1].Site: true}).To(HaveLen(2))
+
+	status, err := exec.Command(bin, "lab", "status", "--dir", dir).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(status))
+	g.Expect(string(status)).To(ContainSubstring("Lab: ready"))
+	g.Expect(string(status)).To(ContainSubstring(st.Hosts[1].Address))
+
+	during := take(t)
+	slot, err := strconv.Atoi(strings.TrimPrefix(st.Bridge, "ylab"))
+	g.Expect(err).NotTo(HaveOccurred())
+	// What the lab owns, by identity: namespaces named after its slot or holding one of its processes,
+	// links named after its slot or enslaved to its bridge, mounts of those namespaces or under its directory.
+	ours := map[int]string{}
+	for pid, p := range during.procs {
+		if before.procs[pid] == p {
+			continue
+		}
+		if pid == st.PID || strings.Contains(p, dir) || strings.Contains(p, "10.250."+strconv.Itoa(slot)+".") {
+			ours[pid] = p
+		}
+	}
+	g.Expect(len(ours)).To(BeNumerically(">=", 5), "supervisor, etcd and apiserver ×2, managers, sshd: %v", ours)
+	ourNetns := map[uint64]bool{}
+	for pid := range ours {
+		var st syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err == nil {
+			ourNetns[st.Ino] = true
+		}
+	}
+	var rootNetns syscall.Stat_t
+	g.Expect(syscall.Stat("/proc/self/ns/net", &rootNetns)).To(Succeed())
+	delete(ourNetns, rootNetns.Ino)
+	ownName := regexp.MustCompile(fmt.Sprintf(`(^|/run/netns/)(yh|ylab|yv|yp)%d(\D|$)`, slot))
+	owned := map[string]bool{}
+	ownedNS := map[string]bool{}
+	for k := range during.netns {
+		name, ino, _ := strings.Cut(k, "@")
+		n, _ := strconv.ParseUint(ino, 10, 64)
+		if !before.netns[k] && (ownName.MatchString(name) || ourNetns[n]) {
+			owned[k], ownedNS[name] = true, true
+		}
+	}
+	for k := range during.links {
+		if !before.links[k] && (ownName.MatchString(k) || during.master[k] == st.Bridge) {
+			owned[k] = true
+		}
+	}
+	for k := range during.mounts {
+		mp := strings.Fields(k)[0]
+		if !before.mounts[k] && (ownedNS[strings.TrimPrefix(mp, "/run/netns/")] || strings.Contains(k, dir)) {
+			owned[k] = true
+		}
+	}
+	var ownedNames []string
+	for k := range owned {
+		ownedNames = append(ownedNames, strings.SplitN(k, "@", 2)[0])
+	}
+	g.Expect(ownedNames).To(ContainElements("yh"+strconv.Itoa(slot)+"-site-a-0", "yh"+strconv.Itoa(slot)+"-site-b-0", st.Bridge), "the lab's hosts are namespaces on its bridge")
+	ignore := foreign(owned, regexp.MustCompile(regexp.QuoteMeta(dir)+`|^ylab|/run/netns/|^(yv|yp)\d`))
+
+	down, err := exec.Command(bin, "lab", "down", "--dir", dir).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(down))
+	g.Expect(string(down)).To(ContainSubstring("lab removed"))
+	after := take(t)
+
+	// Nothing the lab owned is left, and nothing that looks like the lab's appeared or vanished otherwise.
+	// (Other engineers' tests create and remove their own namespaces at the same time: a strict diff of
+	// the whole machine would flag them; the bystanders below check "nothing else" for real objects.)
+	for name, pair := range map[string][2]map[string]bool{
+		"network namespaces": {before.netns, after.netns},
+		"links":              {before.links, after.links},
+		"mounts":             {before.mounts, after.mounts},
+	} {
+		added, removed := diff(pair[0], pair[1], ignore)
+		g.Expect(added).To(BeEmpty(), "%s that look like the lab's and appeared", name)
+		g.Expect(removed).To(BeEmpty(), "%s that existed before the lab and are gone", name)
+	}
+	for _, k := range []string{bystanderNS, bystanderLink} {
+		g.Expect(after.netns[k] || after.links[k]).To(BeTrue(), "bystander %s survives", k)
+	}
+	g.Expect(after.mounts).To(HaveKey(bystanderMount), "bystander mount survives")
+	for k := range owned {
+		g.Expect(after.netns[k] || after.links[k] || after.mounts[k]).To(BeFalse(), "%s of the lab is still there", k)
+	}
+	var left []string
+	for pid, p := range ours {
+		if after.procs[pid] == p {
+			left = append(left, fmt.Sprintf("%d %s", pid, p))
+		}
+	}
+	g.Expect(left).To(BeEmpty(), "processes of the lab still running")
+	g.Expect(after.procs).To(HaveKeyWithValue(bystander.Process.Pid, before.procs[bystander.Process.Pid]), "a process the lab did not start survives")
+	_, err = os.Stat(StatePath(dir))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "no state is left")
+	g.Expect(exec.Command(bin, "lab", "status", "--dir", dir).Run()).NotTo(Succeed(), "status says no lab runs")
+}
+
+func TestOptionsRejectBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Dir: "d", HostsPerSite: 0, Sites: 2}, "--hosts"},
+		{Options{Dir: "d", HostsPerSite: 1, Sites: 5}, "--sites"},
+		{Options{Dir: "d", HostsPerSite: 1, Sites: 2, Workers: 3}, "--workers"},
+		{Options{Dir: "d", HostsPerSite: 1, Sites: 2, Metal: true}, "--metal"},
+	} {
+		g := NewWithT(t)
+		g.Expect(tc.o.validate()).To(MatchError(ContainSubstring(tc.want)))
+	}
+	g := NewWithT(t)
+	g.Expect((&Options{Dir: "d", HostsPerSite: 2, Sites: 2}).validate()).To(Succeed())
+}

@@ -9,6 +9,8 @@
 #   hack/test-bins.sh --packages install only the Debian packages the tests need
 #   hack/test-bins.sh --rootfs   build (once) the node rootfs archive for yonder-agent host tests, print its path
 #   hack/test-bins.sh --rootfs-print  print the rootfs archive path without building (exit 1 if missing)
+#   hack/test-bins.sh --metal-kernel  fetch (once) the Debian kernel + virtio modules for bare-metal PXE e2e, print its dir
+#   hack/test-bins.sh --metal-kernel-print  print that dir without fetching (exit 1 if missing)
 #
 # A warm run returns in well under a second: each component has a stamp file and is skipped when present.
 set -euo pipefail
@@ -158,6 +160,36 @@ build_rootfs() {
   echo "$out"
 }
 # ---------------------------------------------------------------------------------------------------------
+# Kernel for bare-metal PXE boots (infrastructure-baremetal e2e): Debian's linux-image-amd64 (apt-get download
+# + dpkg -x, no install), cached as <cache>/metal-kernel/<package>/ with vmlinuz and the few modules a QEMU
+# host needs before its agent runs (virtio NIC; the TPM TIS driver is built in). The e2e builds the initramfs
+# itself (busybox-static + the static yonder-agent of the tree under test). Tests find it with
+# `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL.
+METAL_KERNEL_MODULES="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+metal_kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+build_metal_kernel() {
+  local pkg; pkg=$(metal_kernel_pkg)
+  [ -n "$pkg" ] || { log "metal kernel: apt-cache knows no linux-image-amd64 (apt-get update?)"; return 1; }
+  local out="${CACHE_ROOT}/metal-kernel/${pkg}"
+  if [ -f "$out/.complete" ]; then echo "$out"; return 0; fi
+  local tmp="${out}.tmp"; rm -rf "$tmp" && mkdir -p "$tmp/dl" "$tmp/x" "$tmp/modules"
+  log "metal kernel: apt-get download ${pkg}…"
+  (cd "$tmp/dl" && apt-get download "$pkg" >/dev/null 2>&1) || { log "metal kernel: apt-get download ${pkg} failed"; return 1; }
+  dpkg -x "$tmp/dl/"*.deb "$tmp/x"
+  cp "$tmp/x/boot/vmlinuz-"* "$tmp/vmlinuz"
+  local m f
+  for m in $METAL_KERNEL_MODULES; do
+    f=$(find "$tmp/x/lib/modules" -name "${m}.ko*" | head -1)
+    [ -n "$f" ] || { log "metal kernel: module ${m} missing in ${pkg}"; return 1; }
+    case "$f" in *.ko.xz) xz -dc "$f" > "$tmp/modules/${m}.ko" ;; *.ko.zst) zstd -qdc "$f" > "$tmp/modules/${m}.ko" ;; *) cp "$f" "$tmp/modules/${m}.ko" ;; esac
+  done
+  echo "$METAL_KERNEL_MODULES" > "$tmp/modules/order"
+  rm -rf "$tmp/dl" "$tmp/x" && touch "$tmp/.complete"
+  rm -rf "$out" && mv "$tmp" "$out"
+  log "metal kernel: ready in $out"
+  echo "$out"
+}
+# ---------------------------------------------------------------------------------------------------------
 
 case "${1:-}" in
   --rootfs) build_rootfs; exit $? ;;
@@ -168,11 +200,16 @@ case "${1:-}" in
     [ -f "${BIN_DIR}/.complete" ] || { echo "test binaries not built: run make test-bins" >&2; exit 1; }
     echo "${BIN_DIR}"; exit 0 ;;
   --packages) install_packages; exit $? ;;
+  --metal-kernel) build_metal_kernel; exit $? ;;
+  --metal-kernel-print)
+    d="${CACHE_ROOT}/metal-kernel/$(metal_kernel_pkg)"; [ -f "$d/.complete" ] || { echo "metal kernel not fetched: run hack/test-bins.sh --metal-kernel" >&2; exit 1; }
+    echo "$d"; exit 0 ;;
 esac
 
 if [ -f "${BIN_DIR}/.complete" ] && [ "${1:-}" != "--force" ]; then
   install_packages
   build_rootfs >/dev/null
+  build_metal_kernel >/dev/null
   echo "${BIN_DIR}"; exit 0
 fi
 
@@ -185,5 +222,6 @@ build_component kubernetes "${KUBERNETES_VERSION}" build_kubernetes
 build_component containerd "${CONTAINERD_VERSION}" build_containerd
 assemble
 build_rootfs >/dev/null
+build_metal_kernel >/dev/null
 log "all test binaries and the node rootfs ready in ${BIN_DIR} ($((SECONDS - total))s)"
 echo "${BIN_DIR}"

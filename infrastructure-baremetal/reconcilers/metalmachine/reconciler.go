@@ -76,14 +76,17 @@ type Reconciler struct {
 
 type recentClaim struct {
 	cluster string
-	at      time.Time
+	// readVersion is the host's resourceVersion this replica read just before claiming it: a cache that
+	// still shows it has not seen the claim yet.
+	readVersion string
+	at          time.Time
 }
 
 // recentClaimTTL bounds how long a claim is remembered; the cache shows it long before.
 const recentClaimTTL = time.Minute
 
 // overlayRecent marks hosts this replica claimed recently as claimed in a cached list that does not
-// show it yet, and forgets claims the cache has caught up with.
+// show the claim yet (same resourceVersion as read before the claim), and forgets the others.
 func (r *Reconciler) overlayRecent(hosts []bmov1alpha1.BareMetalHost) {
 	now := time.Now()
 	for k, c := range r.recent {
@@ -97,7 +100,7 @@ func (r *Reconciler) overlayRecent(hosts []bmov1alpha1.BareMetalHost) {
 		if !ok {
 			continue
 		}
-		if h.Spec.ConsumerRef != nil {
+		if h.ResourceVersion != c.readVersion {
 			delete(r.recent, client.ObjectKeyFromObject(h))
 			continue
 		}
@@ -404,6 +407,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 	}
 	h.Labels[ClusterLabel] = s.cluster.Name
 	// Update carries the resourceVersion just read: of two concurrent claims only one succeeds.
+	readVersion := h.ResourceVersion
 	if err := r.Client.Update(ctx, h); err != nil {
 		if apierrors.IsConflict(err) {
 			log.V(4).Info("Lost the race for a host, trying again", "BareMetalHost", klog.KObj(h))
@@ -411,7 +415,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 		}
 		return nil, false, fmt.Errorf("failed to claim BareMetalHost %s: %w", klog.KObj(h), err)
 	}
-	r.recent[client.ObjectKeyFromObject(h)] = recentClaim{cluster: s.cluster.Name, at: time.Now()}
+	r.recent[client.ObjectKeyFromObject(h)] = recentClaim{cluster: s.cluster.Name, readVersion: readVersion, at: time.Now()}
 	return h, false, nil
 }
 
@@ -437,7 +441,6 @@ func (r *Reconciler) setReservation(ctx context.Context, m *infrav1.YonderMetalM
 		m.Annotations = before.Annotations
 		return fmt.Errorf("failed to record the host reservation of YonderMetalMachine %s: %w", klog.KObj(m), err)
 	}
-	m.ResourceVersion = latest.ResourceVersion
 	return nil
 }
 

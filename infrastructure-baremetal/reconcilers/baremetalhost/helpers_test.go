@@ -3,6 +3,8 @@ package baremetalhost_test
 import (
 	"context"
 	"net"
+	"os"
+	"strconv"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -34,4 +36,11 @@ func mustMAC(s string) net.HardwareAddr {
 		panic(err)
 	}
 	return m
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

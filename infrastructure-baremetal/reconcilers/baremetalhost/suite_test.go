@@ -72,7 +72,7 @@ func startController(t testing.TB, r *baremetalhost.Reconciler, namespaces ...st
 	r.Namespaces = namespaces
 	ctx, cancel := context.WithCancel(context.Background())
 	skip := true
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: 4}); err != nil {
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: controllerConcurrency}); err != nil {
 		cancel()
 		t.Fatalf("failed to set up the host controller: %v", err)
 	}
@@ -299,3 +299,7 @@ func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
 	defer p.mu.Unlock()
 	return p.pxeBoots[id], append([]string(nil), p.data[id]...), append([]string(nil), p.errs[id]...)
 }
+
+// controllerConcurrency is the workers of controllers started by startController (the manager's default
+// is 10; functional tests use fewer so interleavings show).
+var controllerConcurrency = 4

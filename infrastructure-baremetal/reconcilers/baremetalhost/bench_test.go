@@ -1,0 +1,146 @@
+package baremetalhost_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func maxRSSMiB() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Maxrss) / 1024
+}
+
+// BenchmarkRegisterInspect1000 registers and inspects an inventory of BareMetalHosts (default 1,000,
+// BENCH_HOSTS overrides) on emulated BMCs — one emulator process serving every system, in-memory power —
+// until all are available. Baseline, same run: the same Redfish work (connect with a session, read the
+// system and its inventory, log out) done directly by 10 workers without the controller or the API
+// server. Reported: wall time of each, the ratio, this process's CPU (controller + emulator; the
+// baseline's CPU is the emulator + client share), peak RSS, Redfish requests per host.
+func BenchmarkRegisterInspect1000(b *testing.B) {
+	n := envInt("BENCH_HOSTS", 1000)
+	g := NewWithT(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		sim := startSim(b, redfishsim.NewMemoryDriver())
+		for j := 0; j < n; j++ {
+			sim.AddSystem(redfishsim.DefaultSystem(fmt.Sprintf("s%04d", j), fmt.Sprintf("52:54:01:00:%02x:%02x", j>>8, j&0xff)))
+		}
+
+		// Baseline: the Redfish calls alone.
+		addrs := make(chan string, n)
+		for j := 0; j < n; j++ {
+			addrs <- sim.Address(fmt.Sprintf("s%04d", j))
+		}
+		close(addrs)
+		reqBefore := sim.TotalRequests()
+		cpu0, t0 := cpuTime(), time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for w := 0; w < 10; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for a := range addrs {
+					errs <- directInspect(ctx, a)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+		baseWall, baseCPU := time.Since(t0), cpuTime()-cpu0
+		baseReq := sim.TotalRequests() - reqBefore
+
+		// The controller.
+		ns := env.CreateNamespace(ctx, b, "bmh-bench").Name
+		runtime.GC()
+		r := testReconciler(nil)
+		r.PowerPollInterval = time.Hour // measure registration and inspection, not the power poll
+		// The inventory is written first, then the controller starts: the figure is the controller's.
+		t0 = time.Now()
+		for j := 0; j < n; j++ {
+			id := fmt.Sprintf("s%04d", j)
+			newHost(g, ns, "h"+id, sim, id, fmt.Sprintf("52:54:01:00:%02x:%02x", j>>8, j&0xff), bmcPass)
+		}
+		created := time.Since(t0)
+		controllerConcurrency = 10
+		defer func() { controllerConcurrency = 4 }()
+		reqBefore = sim.TotalRequests()
+		cpu0, t0 = cpuTime(), time.Now()
+		proc := startController(b, r, ns)
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+			list := &metal3v1.BareMetalHostList{}
+			if err := env.List(ctx, list, client.InNamespace(ns)); err != nil {
+				return false, err
+			}
+			done := 0
+			for k := range list.Items {
+				if list.Items[k].Status.Provisioning.State == metal3v1.StateAvailable && list.Items[k].Status.HardwareDetails != nil {
+					done++
+				}
+			}
+			return done == n, nil
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		wall, cpu := time.Since(t0), cpuTime()-cpu0
+		req := sim.TotalRequests() - reqBefore
+		proc.stop()
+
+		b.ReportMetric(wall.Seconds(), "s-to-available")
+		b.ReportMetric(created.Seconds(), "s-writing-inventory")
+		b.ReportMetric(baseWall.Seconds(), "s-baseline")
+		b.ReportMetric(wall.Seconds()/baseWall.Seconds(), "x-baseline")
+		b.ReportMetric(cpu.Seconds(), "cpu-s")
+		b.ReportMetric(baseCPU.Seconds(), "cpu-s-baseline")
+		b.ReportMetric(maxRSSMiB(), "maxrss-MiB")
+		b.ReportMetric(float64(req)/float64(n), "redfish-req/host")
+		b.ReportMetric(float64(baseReq)/float64(n), "redfish-req/host-baseline")
+		b.Logf("%d hosts: available %s after the controller started (writing the inventory took %s), baseline %s; CPU %s vs %s; %.1f Redfish requests/host vs %.1f",
+			n, wall.Round(time.Millisecond), created.Round(time.Millisecond), baseWall.Round(time.Millisecond), cpu.Round(time.Millisecond),
+			baseCPU.Round(time.Millisecond), float64(req)/float64(n), float64(baseReq)/float64(n))
+	}
+}
+
+func directInspect(ctx context.Context, address string) error {
+	a, err := redfish.ParseAddress(address)
+	if err != nil {
+		return err
+	}
+	pin, err := redfish.ProbeCertificate(ctx, a, 0)
+	if err != nil {
+		return err
+	}
+	c, err := redfish.Dial(ctx, redfish.Config{Address: a, Username: bmcUser, Password: bmcPass, PinnedCertSHA256: pin})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.System(ctx); err != nil {
+		return err
+	}
+	_, err = c.Inventory(ctx)
+	return err
+}

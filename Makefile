@@ -51,7 +51,12 @@ lint: ## Run golangci-lint (gofmt, goimports, vet, errcheck, gosec, importas, st
 ##@ Generation
 
 .PHONY: generate
-generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) generate-plugin ## Regenerate deepcopy code and manifests
+generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) generate-plugin generate-bpf ## Regenerate deepcopy code, manifests and eBPF objects
+
+.PHONY: generate-bpf
+generate-bpf: ## Recompile the committed eBPF objects (bpf2go, Debian's clang-14 and libbpf-dev; output is byte-identical across runs and checkouts)
+	@echo "bpf2go network/internal/dataplane/bpf"
+	@cd network/internal/dataplane/bpf && $(GO) generate ./...
 
 .PHONY: generate-go
 generate-go: ## Generate deepcopy code for every api/ package

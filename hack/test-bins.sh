@@ -29,7 +29,7 @@ BUILD_ROOT="${CACHE_ROOT}/build"
 DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
   runc systemd-container containernetworking-plugins busybox-static zstd curl ca-certificates
   isc-dhcp-client tftp-hpa swtpm swtpm-tools ipxe qemu-system-x86 ovmf kea-admin kea-dhcp4-server debootstrap
-  iperf3 iputils-ping)
+  iperf3 iputils-ping clang-14 llvm libbpf-dev)
 
 log() { printf '[test-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

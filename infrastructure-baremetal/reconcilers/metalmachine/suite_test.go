@@ -323,6 +323,12 @@ func newMachineDeployment(g Gomega, ns, name string, cluster *clusterv1.Cluster,
 			Spec: infrav1.YonderMetalMachineSpec{Image: testImage(), AutomatedCleaningMode: "metadata",
 				HostSelector: infrav1.HostSelector{MatchLabels: sel}}}}}
 	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	return newMachineDeploymentFrom(g, ns, name, cluster, data, replicas, tmpl.Name)
+}
+
+// newMachineDeploymentFrom creates a MachineDeployment of replicas from an existing template.
+func newMachineDeploymentFrom(g Gomega, ns, name string, cluster *clusterv1.Cluster, data string, replicas int32, tmpl string) *clusterv1.MachineDeployment {
+	ctx := context.Background()
 	labels := map[string]string{"md": name}
 	md := &clusterv1.MachineDeployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -334,7 +340,7 @@ func newMachineDeployment(g Gomega, ns, name string, cluster *clusterv1.Cluster,
 				Spec: clusterv1.MachineSpec{
 					ClusterName: cluster.Name, Version: "v1.36.3",
 					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data)},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl.Name},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl},
 				},
 			},
 		},

@@ -71,7 +71,7 @@ runcmd:
 	// Ownership needs root; the test may run as anyone, so chown is neutralised for the check.
 	shim := filepath.Join(root, "bin")
 	g.Expect(os.MkdirAll(shim, 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(shim, "chown"), []byte("#!/bin/sh\nexit 0\n"), 0o755)).To(Succeed()) //nolint:gosec // a test shim
+	g.Expect(os.WriteFile(filepath.Join(shim, "chown"), []byte("#!/bin/sh\nexit 0\n"), 0o755)).To(Succeed())
 	line, err := OneLiner(script)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(line).NotTo(ContainSubstring("\n"))

@@ -30,7 +30,7 @@ import (
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	networkv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
 
 // Scheme knows the kinds kubectl-yonder reads and writes: Kubernetes core, CAPI core, Yonder's providers
@@ -40,7 +40,7 @@ var Scheme = runtime.NewScheme()
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, bootstrapv1.AddToScheme,
-		controlplanev1.AddToScheme, networkv1.AddToScheme,
+		controlplanev1.AddToScheme, netv1.AddToScheme,
 	} {
 		if err := add(Scheme); err != nil {
 			panic(err)
@@ -190,9 +190,9 @@ func (o *Options) PrintObjects(objs ...client.Object) (bool, error) {
 // Table writes rows under a header, aligned like kubectl's tables.
 func (o *Options) Table(header []string, rows [][]string) error {
 	w := tabwriter.NewWriter(o.Out, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(w, strings.Join(header, "\t"))
+	_, _ = fmt.Fprintln(w, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(w, strings.Join(r, "\t"))
+		_, _ = fmt.Fprintln(w, strings.Join(r, "\t"))
 	}
 	return w.Flush()
 }

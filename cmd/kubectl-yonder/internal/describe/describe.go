@@ -21,7 +21,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	networkv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 )
@@ -47,8 +47,8 @@ type View struct {
 	Hosts         []infrav1.YonderSSHHost
 	Machines      []clusterv1.Machine
 	Nodes         []corev1.Node
-	NodeNetworks  []networkv1.NodeNetwork
-	PeerSlices    []networkv1.PeerSlice
+	NodeNetworks  []netv1.NodeNetwork
+	PeerSlices    []netv1.PeerSlice
 	WorkloadError string
 	NetworkError  string
 }
@@ -90,8 +90,8 @@ func Gather(ctx context.Context, c client.Client, ns, name string) (*View, error
 	}
 	v.Nodes = nodes.Items
 	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
-	nns := &networkv1.NodeNetworkList{}
-	pss := &networkv1.PeerSliceList{}
+	nns := &netv1.NodeNetworkList{}
+	pss := &netv1.PeerSliceList{}
 	if err := wl.Client.List(ctx, nns); err != nil {
 		v.NetworkError = networkErr(err)
 		return v, nil
@@ -154,10 +154,10 @@ func Cluster(ctx context.Context, o *cli.Options, name string) error {
 func Print(o *cli.Options, v *View) error {
 	w := o.Out
 	cl := v.Cluster
-	fmt.Fprintf(w, "Cluster %s/%s  phase %s  control plane %s  age %s\n", cl.Namespace, cl.Name, cli.Dash(cl.Status.Phase), endpoint(cl), o.Age(cl.CreationTimestamp.Time))
+	_, _ = fmt.Fprintf(w, "Cluster %s/%s  phase %s  control plane %s  age %s\n", cl.Namespace, cl.Name, cli.Dash(cl.Status.Phase), endpoint(cl), o.Age(cl.CreationTimestamp.Time))
 	conditions(w, "  ", cl.Status.Conditions)
 
-	fmt.Fprintf(w, "\nHosts (YonderSSHHosts claimed by this Cluster): %d\n", len(v.Hosts))
+	_, _ = fmt.Fprintf(w, "\nHosts (YonderSSHHosts claimed by this Cluster): %d\n", len(v.Hosts))
 	if len(v.Hosts) > 0 {
 		rows := [][]string{}
 		for _, h := range v.Hosts {
@@ -166,7 +166,7 @@ func Print(o *cli.Options, v *View) error {
 		table(w, []string{"HOST", "ADDRESS", "PHASE", "MACHINE", "FAILURE DOMAIN"}, rows)
 	}
 
-	fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
+	_, _ = fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
 	if len(v.Machines) > 0 {
 		rows := [][]string{}
 		for _, m := range v.Machines {
@@ -175,12 +175,12 @@ func Print(o *cli.Options, v *View) error {
 		table(w, []string{"MACHINE", "PHASE", "FAILURE DOMAIN", "NODE", "PROVIDER ID", "VERSION", "NOT TRUE"}, rows)
 	}
 
-	fmt.Fprintf(w, "\nNodes (workload cluster): ")
+	_, _ = fmt.Fprintf(w, "\nNodes (workload cluster): ")
 	if v.WorkloadError != "" {
-		fmt.Fprintf(w, "unavailable: %s\n", v.WorkloadError)
+		_, _ = fmt.Fprintf(w, "unavailable: %s\n", v.WorkloadError)
 		return nil
 	}
-	fmt.Fprintf(w, "%d\n", len(v.Nodes))
+	_, _ = fmt.Fprintf(w, "%d\n", len(v.Nodes))
 	if len(v.Nodes) > 0 {
 		rows := [][]string{}
 		for _, n := range v.Nodes {
@@ -189,12 +189,12 @@ func Print(o *cli.Options, v *View) error {
 		table(w, []string{"NODE", "READY", "SITE", "INTERNAL IP", "POD CIDRS", "KUBELET", "AGE"}, rows)
 	}
 
-	fmt.Fprintf(w, "\nTunnels (network add-on): ")
+	_, _ = fmt.Fprintf(w, "\nTunnels (network add-on): ")
 	if v.NetworkError != "" {
-		fmt.Fprintf(w, "%s\n", v.NetworkError)
+		_, _ = fmt.Fprintf(w, "%s\n", v.NetworkError)
 		return nil
 	}
-	fmt.Fprintf(w, "%d NodeNetworks, %d PeerSlices\n", len(v.NodeNetworks), len(v.PeerSlices))
+	_, _ = fmt.Fprintf(w, "%d NodeNetworks, %d PeerSlices\n", len(v.NodeNetworks), len(v.PeerSlices))
 	if len(v.NodeNetworks) > 0 {
 		rows := [][]string{}
 		for _, nn := range v.NodeNetworks {
@@ -239,7 +239,7 @@ func endpoint(cl *clusterv1.Cluster) string {
 
 func conditions(w io.Writer, indent string, cs []metav1.Condition) {
 	if len(cs) == 0 {
-		fmt.Fprintf(w, "%sno conditions reported yet\n", indent)
+		_, _ = fmt.Fprintf(w, "%sno conditions reported yet\n", indent)
 		return
 	}
 	rows := [][]string{}
@@ -279,7 +279,7 @@ func ready(n corev1.Node) string {
 
 // nodeSite is the network add-on's assignment, else the topology zone.
 func nodeSite(n corev1.Node) string {
-	if s := n.Labels[networkv1.SiteLabel]; s != "" {
+	if s := n.Labels[netv1.SiteLabel]; s != "" {
 		return s
 	}
 	return n.Labels[corev1.LabelTopologyZone]

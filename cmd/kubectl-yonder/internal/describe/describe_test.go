@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/test/builder"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	networkv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/site"
@@ -74,7 +74,7 @@ func TestDescribeClusterShowsBothSides(t *testing.T) {
 	g.Expect(out.String()).To(ContainSubstring("Nodes (workload cluster): unavailable"))
 
 	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-md-0-abc", Labels: map[string]string{networkv1.SiteLabel: "site-a"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-md-0-abc", Labels: map[string]string{netv1.SiteLabel: "site-a"}}}
 	g.Expect(wl.Create(ctx, node)).To(Succeed())
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.250.9.10"}}
@@ -94,8 +94,8 @@ func TestDescribeClusterShowsBothSides(t *testing.T) {
 			g.Expect(wl.Create(ctx, u.DeepCopy())).To(Succeed())
 		}
 	}
-	nn := &networkv1.NodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: "edge-md-0-abc"}, Spec: networkv1.NodeNetworkSpec{
-		Endpoints: []networkv1.Endpoint{{Address: "10.250.9.10", Type: networkv1.EndpointInternal}}, Protocols: []networkv1.Protocol{networkv1.ProtocolWireGuard}}}
+	nn := &netv1.NodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: "edge-md-0-abc"}, Spec: netv1.NodeNetworkSpec{
+		Endpoints: []netv1.Endpoint{{Address: "10.250.9.10", Type: netv1.EndpointInternal}}, Protocols: []netv1.Protocol{netv1.ProtocolWireGuard}}}
 	g.Eventually(func() error { return wl.Create(ctx, nn) }).WithTimeout(30e9).Should(Succeed())
 	out.Reset()
 	g.Expect(Cluster(ctx, o, "edge")).To(Succeed())

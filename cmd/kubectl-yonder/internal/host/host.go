@@ -329,7 +329,7 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 			wantBastion, _ = parseKey(existing.Spec.Bastion.HostKey)
 		}
 	}
-	fmt.Fprintf(o.ErrOut, "Connecting to %s as %s%s…\n", target.hostPort(), target.user, viaText(bastion))
+	_, _ = fmt.Fprintf(o.ErrOut, "Connecting to %s as %s%s…\n", target.hostPort(), target.user, viaText(bastion))
 	tk, bk, err := probe(ctx, signer, target, wantTarget, bastion, wantBastion, a.Timeout)
 	if err != nil {
 		var mm *KeyMismatchError
@@ -339,9 +339,9 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		return err
 	}
 	if bk != nil {
-		fmt.Fprintf(o.ErrOut, "Bastion %s host key: %s (%s)\n", bastion.hostPort(), FormatKey(bk), ssh.FingerprintSHA256(bk))
+		_, _ = fmt.Fprintf(o.ErrOut, "Bastion %s host key: %s (%s)\n", bastion.hostPort(), FormatKey(bk), ssh.FingerprintSHA256(bk))
 	}
-	fmt.Fprintf(o.ErrOut, "Host key of %s: %s\n  fingerprint %s\n", target.hostPort(), FormatKey(tk), ssh.FingerprintSHA256(tk))
+	_, _ = fmt.Fprintf(o.ErrOut, "Host key of %s: %s\n  fingerprint %s\n", target.hostPort(), FormatKey(tk), ssh.FingerprintSHA256(tk))
 
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretName(a.Name), Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-yonder"}},
@@ -381,7 +381,7 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		if err := c.Create(ctx, h); err != nil {
 			return fmt.Errorf("failed to create YonderSSHHost %s/%s: %w", ns, a.Name, err)
 		}
-		fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s created (host key %s pinned)\n", a.Name, ssh.FingerprintSHA256(tk))
+		_, _ = fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s created (host key %s pinned)\n", a.Name, ssh.FingerprintSHA256(tk))
 		return nil
 	}
 	// Re-adding updates the endpoint and labels but never touches the claim.
@@ -400,7 +400,7 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 	if err := c.Update(ctx, existing); err != nil {
 		return fmt.Errorf("failed to update YonderSSHHost %s/%s: %w", ns, a.Name, err)
 	}
-	fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s configured (host key %s unchanged)\n", a.Name, ssh.FingerprintSHA256(tk))
+	_, _ = fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s configured (host key %s unchanged)\n", a.Name, ssh.FingerprintSHA256(tk))
 	return nil
 }
 
@@ -460,7 +460,7 @@ func List(ctx context.Context, o *cli.Options, all bool) error {
 		return err
 	}
 	if len(hosts.Items) == 0 {
-		fmt.Fprintln(o.ErrOut, "No YonderSSHHosts found.")
+		_, _ = fmt.Fprintln(o.ErrOut, "No YonderSSHHosts found.")
 		return nil
 	}
 	header := []string{"NAME", "ADDRESS", "PHASE", "CLAIMED BY", "CLUSTER", "FAILURE DOMAIN", "AGE"}

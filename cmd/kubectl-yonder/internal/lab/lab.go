@@ -167,7 +167,7 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 		return fmt.Errorf("failed to create %s: %w", l.Dir, err)
 	}
 	logPath := filepath.Join(l.Dir, "lab.log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.Create(logPath) //nolint:gosec // the lab directory is the operator's choice
 	if err != nil {
 		return fmt.Errorf("failed to create %s: %w", logPath, err)
 	}
@@ -175,7 +175,7 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("failed to find this program: %w", err)
 	}
-	cmd := exec.Command(self, append([]string{"lab", "serve"}, l.args()...)...) //nolint:gosec // our own binary
+	cmd := exec.Command(self, append([]string{"lab", "serve"}, l.args()...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = testbins.RepoRoot()
 	// Its own session: the lab outlives this command and a Ctrl-C in this terminal after `up` returned.
@@ -187,9 +187,9 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 	_ = logFile.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	fmt.Fprintf(out, "Lab supervisor started (pid %d); log %s\n", cmd.Process.Pid, logPath)
+	_, _ = fmt.Fprintf(out, "Lab supervisor started (pid %d); log %s\n", cmd.Process.Pid, logPath)
 
-	f, err := os.Open(logPath)
+	f, err := os.Open(logPath) //nolint:gosec // the log just created above
 	if err != nil {
 		return err
 	}
@@ -205,12 +205,12 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 			if err != nil {
 				break
 			}
-			fmt.Fprint(out, partial)
+			_, _ = fmt.Fprint(out, partial)
 			switch strings.TrimSpace(partial) {
 			case ReadyMarker:
 				return nil
 			case FailedMarker:
-				<-exited
+				_ = <-exited
 				return fmt.Errorf("the lab did not come up; see %s", logPath)
 			}
 			partial = ""
@@ -219,12 +219,12 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 		case err := <-exited:
 			// Drain what the supervisor wrote last.
 			rest, _ := io.ReadAll(r)
-			fmt.Fprint(out, partial+string(rest))
+			_, _ = fmt.Fprint(out, partial+string(rest))
 			return fmt.Errorf("the lab supervisor exited before the lab was ready (%v); see %s", err, logPath)
 		case <-ctx.Done():
-			fmt.Fprintln(out, "Interrupted: tearing the lab down…")
+			_, _ = fmt.Fprintln(out, "Interrupted: tearing the lab down…")
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
+			_ = <-exited
 			return ctx.Err()
 		case <-tick.C:
 		}
@@ -313,17 +313,17 @@ func Down(ctx context.Context, dir string, timeout time.Duration, out io.Writer)
 	start := time.Now()
 	st, err := ReadState(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(out, "No lab is running (no %s).\n", StatePath(dir))
+		_, _ = fmt.Fprintf(out, "No lab is running (no %s).\n", StatePath(dir))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if !st.Alive() {
-		fmt.Fprintf(out, "The lab supervisor (pid %d) is gone; removing its state. Leftover namespaces and links of its network are removed by the next lab or test that takes slot %s.\n", st.PID, st.Bridge)
+		_, _ = fmt.Fprintf(out, "The lab supervisor (pid %d) is gone; removing its state. Leftover namespaces and links of its network are removed by the next lab or test that takes slot %s.\n", st.PID, st.Bridge)
 		return os.Remove(StatePath(dir))
 	}
-	fmt.Fprintf(out, "[down %5.1fs] stopping the lab (supervisor pid %d): managers, hosts (agent reset), control planes, network\n", time.Since(start).Seconds(), st.PID)
+	_, _ = fmt.Fprintf(out, "[down %5.1fs] stopping the lab (supervisor pid %d): managers, hosts (agent reset), control planes, network\n", time.Since(start).Seconds(), st.PID)
 	if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("failed to signal the lab supervisor %d: %w", st.PID, err)
 	}
@@ -341,7 +341,7 @@ func Down(ctx context.Context, dir string, timeout time.Duration, out io.Writer)
 	if _, err := os.Stat(StatePath(dir)); err == nil {
 		return fmt.Errorf("the lab supervisor exited without finishing its teardown; see %s", filepath.Join(dir, "lab.log"))
 	}
-	fmt.Fprintf(out, "[down %5.1fs] lab removed\n", time.Since(start).Seconds())
+	_, _ = fmt.Fprintf(out, "[down %5.1fs] lab removed\n", time.Since(start).Seconds())
 	return nil
 }
 

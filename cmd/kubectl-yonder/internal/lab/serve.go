@@ -31,7 +31,7 @@ import (
 const ClusterName = "lab"
 
 // siteName is the name of site i: site-a, site-b, …
-func siteName(i int) string { return "site-" + string(rune('a'+i)) }
+func siteName(i int) string { return "site-" + string("abcdefghijklmnopqrstuvwxyz"[i%26]) }
 
 // Serve runs the lab in this process: it brings everything up, prints the next commands and ReadyMarker,
 // then holds the lab until ctx ends or SIGINT/SIGTERM arrives, and tears it all down.
@@ -40,11 +40,11 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	defer stop()
 	start := time.Now()
 	step := func(format string, args ...any) {
-		fmt.Fprintf(out, "[lab %6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+		_, _ = fmt.Fprintf(out, "[lab %6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	defer func() {
 		if rerr != nil {
-			fmt.Fprintf(out, "error: %v\n%s\n", rerr, FailedMarker)
+			_, _ = fmt.Fprintf(out, "error: %v\n%s\n", rerr, FailedMarker)
 		}
 	}()
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
@@ -131,7 +131,7 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	}
 	step("lab ready in %.1fs", time.Since(start).Seconds())
 	printNext(out, l, st)
-	fmt.Fprintln(out, ReadyMarker)
+	_, _ = fmt.Fprintln(out, ReadyMarker)
 	if !hold {
 		return nil
 	}
@@ -153,7 +153,7 @@ func testBins(ctx context.Context, out io.Writer) error {
 		go func() {
 			sc := bufio.NewScanner(pr)
 			for sc.Scan() {
-				fmt.Fprintf(out, "    %s\n", sc.Text())
+				_, _ = fmt.Fprintf(out, "    %s\n", sc.Text())
 			}
 			close(done)
 		}()
@@ -313,7 +313,7 @@ func siteOf(s *stack.Stack, m clusterv1.Machine) string {
 }
 
 func printNext(out io.Writer, l *Options, st *State) {
-	fmt.Fprintf(out, `
+	_, _ = fmt.Fprintf(out, `
 Kubeconfigs:
   management (CAPI, Yonder's providers, the Cluster):  %[1]s
   workload   (the Nodes):                             %[2]s

@@ -48,15 +48,15 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 	if !st.Ready.IsZero() {
 		state = fmt.Sprintf("ready (up %s, came up in %s)", now().Sub(st.Ready).Round(time.Second), st.Ready.Sub(st.Started).Round(100*time.Millisecond))
 	}
-	fmt.Fprintf(out, "Lab: %s, supervisor pid %d, log %s/lab.log\n", state, st.PID, dir)
+	_, _ = fmt.Fprintf(out, "Lab: %s, supervisor pid %d, log %s/lab.log\n", state, st.PID, dir)
 	if st.Bridge != "" {
-		fmt.Fprintf(out, "Network: bridge %s (%s)\n", st.Bridge, st.Prefix)
+		_, _ = fmt.Fprintf(out, "Network: bridge %s (%s)\n", st.Bridge, st.Prefix)
 	}
 	if st.ManagementKubeconfig != "" {
-		fmt.Fprintf(out, "Kubeconfigs: management %s\n             workload   %s\n", st.ManagementKubeconfig, st.WorkloadKubeconfig)
+		_, _ = fmt.Fprintf(out, "Kubeconfigs: management %s\n             workload   %s\n", st.ManagementKubeconfig, st.WorkloadKubeconfig)
 	}
 	if len(st.Hosts) > 0 {
-		fmt.Fprintf(out, "\n")
+		_, _ = fmt.Fprintf(out, "\n")
 		rows := [][]string{}
 		for _, h := range st.Hosts {
 			rows = append(rows, []string{h.Name, h.Site, h.Address, h.Namespace})
@@ -74,7 +74,7 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 	if err := mgmt.List(ctx, ms, client.InNamespace(st.Namespace)); err != nil {
 		return fmt.Errorf("failed to list Machines: %w", err)
 	}
-	fmt.Fprintf(out, "\nMachines: %d\n", len(ms.Items))
+	_, _ = fmt.Fprintf(out, "\nMachines: %d\n", len(ms.Items))
 	if len(ms.Items) > 0 {
 		rows := [][]string{}
 		for _, m := range ms.Items {
@@ -90,7 +90,7 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 	if err := wl.List(ctx, nodes); err != nil {
 		return fmt.Errorf("failed to list Nodes: %w", err)
 	}
-	fmt.Fprintf(out, "\nNodes: %d\n", len(nodes.Items))
+	_, _ = fmt.Fprintf(out, "\nNodes: %d\n", len(nodes.Items))
 	if len(nodes.Items) > 0 {
 		rows := [][]string{}
 		for _, n := range nodes.Items {

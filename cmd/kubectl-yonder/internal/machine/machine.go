@@ -170,7 +170,7 @@ func ManualBootstrap(ctx context.Context, o *cli.Options, b *BootstrapOptions) e
 	if err != nil {
 		return fmt.Errorf("failed to create the join for %s: %w", b.NodeName, err)
 	}
-	fmt.Fprintf(o.ErrOut, "Created bootstrap token %s in the workload cluster of %s (expires %s, in %s).\n"+
+	_, _ = fmt.Fprintf(o.ErrOut, "Created bootstrap token %s in the workload cluster of %s (expires %s, in %s).\n"+
 		"Run the line below on the host as root, e.g. `… | ssh root@HOST sudo bash`. It contains the token.\n",
 		res.TokenID, req.Cluster, res.Expires.Format(time.RFC3339), b.TTL)
 	if b.Script {

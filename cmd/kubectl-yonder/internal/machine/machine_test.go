@@ -64,14 +64,14 @@ func TestManualBootstrapJoinsAHostOverSSH(t *testing.T) {
 	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
 		Spec: clusterv1.ClusterSpec{
-			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}, //nolint:gosec // a port
+			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)},
 			ControlPlaneRef:      clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "edge-cp"},
 		}}
 	g.Expect(env.Create(ctx, cluster)).To(Succeed())
 	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
 
 	agentFile := filepath.Join(t.TempDir(), "yonder-agent")
-	g.Expect(os.WriteFile(agentFile, []byte(fakeAgent), 0o755)).To(Succeed()) //nolint:gosec // an executable for the host
+	g.Expect(os.WriteFile(agentFile, []byte(fakeAgent), 0o755)).To(Succeed())
 	sum := sha256.Sum256([]byte(fakeAgent))
 
 	out, errOut := &bytes.Buffer{}, &bytes.Buffer{}

@@ -111,7 +111,7 @@ func Init(ctx context.Context, o *cli.Options, i *InitOptions) error {
 			if err := c.Patch(ctx, u.DeepCopy(), client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil { //nolint:staticcheck // client.Apply with unstructured is the documented SSA path
 				return fmt.Errorf("failed to apply %s %s to %s: %w", u.GetKind(), name(u), target, err)
 			}
-			fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(u.GetKind()), u.GetName())
+			_, _ = fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(u.GetKind()), u.GetName())
 		}
 		if pass {
 			if err := waitEstablished(ctx, c, objs, i.Timeout); err != nil {
@@ -119,7 +119,7 @@ func Init(ctx context.Context, o *cli.Options, i *InitOptions) error {
 			}
 		}
 	}
-	fmt.Fprintf(o.ErrOut, "The network add-on is installed in %s. Next: create Sites (network.yonder.dev) and label Nodes with their site.\n", target)
+	_, _ = fmt.Fprintf(o.ErrOut, "The network add-on is installed in %s. Next: create Sites (network.yonder.dev) and label Nodes with their site.\n", target)
 	return nil
 }
 

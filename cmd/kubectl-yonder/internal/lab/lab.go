@@ -210,8 +210,8 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 			case ReadyMarker:
 				return nil
 			case FailedMarker:
-				_ = <-exited
-				return fmt.Errorf("the lab did not come up; see %s", logPath)
+				err := <-exited
+				return fmt.Errorf("the lab did not come up (supervisor: %v); see %s", err, logPath)
 			}
 			partial = ""
 		}
@@ -224,7 +224,9 @@ func Up(ctx context.Context, l *Options, out io.Writer) error {
 		case <-ctx.Done():
 			_, _ = fmt.Fprintln(out, "Interrupted: tearing the lab down…")
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = <-exited
+			if err := <-exited; err != nil {
+				return fmt.Errorf("interrupted; the supervisor's teardown reported %w (see %s)", err, logPath)
+			}
 			return ctx.Err()
 		case <-tick.C:
 		}

@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +26,7 @@ const ControllerName = "yonder-metal-manager"
 // Scheme returns the scheme the provider uses: core, CAPI, this provider's kinds and Metal3's.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, bmov1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, metal3v1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("failed to build scheme: %w", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"sort"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -58,7 +58,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("YonderMetalCluster"), mgr.GetClient(), &infrav1.YonderMetalCluster{})),
 			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
 		// Only label changes of hosts can change the failure domains; status writes are frequent.
-		Watches(&bmov1alpha1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToClusters),
+		Watches(&metal3v1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToClusters),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, predicate.Funcs{
 				CreateFunc: func(e event.CreateEvent) bool { return true }, DeleteFunc: func(e event.DeleteEvent) bool { return true },
 				UpdateFunc: func(event.UpdateEvent) bool { return false }, GenericFunc: func(event.GenericEvent) bool { return false },
@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "InvalidHostSelector", Message: err.Error()})
 		return ctrl.Result{}, nil
 	}
-	hosts := &bmov1alpha1.BareMetalHostList{}
+	hosts := &metal3v1.BareMetalHostList{}
 	if err := r.Client.List(ctx, hosts, client.InNamespace(c.Namespace)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list BareMetalHosts in namespace %s: %w", c.Namespace, err)
 	}
@@ -131,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 // FailureDomains returns the sorted union of extra and the failure-domain labels of the hosts matching
 // sel (at most 100). Hosts are workers, so no domain is offered to control plane machines.
-func FailureDomains(extra []string, hosts []bmov1alpha1.BareMetalHost, sel labels.Selector) []clusterv1.FailureDomain {
+func FailureDomains(extra []string, hosts []metal3v1.BareMetalHost, sel labels.Selector) []clusterv1.FailureDomain {
 	seen := map[string]bool{}
 	for _, fd := range extra {
 		seen[fd] = true

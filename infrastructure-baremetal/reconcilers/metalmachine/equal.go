@@ -3,7 +3,7 @@ package metalmachine
 import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 )
 
-func equalSpec(a, b *bmov1alpha1.BareMetalHostSpec) bool { return equality.Semantic.DeepEqual(a, b) }
+func equalSpec(a, b *metal3v1.BareMetalHostSpec) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,12 +75,12 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 	sim.AddSystem(redfishsim.DefaultSystem("s1", mac))
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"},
 		Data: map[string][]byte{"username": []byte("admin"), "password": []byte("s3cret")}})).To(Succeed())
-	g.Expect(env.Create(ctx, &bmov1alpha1.BareMetalHost{
+	g.Expect(env.Create(ctx, &metal3v1.BareMetalHost{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1", Labels: map[string]string{baremetalhost.ManagedLabel: "true", "pool": "real"}},
-		Spec:       bmov1alpha1.BareMetalHostSpec{BMC: bmov1alpha1.BMCDetails{Address: sim.Address("s1"), CredentialsName: "bmc"}, BootMACAddress: mac},
+		Spec:       metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: sim.Address("s1"), CredentialsName: "bmc"}, BootMACAddress: mac},
 	})).To(Succeed())
 	startHostController(t, ns)
-	g.Eventually(func(g Gomega) bmov1alpha1.ProvisioningState { return host(g, ns, "r1").Status.Provisioning.State }).Should(Equal(bmov1alpha1.StateAvailable))
+	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return host(g, ns, "r1").Status.Provisioning.State }).Should(Equal(metal3v1.StateAvailable))
 	g.Expect(host(g, ns, "r1").Status.HardwareDetails).NotTo(BeNil(), "inspected through Redfish")
 
 	cluster := newCluster(t, g, ns, "real")
@@ -118,7 +118,7 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 		h := host(g, ns, "r1")
 		g.Expect(h.Spec.ConsumerRef).To(BeNil())
 		g.Expect(h.Spec.Image).To(BeNil())
-		g.Expect(h.Status.Provisioning.State).To(Equal(bmov1alpha1.StateAvailable))
+		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 		g.Expect(h.Status.ErrorType).To(BeEmpty())
 	}).Should(Succeed())
 	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"sort"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,50 +20,50 @@ import (
 const ConsumerKind = "YonderMetalMachine"
 
 // IsClaimedBy reports whether h's consumerRef names the YonderMetalMachine with uid.
-func IsClaimedBy(h *bmov1alpha1.BareMetalHost, uid types.UID) bool {
+func IsClaimedBy(h *metal3v1.BareMetalHost, uid types.UID) bool {
 	r := h.Spec.ConsumerRef
 	return r != nil && r.Kind == ConsumerKind && r.UID == uid
 }
 
 // Available reports whether h can be claimed: free, managed and ready (Metal3's "available", or the
 // older "ready"), not paused or detached, not in error, not being deleted.
-func Available(h *bmov1alpha1.BareMetalHost) bool {
+func Available(h *metal3v1.BareMetalHost) bool {
 	if h.Spec.ConsumerRef != nil || !h.DeletionTimestamp.IsZero() {
 		return false
 	}
-	if _, ok := h.Annotations[bmov1alpha1.PausedAnnotation]; ok {
+	if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
 		return false
 	}
-	if _, ok := h.Annotations[bmov1alpha1.DetachedAnnotation]; ok {
+	if _, ok := h.Annotations[metal3v1.DetachedAnnotation]; ok {
 		return false
 	}
-	if h.Status.ErrorType != "" || h.Status.OperationalStatus == bmov1alpha1.OperationalStatusError ||
-		h.Status.OperationalStatus == bmov1alpha1.OperationalStatusDetached {
+	if h.Status.ErrorType != "" || h.Status.OperationalStatus == metal3v1.OperationalStatusError ||
+		h.Status.OperationalStatus == metal3v1.OperationalStatusDetached {
 		return false
 	}
 	s := h.Status.Provisioning.State
-	return s == bmov1alpha1.StateAvailable || s == bmov1alpha1.StateReady
+	return s == metal3v1.StateAvailable || s == metal3v1.StateReady
 }
 
 // Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
 // again, or it never got past registration/inspection (nothing was written to it).
-func Released(h *bmov1alpha1.BareMetalHost) bool {
+func Released(h *metal3v1.BareMetalHost) bool {
 	switch h.Status.Provisioning.State {
-	case bmov1alpha1.StateAvailable, bmov1alpha1.StateReady, bmov1alpha1.StateNone, bmov1alpha1.StateUnmanaged,
-		bmov1alpha1.StateRegistering, bmov1alpha1.StateInspecting, bmov1alpha1.StatePreparing, bmov1alpha1.StateMatchProfile:
+	case metal3v1.StateAvailable, metal3v1.StateReady, metal3v1.StateNone, metal3v1.StateUnmanaged,
+		metal3v1.StateRegistering, metal3v1.StateInspecting, metal3v1.StatePreparing, metal3v1.StateMatchProfile:
 		return true
 	}
 	return false
 }
 
 // FailureDomain returns h's failure domain label ("" when it has none).
-func FailureDomain(h *bmov1alpha1.BareMetalHost) string { return h.Labels[infrav1.FailureDomainLabel] }
+func FailureDomain(h *metal3v1.BareMetalHost) string { return h.Labels[infrav1.FailureDomainLabel] }
 
 // Candidates returns the hosts a machine of cluster may claim, best first: matching sel; hosts in
 // failureDomain (when set) before others; then hosts in the failure domain holding the fewest hosts of
 // the same Cluster (spreading); then in random order, so equal hosts are used evenly and concurrent
 // claims of different Machines rarely collide.
-func Candidates(hosts []bmov1alpha1.BareMetalHost, sel *metav1.LabelSelector, failureDomain, cluster string) ([]*bmov1alpha1.BareMetalHost, error) {
+func Candidates(hosts []metal3v1.BareMetalHost, sel *metav1.LabelSelector, failureDomain, cluster string) ([]*metal3v1.BareMetalHost, error) {
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse hostSelector: %w", err)
@@ -75,13 +75,14 @@ func Candidates(hosts []bmov1alpha1.BareMetalHost, sel *metav1.LabelSelector, fa
 			perDomain[FailureDomain(h)]++
 		}
 	}
-	var out []*bmov1alpha1.BareMetalHost
+	var out []*metal3v1.BareMetalHost
 	for i := range hosts {
 		h := &hosts[i]
 		if Available(h) && s.Matches(labels.Set(h.Labels)) {
 			out = append(out, h)
 		}
 	}
+	//nolint:gosec // spreading load over equal hosts needs no unpredictability
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	sort.SliceStable(out, func(i, j int) bool {
 		if failureDomain != "" {
@@ -100,10 +101,10 @@ func Candidates(hosts []bmov1alpha1.BareMetalHost, sel *metav1.LabelSelector, fa
 // inventory and must not look like one of the Cluster's objects.)
 const ClusterLabel = "metal.infrastructure.yonder.dev/cluster-name"
 
-func clusterOf(h *bmov1alpha1.BareMetalHost) string { return h.Labels[ClusterLabel] }
+func clusterOf(h *metal3v1.BareMetalHost) string { return h.Labels[ClusterLabel] }
 
 // Addresses returns the machine addresses of h: the IPs of its inspected NICs and its hostname.
-func Addresses(h *bmov1alpha1.BareMetalHost) []clusterv1.MachineAddress {
+func Addresses(h *metal3v1.BareMetalHost) []clusterv1.MachineAddress {
 	var out []clusterv1.MachineAddress
 	hw := h.Status.HardwareDetails
 	if hw == nil {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,17 +15,17 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 )
 
-func bmh(name, fd string, mod ...func(*bmov1alpha1.BareMetalHost)) bmov1alpha1.BareMetalHost {
-	h := bmov1alpha1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "1",
+func bmh(name, fd string, mod ...func(*metal3v1.BareMetalHost)) metal3v1.BareMetalHost {
+	h := metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "1",
 		Labels: map[string]string{"pool": "p", infrav1.FailureDomainLabel: fd}, Annotations: map[string]string{}}}
-	h.Status.Provisioning.State = bmov1alpha1.StateAvailable
+	h.Status.Provisioning.State = metal3v1.StateAvailable
 	for _, m := range mod {
 		m(&h)
 	}
 	return h
 }
 
-func names(hs []*bmov1alpha1.BareMetalHost) []string {
+func names(hs []*metal3v1.BareMetalHost) []string {
 	out := []string{}
 	for _, h := range hs {
 		out = append(out, h.Name)
@@ -35,20 +35,20 @@ func names(hs []*bmov1alpha1.BareMetalHost) []string {
 
 func TestCandidatesSkipUnusableHosts(t *testing.T) {
 	g := NewWithT(t)
-	hosts := []bmov1alpha1.BareMetalHost{
+	hosts := []metal3v1.BareMetalHost{
 		bmh("ok", "a"),
-		bmh("ready", "a", func(h *bmov1alpha1.BareMetalHost) { h.Status.Provisioning.State = bmov1alpha1.StateReady }),
-		bmh("paused", "a", func(h *bmov1alpha1.BareMetalHost) { h.Annotations[bmov1alpha1.PausedAnnotation] = "" }),
-		bmh("detached", "a", func(h *bmov1alpha1.BareMetalHost) { h.Annotations[bmov1alpha1.DetachedAnnotation] = "" }),
-		bmh("error", "a", func(h *bmov1alpha1.BareMetalHost) { h.Status.ErrorType = bmov1alpha1.RegistrationError }),
-		bmh("consumed", "a", func(h *bmov1alpha1.BareMetalHost) { h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "Metal3Machine"} }),
-		bmh("inspecting", "a", func(h *bmov1alpha1.BareMetalHost) { h.Status.Provisioning.State = bmov1alpha1.StateInspecting }),
-		bmh("provisioned", "a", func(h *bmov1alpha1.BareMetalHost) { h.Status.Provisioning.State = bmov1alpha1.StateProvisioned }),
-		bmh("deleting", "a", func(h *bmov1alpha1.BareMetalHost) {
+		bmh("ready", "a", func(h *metal3v1.BareMetalHost) { h.Status.Provisioning.State = metal3v1.StateReady }),
+		bmh("paused", "a", func(h *metal3v1.BareMetalHost) { h.Annotations[metal3v1.PausedAnnotation] = "" }),
+		bmh("detached", "a", func(h *metal3v1.BareMetalHost) { h.Annotations[metal3v1.DetachedAnnotation] = "" }),
+		bmh("error", "a", func(h *metal3v1.BareMetalHost) { h.Status.ErrorType = metal3v1.RegistrationError }),
+		bmh("consumed", "a", func(h *metal3v1.BareMetalHost) { h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "Metal3Machine"} }),
+		bmh("inspecting", "a", func(h *metal3v1.BareMetalHost) { h.Status.Provisioning.State = metal3v1.StateInspecting }),
+		bmh("provisioned", "a", func(h *metal3v1.BareMetalHost) { h.Status.Provisioning.State = metal3v1.StateProvisioned }),
+		bmh("deleting", "a", func(h *metal3v1.BareMetalHost) {
 			h.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 			h.Finalizers = []string{"x"}
 		}),
-		bmh("otherpool", "a", func(h *bmov1alpha1.BareMetalHost) { h.Labels["pool"] = "q" }),
+		bmh("otherpool", "a", func(h *metal3v1.BareMetalHost) { h.Labels["pool"] = "q" }),
 	}
 	c, err := Candidates(hosts, &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}, "", "c1")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -60,12 +60,12 @@ func TestCandidatesSkipUnusableHosts(t *testing.T) {
 
 func TestCandidatesPreferFailureDomainThenSpread(t *testing.T) {
 	g := NewWithT(t)
-	mine := func(h *bmov1alpha1.BareMetalHost) {
+	mine := func(h *metal3v1.BareMetalHost) {
 		h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: ConsumerKind}
 		h.Labels[ClusterLabel] = "c1"
-		h.Status.Provisioning.State = bmov1alpha1.StateProvisioned
+		h.Status.Provisioning.State = metal3v1.StateProvisioned
 	}
-	hosts := []bmov1alpha1.BareMetalHost{bmh("a-used", "a", mine), bmh("a1", "a"), bmh("b1", "b"), bmh("b2", "b"), bmh("c-used", "c", mine), bmh("c1", "c")}
+	hosts := []metal3v1.BareMetalHost{bmh("a-used", "a", mine), bmh("a1", "a"), bmh("b1", "b"), bmh("b2", "b"), bmh("c-used", "c", mine), bmh("c1", "c")}
 	for range 20 {
 		c, err := Candidates(hosts, &metav1.LabelSelector{}, "", "c1")
 		g.Expect(err).NotTo(HaveOccurred())
@@ -92,12 +92,12 @@ func TestCandidatesPreferFailureDomainThenSpread(t *testing.T) {
 func TestOverlayRecentOnlyWhileTheCacheIsStale(t *testing.T) {
 	g := NewWithT(t)
 	r := &Reconciler{recent: map[client.ObjectKey]recentClaim{{Namespace: "ns", Name: "h"}: {cluster: "c1", readVersion: "1", at: time.Now()}}}
-	stale := []bmov1alpha1.BareMetalHost{bmh("h", "a")}
+	stale := []metal3v1.BareMetalHost{bmh("h", "a")}
 	r.overlayRecent(stale)
 	g.Expect(stale[0].Spec.ConsumerRef).NotTo(BeNil())
 	g.Expect(Available(&stale[0])).To(BeFalse())
 
-	released := []bmov1alpha1.BareMetalHost{bmh("h", "a", func(h *bmov1alpha1.BareMetalHost) { h.ResourceVersion = "7" })}
+	released := []metal3v1.BareMetalHost{bmh("h", "a", func(h *metal3v1.BareMetalHost) { h.ResourceVersion = "7" })}
 	r.overlayRecent(released)
 	g.Expect(Available(&released[0])).To(BeTrue())
 	g.Expect(r.recent).To(BeEmpty())
@@ -105,15 +105,15 @@ func TestOverlayRecentOnlyWhileTheCacheIsStale(t *testing.T) {
 
 func TestReleasedAndAddresses(t *testing.T) {
 	g := NewWithT(t)
-	for st, want := range map[bmov1alpha1.ProvisioningState]bool{
-		bmov1alpha1.StateAvailable: true, bmov1alpha1.StateReady: true, bmov1alpha1.StateNone: true,
-		bmov1alpha1.StateProvisioned: false, bmov1alpha1.StateProvisioning: false, bmov1alpha1.StateDeprovisioning: false,
+	for st, want := range map[metal3v1.ProvisioningState]bool{
+		metal3v1.StateAvailable: true, metal3v1.StateReady: true, metal3v1.StateNone: true,
+		metal3v1.StateProvisioned: false, metal3v1.StateProvisioning: false, metal3v1.StateDeprovisioning: false,
 	} {
-		h := bmh("h", "a", func(h *bmov1alpha1.BareMetalHost) { h.Status.Provisioning.State = st })
+		h := bmh("h", "a", func(h *metal3v1.BareMetalHost) { h.Status.Provisioning.State = st })
 		g.Expect(Released(&h)).To(Equal(want), "state %q", st)
 	}
-	h := bmh("h", "a", func(h *bmov1alpha1.BareMetalHost) {
-		h.Status.HardwareDetails = &bmov1alpha1.HardwareDetails{Hostname: "node-1", NIC: []bmov1alpha1.NIC{
+	h := bmh("h", "a", func(h *metal3v1.BareMetalHost) {
+		h.Status.HardwareDetails = &metal3v1.HardwareDetails{Hostname: "node-1", NIC: []metal3v1.NIC{
 			{Name: "eth0", IP: "10.0.0.5"}, {Name: "eth1", IP: "203.0.113.9"}, {Name: "eth2", IP: "fd00::5"}, {Name: "eth3"}}}
 	})
 	g.Expect(Addresses(&h)).To(Equal([]clusterv1.MachineAddress{

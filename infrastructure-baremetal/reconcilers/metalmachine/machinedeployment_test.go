@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +36,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		hostSpec{name: "c-paused", failureDomain: "c", labels: pool, paused: true},
 		hostSpec{name: "c-error", failureDomain: "c", labels: pool, errorMessage: "Redfish: 401 Unauthorized"},
 		hostSpec{name: "c-taken", failureDomain: "c", labels: pool, consumer: other},
-		hostSpec{name: "c-inspecting", failureDomain: "c", labels: pool, state: bmov1alpha1.StateInspecting},
+		hostSpec{name: "c-inspecting", failureDomain: "c", labels: pool, state: metal3v1.StateInspecting},
 		hostSpec{name: "c-otherpool", failureDomain: "c", labels: map[string]string{"pool": "other"}},
 	)
 	sim := simulateHostController(t, ns)
@@ -105,7 +105,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(h.Spec.Image.DiskFormat).To(HaveValue(Equal("qcow2")))
 		g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data.Name, Namespace: ns}))
 		g.Expect(h.Spec.Online).To(BeTrue())
-		g.Expect(h.Spec.AutomatedCleaningMode).To(Equal(bmov1alpha1.CleaningModeMetadata))
+		g.Expect(h.Spec.AutomatedCleaningMode).To(Equal(metal3v1.CleaningModeMetadata))
 		g.Expect(m.Status.Addresses).To(ContainElement(clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: h.Name}))
 		g.Expect(m.Status.Addresses).To(ContainElement(HaveField("Type", clusterv1.MachineInternalIP)))
 	}
@@ -121,7 +121,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	g.Eventually(func(g Gomega) {
 		deprovisioning := 0
 		for _, h := range hostList(g, ns) {
-			if h.Status.Provisioning.State == bmov1alpha1.StateDeprovisioning {
+			if h.Status.Provisioning.State == metal3v1.StateDeprovisioning {
 				deprovisioning++
 			}
 		}
@@ -131,7 +131,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	g.Eventually(func(g Gomega) {
 		free := 0
 		for _, h := range hostList(g, ns) {
-			if h.Spec.ConsumerRef == nil && h.Labels["pool"] == "rack" && h.Labels[infrav1.FailureDomainLabel] != "" && h.Status.Provisioning.State == bmov1alpha1.StateAvailable && h.Name != "c-error" {
+			if h.Spec.ConsumerRef == nil && h.Labels["pool"] == "rack" && h.Labels[infrav1.FailureDomainLabel] != "" && h.Status.Provisioning.State == metal3v1.StateAvailable && h.Name != "c-error" {
 				g.Expect(h.Spec.Image).To(BeNil())
 				g.Expect(h.Spec.UserData).To(BeNil())
 				g.Expect(h.Spec.Online).To(BeFalse())
@@ -154,4 +154,38 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 			g.Expect(n).To(Equal(1), "host %s provisioned %d times for consumer %s", h, n, uid)
 		}
 	}
+}
+
+// A host that fails to provision: its errorMessage reaches the YonderMetalMachine as HostError (an
+// operator sees what broke without reading the host), and deleting the Machine deprovisions the host,
+// which clears the error, and releases it.
+func TestHostErrorIsReportedAndReleasedOnDelete(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "err").Name
+	pool := map[string]string{"pool": "err"}
+	registerHosts(g, ns, hostSpec{name: "e1", labels: pool})
+	sim := simulateHostController(t, ns)
+	sim.setFail("e1", "writing the image failed: checksum mismatch")
+	cluster := newCluster(t, g, ns, "err")
+	startProvider(t, testOptions())
+	data := dataSecret(g, ns, "err-join", cluster.Name)
+	md := newMachineDeployment(g, ns, "err", cluster, data.Name, 1, pool)
+	g.Eventually(func(g Gomega) {
+		ms := metalMachines(g, ns)
+		g.Expect(ms).To(HaveLen(1))
+		c := condition(&ms[0], infrav1.HostProvisionedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.HostErrorReason))
+		g.Expect(c.Message).To(ContainSubstring("BareMetalHost e1 reports provisioning error: writing the image failed: checksum mismatch"))
+		g.Expect(condition(&ms[0], clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionFalse))
+	}).Should(Succeed())
+	scale(g, md, 0)
+	g.Eventually(func(g Gomega) {
+		g.Expect(metalMachines(g, ns)).To(BeEmpty())
+		h := host(g, ns, "e1")
+		g.Expect(h.Spec.ConsumerRef).To(BeNil())
+		g.Expect(h.Status.ErrorType).To(BeEmpty())
+		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
+	}).Should(Succeed())
 }

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,7 +87,7 @@ const recentClaimTTL = time.Minute
 
 // overlayRecent marks hosts this replica claimed recently as claimed in a cached list that does not
 // show the claim yet (same resourceVersion as read before the claim), and forgets the others.
-func (r *Reconciler) overlayRecent(hosts []bmov1alpha1.BareMetalHost) {
+func (r *Reconciler) overlayRecent(hosts []metal3v1.BareMetalHost) {
 	now := time.Now()
 	for k, c := range r.recent {
 		if now.Sub(c.at) > recentClaimTTL {
@@ -118,7 +118,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.APIReader = mgr.GetAPIReader()
 	}
 	log := ctrl.LoggerFrom(ctx)
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &bmov1alpha1.BareMetalHost{}, ConsumerUIDIndex, consumerUID); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &metal3v1.BareMetalHost{}, ConsumerUIDIndex, consumerUID); err != nil {
 		return fmt.Errorf("failed to index BareMetalHosts by consumer: %w", err)
 	}
 	gvk := infrav1.GroupVersion.WithKind(ConsumerKind)
@@ -134,12 +134,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
 		// Host status matters here (provisioning state, errors): every change of a host wakes its consumer.
-		Watches(&bmov1alpha1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines)).
+		Watches(&metal3v1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines)).
 		Complete(r)
 }
 
 func consumerUID(o client.Object) []string {
-	h, ok := o.(*bmov1alpha1.BareMetalHost)
+	h, ok := o.(*metal3v1.BareMetalHost)
 	if !ok || h.Spec.ConsumerRef == nil || h.Spec.ConsumerRef.Kind != ConsumerKind {
 		return nil
 	}
@@ -149,7 +149,7 @@ func consumerUID(o client.Object) []string {
 // hostToMachines wakes the consumer of a host and, when the host is free, the machines still waiting
 // for one.
 func (r *Reconciler) hostToMachines(ctx context.Context, o client.Object) []reconcile.Request {
-	h, ok := o.(*bmov1alpha1.BareMetalHost)
+	h, ok := o.(*metal3v1.BareMetalHost)
 	if !ok {
 		return nil
 	}
@@ -274,13 +274,13 @@ func setCond(m *infrav1.YonderMetalMachine, t string, status metav1.ConditionSta
 // claimedHost returns the host m has claimed, or nil. The annotations are hints (the claimed host, or
 // the one reserved just before a crash); the host's consumerRef is the truth. Without a hint the
 // consumer index finds a claim whose recording on m was lost.
-func (r *Reconciler) claimedHost(ctx context.Context, m *infrav1.YonderMetalMachine) (*bmov1alpha1.BareMetalHost, error) {
+func (r *Reconciler) claimedHost(ctx context.Context, m *infrav1.YonderMetalMachine) (*metal3v1.BareMetalHost, error) {
 	for _, a := range []string{infrav1.HostAnnotation, infrav1.ReservedHostAnnotation} {
 		name := m.Annotations[a]
 		if name == "" {
 			continue
 		}
-		h := &bmov1alpha1.BareMetalHost{}
+		h := &metal3v1.BareMetalHost{}
 		// The reservation is read uncached: the claim may have been written by the previous pass.
 		var reader client.Reader = r.Client
 		if a == infrav1.ReservedHostAnnotation {
@@ -294,7 +294,7 @@ func (r *Reconciler) claimedHost(ctx context.Context, m *infrav1.YonderMetalMach
 			return nil, fmt.Errorf("failed to get BareMetalHost %s: %w", klog.KRef(m.Namespace, name), err)
 		}
 	}
-	list := &bmov1alpha1.BareMetalHostList{}
+	list := &metal3v1.BareMetalHostList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingFields{ConsumerUIDIndex: string(m.UID)}); err != nil {
 		return nil, fmt.Errorf("failed to list BareMetalHosts claimed by %s: %w", klog.KObj(m), err)
 	}
@@ -348,7 +348,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 // claim chooses a host and records the claim: first the choice on m (optimistic lock on m: only one
 // replica's choice sticks), then the consumerRef on the host (optimistic lock on the host: only one
 // Machine's claim sticks). retry is true when a race was lost and the next pass should come soon.
-func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.BareMetalHost, retry bool, _ error) {
+func (r *Reconciler) claim(ctx context.Context, s *scope) (host *metal3v1.BareMetalHost, retry bool, _ error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
 	r.claimMu.Lock()
@@ -358,7 +358,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 	}
 	name := m.Annotations[infrav1.ReservedHostAnnotation]
 	if name == "" {
-		hosts := &bmov1alpha1.BareMetalHostList{}
+		hosts := &metal3v1.BareMetalHostList{}
 		if err := r.Client.List(ctx, hosts, client.InNamespace(m.Namespace)); err != nil {
 			return nil, false, fmt.Errorf("failed to list BareMetalHosts in namespace %s: %w", m.Namespace, err)
 		}
@@ -382,7 +382,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 			return nil, false, err
 		}
 	}
-	h := &bmov1alpha1.BareMetalHost{}
+	h := &metal3v1.BareMetalHost{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, h); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return nil, false, fmt.Errorf("failed to get BareMetalHost %s: %w", klog.KRef(m.Namespace, name), err)
@@ -419,8 +419,8 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (host *bmov1alpha1.Bar
 	return h, false, nil
 }
 
-func selects(m *infrav1.YonderMetalMachine, h *bmov1alpha1.BareMetalHost) bool {
-	c, err := Candidates([]bmov1alpha1.BareMetalHost{*h}, m.Spec.HostSelector.LabelSelector(), "", "")
+func selects(m *infrav1.YonderMetalMachine, h *metal3v1.BareMetalHost) bool {
+	c, err := Candidates([]metal3v1.BareMetalHost{*h}, m.Spec.HostSelector.LabelSelector(), "", "")
 	return err == nil && len(c) == 1
 }
 
@@ -445,11 +445,11 @@ func (r *Reconciler) setReservation(ctx context.Context, m *infrav1.YonderMetalM
 }
 
 // desiredImage converts the machine's image into Metal3's.
-func desiredImage(m *infrav1.YonderMetalMachine) *bmov1alpha1.Image {
+func desiredImage(m *infrav1.YonderMetalMachine) *metal3v1.Image {
 	if m.Spec.Image == nil {
 		return nil
 	}
-	img := &bmov1alpha1.Image{URL: m.Spec.Image.URL, Checksum: m.Spec.Image.Checksum, ChecksumType: bmov1alpha1.ChecksumType(m.Spec.Image.ChecksumType)}
+	img := &metal3v1.Image{URL: m.Spec.Image.URL, Checksum: m.Spec.Image.Checksum, ChecksumType: metal3v1.ChecksumType(m.Spec.Image.ChecksumType)}
 	if m.Spec.Image.Format != "" {
 		img.DiskFormat = ptr.To(string(m.Spec.Image.Format))
 	}
@@ -457,11 +457,11 @@ func desiredImage(m *infrav1.YonderMetalMachine) *bmov1alpha1.Image {
 }
 
 // handOff sets what the host needs to provision for m on h; it reports whether h changed.
-func handOff(m *infrav1.YonderMetalMachine, dataSecret string, h *bmov1alpha1.BareMetalHost) bool {
+func handOff(m *infrav1.YonderMetalMachine, dataSecret string, h *metal3v1.BareMetalHost) bool {
 	before := h.Spec.DeepCopy()
 	h.Spec.Image = desiredImage(m)
 	if m.Spec.CustomDeploy != nil {
-		h.Spec.CustomDeploy = &bmov1alpha1.CustomDeploy{Method: m.Spec.CustomDeploy.Method}
+		h.Spec.CustomDeploy = &metal3v1.CustomDeploy{Method: m.Spec.CustomDeploy.Method}
 	} else {
 		h.Spec.CustomDeploy = nil
 	}
@@ -470,13 +470,13 @@ func handOff(m *infrav1.YonderMetalMachine, dataSecret string, h *bmov1alpha1.Ba
 	h.Spec.UserData = &corev1.SecretReference{Name: dataSecret, Namespace: m.Namespace}
 	h.Spec.Online = true
 	if m.Spec.AutomatedCleaningMode != "" {
-		h.Spec.AutomatedCleaningMode = bmov1alpha1.AutomatedCleaningMode(m.Spec.AutomatedCleaningMode)
+		h.Spec.AutomatedCleaningMode = metal3v1.AutomatedCleaningMode(m.Spec.AutomatedCleaningMode)
 	}
 	return !equalSpec(before, &h.Spec)
 }
 
 // withdraw removes what m handed to h and asks for it to be powered off; it reports whether h changed.
-func withdraw(h *bmov1alpha1.BareMetalHost) bool {
+func withdraw(h *metal3v1.BareMetalHost) bool {
 	before := h.Spec.DeepCopy()
 	h.Spec.Image, h.Spec.UserData, h.Spec.CustomDeploy, h.Spec.Online = nil, nil, nil, false
 	return !equalSpec(before, &h.Spec)
@@ -484,13 +484,13 @@ func withdraw(h *bmov1alpha1.BareMetalHost) bool {
 
 // updateHost applies change to the latest h and writes it; a conflict (the host controller writes all
 // the time) is retried on a fresh uncached read, as long as h is still claimed by uid.
-func (r *Reconciler) updateHost(ctx context.Context, h *bmov1alpha1.BareMetalHost, change func(*bmov1alpha1.BareMetalHost) bool) (*bmov1alpha1.BareMetalHost, error) {
+func (r *Reconciler) updateHost(ctx context.Context, h *metal3v1.BareMetalHost, change func(*metal3v1.BareMetalHost) bool) (*metal3v1.BareMetalHost, error) {
 	uid := h.Spec.ConsumerRef.UID
 	cur := h.DeepCopy()
 	first := true
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if !first {
-			cur = &bmov1alpha1.BareMetalHost{}
+			cur = &metal3v1.BareMetalHost{}
 			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(h), cur); err != nil {
 				return err
 			}
@@ -510,12 +510,12 @@ func (r *Reconciler) updateHost(ctx context.Context, h *bmov1alpha1.BareMetalHos
 	return cur, nil
 }
 
-func (r *Reconciler) reconcileHost(ctx context.Context, s *scope, host *bmov1alpha1.BareMetalHost) (ctrl.Result, error) {
+func (r *Reconciler) reconcileHost(ctx context.Context, s *scope, host *metal3v1.BareMetalHost) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
-	if _, ok := host.Annotations[bmov1alpha1.PausedAnnotation]; ok && !ptr.Deref(m.Status.Initialization.Provisioned, false) {
+	if _, ok := host.Annotations[metal3v1.PausedAnnotation]; ok && !ptr.Deref(m.Status.Initialization.Provisioned, false) {
 		setCond(m, infrav1.HostProvisionedCondition, metav1.ConditionFalse, infrav1.HostPausedReason,
-			fmt.Sprintf("BareMetalHost %s carries %s; remove it to continue", host.Name, bmov1alpha1.PausedAnnotation))
+			fmt.Sprintf("BareMetalHost %s carries %s; remove it to continue", host.Name, metal3v1.PausedAnnotation))
 		return ctrl.Result{}, nil
 	}
 	if s.machine.Spec.Bootstrap.DataSecretName == nil {
@@ -528,7 +528,7 @@ func (r *Reconciler) reconcileHost(ctx context.Context, s *scope, host *bmov1alp
 		if handOff(m, data, host.DeepCopy()) {
 			log.Info("Handing image and bootstrap data to host")
 			var err error
-			if host, err = r.updateHost(ctx, host, func(h *bmov1alpha1.BareMetalHost) bool { return handOff(m, data, h) }); err != nil {
+			if host, err = r.updateHost(ctx, host, func(h *metal3v1.BareMetalHost) bool { return handOff(m, data, h) }); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -540,7 +540,7 @@ func (r *Reconciler) reconcileHost(ctx context.Context, s *scope, host *bmov1alp
 			fmt.Sprintf("BareMetalHost %s reports %s: %s. Fix the host (see its status and events); a MachineHealthCheck or deleting the Machine releases it", host.Name, host.Status.ErrorType, host.Status.ErrorMessage))
 		return ctrl.Result{}, nil
 	}
-	if st != bmov1alpha1.StateProvisioned {
+	if st != metal3v1.StateProvisioned {
 		if !ptr.Deref(m.Status.Initialization.Provisioned, false) {
 			setCond(m, infrav1.HostProvisionedCondition, metav1.ConditionFalse, infrav1.HostProvisioningReason,
 				fmt.Sprintf("BareMetalHost %s is %q", host.Name, st))
@@ -581,9 +581,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 	}
 	m.Status.HostState = string(host.Status.Provisioning.State)
-	if _, ok := host.Annotations[bmov1alpha1.PausedAnnotation]; ok {
+	if _, ok := host.Annotations[metal3v1.PausedAnnotation]; ok {
 		setCond(m, infrav1.HostReleasedCondition, metav1.ConditionFalse, infrav1.HostPausedReason,
-			fmt.Sprintf("BareMetalHost %s carries %s; remove it so the host can be deprovisioned and released", host.Name, bmov1alpha1.PausedAnnotation))
+			fmt.Sprintf("BareMetalHost %s carries %s; remove it so the host can be deprovisioned and released", host.Name, metal3v1.PausedAnnotation))
 		return ctrl.Result{}, nil
 	}
 	if !Released(host) {
@@ -605,16 +605,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-func cleaningMode(h *bmov1alpha1.BareMetalHost) string {
+func cleaningMode(h *metal3v1.BareMetalHost) string {
 	if h.Spec.AutomatedCleaningMode == "" {
-		return string(bmov1alpha1.CleaningModeMetadata)
+		return string(metal3v1.CleaningModeMetadata)
 	}
 	return string(h.Spec.AutomatedCleaningMode)
 }
 
 // release clears the claim on host (no-op once it is no longer claimed by the same consumer).
-func (r *Reconciler) release(ctx context.Context, host *bmov1alpha1.BareMetalHost) error {
-	_, err := r.updateHost(ctx, host, func(h *bmov1alpha1.BareMetalHost) bool {
+func (r *Reconciler) release(ctx context.Context, host *metal3v1.BareMetalHost) error {
+	_, err := r.updateHost(ctx, host, func(h *metal3v1.BareMetalHost) bool {
 		withdraw(h)
 		h.Spec.ConsumerRef = nil
 		delete(h.Labels, ClusterLabel)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,6 +81,6 @@ func TestMachineHealthCheckReplacementReusesTheHost(t *testing.T) {
 	g.Expect(ms[0].Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/only"))
 	h := host(g, ns, "only")
 	g.Expect(h.Spec.ConsumerRef.UID).To(Equal(ms[0].UID))
-	g.Expect(h.Status.Provisioning.State).To(Equal(bmov1alpha1.StateProvisioned))
+	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 	g.Expect(sim.provisionings()["only"]).To(HaveLen(2), "provisioned once for each Machine")
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,7 +27,7 @@ import (
 type crashPoint struct {
 	name  string
 	after bool
-	match func(h *bmov1alpha1.BareMetalHost) bool
+	match func(h *metal3v1.BareMetalHost) bool
 }
 
 // crashingClient lets every call through until the armed write, then performs it or not, kills the
@@ -41,7 +41,7 @@ type crashingClient struct {
 }
 
 func (c *crashingClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	h, ok := obj.(*bmov1alpha1.BareMetalHost)
+	h, ok := obj.(*metal3v1.BareMetalHost)
 	if !ok || !c.point.match(h) {
 		return c.Client.Update(ctx, obj, opts...)
 	}
@@ -100,14 +100,14 @@ func TestControllerKilledAtEveryStepNeverLeaksOrDoubleClaims(t *testing.T) {
 	cluster := newCluster(t, g, ns, "crash")
 	data := dataSecret(g, ns, "crash-join", cluster.Name)
 
-	claim := func(h *bmov1alpha1.BareMetalHost) bool {
+	claim := func(h *metal3v1.BareMetalHost) bool {
 		return h.Spec.ConsumerRef != nil && h.Spec.Image == nil && !h.Spec.Online
 	}
-	handOff := func(h *bmov1alpha1.BareMetalHost) bool { return h.Spec.ConsumerRef != nil && h.Spec.Image != nil }
-	withdraw := func(h *bmov1alpha1.BareMetalHost) bool {
-		return h.Spec.ConsumerRef != nil && h.Spec.Image == nil && h.Spec.UserData == nil && h.Status.Provisioning.State != bmov1alpha1.StateAvailable
+	handOff := func(h *metal3v1.BareMetalHost) bool { return h.Spec.ConsumerRef != nil && h.Spec.Image != nil }
+	withdraw := func(h *metal3v1.BareMetalHost) bool {
+		return h.Spec.ConsumerRef != nil && h.Spec.Image == nil && h.Spec.UserData == nil && h.Status.Provisioning.State != metal3v1.StateAvailable
 	}
-	release := func(h *bmov1alpha1.BareMetalHost) bool { return h.Spec.ConsumerRef == nil }
+	release := func(h *metal3v1.BareMetalHost) bool { return h.Spec.ConsumerRef == nil }
 
 	invariants := func() {
 		checkClaims(g, ns, false)
@@ -170,7 +170,7 @@ func TestControllerKilledAtEveryStepNeverLeaksOrDoubleClaims(t *testing.T) {
 	die(crashPoint{name: "after the withdrawal", after: true, match: withdraw})
 	g.Expect(checkClaims(g, ns, true)).To(HaveKeyWithValue(string(m.UID), reserved), "the host stays claimed while it deprovisions")
 	g.Eventually(func(g Gomega) {
-		g.Expect(host(g, ns, reserved).Status.Provisioning.State).To(Equal(bmov1alpha1.StateAvailable))
+		g.Expect(host(g, ns, reserved).Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 	}).Should(Succeed())
 	die(crashPoint{name: "after the release", after: true, match: release})
 	g.Expect(metalMachines(g, ns)).To(HaveLen(1), "the finalizer was not removed before dying")
@@ -184,7 +184,7 @@ func TestControllerKilledAtEveryStepNeverLeaksOrDoubleClaims(t *testing.T) {
 		g.Expect(h.Spec.ConsumerRef).To(BeNil())
 		g.Expect(h.Spec.Image).To(BeNil())
 		g.Expect(h.Spec.UserData).To(BeNil())
-		g.Expect(h.Status.Provisioning.State).To(Equal(bmov1alpha1.StateAvailable))
+		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 	}
 	sim.setHold(false)
 	scale(g, md, 2)

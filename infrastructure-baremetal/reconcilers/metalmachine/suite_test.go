@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	bmov1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	code := envtest.Run(m, envtest.Options{
 		CRDDirectoryPaths:    []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"},
 		WebhookManifestPaths: []string{"infrastructure-baremetal/config/webhook/manifests.yaml"},
-		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme, bmov1alpha1.AddToScheme},
+		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme},
 		// Webhooks are served by the environment's manager; the provider's reconcilers run in their own
 		// manager (startProvider) so tests can stop and restart them like a crashing controller.
 		Setup: func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
@@ -76,7 +76,9 @@ type provider struct {
 
 func testOptions() setup.Options { return setup.Options{SkipNameValidation: true} }
 
-func startProvider(t testing.TB, o setup.Options) *provider { return startProviderWithConfig(t, env.Config, o) }
+func startProvider(t testing.TB, o setup.Options) *provider {
+	return startProviderWithConfig(t, env.Config, o)
+}
 
 // startProviderWithConfig starts the provider's reconcilers in a manager of their own, with its own
 // rest config (e.g. one that counts requests).
@@ -156,7 +158,7 @@ func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 type hostSpec struct {
 	name, failureDomain string
 	labels              map[string]string
-	state               bmov1alpha1.ProvisioningState
+	state               metal3v1.ProvisioningState
 	paused              bool
 	errorMessage        string
 	consumer            *corev1.ObjectReference
@@ -167,10 +169,10 @@ type hostSpec struct {
 func registerHosts(g Gomega, ns string, specs ...hostSpec) {
 	ctx := context.Background()
 	for i, s := range specs {
-		h := &bmov1alpha1.BareMetalHost{
+		h := &metal3v1.BareMetalHost{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name, Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec: bmov1alpha1.BareMetalHostSpec{
-				BMC:            bmov1alpha1.BMCDetails{Address: fmt.Sprintf("redfish://127.0.0.1:%d/redfish/v1/Systems/1", 8000+i), CredentialsName: "bmc"},
+			Spec: metal3v1.BareMetalHostSpec{
+				BMC:            metal3v1.BMCDetails{Address: fmt.Sprintf("redfish://127.0.0.1:%d/redfish/v1/Systems/1", 8000+i), CredentialsName: "bmc"},
 				BootMACAddress: fmt.Sprintf("52:54:00:00:%02x:%02x", i/256, i%256),
 				ConsumerRef:    s.consumer,
 			},
@@ -182,23 +184,23 @@ func registerHosts(g Gomega, ns string, specs ...hostSpec) {
 			h.Labels[infrav1.FailureDomainLabel] = s.failureDomain
 		}
 		if s.paused {
-			h.Annotations[bmov1alpha1.PausedAnnotation] = ""
+			h.Annotations[metal3v1.PausedAnnotation] = ""
 		}
 		g.Expect(env.Create(ctx, h)).To(Succeed())
 		st := s.state
 		if st == "" {
-			st = bmov1alpha1.StateAvailable
+			st = metal3v1.StateAvailable
 		}
-		h.Status = bmov1alpha1.BareMetalHostStatus{
-			OperationalStatus: bmov1alpha1.OperationalStatusOK,
-			Provisioning:      bmov1alpha1.ProvisionStatus{State: st, ID: string(h.UID)},
-			HardwareDetails: &bmov1alpha1.HardwareDetails{Hostname: s.name, RAMMebibytes: 4096,
-				NIC: []bmov1alpha1.NIC{{Name: "eth0", MAC: h.Spec.BootMACAddress, IP: fmt.Sprintf("10.1.%d.%d", i/250, i%250+2), PXE: true}}},
+		h.Status = metal3v1.BareMetalHostStatus{
+			OperationalStatus: metal3v1.OperationalStatusOK,
+			Provisioning:      metal3v1.ProvisionStatus{State: st, ID: string(h.UID)},
+			HardwareDetails: &metal3v1.HardwareDetails{Hostname: s.name, RAMMebibytes: 4096,
+				NIC: []metal3v1.NIC{{Name: "eth0", MAC: h.Spec.BootMACAddress, IP: fmt.Sprintf("10.1.%d.%d", i/250, i%250+2), PXE: true}}},
 		}
 		if s.errorMessage != "" {
-			h.Status.ErrorType = bmov1alpha1.InspectionError
+			h.Status.ErrorType = metal3v1.InspectionError
 			h.Status.ErrorMessage = s.errorMessage
-			h.Status.OperationalStatus = bmov1alpha1.OperationalStatusError
+			h.Status.OperationalStatus = metal3v1.OperationalStatusError
 		}
 		g.Expect(env.Status().Update(ctx, h)).To(Succeed())
 	}
@@ -261,7 +263,7 @@ func (s *hostSimulator) provisionings() map[string]map[string]int {
 }
 
 func (s *hostSimulator) step(ctx context.Context, ns string) {
-	list := &bmov1alpha1.BareMetalHostList{}
+	list := &metal3v1.BareMetalHostList{}
 	if err := env.GetAPIReader().List(ctx, list, client.InNamespace(ns)); err != nil {
 		return
 	}
@@ -269,30 +271,30 @@ func (s *hostSimulator) step(ctx context.Context, ns string) {
 	defer s.mu.Unlock()
 	for i := range list.Items {
 		h := &list.Items[i]
-		if _, ok := h.Annotations[bmov1alpha1.PausedAnnotation]; ok {
+		if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
 			continue
 		}
 		st := &h.Status
 		deploy := h.Spec.Image != nil || h.Spec.CustomDeploy != nil
 		switch {
-		case st.Provisioning.State == bmov1alpha1.StateAvailable && deploy && h.Spec.Online && h.Spec.ConsumerRef != nil && st.ErrorType == "":
-			st.Provisioning.State = bmov1alpha1.StateProvisioning
+		case st.Provisioning.State == metal3v1.StateAvailable && deploy && h.Spec.Online && h.Spec.ConsumerRef != nil && st.ErrorType == "":
+			st.Provisioning.State = metal3v1.StateProvisioning
 			if s.provisioned[h.Name] == nil {
 				s.provisioned[h.Name] = map[string]int{}
 			}
 			s.provisioned[h.Name][string(h.Spec.ConsumerRef.UID)]++
-		case st.Provisioning.State == bmov1alpha1.StateProvisioning && deploy && s.fail[h.Name] != "":
-			st.ErrorType, st.ErrorMessage, st.OperationalStatus = bmov1alpha1.ProvisioningError, s.fail[h.Name], bmov1alpha1.OperationalStatusError
-		case st.Provisioning.State == bmov1alpha1.StateProvisioning && deploy && !s.hold:
-			st.Provisioning.State, st.PoweredOn = bmov1alpha1.StateProvisioned, true
+		case st.Provisioning.State == metal3v1.StateProvisioning && deploy && s.fail[h.Name] != "":
+			st.ErrorType, st.ErrorMessage, st.OperationalStatus = metal3v1.ProvisioningError, s.fail[h.Name], metal3v1.OperationalStatusError
+		case st.Provisioning.State == metal3v1.StateProvisioning && deploy && !s.hold:
+			st.Provisioning.State, st.PoweredOn = metal3v1.StateProvisioned, true
 			if h.Spec.Image != nil {
 				st.Provisioning.Image = *h.Spec.Image
 			}
-		case (st.Provisioning.State == bmov1alpha1.StateProvisioned || st.Provisioning.State == bmov1alpha1.StateProvisioning) && !deploy:
-			st.Provisioning.State = bmov1alpha1.StateDeprovisioning
-			st.ErrorType, st.ErrorMessage, st.OperationalStatus = "", "", bmov1alpha1.OperationalStatusOK
-		case st.Provisioning.State == bmov1alpha1.StateDeprovisioning:
-			st.Provisioning.State, st.PoweredOn, st.Provisioning.Image = bmov1alpha1.StateAvailable, h.Spec.Online, bmov1alpha1.Image{}
+		case (st.Provisioning.State == metal3v1.StateProvisioned || st.Provisioning.State == metal3v1.StateProvisioning) && !deploy:
+			st.Provisioning.State = metal3v1.StateDeprovisioning
+			st.ErrorType, st.ErrorMessage, st.OperationalStatus = "", "", metal3v1.OperationalStatusOK
+		case st.Provisioning.State == metal3v1.StateDeprovisioning:
+			st.Provisioning.State, st.PoweredOn, st.Provisioning.Image = metal3v1.StateAvailable, h.Spec.Online, metal3v1.Image{}
 		default:
 			continue
 		}
@@ -369,14 +371,14 @@ func metalMachines(g Gomega, ns string) []infrav1.YonderMetalMachine {
 }
 
 // hostList lists the BareMetalHosts of a namespace, uncached.
-func hostList(g Gomega, ns string) []bmov1alpha1.BareMetalHost {
-	l := &bmov1alpha1.BareMetalHostList{}
+func hostList(g Gomega, ns string) []metal3v1.BareMetalHost {
+	l := &metal3v1.BareMetalHostList{}
 	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	return l.Items
 }
 
-func host(g Gomega, ns, name string) *bmov1alpha1.BareMetalHost {
-	h := &bmov1alpha1.BareMetalHost{}
+func host(g Gomega, ns, name string) *metal3v1.BareMetalHost {
+	h := &metal3v1.BareMetalHost{}
 	g.Expect(env.GetAPIReader().Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, h)).To(Succeed())
 	return h
 }

@@ -18,8 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +39,7 @@ type Manager struct {
 	Args   []string
 
 	deployment *appsv1.Deployment
+	saDir      string
 	env        []string
 	healthAddr string
 	process    *proc.Process
@@ -139,12 +138,17 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 		}
 	}
 
-	// Credentials: a token of the Deployment's ServiceAccount, so the provider's RBAC is what applies.
-	kubeconfig, err := s.serviceAccountKubeconfig(ctx, d.Namespace, pod.ServiceAccountName, dir)
-	if err != nil {
+	// Credentials: what the kubelet mounts into a Pod — a token of the Deployment's ServiceAccount (so the
+	// provider's RBAC is what applies), the cluster CA and the namespace — plus the in-cluster service env.
+	// The process sees them at the usual path in a private mount namespace (see StartManager).
+	saDir := filepath.Join(dir, "serviceaccount")
+	if err := s.serviceAccountFiles(ctx, d.Namespace, pod.ServiceAccountName, saDir); err != nil {
 		return nil, err
 	}
-	env := []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+	env := []string{
+		"KUBERNETES_SERVICE_HOST=" + s.Management.Host.String(), fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", s.Management.Port),
+		"POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH"),
+	}
 
 	// What the kubelet would give a Pod: its own ports (on the bridge address) and the mounted cert dir.
 	webhookAddr, webhookPort, err := s.freeAddr()
@@ -173,7 +177,7 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 		return nil, err
 	}
 	_ = webhookAddr
-	return &Manager{Name: name, Namespace: d.Namespace, Binary: binPath, Args: args, deployment: d, env: env, healthAddr: healthAddr}, nil
+	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: args, deployment: d, env: env, healthAddr: healthAddr}, nil
 }
 
 // routeWebhookService writes an EndpointSlice for each webhook Service of the namespace that points at the
@@ -204,32 +208,39 @@ func (s *Stack) routeWebhookService(ctx context.Context, namespace string, port 
 	return nil
 }
 
-// serviceAccountKubeconfig writes a kubeconfig with a fresh token of namespace/sa.
-func (s *Stack) serviceAccountKubeconfig(ctx context.Context, namespace, sa, dir string) (string, error) {
+// serviceAccountFiles writes what a Pod's service account volume holds: token, ca.crt, namespace.
+func (s *Stack) serviceAccountFiles(ctx context.Context, namespace, sa, dir string) error {
 	if sa == "" {
 		sa = "default"
 	}
 	cs, err := kubernetes.NewForConfig(s.Management.Config)
 	if err != nil {
-		return "", err
+		return err
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("failed to request a token for ServiceAccount %s/%s: %w", namespace, sa, err)
+		return fmt.Errorf("failed to request a token for ServiceAccount %s/%s: %w", namespace, sa, err)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["management"] = &clientcmdapi.Cluster{Server: s.Management.Endpoint, CertificateAuthorityData: s.Management.CACertPEM}
-	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "management", AuthInfo: sa, Namespace: namespace}
-	cfg.CurrentContext = "default"
-	p := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
-		return "", fmt.Errorf("failed to write the kubeconfig of %s/%s: %w", namespace, sa, err)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
 	}
-	return p, nil
+	for name, data := range map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": s.Management.CACertPEM, "namespace": []byte(namespace)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return fmt.Errorf("failed to write the service account files of %s/%s: %w", namespace, sa, err)
+		}
+	}
+	return nil
 }
+
+// podMountScript runs in a private mount namespace: a tmpfs over /run (/var/run) with the service
+// account files where client-go and controller-runtime look for them in a Pod, then execs the manager.
+const podMountScript = `set -e
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /run/secrets/kubernetes.io/serviceaccount
+cp "$0"/token "$0"/ca.crt "$0"/namespace /run/secrets/kubernetes.io/serviceaccount/
+exec "$@"`
 
 // StartManager starts a prepared manager (again) and waits until it reports ready.
 func (s *Stack) StartManager(ctx context.Context, name string) error {
@@ -240,7 +251,8 @@ func (s *Stack) StartManager(ctx context.Context, name string) error {
 	if m.process != nil && !m.process.Exited() {
 		return nil
 	}
-	p, err := proc.Start(name, s.logDir, m.env, m.Binary, m.Args...)
+	args := append([]string{"-m", "--propagation", "private", "/bin/sh", "-c", podMountScript, m.saDir, m.Binary}, m.Args...)
+	p, err := proc.Start(name, s.logDir, m.env, "unshare", args...)
 	if err != nil {
 		return fmt.Errorf("failed to start manager %s: %w", name, err)
 	}

@@ -2,7 +2,8 @@
 // for the end-to-end suite (test/e2e) and the local lab (`kubectl yonder lab up`):
 //
 //   - a lab network (test/labnet) whose bridge address every server below binds to;
-//   - a MANAGEMENT control plane: real etcd + kube-apiserver, no nodes (so no Deployment ever runs a Pod),
+//   - a MANAGEMENT control plane: real etcd, kube-apiserver and kube-controller-manager (garbage collection,
+//     ClusterRole aggregation), no nodes and no Deployment/ReplicaSet controllers (so no Pod is created),
 //     started with --enable-aggregator-routing so the apiserver calls webhooks at their Service's
 //     EndpointSlice addresses;
 //   - the providers installed by the REAL `clusterctl init --core cluster-api --bootstrap yonder
@@ -216,6 +217,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		Name: "management", BindAddress: s.Net.Gateway, Dir: filepath.Join(s.Dir, "management"),
 		// Webhook calls go to the Service's EndpointSlice addresses: the managers run on the bridge address.
 		ExtraAPIServerArgs: map[string]string{"enable-aggregator-routing": "true"},
+		// A management cluster needs its controller-manager: garbage collection (CAPI deletes through owner
+		// references), ClusterRole aggregation (CAPI's manager role is aggregated), namespaces. Without nodes
+		// the Deployment and ReplicaSet controllers would only create Pods that never schedule.
+		WithControllerManager:      true,
+		ExtraControllerManagerArgs: map[string]string{"controllers": "*,-deployment-controller,-replicaset-controller"},
 	}); err != nil {
 		return nil, fmt.Errorf("failed to start the management control plane: %w", err)
 	}

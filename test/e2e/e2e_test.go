@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+// The stack every scenario shares (starting one costs a minute; scenarios clean up their Clusters).
+var st *stack.Stack
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t0 := time.Now()
+	s, err := stack.Start(ctx, stack.Options{
+		Sites:              []stack.Site{{Name: "east", Hosts: 3}},
+		FastNodeMonitoring: true,
+		ClusterTopology:    true,
+		Log:                func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "failed to start the management stack: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "stack: up in %s (logs in %s)\n", time.Since(t0).Round(time.Second), s.Logs())
+	st = s
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "failed to stop the stack: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// generateCluster runs `clusterctl generate cluster` with the ssh flavor and returns the objects, with the
+// node artifacts of the stack's offline mirror set on every YonderConfigTemplate (what an air-gapped
+// operator adds to the template).
+func generateCluster(ctx context.Context, t *testing.T, name, flavor string, workers int) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret},
+		"generate", "cluster", name, "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
+		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace,
+		"--worker-machine-count", fmt.Sprint(workers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, arts := st.NodeArtifacts()
+	for _, o := range objs {
+		if o.GetKind() != "YonderConfigTemplate" {
+			continue
+		}
+		r, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rootfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var al []any
+		for _, a := range arts {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			al = append(al, m)
+		}
+		if err := unstructured.SetNestedField(o.Object, r, "spec", "template", "spec", "rootfs"); err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedSlice(o.Object, al, "spec", "template", "spec", "artifacts"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return objs
+}
+
+func decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := d.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("failed to decode clusterctl output: %w", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func apply(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if err := st.Client.Create(ctx, o); err != nil {
+			t.Fatalf("failed to create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// readyNodes returns the workload cluster's Ready Nodes by name with their providerIDs.
+func readyNodes(ctx context.Context) (map[string]string, error) {
+	nodes := &corev1.NodeList{}
+	if err := st.WorkloadClient.List(ctx, nodes); err != nil {
+		return nil, err
+	}
+	ready := map[string]string{}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready[n.Name] = n.Spec.ProviderID
+			}
+		}
+	}
+	return ready, nil
+}
+
+// machines returns the Cluster's Machines.
+func machines(ctx context.Context, cluster string) ([]clusterv1.Machine, error) {
+	ms := &clusterv1.MachineList{}
+	if err := st.Client.List(ctx, ms, client.InNamespace(st.HostNamespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
+		return nil, err
+	}
+	return ms.Items, nil
+}
+
+// waitWorkers waits until the Cluster has n Machines, each with a Ready Node whose providerID is the
+// Machine's (yonder-ssh://<namespace>/<host>).
+func waitWorkers(ctx context.Context, t *testing.T, cluster string, n int, timeout time.Duration) []clusterv1.Machine {
+	t.Helper()
+	var last string
+	var got []clusterv1.Machine
+	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		ms, err := machines(ctx, cluster)
+		if err != nil {
+			return false, err
+		}
+		nodes, err := readyNodes(ctx)
+		if err != nil {
+			return false, nil
+		}
+		ok := 0
+		var states []string
+		for _, m := range ms {
+			pid := m.Spec.ProviderID
+			if m.DeletionTimestamp.IsZero() && m.Status.NodeRef.IsDefined() && pid != "" && nodes[m.Status.NodeRef.Name] == pid {
+				ok++
+			}
+			states = append(states, fmt.Sprintf("%s phase=%s providerID=%q node=%q", m.Name, m.Status.Phase, pid, m.Status.NodeRef.Name))
+		}
+		last = fmt.Sprintf("%d machines (%s), ready nodes %v", len(ms), strings.Join(states, "; "), nodes)
+		got = ms
+		return ok == n && len(ms) == n, nil
+	})
+	if err != nil {
+		t.Fatalf("Cluster %s did not reach %d Ready workers in %s: %s\nssh manager log:\n%s\nbootstrap manager log:\n%s", cluster, n, timeout, last,
+			st.ManagerLog("infrastructure-yonder-ssh", 40), st.ManagerLog("bootstrap-yonder", 40))
+	}
+	return got
+}
+
+// TestScenarios runs the lifecycle scenarios in order on one stack; each reports its wall time.
+func TestScenarios(t *testing.T) {
+	t.Run("1-quickstart", testQuickStart)
+}
+
+func testQuickStart(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	objs := generateCluster(ctx, t, "quick", "ssh", 1)
+	apply(ctx, t, objs)
+	ms := waitWorkers(ctx, t, "quick", 1, 8*time.Minute)
+	g.Expect(ms[0].Spec.ProviderID).To(HavePrefix("yonder-ssh://" + st.HostNamespace + "/"))
+	t.Logf("scenario 1 (quick start, 1 worker joined) took %s", time.Since(t0).Round(time.Second))
+}

@@ -1,0 +1,383 @@
+// Package e2e runs bare-metal hosts end to end on this machine: a BareMetalHost whose BMC is the Redfish
+// emulator, whose power actions start and stop a QEMU VM (software emulation) with a software TPM and a
+// tap NIC on a lab bridge, served by Yonder's real DHCP/TFTP/HTTP boot services.
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	os.Exit(envtest.Run(m, envtest.Options{
+		CRDDirectoryPaths:      []string{"infrastructure-baremetal/config/crd/metal3"},
+		AddToScheme:            []func(*runtime.Scheme) error{metal3v1.AddToScheme},
+		WithoutCAPIControllers: true,
+	}, func(e *envtest.Environment) { env = e }))
+}
+
+func counter(reg *prometheus.Registry, name string, want map[string]string) float64 {
+	mfs, _ := reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matches(m, want) {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func matches(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// metalLab is one bare-metal site on a lab bridge: boot services (DHCP, TFTP, HTTP, attestation on the
+// BareMetalHosts), a Redfish emulator whose power actions run a QEMU VM with a software TPM on a tap of
+// the bridge, the host controller in its own manager, and one BareMetalHost "vm0" for that VM.
+type metalLab struct {
+	ns       string
+	n        *labnet.Network
+	reg      *prometheus.Registry
+	driver   *redfishsim.QEMUDriver
+	sim      *redfishsim.Server
+	host     *metal3v1.BareMetalHost
+	userData *corev1.Secret
+}
+
+// newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
+func newMetalLab(t *testing.T, ctx context.Context, artifacts func(t *testing.T, dir string) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
+	t.Helper()
+	g := NewWithT(t)
+	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup", "/usr/lib/ipxe/virtio-net.rom"} {
+		if _, err := exec.LookPath(need); err != nil {
+			if _, serr := os.Stat(need); serr != nil {
+				t.Fatalf("%s is missing: run `hack/test-bins.sh --packages` (installs qemu-system-x86, swtpm, ipxe)", need)
+			}
+		}
+	}
+	l := &metalLab{ns: env.CreateNamespace(ctx, t, "metal-e2e").Name, n: labnet.NewForTest(t), reg: prometheus.NewRegistry()}
+	n := l.n
+	tap := fmt.Sprintf("ybh%dt0", n.Slot)
+	if labnet.LinkExists(tap) {
+		_ = exec.Command("ip", "link", "del", tap).Run()
+	}
+	for _, args := range [][]string{{"tuntap", "add", "dev", tap, "mode", "tap"}, {"link", "set", tap, "master", n.Bridge}, {"link", "set", tap, "up"}} {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+	}
+	n.OnClose(func() error { _ = exec.Command("ip", "link", "del", tap).Run(); return nil })
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), 0x01}
+
+	dir := t.TempDir()
+	boot := artifacts(t, dir)
+	inv := inventory.NewStatic()
+	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
+		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}}, inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
+		testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = svcs.Stop() })
+
+	l.driver = redfishsim.NewQEMUDriver(t.TempDir())
+	t.Cleanup(l.driver.Close)
+	g.Expect(l.driver.Add(ctx, "vm0", redfishsim.QEMUSystem{Tap: tap, MAC: mac.String(), MemoryMiB: memMiB})).To(Succeed())
+	l.sim, err = redfishsim.Start(redfishsim.Options{Username: "admin", Password: "pw", Driver: l.driver})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(l.sim.Close)
+	l.sim.AddSystem(redfishsim.DefaultSystem("vm0", mac.String()))
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{l.driver.ConsoleLog("vm0"), l.driver.FirmwareLog("vm0")} {
+				b, _ := os.ReadFile(f)
+				if len(b) > 20000 {
+					b = b[len(b)-20000:]
+				}
+				t.Logf("%s:\n%s", f, b)
+			}
+		}
+	})
+
+	mgr, err := ctrl.NewManager(env.Config, manager.Options{Scheme: env.GetScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Client: managercache.ClientOptions()})
+	g.Expect(err).NotTo(HaveOccurred())
+	skip := true
+	r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inv, Namespaces: []string{l.ns}, Boot: boot,
+		ProvisionTimeout: timeout, MaxProvisionAttempts: 2, RetryInterval: 2 * time.Second, PowerPollInterval: 5 * time.Second}
+	g.Expect(r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip})).To(Succeed())
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("manager stopped with: %v", err)
+		}
+	})
+
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "vm0-bmc"}, Data: map[string][]byte{"username": []byte("admin"), "password": []byte("pw")}}
+	g.Expect(env.Create(ctx, sec)).To(Succeed())
+	l.userData = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "vm0-user-data"},
+		Data: map[string][]byte{"userData": []byte("#cloud-config\n# bootstrap data for vm0\n")}}
+	g.Expect(env.Create(ctx, l.userData)).To(Succeed())
+	l.host = &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "vm0", Labels: map[string]string{baremetalhost.ManagedLabel: "true"},
+		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: fmt.Sprintf("10.250.%d.100", n.Slot)}},
+		Spec: metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: l.sim.Address("vm0"), CredentialsName: sec.Name}, BootMACAddress: mac.String()}}
+	return l
+}
+
+func (l *metalLab) get(g Gomega) *metal3v1.BareMetalHost {
+	out := &metal3v1.BareMetalHost{}
+	g.Expect(env.Get(context.Background(), client.ObjectKeyFromObject(l.host), out)).To(Succeed())
+	return out
+}
+
+func (l *metalLab) update(g Gomega, mutate func(*metal3v1.BareMetalHost)) {
+	g.Eventually(func() error {
+		cur := &metal3v1.BareMetalHost{}
+		if err := env.Get(context.Background(), client.ObjectKeyFromObject(l.host), cur); err != nil {
+			return err
+		}
+		mutate(cur)
+		return env.Update(context.Background(), cur)
+	}).Should(Succeed())
+}
+
+// claim is what CAPM3 / YonderMetalMachine write on a host they take.
+func (l *metalLab) claim(g Gomega) {
+	l.update(g, func(h *metal3v1.BareMetalHost) {
+		h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "YonderMetalMachine", Namespace: l.ns, Name: "m0"}
+		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/live.iso", Checksum: "0123", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
+		h.Spec.UserData = &corev1.SecretReference{Name: l.userData.Name, Namespace: l.ns}
+		h.Spec.Online = true
+	})
+}
+
+func (l *metalLab) register(t *testing.T, g Gomega) time.Duration {
+	start := time.Now()
+	g.Expect(env.Create(context.Background(), l.host)).To(Succeed())
+	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, time.Minute, 100*time.Millisecond).
+		Should(Equal(metal3v1.StateAvailable))
+	return time.Since(start)
+}
+
+func artifactsPlaceholder(t *testing.T, dir string) inventory.BootConfig {
+	if err := os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("not a kernel"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return inventory.BootConfig{Kernel: "vmlinuz", Cmdline: "console=ttyS0"}
+}
+
+// A BareMetalHost on the emulator with a QEMU VM behind it: registered, inspected and available over
+// Redfish; claimed, it gets the one-time PXE override and is powered on — the VM's firmware leases an
+// address from our DHCP server, iPXE fetches the host's script (with its one-time ticket) and the kernel
+// it names over HTTP. The kernel here is a placeholder, so the host never attests: the attempt times out,
+// is retried once with another real PXE boot, and the host ends powered off (the VM killed) with the
+// PXEBootTimeout error. Wall time of each phase is logged.
+func TestQEMUHostNeverAttests(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	l := newMetalLab(t, ctx, artifactsPlaceholder, 60*time.Second, 256)
+	registered := l.register(t, g)
+
+	start := time.Now()
+	l.claim(g)
+	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 100*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
+	poweredOn := time.Since(start)
+	g.Eventually(func() float64 {
+		return counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})
+	}, 3*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "the VM's firmware leased its reserved address")
+	leased := time.Since(start)
+	g.Eventually(func() float64 {
+		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
+	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the host's script")
+	scripted := time.Since(start)
+	g.Eventually(func() float64 {
+		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})
+	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the kernel the script names")
+	kernel := time.Since(start)
+	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
+
+	// No attestation follows: two attempts time out, then the VM is off and the host in error.
+	g.Eventually(func(g Gomega) string { return l.get(g).Status.ErrorMessage }, 5*time.Minute, time.Second).
+		Should(ContainSubstring("PXE boot 2 of 2"))
+	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
+	failed := time.Since(start)
+	got := l.get(g)
+	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
+	g.Expect(got.Status.PoweredOn).To(BeFalse())
+	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(2))
+	t.Logf("phases: registered+inspected %s; claim → VM on %s, DHCP ack %s, iPXE script %s, kernel fetched %s; two timed-out attempts → off %s",
+		registered.Round(time.Millisecond), poweredOn.Round(time.Millisecond), leased.Round(time.Millisecond),
+		scripted.Round(time.Millisecond), kernel.Round(time.Millisecond), failed.Round(time.Millisecond))
+}
+
+// initScript is the initramfs's /init: drivers for the virtio NIC (the TPM TIS driver is built into
+// Debian's kernel), DHCP with busybox udhcpc, then `yonder-agent attest` with the VM's TPM; on success the
+// host runs live (here: idles), on refusal it powers itself off.
+const initScript = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
+mkdir -p /run/yonder /tmp /var/log
+echo "YONDER: initramfs up"
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko || echo "YONDER: insmod $m failed"; done
+ip link set lo up
+i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
+ip link set eth0 up
+udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP lease"
+if /bin/yonder-agent attest --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data; then
+  echo "YONDER: attested, $(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data; running live"
+  while true; do sleep 3600; done
+fi
+echo "YONDER: attestation failed"
+poweroff -f
+`
+
+const udhcpcScript = `#!/bin/sh
+case "$1" in
+bound|renew)
+  ip addr flush dev "$interface"
+  ip addr add "$ip/$mask" dev "$interface"
+  [ -n "$router" ] && ip route add default via "$router"
+  echo "YONDER: leased $ip/$mask" ;;
+esac
+`
+
+// artifactsAgent builds the provisioning boot: Debian's kernel (hack/test-bins.sh --metal-kernel) and an
+// initramfs of busybox-static, the virtio modules and the static yonder-agent built from this tree.
+func artifactsAgent(t *testing.T, dir string) inventory.BootConfig {
+	t.Helper()
+	g := NewWithT(t)
+	kdir := os.Getenv("YONDER_TEST_METAL_KERNEL")
+	if kdir == "" {
+		out, err := exec.Command(filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--metal-kernel-print").Output()
+		if err != nil {
+			t.Fatalf("the bare-metal boot kernel is missing: run `hack/test-bins.sh --metal-kernel`: %v", err)
+		}
+		kdir = strings.TrimSpace(string(out))
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Fatalf("busybox-static is missing: run `hack/test-bins.sh --packages`: %v", err)
+	}
+	root := t.TempDir()
+	for _, d := range []string{"bin", "etc", "lib/modules", "proc", "sys", "dev", "run", "tmp"} {
+		g.Expect(os.MkdirAll(filepath.Join(root, d), 0o755)).To(Succeed())
+	}
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "bin", "yonder-agent"), "./hostruntime/cmd/yonder-agent")
+	build.Dir = testbins.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "building the static yonder-agent: %s", out)
+	copyFile(g, "/bin/busybox", filepath.Join(root, "bin", "busybox"), 0o755)
+	mods, err := filepath.Glob(filepath.Join(kdir, "modules", "*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, m := range mods {
+		copyFile(g, m, filepath.Join(root, "lib", "modules", filepath.Base(m)), 0o644)
+	}
+	g.Expect(os.WriteFile(filepath.Join(root, "init"), []byte(initScript), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(root, "etc", "udhcpc.script"), []byte(udhcpcScript), 0o755)).To(Succeed())
+	cpio := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+filepath.Join(dir, "initrd.img"))
+	cpio.Dir = root
+	out, err = cpio.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	copyFile(g, filepath.Join(kdir, "vmlinuz"), filepath.Join(dir, "vmlinuz"), 0o644)
+	return inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0 panic=-1"}
+}
+
+func copyFile(g Gomega, from, to string, mode os.FileMode) {
+	b, err := os.ReadFile(from)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(to, b, mode)).To(Succeed())
+}
+
+// The whole host life with a real machine boot: a BareMetalHost registers and is inspected over Redfish;
+// claimed like CAPM3 claims it, its VM PXE-boots through our DHCP/TFTP/HTTP into Debian's kernel and our
+// initramfs, `yonder-agent attest` enrols and attests the VM's TPM and receives exactly the user data; the
+// host is provisioned (running live). Released, it is powered off (the VM killed) and available again.
+// Wall time of each phase is logged.
+func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	start := time.Now()
+	l := newMetalLab(t, ctx, artifactsAgent, 8*time.Minute, 512)
+	prepared := time.Since(start)
+	registered := l.register(t, g)
+
+	start = time.Now()
+	l.claim(g)
+	g.Eventually(func() float64 {
+		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
+	}, 3*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the host's script")
+	scripted := time.Since(start)
+	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 10*time.Minute, time.Second).
+		Should(Equal(metal3v1.StateProvisioned))
+	provisioned := time.Since(start)
+	got := l.get(g)
+	g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation), "the VM's TPM was pinned")
+	g.Expect(got.Status.PoweredOn).To(BeTrue())
+	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
+	g.Eventually(func() string { b, _ := os.ReadFile(l.driver.ConsoleLog("vm0")); return string(b) }, time.Minute, time.Second).
+		Should(ContainSubstring(fmt.Sprintf("YONDER: attested, %d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+	g.Expect(l.driver.Running("vm0")).To(BeTrue(), "the live host keeps running")
+
+	start = time.Now()
+	l.update(g, func(h *metal3v1.BareMetalHost) {
+		h.Spec.Image, h.Spec.UserData, h.Spec.Online, h.Spec.ConsumerRef = nil, nil, false, nil
+	})
+	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 2*time.Minute, 200*time.Millisecond).
+		Should(Equal(metal3v1.StateAvailable))
+	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
+	released := time.Since(start)
+	g.Expect(l.get(g).Status.PoweredOn).To(BeFalse())
+	t.Logf("phases: boot artefacts (static agent build + initramfs) %s; registered+inspected %s; claim → iPXE script %s → provisioned (attested, data received) %s; release → powered off, available %s",
+		prepared.Round(time.Millisecond), registered.Round(time.Millisecond), scripted.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
+}

@@ -45,6 +45,9 @@ type rotation struct {
 	drainStart time.Time
 	drainQuiet time.Time
 	drainRx    int64
+	// closing: the drained device is being removed; it stays in drain (so no new rotation reuses its port)
+	// but the Applier no longer sees it.
+	closing bool
 }
 
 // SlotDevice is the name of a slot's WireGuard device: the configured name for slot 0, the name with "1"
@@ -106,7 +109,7 @@ func (d *Daemon) ownWireGuard() engine.OwnWireGuard {
 	switch {
 	case d.slots.Rotating():
 		own.Other, own.OtherSlot = d.wgs[d.slots.Next], d.slots.Next
-	case d.rot.drain != nil:
+	case d.rot.drain != nil && !d.rot.closing:
 		own.Other, own.OtherSlot = d.rot.drain, d.rot.drainSlot
 	}
 	return own
@@ -197,12 +200,12 @@ func (d *Daemon) rotationStep() {
 		d.wgs[old] = nil
 		switched = true
 		d.opt.Log.Info("Switched WireGuard key", "slot", s.Current, "publicKey", d.keys[s.Current].PublicKey().String())
-	case d.rot.drain != nil:
+	case d.rot.drain != nil && !d.rot.closing:
 		if rx := rxTotal(d.rot.drain); rx != d.rot.drainRx {
 			d.rot.drainRx, d.rot.drainQuiet = rx, now
 		}
 		if (now.Sub(d.rot.drainQuiet) >= DrainQuiet && now.Sub(d.rot.drainStart) >= drainMin) || now.Sub(d.rot.drainStart) >= drainMax {
-			drained, d.rot.drain = d.rot.drain, nil
+			drained, d.rot.closing = d.rot.drain, true
 			closed = true
 		}
 	}
@@ -220,6 +223,10 @@ func (d *Daemon) rotationStep() {
 		if err := drained.Close(true); err != nil {
 			d.opt.Log.Error("Removing drained WireGuard slot", "device", drained.Name, "err", err)
 		}
+		// Only now may a new rotation open this slot (its port is free).
+		d.mu.Lock()
+		d.rot.drain, d.rot.closing = nil, false
+		d.mu.Unlock()
 		d.opt.Log.Info("Removed drained WireGuard slot", "device", drained.Name)
 	}
 }

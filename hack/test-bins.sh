@@ -165,7 +165,7 @@ build_rootfs() {
 # host needs before its agent runs (virtio NIC; the TPM TIS driver is built in). The e2e builds the initramfs
 # itself (busybox-static + the static yonder-agent of the tree under test). Tests find it with
 # `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL.
-METAL_KERNEL_MODULES="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+METAL_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
 metal_kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
 build_metal_kernel() {
   local pkg; pkg=$(metal_kernel_pkg)

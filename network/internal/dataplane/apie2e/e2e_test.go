@@ -151,6 +151,48 @@ func TestControllerAndDaemons(t *testing.T) {
 		return err
 	}, 90*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
 
+	// A key rotation through the API: gb1 publishes nextPublicKey, the controller copies it into gb1's
+	// PeerSlice, site a's gateways handshake with the new slot, gb1 switches and publishes the new key, the
+	// controller copies that too; pods keep talking.
+	gb1 := s.Nodes["gb1"]
+	oldKey := gb1.PubKey
+	_, err = s.Lab.Exec(gb1.NS, sitetest.Binary(t), "rotate")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		nn := &netv1.NodeNetwork{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: "gb1"}, nn)).To(Succeed())
+		g.Expect(nn.Spec.WireGuardSlot).To(Equal(int32(1)))
+		g.Expect(nn.Spec.NextPublicKey).To(BeEmpty())
+		g.Expect(nn.Spec.PublicKey).NotTo(Equal(oldKey))
+		gb1.PubKey = nn.Spec.PublicKey
+		sl := &netv1.PeerSliceList{}
+		g.Expect(c.List(ctx, sl)).To(Succeed())
+		found := false
+		for _, it := range sl.Items {
+			for _, p := range it.Spec.Peers {
+				if p.Node == "gb1" {
+					found = true
+					g.Expect(p.PublicKey).To(Equal(nn.Spec.PublicKey))
+					g.Expect(p.WireGuardSlot).To(Equal(int32(1)))
+				}
+			}
+		}
+		g.Expect(found).To(BeTrue())
+	}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+	g.Eventually(func() error {
+		conn, err := sitetest.Dial(a1.Pod, "udp4", net.JoinHostPort(b2.PodIP.String(), "7000"), time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		if _, err := conn.Write([]byte("after rotation")); err != nil {
+			return err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = conn.Read(make([]byte, 32))
+		return err
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+
 	for _, n := range s.Nodes {
 		nn := &netv1.NodeNetwork{}
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, nn)).To(Succeed())

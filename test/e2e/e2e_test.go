@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t0 := time.Now()
 	s, err := stack.Start(ctx, stack.Options{
-		Sites:              []stack.Site{{Name: "east", Hosts: 3}},
+		Sites:              []stack.Site{{Name: "east", Hosts: 5}},
 		FastNodeMonitoring: true,
 		ClusterTopology:    true,
 		Log:                func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
@@ -57,7 +57,9 @@ func TestMain(m *testing.M) {
 // operator adds to the template).
 func generateCluster(ctx context.Context, t *testing.T, name, flavor string, workers int) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret},
+	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
+		// MachineHealthCheck: a Node NotReady for 20s is remediated (the stack's node monitoring is fast).
+		"YONDER_UNHEALTHY_TIMEOUT_SECONDS=20"},
 		"generate", "cluster", name, "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
 		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace,
 		"--worker-machine-count", fmt.Sprint(workers))
@@ -184,7 +186,22 @@ func waitWorkers(ctx context.Context, t *testing.T, cluster string, n int, timeo
 
 // TestScenarios runs the lifecycle scenarios in order on one stack; each reports its wall time.
 func TestScenarios(t *testing.T) {
-	t.Run("1-quickstart", testQuickStart)
+	for _, sc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"1-quickstart", testQuickStart},
+		{"2-scale", testScale},
+		{"4-remediation", testRemediation},
+	} {
+		t0 := time.Now()
+		ok := t.Run(sc.name, sc.f)
+		t.Logf("scenario %s: %s in %s", sc.name, map[bool]string{true: "passed", false: "FAILED"}[ok], time.Since(t0).Round(time.Second))
+		if !ok {
+			// Later scenarios build on the Cluster the earlier ones left.
+			t.FailNow()
+		}
+	}
 }
 
 func testQuickStart(t *testing.T) {

@@ -196,7 +196,7 @@ func (s *Stack) routeWebhookService(ctx context.Context, namespace string, port 
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		}
 		for _, p := range svc.Spec.Ports {
-			eps.Ports = append(eps.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)})
+			eps.Ports = append(eps.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}) //nolint:gosec // a TCP port
 		}
 		if err := s.Client.Delete(ctx, eps); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("failed to replace EndpointSlice %s/%s: %w", namespace, eps.Name, err)

@@ -49,7 +49,7 @@ type artifact struct {
 func (s *Stack) serveArtifacts() error {
 	s.artifacts = map[string]artifact{}
 	add := func(name, p string) error {
-		f, err := os.Open(p)
+		f, err := os.Open(p) //nolint:gosec // paths of the artifacts the stack built or found in the test cache
 		if err != nil {
 			return fmt.Errorf("failed to open artifact %s: %w", name, err)
 		}
@@ -84,7 +84,7 @@ func (s *Stack) serveArtifacts() error {
 			Cmd: []string{"/bin/sh"}},
 	} {
 		p := filepath.Join(s.binDir, strings.ReplaceAll(name, "/", "-")+".oci.tar")
-		f, err := os.Create(p)
+		f, err := os.Create(p) //nolint:gosec // inside the stack directory
 		if err != nil {
 			return err
 		}
@@ -217,7 +217,7 @@ func (s *Stack) startHosts(ctx context.Context) error {
 				ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: s.HostNamespace, Labels: map[string]string{"yonder.dev/site": site.Name}},
 				Spec: infrav1.YonderSSHHostSpec{
 					SSHEndpoint: infrav1.SSHEndpoint{
-						Address: h.Address.String(), Port: int32(h.Port), User: h.User,
+						Address: h.Address.String(), Port: int32(h.Port), User: h.User, //nolint:gosec // a TCP port
 						CredentialsSecretRef: infrav1.SecretReference{Name: cred.Name},
 						HostKey:              strings.TrimSpace(string(sshAuthorizedKey(h))),
 					},

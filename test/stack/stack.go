@@ -187,7 +187,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	}()
 	s.binDir, s.logDir = filepath.Join(s.Dir, "bin"), filepath.Join(s.Dir, "logs")
 	for _, d := range []string{s.binDir, s.logDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o750); err != nil {
 			return nil, fmt.Errorf("failed to create %s: %w", d, err)
 		}
 	}
@@ -319,7 +319,7 @@ func (s *Stack) Clusterctl(ctx context.Context, env []string, args ...string) (s
 	args = append(args, "--config", s.ClusterctlConfig, "--kubeconfig", s.Management.AdminKubeconfigPath)
 	cmd := exec.CommandContext(ctx, s.clusterctl, args...)
 	home := filepath.Join(s.Dir, "home")
-	if err := os.MkdirAll(home, 0o755); err != nil {
+	if err := os.MkdirAll(home, 0o750); err != nil {
 		return "", err
 	}
 	// HOME keeps clusterctl's overrides and cache out of the user's ~/.config/cluster-api.

@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/hosts"
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+const quickCluster = "quick"
+
+// sentinel is what the bootstrap leaves on a host; cleanup removes it.
+const sentinel = "/run/cluster-api/bootstrap-success.complete"
+
+// scale sets the MachineDeployment's replicas.
+func scale(ctx context.Context, t *testing.T, md string, n int32) {
+	t.Helper()
+	d := &clusterv1.MachineDeployment{}
+	if err := st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: md}, d); err != nil {
+		t.Fatal(err)
+	}
+	p := client.MergeFrom(d.DeepCopy())
+	d.Spec.Replicas = &n
+	if err := st.Client.Patch(ctx, d, p); err != nil {
+		t.Fatalf("failed to scale %s to %d: %v", md, n, err)
+	}
+}
+
+// claims returns host name → consumer (YonderSSHMachine name, "" when free).
+func claims(ctx context.Context) (map[string]string, error) {
+	hl := &infrav1.YonderSSHHostList{}
+	if err := st.Client.List(ctx, hl, client.InNamespace(st.HostNamespace)); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, h := range hl.Items {
+		out[h.Name] = ""
+		if h.Spec.ConsumerRef != nil {
+			out[h.Name] = h.Spec.ConsumerRef.Name
+		}
+	}
+	return out, nil
+}
+
+// hostOf returns the host behind a providerID yonder-ssh://<namespace>/<host>.
+func hostOf(providerID string) string { return providerID[strings.LastIndex(providerID, "/")+1:] }
+
+// waitReleased waits until exactly the hosts not in used are free and each free host is clean.
+func waitReleased(ctx context.Context, t *testing.T, used map[string]bool, timeout time.Duration) {
+	t.Helper()
+	var last map[string]string
+	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		c, err := claims(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = c
+		for h, consumer := range c {
+			if used[h] != (consumer != "") {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("hosts not released as expected (in use: %v): claims %v", used, last)
+	}
+	for _, h := range allHosts() {
+		if used[h.Name] {
+			continue
+		}
+		out, err := h.Output(ctx, "test ! -e "+sentinel+" && echo clean")
+		if err != nil || !strings.Contains(out, "clean") {
+			t.Fatalf("released host %s was not cleaned (bootstrap sentinel still there): %v %s", h.Name, err, out)
+		}
+	}
+}
+
+func allHosts() []*hosts.Host {
+	var hs []*hosts.Host
+	for _, site := range st.Hosts {
+		hs = append(hs, site...)
+	}
+	return hs
+}
+
+func hostByName(name string) *hosts.Host {
+	for _, h := range allHosts() {
+		if h.Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
+// usedHosts returns the hosts behind the Machines.
+func usedHosts(ms []clusterv1.Machine) map[string]bool {
+	used := map[string]bool{}
+	for _, m := range ms {
+		used[hostOf(m.Spec.ProviderID)] = true
+	}
+	return used
+}
+
+// testScale: 1 (scenario 1) → 0 → 3 → 5 → 2. At 5 every host runs a node, so the host released at 0
+// (and every other released one) is provably claimed, bootstrapped and joined again.
+func testScale(t *testing.T) {
+	ctx := context.Background()
+	md := quickCluster + "-md-0"
+	before, err := machines(ctx, quickCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := hostOf(before[0].Spec.ProviderID)
+
+	scale(ctx, t, md, 0)
+	waitWorkers(ctx, t, quickCluster, 0, 3*time.Minute)
+	waitReleased(ctx, t, map[string]bool{}, 2*time.Minute)
+
+	for _, n := range []int{3, 5} {
+		t0 := time.Now()
+		scale(ctx, t, md, int32(n))
+		ms := waitWorkers(ctx, t, quickCluster, n, 8*time.Minute)
+		t.Logf("scaled to %d Ready workers in %s", n, time.Since(t0).Round(time.Second))
+		used := usedHosts(ms)
+		if len(used) != n {
+			t.Fatalf("%d Machines share hosts: %v", n, used)
+		}
+		if n == 5 && !used[first] {
+			t.Fatalf("host %s released by the scale to 0 was not reused: %v", first, used)
+		}
+	}
+	t0 := time.Now()
+	scale(ctx, t, md, 2)
+	ms := waitWorkers(ctx, t, quickCluster, 2, 5*time.Minute)
+	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
+	t.Logf("scaled down to 2 (3 hosts cleaned and released) in %s", time.Since(t0).Round(time.Second))
+}
+
+// kubeletPIDs returns the kubelet processes running in a host's network namespace (the node's nspawn
+// machine shares it).
+func kubeletPIDs(h *hosts.Host) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	want, err := os.Readlink(h.NamespacePath)
+	if err != nil {
+		// A named netns is a bind mount, not a link: compare inode numbers instead.
+		var st syscall.Stat_t
+		if err := syscall.Stat(h.NamespacePath, &st); err != nil {
+			return nil, err
+		}
+		want = fmt.Sprintf("net:[%d]", st.Ino)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "kubelet" {
+			continue
+		}
+		ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "net"))
+		if err == nil && ns == want {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids, nil
+}
+
+// testRemediation freezes one node's kubelet: its Node goes NotReady, the MachineHealthCheck marks the
+// Machine, CAPI replaces it, and the host is cleaned and released.
+func testRemediation(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ms, err := machines(ctx, quickCluster)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ms).To(HaveLen(2))
+	victim := ms[0]
+	h := hostByName(hostOf(victim.Spec.ProviderID))
+	g.Expect(h).NotTo(BeNil())
+	pids, err := kubeletPIDs(h)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pids).NotTo(BeEmpty(), "no kubelet runs in host %s", h.Name)
+	t0 := time.Now()
+	// SIGSTOP rather than a kill: the node's systemd would restart a killed kubelet at once.
+	for _, pid := range pids {
+		g.Expect(syscall.Kill(pid, syscall.SIGSTOP)).To(Succeed())
+	}
+	// The Machine is marked by the MachineHealthCheck, deleted and replaced.
+	err = stack.WaitFor(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		m := &clusterv1.Machine{}
+		err := st.Client.Get(ctx, client.ObjectKeyFromObject(&victim), m)
+		return err != nil, nil
+	})
+	if err != nil {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		t.Fatalf("Machine %s with a frozen kubelet was not remediated: %v\n%s", victim.Name, err, st.ManagerLog("cluster-api", 30))
+	}
+	t.Logf("unhealthy Machine %s remediated (deleted) %s after its kubelet stopped", victim.Name, time.Since(t0).Round(time.Second))
+	ms = waitWorkers(ctx, t, quickCluster, 2, 8*time.Minute)
+	for _, m := range ms {
+		g.Expect(m.Name).NotTo(Equal(victim.Name))
+	}
+	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
+	t.Logf("replacement joined and host %s cleaned in %s", h.Name, time.Since(t0).Round(time.Second))
+}

@@ -269,7 +269,11 @@ const initScript = `#!/bin/busybox sh
 mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
 mkdir -p /run/yonder /tmp /var/log
 echo "YONDER: initramfs up"
-for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko || echo "YONDER: insmod $m failed"; done
+# Modules in dependency order; a second pass catches an order file written before a dependency was added.
+for pass in 1 2 3; do
+  for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || insmod /lib/modules/$m.ko 2>/dev/null; done
+done
+for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || echo "YONDER: module $m not loaded"; done
 ip link set lo up
 i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
 ip link set eth0 up

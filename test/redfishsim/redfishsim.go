@@ -41,6 +41,12 @@ type PowerDriver interface {
 	PowerOff(ctx context.Context, systemID string) error
 }
 
+// PowerStater is optionally implemented by a PowerDriver whose machines can turn themselves off (a VM
+// that powers down): the emulator then reports the machine's real state, as a BMC does.
+type PowerStater interface {
+	Running(systemID string) bool
+}
+
 // CPU is one processor socket.
 type CPU struct {
 	Model              string

@@ -116,6 +116,7 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *sys
 }
 
 func (s *Server) systemJSON(sys *system) map[string]any {
+	s.syncPower(sys)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	base := "/redfish/v1/Systems/" + sys.spec.ID
@@ -237,6 +238,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
 // powerOn boots the system, consuming a one-time override. A "On" to a system that is on does nothing
 // (as on real BMCs, some of which answer an error instead); a restart always boots.
 func (s *Server) powerOn(ctx context.Context, sys *system, restart bool) error {
+	s.syncPower(sys)
 	s.mu.Lock()
 	if sys.poweredOn && !restart {
 		s.mu.Unlock()
@@ -266,6 +268,7 @@ func (s *Server) powerOn(ctx context.Context, sys *system, restart bool) error {
 }
 
 func (s *Server) powerOff(ctx context.Context, sys *system) error {
+	s.syncPower(sys)
 	s.mu.Lock()
 	on := sys.poweredOn
 	sys.poweredOn = false
@@ -305,4 +308,18 @@ func (d *MemoryDriver) Boots(id string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.boots[id]...)
+}
+
+// syncPower notices a machine that powered itself off.
+func (s *Server) syncPower(sys *system) {
+	ps, ok := s.opts.Driver.(PowerStater)
+	if !ok {
+		return
+	}
+	running := ps.Running(sys.spec.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sys.poweredOn && !running {
+		sys.poweredOn = false
+	}
 }

@@ -51,7 +51,7 @@ lint: ## Run golangci-lint (gofmt, goimports, vet, errcheck, gosec, importas, st
 ##@ Generation
 
 .PHONY: generate
-generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) generate-plugin generate-bpf ## Regenerate deepcopy code, manifests and eBPF objects
+generate: generate-go $(addprefix generate-manifests-,$(API_DIRS)) generate-plugin generate-bpf generate-templates ## Regenerate deepcopy code, manifests, eBPF objects and clusterctl templates
 
 .PHONY: generate-bpf
 generate-bpf: ## Recompile the committed eBPF objects (bpf2go, Debian's clang-14 and libbpf-dev; output is byte-identical across runs and checkouts)
@@ -81,6 +81,10 @@ generate-manifests-%: ## Generate CRDs, RBAC and webhook manifests of one provid
 	    output:rbac:artifacts:config=$*/config/rbac \
 	    output:webhook:artifacts:config=$*/config/webhook; \
 	fi
+
+.PHONY: generate-templates
+generate-templates: ## Render the kustomize flavors in templates/flavors into templates/cluster-template-*.yaml
+	@templates/generate.sh >/dev/null
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are not committed

@@ -172,7 +172,7 @@ func Print(o *cli.Options, v *View) error {
 		for _, m := range v.Machines {
 			rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(m.Spec.FailureDomain), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.ProviderID), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
 		}
-		table(w, []string{"MACHINE", "PHASE", "FAILURE DOMAIN", "NODE", "PROVIDER ID", "VERSION", "NOT TRUE"}, rows)
+		table(w, []string{"MACHINE", "PHASE", "FAILURE DOMAIN", "NODE", "PROVIDER ID", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
 	}
 
 	_, _ = fmt.Fprintf(w, "\nNodes (workload cluster): ")
@@ -212,7 +212,7 @@ func Print(o *cli.Options, v *View) error {
 			}
 			rows = append(rows, []string{nn.Name, cli.Dash(strings.Join(eps, ",")), cli.Dash(strings.Join(protos, ",")), key, notTrue(nn.Status.Conditions)})
 		}
-		table(w, []string{"NODENETWORK", "ENDPOINTS", "PROTOCOLS", "WG KEY", "NOT TRUE"}, rows)
+		table(w, []string{"NODENETWORK", "ENDPOINTS", "PROTOCOLS", "WG KEY", "UNHEALTHY CONDITIONS"}, rows)
 	}
 	if len(v.PeerSlices) > 0 {
 		rows := [][]string{}
@@ -257,11 +257,19 @@ func oneLine(s string) string {
 	return cli.Dash(s)
 }
 
-// notTrue lists the conditions that are not True (the ones an operator has to look at).
+// negative are CAPI's conditions whose healthy state is False.
+var negative = map[string]bool{"Paused": true, "Deleting": true, "Updating": true, "RollingOut": true, "Remediating": true,
+	"ScalingUp": true, "ScalingDown": true, "Provisioning": true}
+
+// notTrue lists the conditions that are not in their healthy state (the ones an operator has to look at).
 func notTrue(cs []metav1.Condition) string {
 	var out []string
 	for _, c := range cs {
-		if c.Status != metav1.ConditionTrue && !strings.HasSuffix(c.Type, "Paused") && c.Type != "Deleting" {
+		healthy := metav1.ConditionTrue
+		if negative[c.Type] {
+			healthy = metav1.ConditionFalse
+		}
+		if c.Status != healthy {
 			out = append(out, c.Type+"="+string(c.Status))
 		}
 	}

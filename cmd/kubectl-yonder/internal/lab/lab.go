@@ -244,6 +244,7 @@ type State struct {
 	Namespace            string    `json:"namespace"`
 	Cluster              string    `json:"cluster,omitempty"`
 	Bridge               string    `json:"bridge"`
+	Bridges              []string  `json:"bridges"`
 	Prefix               string    `json:"prefix"`
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`

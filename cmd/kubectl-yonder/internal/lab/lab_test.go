@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,17 +182,20 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stErr).NotTo(HaveOccurred())
 	g.Expect(string(out)).To(ContainSubstring(ReadyMarker))
-	g.Expect(st.Hosts).To(HaveLen(2))
-	g.Expect(map[string]bool{st.Hosts[0].Site: true, st.Hosts[1].Site: true}).To(HaveLen(2))
+	g.Expect(st.Hosts).To(HaveLen(3), "a host per site and the second site's gateway")
 
 	status, err := exec.Command(bin, "lab", "status", "--dir", dir).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(status))
 	g.Expect(string(status)).To(ContainSubstring("Lab: ready"))
-	g.Expect(string(status)).To(ContainSubstring(st.Hosts[1].Address))
+	g.Expect(string(status)).To(ContainSubstring(st.Hosts[2].Address))
 
 	during := take(t)
-	slot, err := strconv.Atoi(strings.TrimPrefix(st.Bridge, "ylab"))
-	g.Expect(err).NotTo(HaveOccurred())
+	var slots []string
+	for _, b := range st.Bridges {
+		slots = append(slots, strings.TrimPrefix(b, "ylab"))
+	}
+	g.Expect(slots).To(HaveLen(2), "the second site has its own bridge")
+	slotAlt := strings.Join(slots, "|")
 	// What the lab owns, by identity: namespaces named after its slot or holding one of its processes,
 	// links named after its slot or enslaved to its bridge, mounts of those namespaces or under its directory.
 	ours := map[int]string{}
@@ -199,7 +203,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		if before.procs[pid] == p {
 			continue
 		}
-		if pid == st.PID || strings.Contains(p, dir) || strings.Contains(p, "10.250."+strconv.Itoa(slot)+".") {
+		if pid == st.PID || strings.Contains(p, dir) || regexp.MustCompile(`10\.250\.(`+slotAlt+`)\.`).MatchString(p) {
 			ours[pid] = p
 		}
 	}
@@ -214,7 +218,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	var rootNetns syscall.Stat_t
 	g.Expect(syscall.Stat("/proc/self/ns/net", &rootNetns)).To(Succeed())
 	delete(ourNetns, rootNetns.Ino)
-	ownName := regexp.MustCompile(fmt.Sprintf(`(^|/run/netns/)(yh|ylab|yv|yp)%d(\D|$)`, slot))
+	ownName := regexp.MustCompile(`(^|/run/netns/)(yh|ylab|yv|yp)(` + slotAlt + `)(\D|$)`)
 	owned := map[string]bool{}
 	ownedNS := map[string]bool{}
 	for k := range during.netns {
@@ -225,7 +229,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		}
 	}
 	for k := range during.links {
-		if !before.links[k] && (ownName.MatchString(k) || during.master[k] == st.Bridge) {
+		if !before.links[k] && (ownName.MatchString(k) || slices.Contains(st.Bridges, during.master[k])) {
 			owned[k] = true
 		}
 	}
@@ -239,7 +243,8 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	for k := range owned {
 		ownedNames = append(ownedNames, strings.SplitN(k, "@", 2)[0])
 	}
-	g.Expect(ownedNames).To(ContainElements("yh"+strconv.Itoa(slot)+"-site-a-0", "yh"+strconv.Itoa(slot)+"-site-b-0", st.Bridge), "the lab's hosts are namespaces on its bridge")
+	g.Expect(ownedNames).To(ContainElements("yh"+slots[0]+"-site-a-0", "yh"+slots[0]+"-site-b-gw", "yh"+slots[1]+"-site-b-0", st.Bridges[0], st.Bridges[1]),
+		"the lab's hosts are namespaces on its bridges, with a gateway to the second site")
 	ignore := foreign(owned, regexp.MustCompile(regexp.QuoteMeta(dir)+`|^ylab|/run/netns/|^(yv|yp)\d`))
 
 	down, err := exec.Command(bin, "lab", "down", "--dir", dir).CombinedOutput()

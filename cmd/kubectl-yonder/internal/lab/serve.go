@@ -70,20 +70,27 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	if err := os.MkdirAll(st.StackDir, 0o700); err != nil {
 		return err
 	}
-	sites := make([]stack.Site, l.Sites)
-	for i := range sites {
-		sites[i] = stack.Site{Name: siteName(i), Hosts: l.HostsPerSite}
-	}
+	// The first site shares the management bridge; every further site sits behind its own gateway.
+	sites := []stack.Site{{Name: siteName(0), Hosts: l.HostsPerSite}}
 	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, Log: step})
+	var remotes []*remoteSite
 	if err != nil {
 		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(st.StackDir, "logs"), err)
 	}
 	defer func() {
 		t0 := time.Now()
 		step("tearing down: managers, hosts (yonder-agent reset), control planes, lab network %s", s.Net.Bridge)
+		// The stack resets every host (remote ones through their gateways) before it removes its network;
+		// the remote sites' networks go after it.
 		if err := s.Stop(); err != nil {
 			step("teardown reported: %v", err)
 			rerr = errors.Join(rerr, err)
+		}
+		for _, r := range remotes {
+			if err := r.close(); err != nil {
+				step("teardown of site %s reported: %v", r.name, err)
+				rerr = errors.Join(rerr, err)
+			}
 		}
 		_ = os.RemoveAll(st.StackDir)
 		for _, f := range []string{"management.kubeconfig", "workload.kubeconfig", "id_ed25519", "known_hosts", "cluster.yaml"} {
@@ -92,18 +99,33 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 		step("lab removed in %.1fs", time.Since(t0).Seconds())
 	}()
 	st.Bridge, st.Prefix = s.Net.Bridge, s.Net.Prefix.String()
+	st.Bridges = []string{s.Net.Bridge}
+	for _, h := range s.Hosts[sites[0].Name] {
+		st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: sites[0].Name, Address: h.Address.String(), Namespace: h.Namespace})
+	}
+	step("site %s: %d hosts on the management bridge %s (%s)", sites[0].Name, l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
+	for i := 1; i < l.Sites; i++ {
+		t0 := time.Now()
+		r, err := startRemoteSite(ctx, s, siteName(i), l.HostsPerSite)
+		if err != nil {
+			return err
+		}
+		remotes = append(remotes, r)
+		st.Bridges = append(st.Bridges, r.net.Bridge)
+		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + " (gateway)", Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
+		for _, h := range r.hosts {
+			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: r.name, Address: h.Address.String(), Namespace: h.Namespace})
+		}
+		step("site %s: %d hosts on bridge %s (%s), reachable only through gateway %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
+			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
+	}
 	if err := writeAccess(ctx, l.Dir, s, st); err != nil {
 		return err
-	}
-	for _, site := range sites {
-		for _, h := range s.Hosts[site.Name] {
-			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: site.Name, Address: h.Address.String(), Namespace: h.Namespace})
-		}
 	}
 	if err := st.write(); err != nil {
 		return err
 	}
-	step("%d hosts at %d sites on %s (%s), registered as YonderSSHHosts", len(st.Hosts), l.Sites, s.Net.Bridge, s.Net.Prefix)
+	step("%d hosts at %d sites registered as YonderSSHHosts (failure domain = site)", l.HostsPerSite*l.Sites, l.Sites)
 
 	workers := l.Workers
 	if workers == 0 {
@@ -317,7 +339,7 @@ func printNext(out io.Writer, l *Options, st *State) {
 Kubeconfigs:
   management (CAPI, Yonder's providers, the Cluster):  %[1]s
   workload   (the Nodes):                             %[2]s
-Hosts: %[3]d at %[4]d sites on bridge %[5]s (%[6]s); SSH: ssh -i %[7]s/id_ed25519 -o UserKnownHostsFile=%[7]s/known_hosts root@%[8]s
+Hosts: %[3]d (with gateways) at %[4]d sites on bridges %[5]s (management: %[6]s); SSH: ssh -i %[7]s/id_ed25519 -o UserKnownHostsFile=%[7]s/known_hosts root@%[8]s
 
 Next:
   export KUBECONFIG=%[1]s
@@ -330,7 +352,7 @@ Next:
   kubectl yonder lab status
   kubectl yonder lab down                                         # removes everything the lab created
 
-`, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, st.Bridge, st.Prefix, l.Dir, firstAddr(st), ClusterName)
+`, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, strings.Join(st.Bridges, ","), st.Prefix, l.Dir, firstAddr(st), ClusterName)
 }
 
 func firstAddr(st *State) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -50,7 +51,7 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 	}
 	_, _ = fmt.Fprintf(out, "Lab: %s, supervisor pid %d, log %s/lab.log\n", state, st.PID, dir)
 	if st.Bridge != "" {
-		_, _ = fmt.Fprintf(out, "Network: bridge %s (%s)\n", st.Bridge, st.Prefix)
+		_, _ = fmt.Fprintf(out, "Network: bridges %s (management bridge %s, %s)\n", strings.Join(st.Bridges, ","), st.Bridge, st.Prefix)
 	}
 	if st.ManagementKubeconfig != "" {
 		_, _ = fmt.Fprintf(out, "Kubeconfigs: management %s\n             workload   %s\n", st.ManagementKubeconfig, st.WorkloadKubeconfig)

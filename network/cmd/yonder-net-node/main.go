@@ -61,6 +61,7 @@ func run(args []string) error {
 	fs.StringVar(&o.ExternalEndpoint, "external-endpoint", "", "address other Sites dial (public or NATed; default: --endpoint)")
 	fs.IntVar(&o.WGPort, "wireguard-port", engine.DefaultWireGuardPort, "WireGuard listen port")
 	fs.IntVar(&o.ProbePort, "probe-port", engine.DefaultProbePort, "health probe UDP port")
+	fs.BoolVar(&o.WireGuardL3, "wireguard-l3", false, "carry pod traffic directly over WireGuard (no VXLAN inside) on links where both Sites have one active gateway; set on every node alike")
 	fs.BoolVar(&o.Kernel, "kernel-wireguard", true, "use the kernel's WireGuard when available (else embedded wireguard-go)")
 	fs.StringVar(&attach, "ebpf-attach", "", "force tcx or clsact (default: tcx when the kernel has it)")
 	fs.StringVar(&o.DebugAddr, "debug-addr", "127.0.0.1:9870", "metrics (/metrics) and state dump (/debug)")

@@ -25,7 +25,7 @@ const daemonUser = "system:serviceaccount:yonder-network:yonder-net-node"
 // applyFile creates every object of a YAML file (kustomize-free: names as written).
 func applyFile(t *testing.T, c client.Client, path string) {
 	t.Helper()
-	b, err := os.ReadFile(path) //nolint:gosec // a repository file
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

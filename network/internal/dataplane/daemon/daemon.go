@@ -48,7 +48,10 @@ type Options struct {
 	DebugAddr        string
 	CNIConfDir       string
 	Attach           bpf.Attachment // "" = detect
-	Log              *slog.Logger
+	// WireGuardL3 carries pod traffic directly over WireGuard where both Sites of a link have one active
+	// gateway (engine.Features.WireGuardL3); every gateway must set the same value.
+	WireGuardL3 bool
+	Log         *slog.Logger
 }
 
 // Daemon is a running yonder-net-node.
@@ -316,11 +319,12 @@ func (d *Daemon) reconcile() {
 		down[k] = true
 	}
 	own := d.ownWireGuard()
+	feat := engine.Features{WireGuardL3: d.opt.WireGuardL3, Rotating: d.slots.Rotating() || d.rot.drain != nil}
 	d.mu.Unlock()
 	if in == nil {
 		return
 	}
-	des, err := engine.Compute(*in, down)
+	des, err := engine.ComputeWith(*in, down, feat)
 	if err == nil {
 		err = d.ap.Apply(des, own)
 	}

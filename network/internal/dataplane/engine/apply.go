@@ -21,6 +21,9 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/dataplane/wgdev"
 )
 
+// viaWireGuardL3 keys the WireGuard device itself in the Applier's device map (L3 routes).
+const viaWireGuardL3 Via = "wireguard-l3"
+
 // RouteProtocol marks the routes this daemon owns (so stale ones can be found after a restart).
 const RouteProtocol = netlink.RouteProtocol(0x79)
 
@@ -213,27 +216,31 @@ func (a *Applier) Apply(d Desired, own OwnWireGuard) error {
 			return err
 		}
 	}
-	links := map[Via]netlink.Link{ViaVXLAN: vx, ViaWireGuard: vw}
+	links := map[Via]netlink.Link{ViaVXLAN: vx, ViaWireGuard: vw, viaWireGuardL3: wgl}
 
 	// WireGuard peers: allowed IPs are the peer's address of the slot the key belongs to (/32); a peer
 	// rotating its key has both.
 	var peers []wgdev.Peer
-	addPeer := func(h NextHop, key string, addr netip.Addr, port int) {
+	addPeer := func(h NextHop, key string, addr netip.Addr, port int, l3 []netip.Prefix) {
 		pk, err := wgtypes.ParseKey(key)
 		if err != nil {
 			a.Log.Error("Ignoring peer with an invalid public key", "node", h.Node)
 			return
 		}
+		allowed := []net.IPNet{{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+		for _, p := range l3 {
+			allowed = append(allowed, *prefixNet(p))
+		}
 		peers = append(peers, wgdev.Peer{PublicKey: pk, Endpoint: &net.UDPAddr{IP: h.Underlay.AsSlice(), Port: port},
-			AllowedIPs: []net.IPNet{{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}, Keepalive: 25 * time.Second})
+			AllowedIPs: allowed, Keepalive: 25 * time.Second})
 	}
 	for _, h := range d.Hops {
 		if h.Via != ViaWireGuard {
 			continue
 		}
-		addPeer(h, h.PublicKey, h.WGAddr, h.WGPort)
+		addPeer(h, h.PublicKey, h.WGAddr, h.WGPort, h.L3Prefixes)
 		if h.NextPublicKey != "" {
-			addPeer(h, h.NextPublicKey, h.NextWGAddr, h.NextWGPort)
+			addPeer(h, h.NextPublicKey, h.NextWGAddr, h.NextWGPort, nil)
 		}
 	}
 	// New and changed peers first; peers that left are removed last, after the FDB and routes stopped
@@ -286,6 +293,10 @@ func (a *Applier) Apply(d Desired, own OwnWireGuard) error {
 		nr := &netlink.Route{Dst: prefixNet(r.Prefix), Protocol: RouteProtocol}
 		if len(r.Members) == 0 {
 			nr.Type = unix.RTN_BLACKHOLE
+		} else if r.L3 {
+			nr.LinkIndex, nr.Scope = wgl.Attrs().Index, netlink.SCOPE_LINK
+			nr.MTU = r.MTU
+			nr.AdvMSS = r.MTU - 40
 		} else if h := d.Hops[r.Primary()]; h.Via == ViaNative {
 			nr.Gw = h.Underlay.AsSlice()
 			nr.MTU = r.MTU
@@ -328,6 +339,9 @@ func BPFDesired(d Desired, links map[Via]netlink.Link) bpf.Desired {
 			continue // native routing: the kernel's routes
 		}
 		key := strings.Join(r.Members, ",")
+		if r.L3 {
+			key += "|l3"
+		}
 		gid, ok := ids[key]
 		if !ok {
 			gid = uint32(len(ids) + 1) //nolint:gosec // bounded by the number of routes
@@ -336,10 +350,13 @@ func BPFDesired(d Desired, links map[Via]netlink.Link) bpf.Desired {
 			for _, m := range r.Members {
 				h := d.Hops[m]
 				l := links[h.Via]
+				if r.L3 {
+					l = links[viaWireGuardL3]
+				}
 				if len(bs) == bpf.MaxBackends {
 					break
 				}
-				bs = append(bs, bpf.Backend{ID: MemberID(h.Node), Ifindex: l.Attrs().Index, MTU: r.MTU, DstMAC: h.MAC, SrcMAC: d.MAC})
+				bs = append(bs, bpf.Backend{ID: MemberID(h.Node), Ifindex: l.Attrs().Index, MTU: r.MTU, DstMAC: h.MAC, SrcMAC: d.MAC, L3: r.L3})
 			}
 			out.Groups[gid] = bs
 		}

@@ -80,8 +80,11 @@ type NextHop struct {
 	NextPublicKey string
 	NextWGAddr    netip.Addr
 	NextWGPort    int
-	ProbePort     int
-	MTU           int
+	// L3Prefixes are added to the allowed IPs of the peer's current key: the prefixes of its Site, whose
+	// only active gateway it is on an L3 WireGuard link (see Features.WireGuardL3).
+	L3Prefixes []netip.Prefix `json:",omitempty"`
+	ProbePort  int
+	MTU        int
 }
 
 // Key identifies a next hop.
@@ -92,6 +95,21 @@ type Route struct {
 	Prefix  netip.Prefix
 	Members []string // NextHop keys, sorted
 	MTU     int
+	// L3 sends the prefix into the WireGuard device itself (no VXLAN inside): its single member is the
+	// remote Site's only gateway and that gateway accepts this Site's pod addresses from this node.
+	L3 bool `json:",omitempty"`
+}
+
+// Features are node-local switches of Compute.
+type Features struct {
+	// WireGuardL3 carries pod traffic directly over WireGuard (no VXLAN inside) on Gateway links where
+	// both Sites have exactly one active gateway: the remote gateway can then hold this Site's prefixes on
+	// this node's peer (WireGuard allows a prefix on one peer only, which is why VXLAN inside is the
+	// default). Every gateway of both Sites must agree (one DaemonSet flag).
+	WireGuardL3 bool
+	// Rotating is true while this node rotates its key or drains the old slot: it then sends VXLAN inside
+	// WireGuard (the peers' allowed prefixes stay on the old key until the switch is applied everywhere).
+	Rotating bool
 }
 
 // Desired is the node's computed dataplane.
@@ -150,6 +168,11 @@ func TunnelAddr(podCIDRs []string) (netip.Addr, bool) {
 // Compute derives the desired dataplane from the input. down lists next-hop keys the probes found dead: they
 // are left out of multi-member groups (a single-member route keeps its member: there is nowhere else to go).
 func Compute(in Input, down map[string]bool) (Desired, error) {
+	return ComputeWith(in, down, Features{})
+}
+
+// ComputeWith is Compute with node-local features.
+func ComputeWith(in Input, down map[string]bool, f Features) (Desired, error) {
 	self, ok := TunnelAddr(in.PodCIDRs)
 	if !ok {
 		return Desired{}, fmt.Errorf("failed to compute dataplane for node %s: no IPv4 pod CIDR", in.Node)
@@ -280,8 +303,27 @@ func Compute(in Input, down map[string]bool) (Desired, error) {
 			if !l.Up {
 				members = nil
 			}
+			// L3 where both Sites have exactly one active gateway on this link: this node and members[0].
+			// The accept side (the peer's allowed prefixes) holds whenever the link qualifies; sending L3
+			// pauses while either end rotates its key.
+			l3 := f.WireGuardL3 && l.Protocol == netv1.ProtocolWireGuard && l.Up && amActive && !l.SelfGateway &&
+				!l.RemoteSelfGateway && len(l.LocalGateways) == 1 && l.LocalGateways[0] == in.Node && len(members) == 1
+			send := false
+			if l3 {
+				h := d.Hops[members[0]]
+				for _, pf := range l.Prefixes {
+					if p, err := netip.ParsePrefix(pf); err == nil && p.Addr().Is4() && !slices.Contains(h.L3Prefixes, p.Masked()) {
+						h.L3Prefixes = append(h.L3Prefixes, p.Masked())
+					}
+				}
+				d.Hops[members[0]] = h
+				send = !f.Rotating && h.NextPublicKey == "" && me.NextPublicKey == ""
+			}
 			for _, pf := range l.Prefixes {
 				addRoute(pf, members, minMTU)
+				if p, err := netip.ParsePrefix(pf); err == nil && routes[p] != nil {
+					routes[p].L3 = send
+				}
 			}
 		default:
 			var members []string

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"net/netip"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -109,4 +110,46 @@ func TestComputeNeedsIPv4PodCIDR(t *testing.T) {
 	g := NewWithT(t)
 	_, err := Compute(Input{Node: "x", PodCIDRs: []string{"fd00::/64"}}, nil)
 	g.Expect(err).To(MatchError(ContainSubstring("no IPv4 pod CIDR")))
+}
+
+func TestComputeWireGuardL3(t *testing.T) {
+	g := NewWithT(t)
+	l3 := func(d Desired) bool {
+		for _, r := range d.Routes {
+			if r.Prefix.String() == "10.20.0.0/16" {
+				return r.L3
+			}
+		}
+		return false
+	}
+	// Two active gateways in site a: gb1 could not tell ga1's pod traffic from ga2's: VXLAN inside.
+	d, err := ComputeWith(input("ga1", "10.10.2.0/24"), nil, Features{WireGuardL3: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l3(d)).To(BeFalse())
+	g.Expect(d.Hops["gb1/wireguard"].L3Prefixes).To(BeEmpty())
+
+	// One active gateway on each side: L3, and gb1's peer accepts site b's prefixes from it.
+	in := input("ga1", "10.10.2.0/24")
+	in.Plan.Links[0].LocalGateways = []string{"ga1"}
+	d, err = ComputeWith(in, nil, Features{WireGuardL3: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l3(d)).To(BeTrue())
+	g.Expect(d.Hops["gb1/wireguard"].L3Prefixes).To(ConsistOf(netip.MustParsePrefix("10.20.0.0/16")))
+
+	// Without the feature, or while either end rotates its key: VXLAN inside; the accept side stays.
+	d, _ = ComputeWith(in, nil, Features{})
+	g.Expect(l3(d)).To(BeFalse())
+	g.Expect(d.Hops["gb1/wireguard"].L3Prefixes).To(BeEmpty())
+	d, _ = ComputeWith(in, nil, Features{WireGuardL3: true, Rotating: true})
+	g.Expect(l3(d)).To(BeFalse())
+	g.Expect(d.Hops["gb1/wireguard"].L3Prefixes).NotTo(BeEmpty())
+	in.Slices[2].Peers[0].NextPublicKey = in.Slices[2].Peers[0].PublicKey
+	d, _ = ComputeWith(in, nil, Features{WireGuardL3: true})
+	g.Expect(l3(d)).To(BeFalse())
+
+	// An ordinary node never sends L3 (it reaches the gateway over VXLAN).
+	in = input("a1", "10.10.1.0/24")
+	in.Plan.Links[0].LocalGateways = []string{"ga1"}
+	d, _ = ComputeWith(in, nil, Features{WireGuardL3: true})
+	g.Expect(l3(d)).To(BeFalse())
 }

@@ -141,7 +141,30 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 			}
 		}
 	}
+	// The same pod path with --wireguard-l3 (one active gateway per Site): TCP straight into WireGuard.
+	b.StopTimer()
+	useWireGuardL3(s)
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if _, err := lab.Exec(ga1.Pod, "ping", "-c", "1", "-W", "1", gb1.PodIP.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no L3 path %s → %s", ga1.Name, gb1.Name)
+		}
+	}
+	b.StartTimer()
+	var l3, l3CPU, l3RTT float64
+	for i := 0; i < b.N; i++ {
+		g, c := iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		l3, l3CPU = l3+g, l3CPU+c
+		l3RTT += rtt(b, lab, ga1.Pod, gb1.PodIP.String())
+	}
 	n := float64(b.N)
+	b.ReportMetric(l3/n, "wireguard-l3-path-Gbit/s")
+	b.ReportMetric(l3/veth, "wireguard-l3-path-x-veth")
+	b.ReportMetric((l3RTT-vethRTT)/n, "wireguard-l3-path-added-µs")
+	b.ReportMetric(l3CPU/n, "wireguard-l3-path-cpu%/Gbit")
 	b.ReportMetric(veth/n, "veth-Gbit/s")
 	b.ReportMetric(vx/n, "vxlan-Gbit/s")
 	b.ReportMetric(wg/n, "wireguard-Gbit/s")

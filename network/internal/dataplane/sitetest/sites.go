@@ -91,7 +91,9 @@ type Sites struct {
 	Protocol netv1.Protocol // between the sites
 	// Intra is the protocol inside each site (VXLAN unless set before the plans are written).
 	Intra netv1.Protocol
-	bin   string
+	// ExtraArgs are added to every daemon's command line at its next Start.
+	ExtraArgs []string
+	bin       string
 }
 
 // NewSites builds the namespaces and pods and starts a daemon on every node.
@@ -176,6 +178,7 @@ func (s *Sites) Start(n *Node) {
 	if n.WAN.IsValid() {
 		args = append(args, "--external-endpoint", n.WAN.String())
 	}
+	args = append(args, s.ExtraArgs...)
 	n.cmd = topo.In(n.NS, s.bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = log, log
 	if err := n.cmd.Start(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +31,14 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/redfishsim"
@@ -44,11 +48,34 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	os.Exit(envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:      []string{"infrastructure-baremetal/config/crd/metal3"},
-		AddToScheme:            []func(*runtime.Scheme) error{metal3v1.AddToScheme},
-		WithoutCAPIControllers: true,
-	}, func(e *envtest.Environment) { env = e }))
+	// The whole management cluster: CAPI's controllers and webhooks, the provider's CRDs (its own and
+	// Metal3's BareMetalHost) and webhooks; the reconcilers run in managers each test starts.
+	code := envtest.Run(m, envtest.Options{
+		CRDDirectoryPaths:    []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"},
+		WebhookManifestPaths: []string{"infrastructure-baremetal/config/webhook/manifests.yaml"},
+		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme},
+		Setup:                func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
+	}, func(e *envtest.Environment) { env = e })
+	if wl != nil {
+		_ = wl.Stop()
+	}
+	os.Exit(code)
+}
+
+var (
+	wlOnce sync.Once
+	wl     *controlplane.ControlPlane
+	wlErr  error
+)
+
+// workload is the workload cluster's control plane (the Cluster's kubeconfig points at it).
+func workload(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	wlOnce.Do(func() { wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "metal-e2e-wl"}) })
+	if wlErr != nil {
+		t.Fatalf("failed to start the workload control plane: %v", wlErr)
+	}
+	return wl
 }
 
 func counter(reg *prometheus.Registry, name string, want map[string]string) float64 {

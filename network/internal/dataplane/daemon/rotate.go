@@ -228,6 +228,8 @@ func (d *Daemon) rotationStep() {
 		d.rot.drain, d.rot.closing = nil, false
 		d.mu.Unlock()
 		d.opt.Log.Info("Removed drained WireGuard slot", "device", drained.Name)
+		// The rotation is over: L3 links may send L3 again (engine.Features.Rotating).
+		d.kickNow()
 	}
 }
 

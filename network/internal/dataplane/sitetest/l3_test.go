@@ -76,4 +76,29 @@ func TestWireGuardL3(t *testing.T) {
 	g.Expect(dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU)).To(Succeed(), diag)
 	g.Expect(dfPing(s, b2.Pod, a1.PodIP.String(), linkMTU)).To(Succeed(), diag)
 	g.Expect(dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU+1)).NotTo(Succeed())
+
+	// Key rotations on an L3 link lose nothing either: sending falls back to VXLAN inside while either end
+	// rotates or drains, and the peers' allowed prefixes move to the new key with the switch.
+	st := startSeqStream(t, a1.Pod, to(b2), 2*time.Millisecond)
+	g.Eventually(st.count, 5*time.Second).Should(BeNumerically(">", 100))
+	for _, n := range []*Node{gb1, ga1} {
+		old := n.PubKey
+		_, err := s.Lab.Exec(n.NS, s.bin, "rotate")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func() bool { s.Republish(); return n.PubKey != old && n.NextKey == "" }, 60*time.Second, 20*time.Millisecond).Should(BeTrue(), diag)
+		g.Eventually(func(g Gomega) {
+			d, err := s.Debug(n)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d.WireGuard.Rotation).To(BeEmpty())
+		}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+		// L3 resumes after the drain.
+		g.Eventually(func(g Gomega) {
+			d, err := s.Debug(ga1)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(routeL3(d, "10.20.0.0/16")).To(BeTrue())
+		}, 10*time.Second, 100*time.Millisecond).Should(Succeed(), diag)
+	}
+	sent, lost, missing := st.finish()
+	t.Logf("continuous flow over the L3 link across two rotations: %d datagrams sent, %d lost %v", sent, lost, missing)
+	g.Expect(lost).To(BeZero(), diag)
 }

@@ -94,6 +94,7 @@ type Sites struct {
 	// ExtraArgs are added to every daemon's command line at its next Start.
 	ExtraArgs []string
 	bin       string
+	inactive  map[string]bool // of the last WritePlans
 }
 
 // NewSites builds the namespaces and pods and starts a daemon on every node.
@@ -249,7 +250,7 @@ func (s *Sites) Republish() bool {
 		}
 	}
 	if changed {
-		s.WritePlans(nil)
+		s.WritePlans(s.inactive)
 	}
 	return changed
 }
@@ -270,6 +271,7 @@ func (s *Sites) peer(n *Node) netv1.Peer {
 // has marked inactive.
 func (s *Sites) WritePlans(inactive map[string]bool) {
 	s.T.Helper()
+	s.inactive = inactive
 	var slices []netv1.PeerSliceSpec
 	gws := map[string][]string{}
 	for _, site := range []string{"a", "b"} {

@@ -57,7 +57,7 @@ func newCluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
 	ctx := context.Background()
 	cp := workload(t)
 	mc := &infrav1.YonderMetalCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}} //nolint:gosec // a port
+		Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}}
 	g.Expect(env.Create(ctx, mc)).To(Succeed())
 	gcp := &unstructured.Unstructured{}
 	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())

@@ -71,7 +71,9 @@ var (
 // workload is the workload cluster's control plane (the Cluster's kubeconfig points at it).
 func workload(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	wlOnce.Do(func() { wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "metal-e2e-wl"}) })
+	wlOnce.Do(func() {
+		wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "metal-e2e-wl"})
+	})
 	if wlErr != nil {
 		t.Fatalf("failed to start the workload control plane: %v", wlErr)
 	}

@@ -15,9 +15,14 @@ OUT := out
 
 ##@ Main jobs
 
+# Flags of `kubectl yonder lab up` (docs/lab.md), e.g. LAB_ARGS="--hosts 1 --foreground".
+LAB_ARGS ?=
+
 .PHONY: lab
-lab: test-bins ## Bring up the local lab (control plane, hosts at two sites); Ctrl-C tears it down
-	$(GO) run ./test/lab
+lab: ## Bring up the local lab: management plane, workload cluster, hosts at two sites, Ready workers; `out/kubectl-yonder lab down` removes it
+	@echo "make lab: building out/kubectl-yonder; the first run also builds Kubernetes, etcd, CAPI, containerd and the node rootfs (many minutes; progress below)"
+	@mkdir -p $(OUT) && $(GO) build -o $(OUT)/kubectl-yonder ./cmd/kubectl-yonder
+	$(OUT)/kubectl-yonder lab up $(LAB_ARGS)
 
 FUZZTIME ?= 10s
 
@@ -111,7 +116,8 @@ release-manifests: ## Build each provider's components YAML, metadata.yaml and t
 	@hack/release-repo.sh $(OUT) $(RELEASE_VERSION)
 
 .PHONY: clean
-clean: ## Remove build outputs (the binary cache outside the tree stays)
+clean: ## Remove build outputs (the binary cache outside the tree stays); tears a running lab down first
+	@if [ -x $(OUT)/kubectl-yonder ]; then $(OUT)/kubectl-yonder lab down; fi
 	rm -rf $(OUT) _lab
 
 .PHONY: help

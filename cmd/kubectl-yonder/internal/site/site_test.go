@@ -25,6 +25,7 @@ func TestManifestsHoldTheWholeAddOn(t *testing.T) {
 	}
 	g.Expect(kinds).To(HaveKey("Namespace"))
 	g.Expect(kinds).To(HaveKey("Deployment"))
+	g.Expect(kinds).To(HaveKey("DaemonSet"))
 	g.Expect(kinds).To(HaveKey("ValidatingWebhookConfiguration"))
 	g.Expect(kinds["CustomResourceDefinition"]).To(BeNumerically(">=", 5))
 }

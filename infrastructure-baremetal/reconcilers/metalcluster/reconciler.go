@@ -50,13 +50,14 @@ type Reconciler struct {
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	log := ctrl.LoggerFrom(ctx)
+	// The watch filter applies to Cluster API objects only (BareMetalHosts are inventory).
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.YonderMetalCluster{}).
+		For(&infrav1.YonderMetalCluster{}, builder.WithPredicates(filter)).
 		WithOptions(opts).
-		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("YonderMetalCluster"), mgr.GetClient(), &infrav1.YonderMetalCluster{})),
-			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
+			builder.WithPredicates(filter, predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
 		// Only label changes of hosts can change the failure domains; status writes are frequent.
 		Watches(&metal3v1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToClusters),
 			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, predicate.Funcs{
@@ -73,6 +74,9 @@ func (r *Reconciler) hostToClusters(ctx context.Context, o client.Object) []reco
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
+		if r.WatchFilterValue != "" && list.Items[i].Labels[clusterv1.WatchLabel] != r.WatchFilterValue {
+			continue
+		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs

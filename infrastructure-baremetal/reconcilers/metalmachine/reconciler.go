@@ -126,13 +126,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if err != nil {
 		return fmt.Errorf("failed to create Cluster mapper: %w", err)
 	}
+	// The watch filter applies to Cluster API objects only: BareMetalHosts are inventory that operators
+	// label for their host controller, not for a CAPI shard.
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.YonderMetalMachine{}).
+		For(&infrav1.YonderMetalMachine{}, builder.WithPredicates(filter)).
 		WithOptions(opts).
-		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(gvk))).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(gvk)), builder.WithPredicates(filter)).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToMachines),
-			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
+			builder.WithPredicates(filter, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
 		// Host status matters here (provisioning state, errors): every change of a host wakes its consumer.
 		Watches(&metal3v1.BareMetalHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToMachines)).
 		Complete(r)
@@ -169,7 +171,8 @@ func (r *Reconciler) hostToMachines(ctx context.Context, o client.Object) []reco
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		m := &list.Items[i]
-		if m.Annotations[infrav1.HostAnnotation] == "" && m.DeletionTimestamp.IsZero() {
+		if m.Annotations[infrav1.HostAnnotation] == "" && m.DeletionTimestamp.IsZero() &&
+			(r.WatchFilterValue == "" || m.Labels[clusterv1.WatchLabel] == r.WatchFilterValue) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)})
 		}
 	}

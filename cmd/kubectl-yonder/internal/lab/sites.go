@@ -19,7 +19,7 @@ import (
 )
 
 // HostsCredentialsSecret is the Secret test/stack stores the hosts' shared SSH key in.
-const HostsCredentialsSecret = "yonder-hosts-ssh"
+const HostsCredentialsSecret = "yonder-hosts-ssh" //nolint:gosec // the name of a Secret, not its content
 
 // remoteSite is a site behind a gateway, like an edge location: its hosts sit on their own lab bridge,
 // which has no address on this machine, and a gateway host with one leg on the management bridge and one

@@ -168,11 +168,24 @@ func Print(o *cli.Options, v *View) error {
 
 	_, _ = fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
 	if len(v.Machines) > 0 {
+		// The host a Machine runs on and its failure domain, from the host's claim: a MachineDeployment's
+		// Machines often carry no failure domain of their own, the host they landed on always has one.
+		hostOf := map[string]*infrav1.YonderSSHHost{}
+		for i := range v.Hosts {
+			hostOf[v.Hosts[i].Spec.ConsumerRef.Name] = &v.Hosts[i]
+		}
 		rows := [][]string{}
 		for _, m := range v.Machines {
-			rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(m.Spec.FailureDomain), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.ProviderID), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
+			host, fd := "", m.Spec.FailureDomain
+			if h := hostOf[m.Spec.InfrastructureRef.Name]; h != nil {
+				host = h.Name
+				if fd == "" {
+					fd = h.Spec.FailureDomain
+				}
+			}
+			rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(host), cli.Dash(fd), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
 		}
-		table(w, []string{"MACHINE", "PHASE", "FAILURE DOMAIN", "NODE", "PROVIDER ID", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
+		table(w, []string{"MACHINE", "PHASE", "HOST", "FAILURE DOMAIN", "NODE", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
 	}
 
 	_, _ = fmt.Fprintf(w, "\nNodes (workload cluster): ")

@@ -4,6 +4,9 @@
 # make verify-gen checks the outputs are committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+KUSTOMIZE=(go tool -modfile=hack/tools/go.mod kustomize)
+# The multi-site flavor's ClusterResourceSet carries the network add-on as built from network/config.
+"${KUSTOMIZE[@]}" build network/config/default > templates/flavors/ssh-multi-site/yonder-network.yaml
 for d in templates/flavors/*/; do
   f=$(basename "$d")
   [[ $f == base ]] && continue
@@ -12,6 +15,6 @@ for d in templates/flavors/*/; do
     clusterclass-*) out=templates/$f.yaml ;;
     *) out=templates/cluster-template-$f.yaml ;;
   esac
-  go tool -modfile=hack/tools/go.mod kustomize build --load-restrictor LoadRestrictionsNone "$d" > "$out"
+  "${KUSTOMIZE[@]}" build --load-restrictor LoadRestrictionsNone "$d" > "$out"
   echo "$out"
 done

@@ -97,6 +97,8 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.state.Attempt++
 		s.state.BootRequestedAt = now()
 		s.state.RetryAt = nil
+		// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
+		delete(h.Annotations, AttestationAnnotation)
 		if err := r.persist(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -207,6 +209,7 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 		h.Status.PoweredOn = false
 	}
 	s.state.Image, s.state.BootRequestedAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, 0
+	delete(h.Annotations, AttestationAnnotation)
 	h.Status.Provisioning.Image = metal3v1.Image{}
 	s.clearError()
 	setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, "deprovisioned ("+cleaningMode(h)+" cleaning: live images leave no data on disk)")

@@ -392,6 +392,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			s.transition(metal3v1.StateDeprovisioning)
 			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
+		if h.Status.HardwareDetails == nil && !h.InspectionDisabled() {
+			// Status lost (clusterctl move): read the inventory again, it costs no boot.
+			return r.inspect(ctx, s)
+		}
 		return r.ensurePower(ctx, s, h.Spec.Online)
 	case metal3v1.StateDeprovisioning:
 		return r.deprovision(ctx, s)

@@ -38,7 +38,7 @@ func TestRestartAtEveryTransition(t *testing.T) {
 	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:30:00:01"))
 	newReconciler := func() *baremetalhost.Reconciler {
 		r := testReconciler(lab.inv)
-		r.ProvisionTimeout = 5 * time.Second
+		r.ProvisionTimeout = 20 * time.Second
 		return r
 	}
 	proc := startController(t, newReconciler(), ns)
@@ -80,6 +80,7 @@ func TestRestartAtEveryTransition(t *testing.T) {
 	g.Expect(got.Status.ErrorMessage).To(BeEmpty())
 	g.Expect(got.Status.PoweredOn).To(BeFalse())
 	g.Eventually(func() bool { return sim.State("s1").PoweredOn }).Should(BeFalse())
+	g.Eventually(func() []string { _, data, _ := hosts.snapshot("s1"); return data }).Should(HaveLen(1))
 	boots, data, errs := hosts.snapshot("s1")
 	g.Expect(data).To(Equal([]string{"restart-data"}), "bootstrap data released exactly once")
 	g.Expect(boots).To(BeNumerically(">=", 1))

@@ -140,9 +140,10 @@ func newHost(g Gomega, ns, name string, sim *redfishsim.Server, id, mac, passwor
 	return h
 }
 
+// getHost reads the host from the API server (not a cache: tests read right after they write).
 func getHost(g Gomega, h *metal3v1.BareMetalHost) *metal3v1.BareMetalHost {
 	out := &metal3v1.BareMetalHost{}
-	g.Expect(env.Get(context.Background(), client.ObjectKeyFromObject(h), out)).To(Succeed())
+	g.Expect(env.GetAPIReader().Get(context.Background(), client.ObjectKeyFromObject(h), out)).To(Succeed())
 	return out
 }
 

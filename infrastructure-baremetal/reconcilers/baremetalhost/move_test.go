@@ -1,0 +1,54 @@
+package baremetalhost_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+// clusterctl move recreates objects without their status. A provisioned host whose status is gone is
+// rebuilt from its annotations — still provisioned with its image, the BMC pin and TPM pin kept, the
+// inventory read again over Redfish — and is not PXE-booted again.
+func TestStatusRebuiltAfterMove(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-move").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("s1", "52:54:00:40:00:01")
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:40:00:01"))
+	proc := startController(t, testReconciler(lab.inv), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:40:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	claim(g, ns, h, "moved")
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
+	before := getHost(g, h)
+
+	// The move: the controller is stopped (clusterctl pauses), the object comes back without status.
+	proc.stop()
+	cur := getHost(g, h)
+	cur.Status = metal3v1.BareMetalHostStatus{}
+	g.Expect(env.Status().Update(ctx, cur)).To(Succeed())
+	g.Expect(getHost(g, h).Status.Provisioning.State).To(BeEmpty())
+	startController(t, testReconciler(lab.inv), ns)
+
+	g.Eventually(func(g Gomega) {
+		got := getHost(g, h)
+		g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
+		g.Expect(got.Status.Provisioning.Image.URL).To(Equal(before.Status.Provisioning.Image.URL))
+		g.Expect(got.Status.HardwareDetails).NotTo(BeNil())
+		g.Expect(got.Status.PoweredOn).To(BeTrue())
+		g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusOK))
+	}).Should(Succeed())
+	got := getHost(g, h)
+	g.Expect(got.Annotations[baremetalhost.CertPinAnnotation]).To(Equal(before.Annotations[baremetalhost.CertPinAnnotation]))
+	g.Expect(got.Annotations[baremetalhost.EnrolmentAnnotation]).To(Equal(before.Annotations[baremetalhost.EnrolmentAnnotation]))
+	g.Expect(sim.State("s1").PXEBoots).To(Equal(1), "a moved provisioned host is not provisioned again")
+}

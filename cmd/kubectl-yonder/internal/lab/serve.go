@@ -16,8 +16,10 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,7 +94,11 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 				rerr = errors.Join(rerr, err)
 			}
 		}
-		_ = os.RemoveAll(st.StackDir)
+		if rerr == nil {
+			_ = os.RemoveAll(st.StackDir)
+		} else {
+			step("kept %s (component logs in logs/) for a look at what failed", st.StackDir)
+		}
 		for _, f := range []string{"management.kubeconfig", "workload.kubeconfig", "id_ed25519", "known_hosts", "cluster.yaml"} {
 			_ = os.Remove(filepath.Join(l.Dir, f))
 		}
@@ -267,11 +273,31 @@ func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, wo
 		applied.WriteString("---\n")
 		applied.Write(data)
 		applied.WriteString("\n")
-		if err := s.Client.Create(ctx, u); err != nil {
-			return fmt.Errorf("failed to create %s %s: %w", u.GetKind(), u.GetName(), err)
+		if err := createRetrying(ctx, s.Client, u); err != nil {
+			return fmt.Errorf("failed to create %s %s (manager logs in %s): %w", u.GetKind(), u.GetName(), s.Logs(), err)
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "cluster.yaml"), applied.Bytes(), 0o600)
+}
+
+// createRetrying creates u, retrying while an admission webhook cannot be reached: a manager whose
+// readiness probe passed may still be opening its webhook port, and a restarted one needs a moment.
+func createRetrying(ctx context.Context, c client.Client, u *unstructured.Unstructured) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, u.DeepCopy())
+		if last == nil {
+			return true, nil
+		}
+		if apierrors.IsInternalError(last) && strings.Contains(last.Error(), "failed calling webhook") {
+			return false, nil
+		}
+		return false, last
+	})
+	if err != nil && last != nil {
+		return last
+	}
+	return err
 }
 
 // waitForNodes waits until want Nodes are Ready and their Machines span wantSites failure domains,

@@ -78,7 +78,9 @@ const PodCIDR = "10.244.0.0/16"
 
 // HostPrivateDirs are the directories each host gets its own empty copy of, so what one host's bootstrap
 // writes (agent state, sentinels, kubelet config) is invisible to the others, as on separate machines.
-var HostPrivateDirs = []string{"/run", "/var/lib/yonder", "/var/lib/yonder-ssh", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
+// /var/lib as a whole, not /var/lib/yonder: `yonder-agent reset` unmounts every mount at or below its state
+// directory, the state directory itself included, which would merge a host back into the machine's.
+var HostPrivateDirs = []string{"/run", "/var/lib", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
 
 // Site is one group of hosts; its name is the hosts' failure domain.
 type Site struct {
@@ -316,7 +318,17 @@ func (s *Stack) agentReset(ctx context.Context, h *hosts.Host) (string, error) {
 // Clusterctl runs the real clusterctl against the management cluster with the stack's config and returns
 // its stdout. env adds variables (NAME=value) for template and component substitution.
 func (s *Stack) Clusterctl(ctx context.Context, env []string, args ...string) (string, error) {
-	args = append(args, "--config", s.ClusterctlConfig, "--kubeconfig", s.Management.AdminKubeconfigPath)
+	return s.clusterctlRun(ctx, env, append(args, "--kubeconfig", s.Management.AdminKubeconfigPath)...)
+}
+
+// ClusterctlOffline runs clusterctl with the stack's config but without a management cluster (commands
+// such as `generate provider` that only read the repository).
+func (s *Stack) ClusterctlOffline(ctx context.Context, env []string, args ...string) (string, error) {
+	return s.clusterctlRun(ctx, env, args...)
+}
+
+func (s *Stack) clusterctlRun(ctx context.Context, env []string, args ...string) (string, error) {
+	args = append(args, "--config", s.ClusterctlConfig)
 	cmd := exec.CommandContext(ctx, s.clusterctl, args...)
 	home := filepath.Join(s.Dir, "home")
 	if err := os.MkdirAll(home, 0o750); err != nil {

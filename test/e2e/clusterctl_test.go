@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+// TestClusterctlRepository checks the local repository `make release-manifests` lays out, with the real
+// clusterctl and no management cluster: every provider describes itself and writes its components with
+// all variables defaulted, and every flavor renders.
+func TestClusterctlRepository(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []struct {
+		flag, name, namespace string
+		wantVars              []string
+	}{
+		{"--core", "cluster-api", "capi-system", []string{"CLUSTER_TOPOLOGY"}},
+		{"--bootstrap", "yonder", "bootstrap-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_AGENT_URL", "YONDER_AGENT_SHA256"}},
+		{"--control-plane", "yonder", "control-plane-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE"}},
+		{"--infrastructure", "yonder-ssh", "infrastructure-yonder-ssh-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_SSH_HOST_PROBE_INTERVAL", "YONDER_SSH_CLEANUP_RETRIES"}},
+	} {
+		t.Run(p.flag+"="+p.name, func(t *testing.T) {
+			g := NewWithT(t)
+			out, err := st.ClusterctlOffline(ctx, nil, "generate", "provider", p.flag, p.name, "--describe")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(ContainSubstring("TargetNamespace:    " + p.namespace))
+			for _, v := range p.wantVars {
+				g.Expect(out).To(ContainSubstring("- "+v), "variable %s not listed", v)
+			}
+			file := filepath.Join(t.TempDir(), "components.yaml")
+			_, err = st.ClusterctlOffline(ctx, nil, "generate", "provider", p.flag, p.name, "--write-to", file)
+			g.Expect(err).NotTo(HaveOccurred())
+			data, err := os.ReadFile(file)
+			g.Expect(err).NotTo(HaveOccurred())
+			objs, err := decode(data)
+			g.Expect(err).NotTo(HaveOccurred())
+			kinds := map[string]int{}
+			for _, o := range objs {
+				kinds[o.GetKind()]++
+				g.Expect(o.GetLabels()).To(HaveKeyWithValue("cluster.x-k8s.io/provider", providerLabel(p.flag, p.name)), "%s %s", o.GetKind(), o.GetName())
+				if o.GetKind() == "CustomResourceDefinition" && p.name != "cluster-api" {
+					g.Expect(o.GetLabels()).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"), o.GetName())
+				}
+				if ns := o.GetNamespace(); ns != "" {
+					g.Expect(ns).To(Equal(p.namespace), "%s %s", o.GetKind(), o.GetName())
+				}
+			}
+			g.Expect(kinds).To(HaveKey("Deployment"))
+			g.Expect(kinds).To(HaveKey("CustomResourceDefinition"))
+			g.Expect(kinds).To(HaveKey("Certificate"))
+			g.Expect(string(data)).NotTo(ContainSubstring("${"), "a variable was left unsubstituted")
+		})
+	}
+	for _, flavor := range []string{"ssh", "ssh-clusterclass", "ssh-multi-site"} {
+		t.Run("flavor="+flavor, func(t *testing.T) {
+			g := NewWithT(t)
+			out, err := st.ClusterctlOffline(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=admin"},
+				"generate", "cluster", "edge", "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
+				"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", "default", "--worker-machine-count", "2")
+			g.Expect(err).NotTo(HaveOccurred())
+			objs, err := decode([]byte(out))
+			g.Expect(err).NotTo(HaveOccurred())
+			kinds := map[string]int{}
+			for _, o := range objs {
+				kinds[o.GetKind()]++
+			}
+			g.Expect(kinds).To(HaveKeyWithValue("Cluster", 1))
+			switch flavor {
+			case "ssh-clusterclass":
+				// clusterctl adds the ClusterClass and its templates; the health check lives in the class.
+				g.Expect(kinds).To(HaveKeyWithValue("ClusterClass", 1))
+				g.Expect(out).To(ContainSubstring("unhealthyNodeConditions"))
+			case "ssh-multi-site":
+				g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 2))
+				g.Expect(kinds).To(HaveKeyWithValue("ClusterResourceSet", 1))
+				g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 1))
+			default:
+				g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 1))
+				g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 1))
+			}
+			g.Expect(strings.Contains(out, "${")).To(BeFalse(), "a variable was left unsubstituted")
+		})
+	}
+}
+
+func providerLabel(flag, name string) string {
+	switch flag {
+	case "--core":
+		return name
+	case "--bootstrap":
+		return "bootstrap-" + name
+	case "--control-plane":
+		return "control-plane-" + name
+	}
+	return "infrastructure-" + name
+}

@@ -46,12 +46,15 @@ func Available(h *metal3v1.BareMetalHost) bool {
 }
 
 // Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
-// again, or it never got past registration/inspection (nothing was written to it).
+// again, or it is back before availability (registering, inspecting…) with no image recorded as deployed
+// (status.provisioning.image), so nothing of the Machine can be left on it.
 func Released(h *metal3v1.BareMetalHost) bool {
 	switch h.Status.Provisioning.State {
-	case metal3v1.StateAvailable, metal3v1.StateReady, metal3v1.StateNone, metal3v1.StateUnmanaged,
-		metal3v1.StateRegistering, metal3v1.StateInspecting, metal3v1.StatePreparing, metal3v1.StateMatchProfile:
+	case metal3v1.StateAvailable, metal3v1.StateReady:
 		return true
+	case metal3v1.StateNone, metal3v1.StateUnmanaged, metal3v1.StateRegistering, metal3v1.StateInspecting,
+		metal3v1.StatePreparing, metal3v1.StateMatchProfile:
+		return h.Status.Provisioning.Image.URL == ""
 	}
 	return false
 }

@@ -110,7 +110,11 @@ func (p *Prober) States() map[string]PeerState {
 // Run sends and answers probes until ctx ends.
 func (p *Prober) Run(ctx context.Context) {
 	go p.read()
-	t := time.NewTicker(p.interval)
+	// SetTiming may run concurrently (the daemon's first plan arrives while Run starts).
+	p.mu.Lock()
+	iv := p.interval
+	p.mu.Unlock()
+	t := time.NewTicker(iv)
 	defer t.Stop()
 	go func() { <-ctx.Done(); _ = p.conn.Close() }()
 	for {

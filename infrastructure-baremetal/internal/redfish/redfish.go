@@ -49,6 +49,9 @@ func ParseAddress(address string) (Address, error) {
 	if u.Host == "" {
 		return Address{}, fmt.Errorf("BMC address %q has no host", address)
 	}
+	if u.User != nil {
+		return Address{}, errors.New("BMC address carries credentials: put them in the Secret named by spec.bmc.credentialsName")
+	}
 	p := strings.TrimRight(u.Path, "/")
 	if p != "" && !strings.HasPrefix(p, "/redfish/v1/Systems/") {
 		return Address{}, fmt.Errorf("BMC address %q: path %q is not a Redfish ComputerSystem (/redfish/v1/Systems/<id>)", address, p)

@@ -28,6 +28,7 @@ func TestParseAddress(t *testing.T) {
 		{in: "ipmi://10.0.0.1", err: `driver "ipmi" is not supported`},
 		{in: "redfish:///redfish/v1/Systems/1", err: "has no host"},
 		{in: "redfish://bmc/redfish/v1/Chassis/1", err: "is not a Redfish ComputerSystem"},
+		{in: "redfish://admin:pw@bmc/redfish/v1/Systems/1", err: "carries credentials"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			g := NewWithT(t)

@@ -102,7 +102,7 @@ verify-gen: generate ## Fail when generated files are not committed
 RELEASE_VERSION ?= v0.1.0
 
 .PHONY: release-manifests
-release-manifests: ## Build each provider's components YAML, metadata.yaml and templates into out/, plus a local clusterctl repository and out/clusterctl.yaml
+release-manifests: ## Build each provider's components YAML, metadata.yaml and templates into out/, OCI image archives (out/images, referenced by digest), a local clusterctl repository and out/clusterctl.yaml
 	@mkdir -p $(OUT)
 	@for p in $(PROVIDERS); do \
 	  f=$$(sed -n 's/.*"componentsFile": "\(.*\)".*/\1/p' $$p/clusterctl-settings.json); \
@@ -113,6 +113,7 @@ release-manifests: ## Build each provider's components YAML, metadata.yaml and t
 	done
 	@mkdir -p $(OUT)/network && $(TOOLS) kustomize build network/config/default > $(OUT)/network/yonder-network.yaml && echo "$(OUT)/network/yonder-network.yaml"
 	@cp templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/ 2>/dev/null || true
+	@$(GO) run ./hack/images -out $(OUT)/images -tag $(RELEASE_VERSION) >/dev/null
 	@hack/release-repo.sh $(OUT) $(RELEASE_VERSION)
 
 .PHONY: clean

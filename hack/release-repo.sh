@@ -60,6 +60,16 @@ mkdir -p "$cm"
   for f in "$cm_dir"/deploy/crds/*.yaml; do echo "---"; cat "$f"; done
 } > "$cm/cert-manager.yaml"
 
+# Pin our images by digest where `go run ./hack/images` built them (make release-manifests does).
+if [[ -f $OUT/images/digests.txt ]]; then
+  while read -r repo digest; do
+    [[ -n $repo ]] || continue
+    for f in "$OUT"/*/*.yaml; do
+      sed -i "s|image: $repo:[^[:space:]]*|image: $repo@$digest|" "$f"
+    done
+  done < "$OUT/images/digests.txt"
+fi
+
 # Yonder providers: <dir> <clusterctl name> <type>.
 providers=(
   "bootstrap yonder BootstrapProvider bootstrap-yonder"

@@ -25,12 +25,17 @@ func TestClusterctlRepository(t *testing.T) {
 		{"--bootstrap", "yonder", "bootstrap-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_AGENT_URL", "YONDER_AGENT_SHA256"}},
 		{"--control-plane", "yonder", "control-plane-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE"}},
 		{"--infrastructure", "yonder-ssh", "infrastructure-yonder-ssh-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_SSH_HOST_PROBE_INTERVAL", "YONDER_SSH_CLEANUP_RETRIES"}},
+		{"--infrastructure", "yonder-metal", "infrastructure-yonder-metal-system", []string{"YONDER_WATCH_FILTER"}},
 	} {
 		t.Run(p.flag+"="+p.name, func(t *testing.T) {
 			g := NewWithT(t)
 			out, err := st.ClusterctlOffline(ctx, nil, "generate", "provider", p.flag, p.name, "--describe")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(out).To(ContainSubstring("TargetNamespace:    " + p.namespace))
+			if p.name != "cluster-api" {
+				// release-manifests pins our images by the digest of the OCI archive it built.
+				g.Expect(out).To(MatchRegexp(`ghcr.io/yonder-dev/yonder-[a-z-]+-manager@sha256:[0-9a-f]{64}`))
+			}
 			for _, v := range p.wantVars {
 				g.Expect(out).To(ContainSubstring("- "+v), "variable %s not listed", v)
 			}

@@ -193,6 +193,7 @@ func TestScenarios(t *testing.T) {
 		{"1-quickstart", testQuickStart},
 		{"2-scale", testScale},
 		{"4-remediation", testRemediation},
+		{"5+3-clusterclass-rollout", testClusterClassAndRollout},
 	} {
 		t0 := time.Now()
 		ok := t.Run(sc.name, sc.f)
@@ -213,4 +214,16 @@ func testQuickStart(t *testing.T) {
 	ms := waitWorkers(ctx, t, "quick", 1, 8*time.Minute)
 	g.Expect(ms[0].Spec.ProviderID).To(HavePrefix("yonder-ssh://" + st.HostNamespace + "/"))
 	t.Logf("scenario 1 (quick start, 1 worker joined) took %s", time.Since(t0).Round(time.Second))
+
+	// clusterctl describe shows our objects with their conditions.
+	out, err := st.Clusterctl(ctx, nil, "describe", "cluster", "quick", "-n", st.HostNamespace, "--show-conditions", "all")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("clusterctl describe cluster quick:\n%s", out)
+	for _, want := range []string{
+		"YonderControlPlane default/quick", "KubeconfigValid", "JoinRBACReady", "ControlPlaneAvailable",
+		"YonderSSHCluster default/quick", "FailureDomainsComputed", "MachineDeployment default/quick-md-0",
+		"Machine default/" + ms[0].Name, "NodeReady",
+	} {
+		g.Expect(out).To(ContainSubstring(want))
+	}
 }

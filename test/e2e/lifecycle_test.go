@@ -13,6 +13,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -192,9 +194,9 @@ func kubeletPIDs(h *hosts.Host) ([]int, error) {
 func testRemediation(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ms, err := machines(ctx, quickCluster)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(ms).To(HaveLen(2))
+	// The template's MachineHealthCheck remediates while at most 40% are unhealthy: 1 of 3, not 1 of 2.
+	scale(ctx, t, quickCluster+"-md-0", 3)
+	ms := waitWorkers(ctx, t, quickCluster, 3, 8*time.Minute)
 	victim := ms[0]
 	h := hostByName(hostOf(victim.Spec.ProviderID))
 	g.Expect(h).NotTo(BeNil())
@@ -219,10 +221,103 @@ func testRemediation(t *testing.T) {
 		t.Fatalf("Machine %s with a frozen kubelet was not remediated: %v\n%s", victim.Name, err, st.ManagerLog("cluster-api", 30))
 	}
 	t.Logf("unhealthy Machine %s remediated (deleted) %s after its kubelet stopped", victim.Name, time.Since(t0).Round(time.Second))
-	ms = waitWorkers(ctx, t, quickCluster, 2, 8*time.Minute)
+	ms = waitWorkers(ctx, t, quickCluster, 3, 8*time.Minute)
 	for _, m := range ms {
 		g.Expect(m.Name).NotTo(Equal(victim.Name))
 	}
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 	t.Logf("replacement joined and host %s cleaned in %s", h.Name, time.Since(t0).Round(time.Second))
+}
+
+// deleteCluster deletes a Cluster and waits until it is gone and every host is free and clean.
+func deleteCluster(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	c := &clusterv1.Cluster{}
+	c.Name, c.Namespace = name, st.HostNamespace
+	if err := st.Client.Delete(ctx, c); err != nil {
+		t.Fatalf("failed to delete Cluster %s: %v", name, err)
+	}
+	if err := stack.WaitFor(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		err := st.Client.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return err != nil, nil
+	}); err != nil {
+		t.Fatalf("Cluster %s was not deleted: %v\n%s", name, err, st.ManagerLog("cluster-api", 20))
+	}
+	waitReleased(ctx, t, map[string]bool{}, 3*time.Minute)
+}
+
+// nodeLabels returns the value of a label on the Node of every given Machine ("" when missing).
+func nodeLabels(ctx context.Context, ms []clusterv1.Machine, key string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, m := range ms {
+		n := &corev1.Node{}
+		if err := st.WorkloadClient.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, n); err != nil {
+			return nil, err
+		}
+		out[n.Name] = n.Labels[key]
+	}
+	return out, nil
+}
+
+// testClusterClassAndRollout deletes the quick-start Cluster (all hosts come back clean), creates a
+// Cluster of ClusterClass yonder-ssh from the ssh-clusterclass flavor, then changes a topology variable
+// (nodeLabels): CAPI rolls the workers out onto new Machines whose Nodes carry the new label, and the old
+// Machines' hosts are cleaned and recycled.
+func testClusterClassAndRollout(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	deleteCluster(ctx, t, quickCluster)
+	t.Logf("quick-start Cluster deleted, every host released and clean, in %s", time.Since(t0).Round(time.Second))
+
+	t0 = time.Now()
+	apply(ctx, t, generateCluster(ctx, t, "topo", "ssh-clusterclass", 2))
+	old := waitWorkers(ctx, t, "topo", 2, 8*time.Minute)
+	t.Logf("ClusterClass Cluster with 2 Ready workers in %s", time.Since(t0).Round(time.Second))
+
+	t0 = time.Now()
+	c := &clusterv1.Cluster{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: "topo"}, c)).To(Succeed())
+	p := client.MergeFrom(c.DeepCopy())
+	c.Spec.Topology.Variables = append(c.Spec.Topology.Variables, clusterv1.ClusterVariable{
+		Name: "nodeLabels", Value: apiextensionsv1.JSON{Raw: []byte(`{"example.com/rollout":"two"}`)},
+	})
+	g.Expect(st.Client.Patch(ctx, c, p)).To(Succeed())
+	var last string
+	err := stack.WaitFor(ctx, 10*time.Minute, func(ctx context.Context) (bool, error) {
+		ms, err := machines(ctx, "topo")
+		if err != nil {
+			return false, err
+		}
+		nodes, err := readyNodes(ctx)
+		if err != nil {
+			return false, nil
+		}
+		fresh := 0
+		for _, m := range ms {
+			for _, o := range old {
+				if o.Name == m.Name {
+					last = fmt.Sprintf("old Machine %s still there", o.Name)
+					return false, nil
+				}
+			}
+			if m.Status.NodeRef.IsDefined() && nodes[m.Status.NodeRef.Name] == m.Spec.ProviderID && m.Spec.ProviderID != "" {
+				fresh++
+			}
+		}
+		last = fmt.Sprintf("%d new Machines with Ready Nodes of %d", fresh, len(ms))
+		return fresh == 2 && len(ms) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("rollout did not finish: %s: %v\n%s", last, err, st.ManagerLog("cluster-api", 30))
+	}
+	ms, err := machines(ctx, "topo")
+	g.Expect(err).NotTo(HaveOccurred())
+	labels, err := nodeLabels(ctx, ms, "example.com/rollout")
+	g.Expect(err).NotTo(HaveOccurred())
+	for n, v := range labels {
+		g.Expect(v).To(Equal("two"), "Node %s lacks the rolled-out label", n)
+	}
+	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
+	t.Logf("rollout to the new nodeLabels done (old hosts cleaned) in %s", time.Since(t0).Round(time.Second))
 }

@@ -32,8 +32,10 @@ func TestMain(m *testing.M) {
 	s, err := stack.Start(ctx, stack.Options{
 		Sites:              []stack.Site{{Name: "east", Hosts: 5}},
 		FastNodeMonitoring: true,
-		ClusterTopology:    true,
-		Log:                func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
+		// ClusterClass support is on (as the quick start documents), though no scenario runs a topology
+		// yet: see docs/clusterctl.md.
+		ClusterTopology: true,
+		Log:             func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
 	})
 	cancel()
 	if err != nil {
@@ -193,7 +195,8 @@ func TestScenarios(t *testing.T) {
 		{"1-quickstart", testQuickStart},
 		{"2-scale", testScale},
 		{"4-remediation", testRemediation},
-		{"5+3-clusterclass-rollout", testClusterClassAndRollout},
+		{"7-chaos", testChaos},
+		{"3-rollout", testRollout},
 	} {
 		t0 := time.Now()
 		ok := t.Run(sc.name, sc.f)

@@ -3,22 +3,24 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/stack"
@@ -259,33 +261,37 @@ func nodeLabels(ctx context.Context, ms []clusterv1.Machine, key string) (map[st
 	return out, nil
 }
 
-// testClusterClassAndRollout deletes the quick-start Cluster (all hosts come back clean), creates a
-// Cluster of ClusterClass yonder-ssh from the ssh-clusterclass flavor, then changes a topology variable
-// (nodeLabels): CAPI rolls the workers out onto new Machines whose Nodes carry the new label, and the old
-// Machines' hosts are cleaned and recycled.
-func testClusterClassAndRollout(t *testing.T) {
+// testRollout changes the MachineDeployment's bootstrap template the way the CAPI book does it (a new
+// YonderConfigTemplate with an extra node label, the MachineDeployment pointed at it): CAPI replaces every
+// Machine, the new Nodes carry the label, and the old Machines' hosts are cleaned and recycled. Then the
+// Cluster is deleted and every host must come back free and clean.
+func testRollout(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()
-	deleteCluster(ctx, t, quickCluster)
-	t.Logf("quick-start Cluster deleted, every host released and clean, in %s", time.Since(t0).Round(time.Second))
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: quickCluster + "-md-0"}, md)).To(Succeed())
+	old, err := machines(ctx, quickCluster)
+	g.Expect(err).NotTo(HaveOccurred())
 
-	t0 = time.Now()
-	apply(ctx, t, generateCluster(ctx, t, "topo", "ssh-clusterclass", 2))
-	old := waitWorkers(ctx, t, "topo", 2, 8*time.Minute)
-	t.Logf("ClusterClass Cluster with 2 Ready workers in %s", time.Since(t0).Round(time.Second))
+	tmpl := &bootstrapv1.YonderConfigTemplate{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: md.Spec.Template.Spec.Bootstrap.ConfigRef.Name}, tmpl)).To(Succeed())
+	next := &bootstrapv1.YonderConfigTemplate{}
+	next.Name, next.Namespace = tmpl.Name+"-v2", tmpl.Namespace
+	next.Spec = *tmpl.Spec.DeepCopy()
+	if next.Spec.Template.Spec.NodeLabels == nil {
+		next.Spec.Template.Spec.NodeLabels = map[string]string{}
+	}
+	next.Spec.Template.Spec.NodeLabels["example.com/rollout"] = "two"
+	g.Expect(st.Client.Create(ctx, next)).To(Succeed())
+	p := client.MergeFrom(md.DeepCopy())
+	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = next.Name
+	g.Expect(st.Client.Patch(ctx, md, p)).To(Succeed())
 
-	t0 = time.Now()
-	c := &clusterv1.Cluster{}
-	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: "topo"}, c)).To(Succeed())
-	p := client.MergeFrom(c.DeepCopy())
-	c.Spec.Topology.Variables = append(c.Spec.Topology.Variables, clusterv1.ClusterVariable{
-		Name: "nodeLabels", Value: apiextensionsv1.JSON{Raw: []byte(`{"example.com/rollout":"two"}`)},
-	})
-	g.Expect(st.Client.Patch(ctx, c, p)).To(Succeed())
+	n := len(old)
 	var last string
-	err := stack.WaitFor(ctx, 10*time.Minute, func(ctx context.Context) (bool, error) {
-		ms, err := machines(ctx, "topo")
+	err = stack.WaitFor(ctx, 10*time.Minute, func(ctx context.Context) (bool, error) {
+		ms, err := machines(ctx, quickCluster)
 		if err != nil {
 			return false, err
 		}
@@ -301,23 +307,102 @@ func testClusterClassAndRollout(t *testing.T) {
 					return false, nil
 				}
 			}
-			if m.Status.NodeRef.IsDefined() && nodes[m.Status.NodeRef.Name] == m.Spec.ProviderID && m.Spec.ProviderID != "" {
+			if m.Status.NodeRef.IsDefined() && m.Spec.ProviderID != "" && nodes[m.Status.NodeRef.Name] == m.Spec.ProviderID {
 				fresh++
 			}
 		}
 		last = fmt.Sprintf("%d new Machines with Ready Nodes of %d", fresh, len(ms))
-		return fresh == 2 && len(ms) == 2, nil
+		return fresh == n && len(ms) == n, nil
 	})
 	if err != nil {
 		t.Fatalf("rollout did not finish: %s: %v\n%s", last, err, st.ManagerLog("cluster-api", 30))
 	}
-	ms, err := machines(ctx, "topo")
+	ms, err := machines(ctx, quickCluster)
 	g.Expect(err).NotTo(HaveOccurred())
 	labels, err := nodeLabels(ctx, ms, "example.com/rollout")
 	g.Expect(err).NotTo(HaveOccurred())
-	for n, v := range labels {
-		g.Expect(v).To(Equal("two"), "Node %s lacks the rolled-out label", n)
+	for node, v := range labels {
+		g.Expect(v).To(Equal("two"), "Node %s lacks the rolled-out label", node)
 	}
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
-	t.Logf("rollout to the new nodeLabels done (old hosts cleaned) in %s", time.Since(t0).Round(time.Second))
+	t.Logf("rolled %d workers onto the new template (old hosts cleaned) in %s", n, time.Since(t0).Round(time.Second))
+
+	t0 = time.Now()
+	deleteCluster(ctx, t, quickCluster)
+	t.Logf("Cluster deleted, every host released and clean, in %s", time.Since(t0).Round(time.Second))
+}
+
+// chaos SIGKILLs every manager once at a random moment within window and starts it again 1-3s later, as
+// a crashing Pod would be restarted; it returns when all are back.
+func chaos(ctx context.Context, t *testing.T, window time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(st.Managers()))
+	for _, name := range st.Managers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(rand.Int64N(int64(window))))
+			if err := st.KillManager(name); err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(time.Second + time.Duration(rand.Int64N(int64(2*time.Second))))
+			if err := st.StartManager(ctx, name); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// noLeakedClaims checks every claimed host's consumer exists and every YonderSSHMachine has one host.
+func noLeakedClaims(ctx context.Context, t *testing.T) {
+	t.Helper()
+	c, err := claims(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := &infrav1.YonderSSHMachineList{}
+	if err := st.Client.List(ctx, ml, client.InNamespace(st.HostNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	machines := map[string]int{}
+	for _, m := range ml.Items {
+		machines[m.Name] = 0
+	}
+	for h, consumer := range c {
+		if consumer == "" {
+			continue
+		}
+		if _, ok := machines[consumer]; !ok {
+			t.Fatalf("host %s is claimed by YonderSSHMachine %s, which does not exist (leaked claim)", h, consumer)
+		}
+		machines[consumer]++
+	}
+	for m, n := range machines {
+		if n != 1 {
+			t.Fatalf("YonderSSHMachine %s holds %d hosts", m, n)
+		}
+	}
+}
+
+// testChaos scales 3 → 5 → 3 while every manager (CAPI, bootstrap, control plane, ssh) is killed with
+// SIGKILL at a random moment of each step and restarted: everything converges and no claim leaks.
+func testChaos(t *testing.T) {
+	ctx := context.Background()
+	md := quickCluster + "-md-0"
+	for _, n := range []int{5, 3} {
+		t0 := time.Now()
+		scale(ctx, t, md, int32(n))
+		chaos(ctx, t, 15*time.Second)
+		ms := waitWorkers(ctx, t, quickCluster, n, 8*time.Minute)
+		waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
+		noLeakedClaims(ctx, t)
+		t.Logf("scaled to %d with every manager killed once, converged in %s", n, time.Since(t0).Round(time.Second))
+	}
 }

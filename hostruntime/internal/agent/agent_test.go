@@ -2,9 +2,13 @@ package agent
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -125,4 +129,77 @@ func TestLogsGoToJournaldWhenPresentAndToAFile(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(o.StateDir, "log", "agent.log"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(data)).To(ContainSubstring("phase=rootfs"))
+}
+
+// Reset must detach only what is strictly below the directory it names: the directory itself may be the
+// operator's filesystem, and a sibling sharing its prefix (/var/lib/yonder2) is not below it.
+func TestMountsBelowSkipsTheDirectoryItselfAndSiblings(t *testing.T) {
+	const mountinfo = `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 8:2 / /var/lib/yonder rw,relatime shared:2 - ext4 /dev/sdb1 rw
+31 30 0:40 / /var/lib/yonder/machines/m1/proc rw - proc proc rw
+32 30 0:41 / /var/lib/yonder/machines/m1 rw - tmpfs tmpfs rw
+33 30 0:42 / /var/lib/yonder/machines/m1 rw - tmpfs tmpfs rw
+34 22 0:43 / /var/lib/yonder2/x rw - tmpfs tmpfs rw
+35 30 0:44 / /var/lib/yonder/machines/with\040space rw - tmpfs tmpfs rw
+36 22 8:3 / /var/lib/yonder/machines rw - ext4 /dev/sdc1 rw
+short line
+`
+	for _, tc := range []struct {
+		dir  string
+		want []string
+	}{
+		{"/var/lib/yonder/machines", []string{"/var/lib/yonder/machines/with space", "/var/lib/yonder/machines/m1/proc",
+			"/var/lib/yonder/machines/m1", "/var/lib/yonder/machines/m1"}},
+		{"/var/lib/yonder/machines/", []string{"/var/lib/yonder/machines/with space", "/var/lib/yonder/machines/m1/proc",
+			"/var/lib/yonder/machines/m1", "/var/lib/yonder/machines/m1"}},
+		{"/var/lib/yonder/machines/m1", []string{"/var/lib/yonder/machines/m1/proc"}},
+		{"/var/lib/yonder/machines/m1/proc", nil},
+		{"/var/lib/yon", nil},
+		{"/", []string{"/var/lib/yonder/machines/with space", "/var/lib/yonder/machines/m1/proc",
+			"/var/lib/yonder/machines/m1", "/var/lib/yonder/machines/m1", "/var/lib/yonder/machines", "/var/lib/yonder2/x", "/var/lib/yonder"}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(mountsBelow(strings.NewReader(mountinfo), tc.dir)).To(Equal(tc.want))
+		})
+	}
+}
+
+// A host whose state directory is its own filesystem: reset detaches what the machine left below
+// machines/ and keeps the operator's mounts (the state directory and machines/ themselves).
+func TestResetKeepsTheOperatorsMountPoints(t *testing.T) {
+	g := NewWithT(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts tmpfs and needs root (see docs/development.md)")
+	}
+	base := t.TempDir()
+	stateDir := filepath.Join(base, "yonder")
+	machines := filepath.Join(stateDir, "machines")
+	left := filepath.Join(machines, "yonder-reset-mounts", "proc")
+	mount := func(dir string) {
+		g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+		g.Expect(syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m")).To(Succeed())
+		t.Cleanup(func() {
+			for _, m := range MountsBelow(base) { // whatever the test left, deepest first
+				_ = syscall.Unmount(m, syscall.MNT_DETACH)
+			}
+		})
+	}
+	mount(stateDir)
+	mount(machines)
+	mount(left)
+	g.Expect(os.WriteFile(filepath.Join(stateDir, "state.json"), []byte("{}"), 0o600)).To(Succeed())
+
+	rep, err := Reset(context.Background(), Options{
+		StateDir: stateDir, ConfigPath: filepath.Join(base, "none.yaml"), SentinelPath: filepath.Join(base, "sentinel"),
+		SysctlRegistry: filepath.Join(base, "sysctls"), JournalSocket: filepath.Join(base, "none.sock"), Log: io.Discard,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rep.Removed).To(ContainElement("mount " + left))
+	g.Expect(MountsBelow(base)).To(Equal([]string{machines, stateDir}), "the operator's mounts stay")
+	entries, err := os.ReadDir(machines)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(BeEmpty())
+	g.Expect(rep.Kept).To(ContainElement(machines + " (mount point)"))
+	g.Expect(filepath.Join(stateDir, "state.json")).NotTo(BeAnExistingFile())
 }

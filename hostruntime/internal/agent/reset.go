@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,7 +26,7 @@ type ResetReport struct {
 }
 
 // Reset leaves the host as it was before bootstrap: the machine stopped, its cgroup subtree gone, no
-// mounts under the state directory, the host's sysctls restored, the sentinel and the state directory
+// mounts left below its machines directory, the host's sysctls restored, the sentinel and the state directory
 // removed (except the caches when KeepCache). It works without a state file (a crashed first bootstrap):
 // names then come from the options or the AgentConfig.
 func Reset(ctx context.Context, o Options) (*ResetReport, error) {
@@ -73,8 +74,11 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 			}
 		}
 	}
-	// Mounts the machine may have left (propagated mounts, a crashed launch): deepest first.
-	for _, m := range MountsUnder(o.StateDir) {
+	// Mounts the machine may have left (propagated mounts, a crashed launch), deepest first. Only mounts
+	// strictly below the machines directory are the agent's: the state directory, or machines/ itself, may
+	// be a filesystem the operator mounted there (a dedicated disk for /var/lib/yonder), and detaching it
+	// would pull the disk out from under the host.
+	for _, m := range MountsBelow(o.machinesDir()) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
 			errs = append(errs, fmt.Errorf("failed to unmount %s: %w", m, err))
 		} else {
@@ -107,11 +111,26 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	if len(errs) > 0 {
 		return rep, fmt.Errorf("reset incomplete (state kept in %s; run reset again): %w", o.StateDir, errors.Join(errs...))
 	}
+	// What is still mounted below the state directory now is the operator's (machines/ or cache/ on
+	// their own disk): empty it, keep the mount point.
+	operatorMounts := map[string]bool{}
+	for _, m := range MountsBelow(o.StateDir) {
+		operatorMounts[m] = true
+	}
 	entries, _ := os.ReadDir(o.StateDir)
 	for _, e := range entries {
 		p := filepath.Join(o.StateDir, e.Name())
 		if o.KeepCache && e.Name() == "cache" {
 			rep.Kept = append(rep.Kept, p)
+			continue
+		}
+		if operatorMounts[p] {
+			if err := removeContents(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			rep.Removed = append(rep.Removed, filepath.Join(p, "*"))
+			rep.Kept = append(rep.Kept, p+" (mount point)")
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
@@ -151,16 +170,26 @@ func stopMachine(ctx context.Context, so *Options, unit string) error {
 	return nil
 }
 
-// MountsUnder lists mount points at or below dir, deepest first.
-func MountsUnder(dir string) []string {
+// MountsBelow lists the mount points strictly below dir, deepest first. dir itself is never listed,
+// even when it is a mount point: a directory the agent was pointed at may be the operator's filesystem.
+func MountsBelow(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	defer func() { _ = f.Close() }()
+	return mountsBelow(f, dir)
+}
+
+// mountsBelow is MountsBelow reading a mountinfo table (proc(5)) from r.
+func mountsBelow(r io.Reader, dir string) []string {
 	dir = filepath.Clean(dir)
+	prefix := dir
+	if !strings.HasSuffix(prefix, "/") { // "/" is the only cleaned path ending in a slash
+		prefix += "/"
+	}
 	var out []string
-	s := bufio.NewScanner(f)
+	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
@@ -168,12 +197,29 @@ func MountsUnder(dir string) []string {
 			continue
 		}
 		mp := unescape(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+		if mp != dir && strings.HasPrefix(mp, prefix) {
 			out = append(out, mp)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	// Deepest first, so a mount is detached before the one it sits on; stable keeps stacked mounts
+	// of one path (listed once per layer) in mountinfo order.
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
+}
+
+// removeContents removes everything inside dir but not dir itself.
+func removeContents(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("failed to remove %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func unescape(s string) string {

@@ -185,7 +185,7 @@ func expectNothingLeft(t testing.TB, nd *node, sysctls map[string]string) {
 	for _, p := range paths {
 		g.Expect(p).NotTo(BeAnExistingFile(), "cgroup left behind")
 	}
-	g.Expect(agent.MountsUnder(nd.host.Dir)).To(BeEmpty(), "mounts left behind")
+	g.Expect(agent.MountsBelow(nd.host.Dir)).To(BeEmpty(), "mounts left behind")
 	g.Expect(nd.stateDir).NotTo(BeAnExistingFile(), "state left behind")
 	g.Expect(nd.sentinel).NotTo(BeAnExistingFile(), "sentinel left behind")
 	g.Expect(hostSysctls(t)).To(Equal(sysctls), "host sysctls not restored")

@@ -51,6 +51,21 @@ const (
 	JoinRBACFailedReason = "ApplyFailed"
 	// JoinRBACWaitingForKubeconfigReason: no valid kubeconfig yet.
 	JoinRBACWaitingForKubeconfigReason = "WaitingForKubeconfig"
+
+	// VersionUpToDateCondition is True when the attached cluster runs at least spec.version (or spec.version
+	// is empty). Yonder never upgrades an attached control plane: when a ClusterClass topology (or a user)
+	// raises spec.version, CAPI holds worker upgrades until the cluster's own tooling (AKS, EKS, kubeadm…)
+	// has upgraded the API server, and this condition says so.
+	VersionUpToDateCondition = "VersionUpToDate"
+	// VersionUpToDateReason: the API server's version is at least spec.version.
+	VersionUpToDateReason = "UpToDate"
+	// VersionNotRequestedReason: spec.version is empty; whatever the cluster runs is accepted.
+	VersionNotRequestedReason = "NotRequested"
+	// VersionUpgradeRequiredReason: the API server is older than spec.version; upgrade the attached
+	// cluster with its own tooling.
+	VersionUpgradeRequiredReason = "UpgradeRequired"
+	// VersionUnknownReason: the API server has not answered yet.
+	VersionUnknownReason = "Unknown"
 )
 
 // KubeconfigSecretReference names a Secret in the YonderControlPlane's namespace and a key in it.
@@ -83,6 +98,16 @@ type YonderControlPlaneSpec struct {
 	// kubeconfig's server URL.
 	// +optional
 	ControlPlaneEndpoint clusterv1.APIEndpoint `json:"controlPlaneEndpoint,omitempty,omitzero"`
+
+	// version is the Kubernetes version the attached cluster is expected to run (e.g. v1.36.3). It is the
+	// field a ClusterClass topology sets from Cluster.spec.topology.version. Yonder does not upgrade an
+	// attached control plane: when the API server reports an older version, the VersionUpToDate condition
+	// is False and CAPI (which compares spec.version with status.version) waits with worker upgrades
+	// until the cluster has been upgraded with its own tooling. Empty accepts any version.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$`
+	Version string `json:"version,omitempty"`
 }
 
 // YonderControlPlaneInitializationStatus is the CAPI contract's initialization block.
@@ -95,7 +120,7 @@ type YonderControlPlaneInitializationStatus struct {
 // YonderControlPlaneStatus is the observed state.
 // +kubebuilder:validation:MinProperties=1
 type YonderControlPlaneStatus struct {
-	// conditions: Available, KubeconfigValid, JoinRBACReady, Ready (summary) and Paused.
+	// conditions: Available, KubeconfigValid, JoinRBACReady, VersionUpToDate, Ready (summary) and Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -110,7 +135,10 @@ type YonderControlPlaneStatus struct {
 	// +optional
 	ExternalManagedControlPlane *bool `json:"externalManagedControlPlane,omitempty"`
 
-	// version is the Kubernetes version the API server reports at /version (e.g. v1.36.3).
+	// version is the Kubernetes version the API server reports at /version, reduced to
+	// vMAJOR.MINOR.PATCH (e.g. v1.30.4 for EKS's v1.30.4-eks-a737599): CAPI compares it with spec.version
+	// as semver, where a vendor suffix would read as a pre-release and look older than the release it is.
+	// The full version is in the Available condition's message.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Version string `json:"version,omitempty"`

@@ -172,6 +172,7 @@ func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, cp *controlplan
 	return h.Patch(ctx, cp, patch.WithOwnedConditions{Conditions: []string{
 		clusterv1.ReadyCondition, clusterv1.PausedCondition,
 		controlplanev1.KubeconfigValidCondition, controlplanev1.AvailableCondition, controlplanev1.JoinRBACReadyCondition,
+		controlplanev1.VersionUpToDateCondition,
 	}})
 }
 
@@ -215,7 +216,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	conditions.Set(cp, metav1.Condition{Type: controlplanev1.KubeconfigValidCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.KubeconfigValidReason})
 	conditions.Set(cp, metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.AvailableReason,
 		Message: fmt.Sprintf("API server %s reports %s", restCfg.Host, version.GitVersion)})
-	cp.Status.Version = version.GitVersion
+	running, err := releaseVersion(version.GitVersion)
+	if err != nil {
+		r.markUnusable(cp, controlplanev1.KubeconfigUnreachableReason, fmt.Sprintf("The API server %s reports a version that is not semver: %v", restCfg.Host, err))
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	cp.Status.Version = running
+	setVersionCondition(cp, running)
 	if !ptr.Deref(cp.Status.Initialization.ControlPlaneInitialized, false) {
 		log.Info("Marking the attached control plane initialized", "version", version.GitVersion)
 		cp.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
@@ -247,6 +254,10 @@ func (r *Reconciler) markUnusable(cp *controlplanev1.YonderControlPlane, reason,
 	conditions.Set(cp, metav1.Condition{Type: controlplanev1.KubeconfigValidCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
 	conditions.Set(cp, metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotAvailableReason,
 		Message: "The attached cluster cannot be reached with the given kubeconfig (see KubeconfigValid)"})
+	if !conditions.Has(cp, controlplanev1.VersionUpToDateCondition) {
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionUnknown, Reason: controlplanev1.VersionUnknownReason,
+			Message: "Waiting for the attached API server to report its version"})
+	}
 	if !conditions.IsTrue(cp, controlplanev1.JoinRBACReadyCondition) {
 		conditions.Set(cp, metav1.Condition{Type: controlplanev1.JoinRBACReadyCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.JoinRBACWaitingForKubeconfigReason,
 			Message: "Waiting for a valid kubeconfig"})

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -31,6 +33,14 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
 	before := getHost(g, h)
 
+	// clusterctl move carries a host's hierarchy (the CRD's move-hierarchy label): the host owns its BMC
+	// Secret, so the Secret moves with it. Not a controller reference: a Secret may serve several hosts.
+	sec := &corev1.Secret{}
+	g.Expect(env.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: ns, Name: h.Spec.BMC.CredentialsName}, sec)).To(Succeed())
+	g.Expect(sec.OwnerReferences).To(ConsistOf(And(HaveField("Kind", "BareMetalHost"), HaveField("Name", h.Name), HaveField("UID", before.UID),
+		HaveField("Controller", BeNil()))))
+	rv := sec.ResourceVersion
+
 	// The move: the controller is stopped (clusterctl pauses), the object comes back without status.
 	proc.stop()
 	cur := getHost(g, h)
@@ -51,4 +61,6 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 	g.Expect(got.Annotations[baremetalhost.CertPinAnnotation]).To(Equal(before.Annotations[baremetalhost.CertPinAnnotation]))
 	g.Expect(got.Annotations[baremetalhost.EnrolmentAnnotation]).To(Equal(before.Annotations[baremetalhost.EnrolmentAnnotation]))
 	g.Expect(sim.State("s1").PXEBoots).To(Equal(1), "a moved provisioned host is not provisioned again")
+	g.Expect(env.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+	g.Expect(sec.ResourceVersion).To(Equal(rv), "the owner reference is written once, not on every reconcile")
 }

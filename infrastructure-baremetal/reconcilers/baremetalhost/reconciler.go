@@ -42,7 +42,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=metal3.io,resources=baremetalhosts;baremetalhosts/status;baremetalhosts/finalizers,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch
 
 // NetBoot is the boot services' host table (an *inventory.Static): the controller adds a host while it
 // is being provisioned, so DHCP answers and the iPXE script is served only then.
@@ -439,6 +439,9 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 		}
 		return ctrl.Result{}, fmt.Errorf("failed to read BMC credentials of %s: %w", klog.KObj(h), err)
 	}
+	if err := r.ownCredentials(ctx, h, sec); err != nil {
+		return ctrl.Result{}, err
+	}
 	user, pass := string(sec.Data["username"]), string(sec.Data["password"])
 	if user == "" || pass == "" {
 		return fail(ReasonCredentialsMissing, fmt.Sprintf("Secret %s/%s lacks username or password", h.Namespace, sec.Name))
@@ -609,4 +612,25 @@ func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Ho
 func setConditionRaw(h *metal3v1.BareMetalHost, c metav1.Condition) {
 	c.ObservedGeneration = h.Generation
 	meta.SetStatusCondition(&h.Status.Conditions, c)
+}
+
+// ownCredentials makes the host an owner of its BMC credentials Secret, as Metal3's baremetal-operator
+// does: the BareMetalHost CRD is labelled clusterctl.cluster.x-k8s.io/move-hierarchy, so `clusterctl move`
+// carries what a host owns along with it, and a moved host finds its credentials on the new management
+// cluster. The reference is not a controller reference (a Secret may serve several hosts); the patch is
+// only sent when the reference is missing, so it costs nothing on later reconciles.
+func (r *Reconciler) ownCredentials(ctx context.Context, h *metal3v1.BareMetalHost, sec *corev1.Secret) error {
+	for _, ref := range sec.OwnerReferences {
+		if ref.UID == h.UID {
+			return nil
+		}
+	}
+	p := client.MergeFromWithOptions(sec.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if err := controllerutil.SetOwnerReference(h, sec, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("failed to add %s as owner of its BMC credentials Secret %s: %w", klog.KObj(h), klog.KObj(sec), err)
+	}
+	if err := r.Client.Patch(ctx, sec, p); err != nil {
+		return fmt.Errorf("failed to add %s as owner of its BMC credentials Secret %s: %w", klog.KObj(h), klog.KObj(sec), err)
+	}
+	return nil
 }

@@ -34,6 +34,7 @@
 //	defer s.Stop()
 //	s.Clusterctl(ctx, "generate", "cluster", "edge", "--flavor", "ssh", …)
 //	s.KillManager("infrastructure-yonder-ssh"); s.StartManager(ctx, "infrastructure-yonder-ssh")
+//	target, err := s.StartManagement(ctx, "target") // a second management cluster, e.g. for clusterctl move
 //
 // Everything Start creates (processes, namespaces, links, directories) is removed by Stop, also after a
 // failed Start. The caller must be root (network namespaces, bridges).
@@ -139,6 +140,9 @@ type Stack struct {
 
 	mu       sync.Mutex
 	managers map[string]*Manager
+	// shared marks a second management cluster (StartManagement): its network, workload cluster and
+	// hosts belong to the stack that started it, which stops them.
+	shared bool
 }
 
 // Scheme is the scheme of the management client: core types, CAPI and Yonder's kinds.
@@ -280,6 +284,12 @@ func (s *Stack) Stop() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if s.shared {
+		if s.Management != nil {
+			errs = append(errs, s.Management.Stop())
+		}
+		return errors.Join(errs...)
+	}
 	for _, hs := range s.Hosts {
 		for _, h := range hs {
 			// A node's nspawn machine, kubelet and cgroups outlive sshd: reset them while the host still exists.

@@ -1,0 +1,80 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/yonder-dev/yonder/test/controlplane"
+)
+
+// StartManagement brings up a second, empty management cluster next to the stack's, the target of a
+// `clusterctl move`: its own etcd, apiserver and controller-manager, the providers installed by the real
+// `clusterctl init` from the same release, and their managers run as processes. It shares the stack's lab
+// network, artifact server, workload cluster and hosts, and holds no Yonder objects until something is moved
+// into it. name must be unique among the stack's management clusters (it names the directory and the logs).
+//
+// The returned Stack's Management, Client, Clusterctl and manager functions act on the second cluster;
+// its Stop stops only what StartManagement started (the managers and the control plane), never the
+// shared hosts, workload cluster or network. The stack's own Stop does not stop it.
+func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rerr error) {
+	if name == "" || name == "management" || name == "workload" {
+		return nil, fmt.Errorf("failed to start management cluster %q: the name must be non-empty and not management or workload", name)
+	}
+	t := &Stack{
+		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
+		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, ArtifactURL: s.ArtifactURL,
+		opts: s.opts, clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca, artifacts: s.artifacts,
+		managers: map[string]*Manager{}, shared: true,
+	}
+	t.logDir = filepath.Join(t.Dir, "logs")
+	if err := os.MkdirAll(t.logDir, 0o750); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", t.logDir, err)
+	}
+	defer func() {
+		if rerr != nil {
+			_ = t.Stop()
+		}
+	}()
+	t0 := time.Now()
+	var err error
+	// The same control plane options as the first management cluster (see Start).
+	if t.Management, err = controlplane.Start(ctx, controlplane.Options{
+		Name: name, BindAddress: s.Net.Gateway, Dir: filepath.Join(t.Dir, "management"),
+		ExtraAPIServerArgs:         map[string]string{"enable-aggregator-routing": "true"},
+		WithControllerManager:      true,
+		ExtraControllerManagerArgs: map[string]string{"controllers": "*,-deployment-controller,-replicaset-controller"},
+	}); err != nil {
+		return nil, fmt.Errorf("failed to start management control plane %s: %w", name, err)
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	if t.Client, err = client.New(t.Management.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("failed to create the client of management cluster %s: %w", name, err)
+	}
+	if err := t.clusterctlInit(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.IssueCertificates(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.startManagers(ctx); err != nil {
+		return nil, err
+	}
+	// clusterctl move creates objects in the namespaces they had; it does not create namespaces.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.HostNamespace}}
+	if err := t.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("failed to create namespace %s in management cluster %s: %w", t.HostNamespace, name, err)
+	}
+	t.opts.Log("management cluster %s up (clusterctl init, managers ready) in %s", name, time.Since(t0).Round(time.Millisecond))
+	return t, nil
+}

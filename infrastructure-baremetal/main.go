@@ -23,16 +23,28 @@ func main() {
 	}
 }
 
+// flags are the manager's command-line settings.
+type flags struct {
+	manager                  manager.Options
+	machineConc, clusterConc int
+	host                     baremetalhost.Options
+}
+
+// addFlags registers every flag of the manager on fs; the manifest test parses the Deployment's args
+// with the same set, so config/manager cannot name a flag the binary lacks.
+func addFlags(fs *pflag.FlagSet) *flags {
+	f := &flags{manager: manager.Options{Name: setup.ControllerName}}
+	f.manager.AddFlags(fs)
+	fs.IntVar(&f.machineConc, "yondermetalmachine-concurrency", 10, "Concurrent YonderMetalMachine reconciles")
+	fs.IntVar(&f.clusterConc, "yondermetalcluster-concurrency", 2, "Concurrent YonderMetalCluster reconciles")
+	f.host.AddFlags(fs)
+	return f
+}
+
 func run() error {
-	o := manager.Options{Name: setup.ControllerName}
-	var machineConc, clusterConc int
-	fs := pflag.CommandLine
-	o.AddFlags(fs)
-	fs.IntVar(&machineConc, "yondermetalmachine-concurrency", 10, "Concurrent YonderMetalMachine reconciles")
-	fs.IntVar(&clusterConc, "yondermetalcluster-concurrency", 2, "Concurrent YonderMetalCluster reconciles")
-	var hostOpts baremetalhost.Options
-	hostOpts.AddFlags(fs)
+	f := addFlags(pflag.CommandLine)
 	pflag.Parse()
+	o, machineConc, clusterConc, hostOpts := f.manager, f.machineConc, f.clusterConc, f.host
 
 	scheme, err := setup.Scheme()
 	if err != nil {

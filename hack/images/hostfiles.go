@@ -98,7 +98,7 @@ func lddDeps(path string) ([]string, error) {
 		return nil, fmt.Errorf("failed to read ELF file %s: %w", path, err)
 	}
 	_ = f.Close()
-	out, err := exec.Command("ldd", path).Output() //nolint:gosec // a host file chosen above
+	out, err := exec.Command("ldd", path).Output()
 	if err != nil {
 		return nil, fmt.Errorf("failed to run ldd %s: %w", path, err)
 	}

@@ -53,7 +53,7 @@ func checkIptables(t *testing.T, rootfs string) {
 		if netns != "" {
 			argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
 		}
-		cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // test commands
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -97,7 +97,7 @@ func checkIptables(t *testing.T, rootfs string) {
 // unpackLayer extracts the single layer of the OCI archive into dir.
 func unpackLayer(archive, dir string) error {
 	blobs := map[string][]byte{}
-	f, err := os.Open(archive) //nolint:gosec // the archive the test built
+	f, err := os.Open(archive)
 	if err != nil {
 		return err
 	}

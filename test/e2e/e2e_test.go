@@ -32,8 +32,7 @@ func TestMain(m *testing.M) {
 	s, err := stack.Start(ctx, stack.Options{
 		Sites:              []stack.Site{{Name: "east", Hosts: 5}},
 		FastNodeMonitoring: true,
-		// ClusterClass support is on (as the quick start documents), though no scenario runs a topology
-		// yet: see docs/clusterctl.md.
+		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
 		Log:             func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
 	})

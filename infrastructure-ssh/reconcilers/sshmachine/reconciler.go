@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -49,6 +50,20 @@ const SSHTimeout = 5 * time.Minute
 
 // BlockMoveAnnotation makes clusterctl move wait (clusterctl.cluster.x-k8s.io/block-move).
 const BlockMoveAnnotation = "clusterctl.cluster.x-k8s.io/block-move"
+
+// ClaimIDAnnotation records the identity a YonderSSHMachine claims its host and runs its bootstrap under:
+// its UID when it first reserved a host. `clusterctl move` recreates the object with a new UID but keeps
+// annotations, so the moved Machine still recognises its claim (the host's spec.consumerRef.uid) and the
+// run record on the host, instead of seeing a lost claim or bootstrapping a provisioned host again.
+const ClaimIDAnnotation = "ssh.infrastructure.yonder.dev/claim-id"
+
+// claimID is the identity m claims and bootstraps under (see ClaimIDAnnotation).
+func claimID(m *infrav1.YonderSSHMachine) types.UID {
+	if id := m.Annotations[ClaimIDAnnotation]; id != "" {
+		return types.UID(id)
+	}
+	return m.UID
+}
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshmachines;yondersshmachines/status;yondersshmachines/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshhosts,verbs=get;list;watch;update;patch
@@ -244,7 +259,7 @@ func (r *Reconciler) claimedHost(ctx context.Context, m *infrav1.YonderSSHMachin
 	if name := m.Annotations[infrav1.HostAnnotation]; name != "" {
 		h := &infrav1.YonderSSHHost{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, h)
-		if err == nil && claim.IsClaimedBy(h, m.UID) {
+		if err == nil && claim.IsClaimedBy(h, claimID(m)) {
 			return h, nil
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -252,11 +267,11 @@ func (r *Reconciler) claimedHost(ctx context.Context, m *infrav1.YonderSSHMachin
 		}
 	}
 	list := &infrav1.YonderSSHHostList{}
-	if err := r.APIReader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{infrav1.ConsumerUIDLabel: string(m.UID)}); err != nil {
+	if err := r.APIReader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{infrav1.ConsumerUIDLabel: string(claimID(m))}); err != nil {
 		return nil, fmt.Errorf("failed to list YonderSSHHosts claimed by %s: %w", klog.KObj(m), err)
 	}
 	for i := range list.Items {
-		if claim.IsClaimedBy(&list.Items[i], m.UID) {
+		if claim.IsClaimedBy(&list.Items[i], claimID(m)) {
 			return &list.Items[i], nil
 		}
 	}
@@ -310,6 +325,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		m.Annotations = map[string]string{}
 	}
 	m.Annotations[infrav1.HostAnnotation] = host.Name
+	m.Annotations[ClaimIDAnnotation] = string(claimID(m))
 	m.Status.HostRef = host.Name
 	setCond(m, infrav1.HostClaimedCondition, metav1.ConditionTrue, infrav1.HostClaimedReason, "")
 	m.Status.Addresses = addresses(host)
@@ -323,7 +339,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHost, bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	m := s.m
-	cons := claim.Consumer{Name: m.Name, UID: m.UID, ClusterName: s.cluster.Name}
+	cons := claim.Consumer{Name: m.Name, UID: claimID(m), ClusterName: s.cluster.Name}
 	name := m.Annotations[infrav1.ReservedHostAnnotation]
 	if name == "" {
 		hosts := &infrav1.YonderSSHHostList{}
@@ -360,7 +376,7 @@ func (r *Reconciler) claim(ctx context.Context, s *scope) (*infrav1.YonderSSHHos
 		}
 		h = nil
 	}
-	if h != nil && claim.IsClaimedBy(h, m.UID) {
+	if h != nil && claim.IsClaimedBy(h, claimID(m)) {
 		return h, false, nil
 	}
 	if h == nil || !claim.Available(h) {
@@ -396,6 +412,9 @@ func (r *Reconciler) setReservation(ctx context.Context, m *infrav1.YonderSSHMac
 		delete(m.Annotations, infrav1.ReservedHostAnnotation)
 	} else {
 		m.Annotations[infrav1.ReservedHostAnnotation] = host
+		// Durable before the claim is written to the host, so a claim is never made under an identity
+		// that a move could lose.
+		m.Annotations[ClaimIDAnnotation] = string(claimID(m))
 	}
 	latest := m.DeepCopy()
 	if err := r.Client.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -446,7 +465,7 @@ func (r *Reconciler) reconcileBootstrap(ctx context.Context, s *scope, host *inf
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	defer func() { _ = e.Close() }()
-	runID := string(m.UID)
+	runID := string(claimID(m))
 	st, err := remote.State(sctx, e, runID)
 	if err != nil {
 		setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, infrav1.SSHUnreachableReason, err.Error())
@@ -539,7 +558,7 @@ func (r *Reconciler) startBootstrap(ctx context.Context, s *scope, host *infrav1
 			fmt.Sprintf("Bootstrap data Secret %s cannot be executed: %v. Use a bootstrap provider that emits write_files and runcmd only", key.Name, err))
 		return ctrl.Result{}, nil
 	}
-	runID := string(m.UID)
+	runID := string(claimID(m))
 	m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: runID, Phase: infrav1.BootstrapPhaseRunning, StartedTime: ptr.To(metav1.Now())}
 	setCond(m, infrav1.BootstrapExecutedCondition, metav1.ConditionFalse, infrav1.BootstrapRunningReason,
 		fmt.Sprintf("Bootstrap is running on YonderSSHHost %s (log: %s/%s/log)", host.Name, remote.RunsDir, runID))
@@ -600,7 +619,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			return res, nil
 		}
 	}
-	if err := claim.Release(ctx, r.Client, r.APIReader, host, m.UID, needsCleanup); err != nil {
+	if err := claim.Release(ctx, r.Client, r.APIReader, host, claimID(m), needsCleanup); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to release YonderSSHHost %s: %w", klog.KObj(host), err)
 	}
 	log.Info("Released host")
@@ -624,7 +643,7 @@ func (r *Reconciler) cleanup(ctx context.Context, m *infrav1.YonderSSHMachine, h
 	var err error
 	if e != nil {
 		log.Info("Cleaning host")
-		err = remote.Cleanup(sctx, e, string(m.UID), host.Spec.Cleanup.Commands)
+		err = remote.Cleanup(sctx, e, string(claimID(m)), host.Spec.Cleanup.Commands)
 		_ = e.Close()
 		if err == nil {
 			setCond(m, infrav1.HostCleanedCondition, metav1.ConditionTrue, infrav1.CleanedReason, "")

@@ -422,13 +422,30 @@ func (s *Stack) clusterctlInit(ctx context.Context) error {
 // Logs returns the directory of every process's log.
 func (s *Stack) Logs() string { return s.logDir }
 
-// freeAddr returns host:port of a free port on the bridge address.
+// handedOut are the ports freeAddr returned in this process: a port is only bound by its manager later,
+// and the kernel may return a port that is free now to the next bind(0) again (seen: a manager's webhook
+// and health ports the same, "address already in use" at start).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freeAddr returns host:port of a free port on the bridge address, never one it returned before.
 func (s *Stack) freeAddr() (string, int, error) {
-	port, err := proc.FreePort(s.Net.Gateway.String())
-	if err != nil {
-		return "", 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		port, err := proc.FreePort(s.Net.Gateway.String())
+		if err != nil {
+			return "", 0, err
+		}
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		return net.JoinHostPort(s.Net.Gateway.String(), fmt.Sprint(port)), port, nil
 	}
-	return net.JoinHostPort(s.Net.Gateway.String(), fmt.Sprint(port)), port, nil
+	return "", 0, fmt.Errorf("failed to find a port on %s that was not handed out before", s.Net.Gateway)
 }
 
 // sortedKeys returns a map's keys in order.

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/reconcilers/sshmachine"
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+const movedCluster = "moved"
+
+// TestMove is scenario 6: `clusterctl move` of a Yonder cluster to a second management cluster.
+//
+//  1. Refused while provisioning: a Machine that is being bootstrapped (its YonderSSHMachine carries the
+//     block-move annotation) makes the real clusterctl refuse — at once, by its own check for Machines
+//     without a Node, or by waiting on the annotation — and nothing reaches the target. A move aborted in
+//     the wait leaves the Cluster paused (clusterctl's behaviour): it is unpaused and the Machine finishes.
+//  2. Idle: the Cluster, every YonderSSHHost (free ones too: the CRD's move-hierarchy label) and the
+//     hosts' credential Secret move; the source keeps none of them. Claims survive (spec.consumerRef), the
+//     moved Machines find their hosts and runs again (the claim-id annotation), nothing is bootstrapped
+//     again (same kubelet processes) and every Node stays Ready.
+//  3. The moved providers take over: a scale-up on the target gets a new Ready Node from a moved host,
+//     and deleting the Cluster there returns every host clean.
+//
+// It runs after TestScenarios on the same stack and needs only that every host is free.
+func TestMove(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	source := st
+	md := movedCluster + "-md-0"
+
+	apply(ctx, t, generateCluster(ctx, t, movedCluster, "ssh", 1))
+	waitWorkers(ctx, t, movedCluster, 1, 8*time.Minute)
+	t.Logf("cluster %s with 1 worker ready in %s", movedCluster, time.Since(t0).Round(time.Second))
+
+	t1 := time.Now()
+	target, err := source.StartManagement(ctx, "target")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		st = source
+		if err := target.Stop(); err != nil {
+			t.Errorf("failed to stop the target management cluster: %v", err)
+		}
+	})
+	t.Logf("target management cluster up in %s", time.Since(t1).Round(time.Second))
+	move := func(ctx context.Context) (string, error) {
+		return source.Clusterctl(ctx, nil, "move", "--to-kubeconfig", target.Management.AdminKubeconfigPath, "-n", source.HostNamespace, "-v", "1")
+	}
+
+	// 1. A scale-up: while its Machine provisions, the move waits and creates nothing on the target.
+	t1 = time.Now()
+	scale(ctx, t, md, 2)
+	g.Expect(stack.WaitFor(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		ms := &infrav1.YonderSSHMachineList{}
+		if err := source.Client.List(ctx, ms, client.InNamespace(source.HostNamespace)); err != nil {
+			return false, err
+		}
+		for _, m := range ms.Items {
+			if _, ok := m.Annotations[sshmachine.BlockMoveAnnotation]; ok {
+				return true, nil
+			}
+		}
+		return false, nil
+	})).To(Succeed(), "no YonderSSHMachine carried the block-move annotation while provisioning")
+	// clusterctl waits about 6 minutes before it gives up; 30 s of waiting shows the refusal.
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := move(mctx)
+	cancel()
+	g.Expect(err).To(HaveOccurred(), "clusterctl move went ahead while a Machine was provisioning: %s", out)
+	// clusterctl refuses at once while a Machine has no Node yet ("still provisioning the node"); past that
+	// check (or racing it), the YonderSSHMachine's block-move annotation makes it wait.
+	g.Expect(out+err.Error()).To(Or(ContainSubstring("still provisioning"), ContainSubstring("block-move")), "refused for another reason")
+	t.Logf("clusterctl move refused while provisioning: %s", errorLine(err.Error()))
+	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &infrav1.YonderSSHHostList{}, &infrav1.YonderSSHMachineList{}} {
+		g.Expect(target.Client.List(ctx, l, client.InNamespace(source.HostNamespace))).To(Succeed())
+		g.Expect(l).To(HaveField("Items", BeEmpty()), "a blocked move created objects on the target")
+	}
+	c := &clusterv1.Cluster{}
+	g.Expect(source.Client.Get(ctx, client.ObjectKey{Namespace: source.HostNamespace, Name: movedCluster}, c)).To(Succeed())
+	if ptr.Deref(c.Spec.Paused, false) {
+		// Refused at the block-move wait: clusterctl paused the Cluster first and leaves it paused.
+		p := client.MergeFrom(c.DeepCopy())
+		c.Spec.Paused = ptr.To(false)
+		g.Expect(source.Client.Patch(ctx, c, p)).To(Succeed())
+	}
+	ms := waitWorkers(ctx, t, movedCluster, 2, 8*time.Minute)
+	t.Logf("move refused while provisioning; after unpausing, 2 workers ready in %s", time.Since(t1).Round(time.Second))
+
+	// 2. Idle: the move goes through.
+	before, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	nodesBefore, err := readyNodes(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	kubelets := map[string][]int{}
+	for h := range usedHosts(ms) {
+		pids, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pids).NotTo(BeEmpty(), "no kubelet on host %s", h)
+		kubelets[h] = pids
+	}
+	t1 = time.Now()
+	_, err = move(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("clusterctl move took %s", time.Since(t1).Round(time.Second))
+
+	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &clusterv1.MachineList{}, &infrav1.YonderSSHHostList{}, &infrav1.YonderSSHMachineList{}} {
+		g.Expect(source.Client.List(ctx, l, client.InNamespace(source.HostNamespace))).To(Succeed())
+		g.Expect(l).To(HaveField("Items", BeEmpty()), "the source kept moved objects")
+	}
+	// From here on the scenario's helpers act on the target.
+	st = target
+	after, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after).To(Equal(before), "every host (free ones too) moved with its claim")
+	hl := &infrav1.YonderSSHHostList{}
+	g.Expect(target.Client.List(ctx, hl, client.InNamespace(target.HostNamespace))).To(Succeed())
+	for _, h := range hl.Items {
+		sec := &corev1.Secret{}
+		g.Expect(target.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
+			"credential Secret of host %s did not move", h.Name)
+	}
+	ms = waitWorkers(ctx, t, movedCluster, 2, 5*time.Minute)
+	nodesAfter, err := readyNodes(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(nodesAfter).To(Equal(nodesBefore))
+	for h, pids := range kubelets {
+		now, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(now).To(Equal(pids), "host %s was bootstrapped or reset again after the move", h)
+	}
+	for _, m := range ms {
+		g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
+	}
+	t.Logf("after the move: claims, Nodes and kubelets unchanged, Machines Running again in %s", time.Since(t1).Round(time.Second))
+
+	// 3. The target's providers take over: scale up, then delete.
+	t1 = time.Now()
+	scale(ctx, t, md, 3)
+	ms = waitWorkers(ctx, t, movedCluster, 3, 8*time.Minute)
+	var added string
+	for h := range usedHosts(ms) {
+		if before[h] == "" {
+			added = h
+		}
+	}
+	g.Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
+	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t1).Round(time.Second))
+	t1 = time.Now()
+	deleteCluster(ctx, t, movedCluster)
+	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t1).Round(time.Second))
+	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
+}
+
+// errorLine returns clusterctl's "Error: …" line from its output (all of s when there is none).
+func errorLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "Error:") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return s
+}

@@ -56,7 +56,9 @@ func TestMovedMachineKeepsItsClaimAndRun(t *testing.T) {
 	cur.Finalizers = nil
 	g.Expect(env.Update(ctx, cur)).To(Succeed())
 	g.Expect(env.Delete(ctx, cur)).To(Succeed())
-	g.Eventually(func() bool { return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, key, &infrav1.YonderSSHMachine{})) }).Should(BeTrue())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, key, &infrav1.YonderSSHMachine{}))
+	}).Should(BeTrue())
 	g.Expect(env.Create(ctx, moved)).To(Succeed())
 	g.Expect(moved.UID).NotTo(Equal(before.UID))
 	startProvider(t, testOptions())

@@ -79,9 +79,12 @@ const PodCIDR = "10.244.0.0/16"
 
 // HostPrivateDirs are the directories each host gets its own empty copy of, so what one host's bootstrap
 // writes (agent state, sentinels, kubelet config) is invisible to the others, as on separate machines.
-// /var/lib as a whole, not /var/lib/yonder: `yonder-agent reset` unmounts every mount at or below its state
-// directory, the state directory itself included, which would merge a host back into the machine's.
-var HostPrivateDirs = []string{"/run", "/var/lib", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
+// /usr/local/bin is where the bootstrap installs yonder-agent: shared, it would land on this machine itself,
+// where every other test's host would then find an agent it never installed (the SSH provider's cleanup
+// runs `yonder-agent reset` instead of its configured commands when one is on the PATH).
+// /var/lib as a whole, not only /var/lib/yonder: it keeps each host's node state apart wherever the agent
+// or kubelet put it.
+var HostPrivateDirs = []string{"/run", "/var/lib", "/etc/kubernetes", "/etc/yonder", "/usr/local/bin", "/usr/local/sbin", hosts.HomeDir}
 
 // Site is one group of hosts; its name is the hosts' failure domain.
 type Site struct {

@@ -11,8 +11,10 @@ import (
 )
 
 // PrivateDirs are the directories each host gets its own empty copy of. /root is private too: the
-// machine's own root dotfiles must not run in the hosts' sessions.
-var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/etc/yonder", "/usr/local/sbin", hosts.HomeDir}
+// machine's own root dotfiles must not run in the hosts' sessions. /usr/local/bin is private so a
+// yonder-agent installed on this machine (by another suite, or by hand) is never found by the hosts'
+// cleanup, which runs `yonder-agent reset` instead of its configured commands when one is there.
+var PrivateDirs = []string{"/run", "/var/lib/yonder-ssh", "/etc/kubernetes", "/etc/yonder", "/usr/local/bin", "/usr/local/sbin", hosts.HomeDir}
 
 // Host is a running test host.
 type Host = hosts.Host

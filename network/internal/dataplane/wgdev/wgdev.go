@@ -243,10 +243,19 @@ func (d *Device) reconcilePeers(desired []Peer, remove bool) (Changes, error) {
 			continue
 		}
 		ka := p.Keepalive
-		cfgs = append(cfgs, wgtypes.PeerConfig{
+		cfg := wgtypes.PeerConfig{
 			PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true,
 			AllowedIPs: p.AllowedIPs, PersistentKeepaliveInterval: &ka,
-		})
+		}
+		if add, ok := addedAllowedIPs(h, p, ok); ok {
+			// Only additions (a peer's switched key gaining its Site's L3 prefixes): add them without
+			// replacing. Replacing first removes every allowed IP of the peer and then inserts them again,
+			// one UAPI line at a time in wireguard-go, so packets from or to the peer's existing addresses
+			// were dropped in between (TestWireGuardL3 lost 3 datagrams under CPU load). An added prefix
+			// that another peer holds moves to this one in a single insert.
+			cfg.ReplaceAllowedIPs, cfg.AllowedIPs = false, add
+		}
+		cfgs = append(cfgs, cfg)
 		if ok {
 			ch.Updated = append(ch.Updated, p.PublicKey)
 		} else {
@@ -276,6 +285,33 @@ func samePeer(h wgtypes.Peer, p Peer) bool {
 		return false
 	}
 	return slices.Equal(ipnetStrings(h.AllowedIPs), ipnetStrings(p.AllowedIPs))
+}
+
+// addedAllowedIPs returns the allowed IPs of p that the existing peer h lacks, and true when h's allowed IPs
+// are all still wanted (so the change needs no removal). exists is false for a new peer.
+func addedAllowedIPs(h wgtypes.Peer, p Peer, exists bool) ([]net.IPNet, bool) {
+	if !exists {
+		return nil, false
+	}
+	want := map[string]bool{}
+	for _, s := range ipnetStrings(p.AllowedIPs) {
+		want[s] = true
+	}
+	have := map[string]bool{}
+	for _, s := range ipnetStrings(h.AllowedIPs) {
+		if !want[s] {
+			return nil, false
+		}
+		have[s] = true
+	}
+	var add []net.IPNet
+	for _, n := range p.AllowedIPs {
+		if !have[n.String()] {
+			add = append(add, n)
+			have[n.String()] = true
+		}
+	}
+	return add, true
 }
 
 func ipnetStrings(ns []net.IPNet) []string {

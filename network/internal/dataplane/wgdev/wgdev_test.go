@@ -80,7 +80,41 @@ func TestReconcilePeersIsDiffBased(t *testing.T) {
 		st, err := d.State()
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(st.Peers).To(HaveLen(2))
+		g.Expect(allowed(st, p1)).To(ConsistOf("10.1.0.0/24", "10.4.0.0/24"))
+
+		// A key rotation on an L3 link: the switched key (p1) gains its Site's prefix, which the old key (p2)
+		// held. Upsert adds it to p1 without replacing p1's other allowed IPs (no window in which they are
+		// gone) and the prefix moves off p2, which stays until ReconcilePeers removes it.
+		desired[0].AllowedIPs = append(desired[0].AllowedIPs, cidr("10.9.0.0/16"))
+		ch, err = d.UpsertPeers(desired[:1])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ch.Updated).To(Equal([]wgtypes.Key{p1}))
+		st, err = d.State()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(allowed(st, p1)).To(ConsistOf("10.1.0.0/24", "10.4.0.0/24", "10.9.0.0/16"))
+		g.Expect(allowed(st, p2)).To(ConsistOf("10.2.0.0/24"))
+
+		// Dropping an allowed IP still replaces the set.
+		desired[0].AllowedIPs = []net.IPNet{cidr("10.1.0.0/24")}
+		ch, err = d.ReconcilePeers(desired[:1])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ch.Updated).To(Equal([]wgtypes.Key{p1}))
+		g.Expect(ch.Removed).To(Equal([]wgtypes.Key{p2}))
+		st, err = d.State()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Peers).To(HaveLen(1))
+		g.Expect(allowed(st, p1)).To(ConsistOf("10.1.0.0/24"))
 		return nil
 	})
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// allowed lists the allowed IPs of the peer with key k.
+func allowed(st *wgtypes.Device, k wgtypes.Key) []string {
+	for _, p := range st.Peers {
+		if p.PublicKey == k {
+			return ipnetStrings(p.AllowedIPs)
+		}
+	}
+	return nil
 }

@@ -242,20 +242,7 @@ func (d *Device) reconcilePeers(desired []Peer, remove bool) (Changes, error) {
 		if ok && samePeer(h, p) {
 			continue
 		}
-		ka := p.Keepalive
-		cfg := wgtypes.PeerConfig{
-			PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true,
-			AllowedIPs: p.AllowedIPs, PersistentKeepaliveInterval: &ka,
-		}
-		if add, ok := addedAllowedIPs(h, p, ok); ok {
-			// Only additions (a peer's switched key gaining its Site's L3 prefixes): add them without
-			// replacing. Replacing first removes every allowed IP of the peer and then inserts them again,
-			// one UAPI line at a time in wireguard-go, so packets from or to the peer's existing addresses
-			// were dropped in between (TestWireGuardL3 lost 3 datagrams under CPU load). An added prefix
-			// that another peer holds moves to this one in a single insert.
-			cfg.ReplaceAllowedIPs, cfg.AllowedIPs = false, add
-		}
-		cfgs = append(cfgs, cfg)
+		cfgs = append(cfgs, peerConfig(h, ok, p))
 		if ok {
 			ch.Updated = append(ch.Updated, p.PublicKey)
 		} else {
@@ -285,6 +272,24 @@ func samePeer(h wgtypes.Peer, p Peer) bool {
 		return false
 	}
 	return slices.Equal(ipnetStrings(h.AllowedIPs), ipnetStrings(p.AllowedIPs))
+}
+
+// peerConfig is the write that makes the peer h (exists false: none yet) equal to p.
+func peerConfig(h wgtypes.Peer, exists bool, p Peer) wgtypes.PeerConfig {
+	ka := p.Keepalive
+	cfg := wgtypes.PeerConfig{
+		PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true,
+		AllowedIPs: p.AllowedIPs, PersistentKeepaliveInterval: &ka,
+	}
+	if add, ok := addedAllowedIPs(h, p, exists); ok {
+		// Only additions (a peer's switched key gaining its Site's L3 prefixes): add them without
+		// replacing. Replacing first removes every allowed IP of the peer and then inserts them again,
+		// one UAPI line at a time in wireguard-go, so packets from or to the peer's existing addresses
+		// were dropped in between (TestWireGuardL3 lost 3 datagrams under CPU load). An added prefix
+		// that another peer holds moves to this one in a single insert.
+		cfg.ReplaceAllowedIPs, cfg.AllowedIPs = false, add
+	}
+	return cfg
 }
 
 // addedAllowedIPs returns the allowed IPs of p that the existing peer h lacks, and true when h's allowed IPs

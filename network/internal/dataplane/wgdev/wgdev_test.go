@@ -3,10 +3,12 @@ package wgdev
 import (
 	"log/slog"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
@@ -117,4 +119,145 @@ func allowed(st *wgtypes.Device, k wgtypes.Key) []string {
 		}
 	}
 	return nil
+}
+
+// TestPeerConfigAddsWithoutReplacing: a peer that only gains allowed IPs is written without
+// ReplaceAllowedIPs (which would remove its current ones for a moment); one that loses any is replaced.
+func TestPeerConfigAddsWithoutReplacing(t *testing.T) {
+	g := NewWithT(t)
+	k := mustKey(g).PublicKey()
+	have := wgtypes.Peer{PublicKey: k, AllowedIPs: []net.IPNet{cidr("10.99.0.2/32")}}
+	gain := Peer{PublicKey: k, AllowedIPs: []net.IPNet{cidr("10.10.0.0/16"), cidr("10.99.0.2/32")}}
+
+	cfg := peerConfig(have, true, gain)
+	g.Expect(cfg.ReplaceAllowedIPs).To(BeFalse())
+	g.Expect(ipnetStrings(cfg.AllowedIPs)).To(Equal([]string{"10.10.0.0/16"}))
+
+	cfg = peerConfig(wgtypes.Peer{}, false, gain)
+	g.Expect(cfg.ReplaceAllowedIPs).To(BeTrue(), "a new peer gets its whole set")
+	g.Expect(cfg.AllowedIPs).To(HaveLen(2))
+
+	lose := Peer{PublicKey: k, AllowedIPs: []net.IPNet{cidr("10.10.0.0/16")}}
+	cfg = peerConfig(wgtypes.Peer{PublicKey: k, AllowedIPs: gain.AllowedIPs}, true, lose)
+	g.Expect(cfg.ReplaceAllowedIPs).To(BeTrue())
+	g.Expect(ipnetStrings(cfg.AllowedIPs)).To(Equal([]string{"10.10.0.0/16"}))
+}
+
+// TestAddingAllowedIPsDropsNothing: a peer that gains allowed IPs while traffic from it arrives (a rotated
+// key gaining its Site's L3 prefixes) keeps accepting that traffic. Two userspace devices in their own
+// namespaces (their UDP sockets live on the test process's loopback); b adds prefixes to a's peer 100
+// times, listed before a's address — with ReplaceAllowedIPs, a's address was gone while they were inserted
+// and a's datagrams were dropped as coming from an unallowed source.
+func TestAddingAllowedIPsDropsNothing(t *testing.T) {
+	g := NewWithT(t)
+	lab := topo.New(t)
+	nsA, nsB := lab.AddNS("wga"), lab.AddNS("wgb")
+	ka, kb := mustKey(g), mustKey(g)
+	addrA, addrB := net.IPv4(10, 99, 0, 1), net.IPv4(10, 99, 0, 2)
+	const portA, portB, udpPort = 47101, 47102, 47103
+	open := func(ns, name string, k wgtypes.Key, port int, self net.IP, peer Peer) *Device {
+		var d *Device
+		g.Expect(topo.RunIn(ns, func() error {
+			var err error
+			if d, err = Open(name, 1420, false, slog.Default()); err != nil {
+				return err
+			}
+			if _, err := d.SetIdentity(k, port); err != nil {
+				return err
+			}
+			if _, err := d.ReconcilePeers([]Peer{peer}); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: self, Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			other := peer.AllowedIPs[len(peer.AllowedIPs)-1]
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &other, Scope: netlink.SCOPE_LINK})
+		})).To(Succeed())
+		t.Cleanup(func() { _ = d.Close(true) })
+		return d
+	}
+	loop := func(port int) *net.UDPAddr { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
+	peerA := Peer{PublicKey: ka.PublicKey(), Endpoint: loop(portA), AllowedIPs: []net.IPNet{{IP: addrA, Mask: net.CIDRMask(32, 32)}}, Keepalive: time.Second}
+	peerB := Peer{PublicKey: kb.PublicKey(), Endpoint: loop(portB), AllowedIPs: []net.IPNet{{IP: addrB, Mask: net.CIDRMask(32, 32)}}, Keepalive: time.Second}
+	open(nsA, lab.Prefix+"wa", ka, portA, addrA, peerB)
+	b := open(nsB, lab.Prefix+"wb", kb, portB, addrB, peerA)
+
+	var rx, tx *net.UDPConn
+	g.Expect(topo.RunIn(nsB, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: addrB, Port: udpPort})
+		return err
+	})).To(Succeed())
+	defer func() { _ = rx.Close() }()
+	_ = rx.SetReadBuffer(4 << 20)
+	g.Expect(topo.RunIn(nsA, func() (err error) {
+		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: addrA}, &net.UDPAddr{IP: addrB, Port: udpPort})
+		return err
+	})).To(Succeed())
+	defer func() { _ = tx.Close() }()
+	// Wait for the handshake (the first datagram that arrives), then count only the flow's datagrams.
+	g.Eventually(func() error {
+		_, _ = tx.Write([]byte("hello"))
+		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := rx.Read(make([]byte, 64))
+		return err
+	}, 5*time.Second).Should(Succeed())
+	_ = rx.SetReadDeadline(time.Time{})
+	received := make(chan int, 1)
+	go func() {
+		n, buf := 0, make([]byte, 64)
+		for {
+			m, err := rx.Read(buf)
+			if err != nil {
+				received <- n
+				return
+			}
+			if string(buf[:m]) == "seq" {
+				n++
+			}
+		}
+	}()
+
+	stop := make(chan struct{})
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			default:
+			}
+			if _, err := tx.Write([]byte("seq")); err == nil {
+				n++
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	var prefixes []net.IPNet
+	for i := range 100 {
+		for j := range 20 {
+			prefixes = append(prefixes, net.IPNet{IP: net.IPv4(10, 50+byte(i/10), byte(i%10*20+j), 0), Mask: net.CIDRMask(24, 32)})
+		}
+		p := peerA
+		p.AllowedIPs = append(slices.Clone(prefixes), peerA.AllowedIPs...)
+		_, err := b.UpsertPeers([]Peer{p})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	close(stop)
+	nSent := <-sent
+	time.Sleep(200 * time.Millisecond) // the last datagrams cross
+	_ = rx.SetReadDeadline(time.Now())
+	nRecv := <-received
+	st, err := b.State()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Peers[0].AllowedIPs).To(HaveLen(len(prefixes) + 1))
+	t.Logf("%d datagrams sent while 100 upserts added %d prefixes, %d received", nSent, len(prefixes), nRecv)
+	g.Expect(nSent).To(BeNumerically(">", 100))
+	g.Expect(nRecv).To(BeNumerically(">=", nSent), "datagrams from the peer were dropped while its allowed IPs grew")
 }

@@ -83,9 +83,15 @@ type HostState struct {
 	State metal3v1.ProvisioningState `json:"state"`
 	// Image is the image the host was provisioned with (status.provisioning.image).
 	Image *metal3v1.Image `json:"image,omitempty"`
-	// BootRequestedAt is when the controller armed the one-time PXE boot and power-cycled the host for
-	// the current provisioning attempt; nil before, so a restarted controller never cycles twice.
+	// BootRequestedAt is when the controller recorded the current provisioning attempt, just before it
+	// armed the one-time PXE boot and powered the host (see BootSentAt); nil before, so a restarted
+	// controller never cycles a host twice for one attempt.
 	BootRequestedAt *metav1.Time `json:"bootRequestedAt,omitempty"`
+	// BootSentAt is when the BMC accepted the power action of the current attempt's boot. A restarted
+	// controller that finds BootRequestedAt without it knows its predecessor stopped between recording
+	// the attempt and powering the host; if the BMC reports the host off, that boot never happened and
+	// is requested again as the same attempt.
+	BootSentAt *metav1.Time `json:"bootSentAt,omitempty"`
 	// Attempt counts provisioning boots of the current image (retries after timeouts).
 	Attempt int `json:"attempt,omitempty"`
 	// RetryAt is when a failed attempt is retried.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,17 +125,23 @@ func (s AttestStore) BootstrapData(ctx context.Context, host string) ([]byte, er
 	return nil, fmt.Errorf("user data Secret %s/%s has neither key userData nor value", h.Namespace, sec.Name)
 }
 
+// recordBackoff spaces Record's retries. The host reconciler answers the annotation with its own status
+// write at once, so Record's status patch conflicts often on a busy manager; a few seconds of retries
+// keep the Attested condition from being dropped.
+var recordBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1}
+
 // Record implements attest.Store: the outcome lands on the host (annotation and Attested condition).
 func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message}
 	raw, _ := json.Marshal(rec)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(recordBackoff, func() error {
 		h, err := s.get(ctx, host)
 		if err != nil {
 			return err
 		}
 		orig := h.DeepCopy()
 		h.Annotations[AttestationAnnotation] = string(raw)
+		// The response is the host as stored, status included: the base of the status patch below.
 		if err := s.Client.Patch(ctx, h, client.MergeFrom(orig)); err != nil {
 			return err
 		}
@@ -143,7 +151,10 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 			status = metav1.ConditionFalse
 		}
 		setConditionRaw(h, metav1.Condition{Type: AttestedCondition, Status: status, Reason: r.Reason, Message: r.Message})
-		return s.Client.Status().Patch(ctx, h, client.MergeFrom(origStatus))
+		// A merge patch replaces the whole conditions list. The host reconciler acts on the annotation
+		// written above and may set Provisioned=True in between; without the optimistic lock this patch
+		// would write the older list back (state provisioned, Provisioned condition False, for good).
+		return s.Client.Status().Patch(ctx, h, client.MergeFromWithOptions(origStatus, client.MergeFromWithOptimisticLock{}))
 	})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to record attestation outcome", "BareMetalHost", host, "reason", r.Reason)

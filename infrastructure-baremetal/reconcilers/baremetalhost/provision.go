@@ -21,7 +21,8 @@ import (
 //
 //  1. the host's user data Secret exists (it is what attestation releases);
 //  2. the boot services know the host (DHCP reservation, iPXE script with a one-time ticket);
-//  3. one-time PXE boot override + power cycle (BootRequestedAt);
+//  3. one-time PXE boot override + power cycle (BootRequestedAt recorded before, BootSentAt after; a
+//     recorded boot that was never sent, as the BMC shows the host off, is sent on restart);
 //  4. wait for the boot server's attestation record: released → provisioned, refused → error;
 //     no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all.
 func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -84,6 +85,25 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	r.NetBoot.Set(bh)
 
 	// 3. one PXE boot per attempt.
+	if s.state.BootRequestedAt != nil && s.state.BootSentAt == nil {
+		// The pass that recorded this attempt did not record its power action: it was stopped in between
+		// (or its last write failed). A host that is off is not booting, so the boot was never sent and is
+		// sent now as the same attempt, its timeout counted from now. A host that is on may be booting from
+		// it: it is left alone and the attempt runs to its outcome or timeout, never a second cycle.
+		sys, err := s.bmc.System(ctx)
+		if err != nil {
+			return r.powerFailed(s, err.Error())
+		}
+		if sys.PoweredOn {
+			s.state.BootSentAt = s.state.BootRequestedAt
+		} else {
+			log.Info("Resuming a PXE boot request that was recorded but not sent", "attempt", s.state.Attempt)
+			s.state.BootRequestedAt = now()
+			if res, err := r.sendBoot(ctx, s, false); err != nil || s.state.BootRequestedAt == nil {
+				return res, err
+			}
+		}
+	}
 	if s.state.BootRequestedAt == nil {
 		if s.state.Attempt >= r.MaxProvisionAttempts {
 			// Out of attempts (the error says why): wait for the consumer to withdraw or change the image.
@@ -99,28 +119,13 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.state.RetryAt = nil
 		// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
 		delete(h.Annotations, AttestationAnnotation)
+		s.state.BootSentAt = nil
 		if err := r.persist(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
-			s.state.BootRequestedAt = nil
-			return r.powerFailed(s, fmt.Sprintf("failed to set the one-time PXE boot: %v", err))
+		if res, err := r.sendBoot(ctx, s, true); err != nil || s.state.BootRequestedAt == nil {
+			return res, err
 		}
-		sys, err := s.bmc.System(ctx)
-		if err != nil {
-			s.state.BootRequestedAt = nil
-			return r.powerFailed(s, err.Error())
-		}
-		action := redfish.PowerOn
-		if sys.PoweredOn {
-			action = redfish.PowerCycle
-		}
-		log.Info("PXE-booting host", "action", string(action), "attempt", s.state.Attempt)
-		if err := s.bmc.Power(ctx, action); err != nil {
-			s.state.BootRequestedAt = nil
-			return r.powerFailed(s, fmt.Sprintf("failed to power-cycle the host into PXE: %v", err))
-		}
-		h.Status.PoweredOn = true
 	}
 	waited := time.Since(s.state.BootRequestedAt.Time)
 	if waited < r.ProvisionTimeout {
@@ -136,7 +141,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	setCondition(h, ProvisionedCondition, false, ReasonPXEBootTimeout, msg)
 	s.setError(metal3v1.ProvisioningError, msg, true)
 	log.Info("PXE boot timed out", "attempt", s.state.Attempt)
-	s.state.BootRequestedAt = nil
+	s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
 	if s.state.Attempt >= r.MaxProvisionAttempts {
 		// Out of attempts: power off and stay in error until the image changes or is removed.
 		_ = s.bmc.Power(ctx, redfish.PowerOff)
@@ -150,6 +155,36 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	return ctrl.Result{RequeueAfter: retry}, nil
 }
 
+// sendBoot arms the one-time PXE override and powers the host on (or cycles it when cycle is true and it
+// is on), then records BootSentAt. On a BMC failure it clears BootRequestedAt, so the attempt is retried
+// after RetryInterval, and returns the powerFailed result.
+func (r *Reconciler) sendBoot(ctx context.Context, s *scope, cycle bool) (ctrl.Result, error) {
+	fail := func(msg string) (ctrl.Result, error) {
+		s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
+		return r.powerFailed(s, msg)
+	}
+	if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
+		return fail(fmt.Sprintf("failed to set the one-time PXE boot: %v", err))
+	}
+	action := redfish.PowerOn
+	if cycle {
+		sys, err := s.bmc.System(ctx)
+		if err != nil {
+			return fail(err.Error())
+		}
+		if sys.PoweredOn {
+			action = redfish.PowerCycle
+		}
+	}
+	ctrl.LoggerFrom(ctx).Info("PXE-booting host", "action", string(action), "attempt", s.state.Attempt)
+	if err := s.bmc.Power(ctx, action); err != nil {
+		return fail(fmt.Sprintf("failed to power-cycle the host into PXE: %v", err))
+	}
+	s.state.BootSentAt = now()
+	s.host.Status.PoweredOn = true
+	return ctrl.Result{}, nil
+}
+
 func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
 	setCondition(s.host, ProvisionedCondition, false, ReasonPowerFailed, msg)
 	s.setError(metal3v1.PowerManagementError, msg, true)
@@ -160,14 +195,14 @@ func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, er
 	h := s.host
 	img := h.Spec.Image.DeepCopy()
 	s.state.Image = img
-	s.state.BootRequestedAt, s.state.RetryAt, s.state.Attempt = nil, nil, 0
+	s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, 0
 	h.Status.Provisioning.Image = *img
 	h.Status.Provisioning.BootMode = h.Spec.BootMode
 	h.Status.PoweredOn = true
 	s.clearError()
 	s.endOperation(metal3v1.StateProvisioning)
 	s.transition(metal3v1.StateProvisioned)
-	setCondition(h, ProvisionedCondition, true, ReasonProvisioned, "the host attested and received its bootstrap data; running "+img.URL+" live")
+	setCondition(h, ProvisionedCondition, true, ReasonProvisioned, provisionedMessage(img.URL))
 	// The host is running its image: its next boot must not be served a provisioning script.
 	r.forgetBoot(h)
 	ctrl.LoggerFrom(ctx).Info("Host provisioned")
@@ -208,7 +243,7 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 		}
 		h.Status.PoweredOn = false
 	}
-	s.state.Image, s.state.BootRequestedAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, 0
+	s.state.Image, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, nil, 0
 	delete(h.Annotations, AttestationAnnotation)
 	h.Status.Provisioning.Image = metal3v1.Image{}
 	s.clearError()

@@ -238,6 +238,27 @@ func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
 	if h.Status.OperationalStatus == "" {
 		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
 	}
+	// status.provisioning.state and the Provisioned condition are written in one status patch, but the
+	// state annotation is written first, in its own patch: a pass whose status patch failed leaves the
+	// next pass to derive the state from the annotation, and it must derive the condition with it.
+	// Readers (CAPM3, the YonderMetalMachine reconciler) act on the state and must never see a
+	// provisioned host that still carries the provisioning attempts' error or a False condition.
+	c := meta.FindStatusCondition(h.Status.Conditions, ProvisionedCondition)
+	switch {
+	case st.State == metal3v1.StateProvisioned && (c == nil || c.Status != metav1.ConditionTrue):
+		setCondition(h, ProvisionedCondition, true, ReasonProvisioned, provisionedMessage(h.Status.Provisioning.Image.URL))
+		if h.Status.ErrorType == metal3v1.ProvisioningError {
+			h.Status.ErrorType, h.Status.ErrorMessage, h.Status.ErrorCount = "", "", 0
+			h.Status.OperationalStatus = metal3v1.OperationalStatusOK
+		}
+	case st.State != metal3v1.StateProvisioned && st.State != metal3v1.StateDeprovisioning && c != nil && c.Status == metav1.ConditionTrue:
+		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, fmt.Sprintf("the host is %s, not provisioned", st.State))
+	}
+}
+
+// provisionedMessage is the Provisioned condition's message for a host running url.
+func provisionedMessage(url string) string {
+	return "the host attested and received its bootstrap data; running " + url + " live"
 }
 
 type scope struct {
@@ -377,7 +398,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		s.transition(metal3v1.StateAvailable)
 		if h.NeedsProvisioning() {
 			s.transition(metal3v1.StateProvisioning)
-			s.state.Attempt, s.state.BootRequestedAt, s.state.RetryAt = 0, nil, nil
+			s.state.Attempt, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt = 0, nil, nil, nil
 			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
 		if h.Status.HardwareDetails == nil && !h.InspectionDisabled() {

@@ -49,7 +49,8 @@ func TestRestartAtEveryTransition(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for phase < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("host did not finish its life; transitions seen: %q", seen)
+			boots, data, errs := hosts.snapshot("s1")
+			t.Fatalf("host did not finish its life; transitions seen: %q; PXE boots %d, data %q, boot errors %q", seen, boots, data, errs)
 		}
 		cur := getHost(g, h)
 		if key := transitionKey(cur); key != last {

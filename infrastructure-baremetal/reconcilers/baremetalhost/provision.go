@@ -99,6 +99,11 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		} else {
 			log.Info("Resuming a PXE boot request that was recorded but not sent", "attempt", s.state.Attempt)
 			s.state.BootRequestedAt = now()
+			// As for a new attempt, the status (provisioning state: the boot server releases bootstrap data
+			// only to a host whose status says provisioning) is written before the host boots.
+			if err := r.persist(ctx, s); err != nil {
+				return ctrl.Result{}, err
+			}
 			if res, err := r.sendBoot(ctx, s, false); err != nil || s.state.BootRequestedAt == nil {
 				return res, err
 			}

@@ -40,6 +40,13 @@ func TestMove(t *testing.T) {
 	t0 := time.Now()
 	source := st
 	md := movedCluster + "-md-0"
+	// clusterctl move carries every Cluster of the namespace, and the scenario needs 3 free hosts: a Cluster
+	// that an earlier, failed scenario left would be moved too and block the move.
+	left := &clusterv1.ClusterList{}
+	g.Expect(source.Client.List(ctx, left, client.InNamespace(source.HostNamespace))).To(Succeed())
+	if len(left.Items) > 0 {
+		t.Fatalf("scenario 6 needs namespace %s without Clusters; an earlier scenario left %s", source.HostNamespace, left.Items[0].Name)
+	}
 
 	apply(ctx, t, generateCluster(ctx, t, movedCluster, "ssh", 1))
 	waitWorkers(ctx, t, movedCluster, 1, 8*time.Minute)

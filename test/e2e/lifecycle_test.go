@@ -246,6 +246,25 @@ func deleteCluster(ctx context.Context, t *testing.T, name string) {
 		t.Fatalf("Cluster %s was not deleted: %v\n%s", name, err, st.ManagerLog("cluster-api", 20))
 	}
 	waitReleased(ctx, t, map[string]bool{}, 3*time.Minute)
+	// The attached workload cluster outlives the Cluster: the released hosts' Node objects must not (CAPI
+	// skips Node deletion while a Cluster is deleted; the SSH provider removes them after cleaning the
+	// host), else the next Machine on a host shares its providerID with a stale Node and never gets a nodeRef.
+	var stale []string
+	if err := stack.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		nodes := &corev1.NodeList{}
+		if err := st.WorkloadClient.List(ctx, nodes); err != nil {
+			return false, nil
+		}
+		stale = nil
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Spec.ProviderID, "yonder-ssh://") {
+				stale = append(stale, n.Name+"="+n.Spec.ProviderID)
+			}
+		}
+		return len(stale) == 0, nil
+	}); err != nil {
+		t.Fatalf("Nodes of the deleted Cluster %s remain in the workload cluster: %v\n%s", name, stale, st.ManagerLog("infrastructure-yonder-ssh", 30))
+	}
 }
 
 // nodeLabels returns the value of a label on the Node of every given Machine ("" when missing).

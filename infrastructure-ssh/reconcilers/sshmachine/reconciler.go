@@ -619,6 +619,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			return res, nil
 		}
 	}
+	if needsCleanup == "" && m.Status.Bootstrap != nil && s.cluster.DeletionTimestamp != nil {
+		r.deleteStaleNodes(ctx, s.cluster, m.Spec.ProviderID)
+	}
 	if err := claim.Release(ctx, r.Client, r.APIReader, host, claimID(m), needsCleanup); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to release YonderSSHHost %s: %w", klog.KObj(host), err)
 	}

@@ -289,11 +289,14 @@ func TestCredentialWithoutRBACRightsReportsJoinRBACFailure(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(controlplanev1.JoinRBACFailedReason))
 		g.Expect(c.Message).To(ContainSubstring("forbidden"))
 	}).Should(Succeed())
-	got := getCP(ctx, g, cp)
-	g.Expect(conditions.IsTrue(got, controlplanev1.KubeconfigValidCondition)).To(BeTrue())
-	g.Expect(conditions.IsTrue(got, controlplanev1.AvailableCondition)).To(BeTrue())
-	g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
-	g.Expect(conditions.IsFalse(got, clusterv1.ReadyCondition)).To(BeTrue())
+	// CAPI's patch helper writes conditions before the rest of status: wait for both.
+	g.Eventually(func(g Gomega) {
+		got := getCP(ctx, g, cp)
+		g.Expect(conditions.IsTrue(got, controlplanev1.KubeconfigValidCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(got, controlplanev1.AvailableCondition)).To(BeTrue())
+		g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
+		g.Expect(conditions.IsFalse(got, clusterv1.ReadyCondition)).To(BeTrue())
+	}).Should(Succeed())
 }
 
 // Objects without the manager's watch-filter label are left alone.

@@ -117,16 +117,19 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 
 	// Scale down: the surplus hosts are deprovisioned first and released only once available again.
 	sim.setHold(true)
+	sim.setHoldDeprovision(true)
 	scale(g, md, 1)
 	g.Eventually(func(g Gomega) {
 		deprovisioning := 0
 		for _, h := range hostList(g, ns) {
 			if h.Status.Provisioning.State == metal3v1.StateDeprovisioning {
 				deprovisioning++
+				g.Expect(h.Spec.ConsumerRef).NotTo(BeNil(), "host %s was released while still deprovisioning", h.Name)
 			}
 		}
-		g.Expect(deprovisioning).To(BeNumerically(">", 0))
+		g.Expect(deprovisioning).To(Equal(2))
 	}).Should(Succeed())
+	sim.setHoldDeprovision(false)
 	machinesRunning(1)
 	g.Eventually(func(g Gomega) {
 		free := 0

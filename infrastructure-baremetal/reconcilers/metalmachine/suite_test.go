@@ -216,6 +216,9 @@ type hostSimulator struct {
 	mu sync.Mutex
 	// hold keeps hosts in "provisioning" (to observe the block-move annotation).
 	hold bool
+	// holdDeprovision keeps hosts in "deprovisioning" (to observe that a host is released only once it is
+	// available again: a test that merely polls for the transient state can miss it on a loaded machine).
+	holdDeprovision bool
 	// fail makes provisioning of the named host fail with this message.
 	fail map[string]string
 	// provisioned counts, per host and consumer UID, how often provisioning started.
@@ -245,6 +248,8 @@ func simulateHostController(t testing.TB, ns string) *hostSimulator {
 }
 
 func (s *hostSimulator) setHold(v bool) { s.mu.Lock(); s.hold = v; s.mu.Unlock() }
+
+func (s *hostSimulator) setHoldDeprovision(v bool) { s.mu.Lock(); s.holdDeprovision = v; s.mu.Unlock() }
 
 func (s *hostSimulator) setFail(host, msg string) { s.mu.Lock(); s.fail[host] = msg; s.mu.Unlock() }
 
@@ -293,7 +298,7 @@ func (s *hostSimulator) step(ctx context.Context, ns string) {
 		case (st.Provisioning.State == metal3v1.StateProvisioned || st.Provisioning.State == metal3v1.StateProvisioning) && !deploy:
 			st.Provisioning.State = metal3v1.StateDeprovisioning
 			st.ErrorType, st.ErrorMessage, st.OperationalStatus = "", "", metal3v1.OperationalStatusOK
-		case st.Provisioning.State == metal3v1.StateDeprovisioning:
+		case st.Provisioning.State == metal3v1.StateDeprovisioning && !s.holdDeprovision:
 			st.Provisioning.State, st.PoweredOn, st.Provisioning.Image = metal3v1.StateAvailable, h.Spec.Online, metal3v1.Image{}
 		default:
 			continue

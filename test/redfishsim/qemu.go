@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // QEMUSystem is one emulated server behind the QEMU driver.
@@ -87,7 +89,7 @@ func (d *QEMUDriver) Running(id string) bool {
 }
 
 // PowerOn implements PowerDriver.
-func (d *QEMUDriver) PowerOn(_ context.Context, id, target string) error {
+func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.systems[id]
@@ -110,12 +112,12 @@ func (d *QEMUDriver) PowerOn(_ context.Context, id, target string) error {
 	if err := sw.Start(); err != nil {
 		return fmt.Errorf("failed to start swtpm for %s: %w", id, err)
 	}
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(ctrl); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// QEMU's -tpmdev needs swtpm's control socket; give swtpm up to 2 s to create it (QEMU reports a
+	// missing socket itself, so the wait's own timeout is not an error here).
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(ctrl)
+		return err == nil, nil
+	})
 	boot := "c"
 	if target == "Pxe" {
 		boot = "n"

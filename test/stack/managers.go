@@ -286,8 +286,9 @@ func (s *Stack) KillManager(name string) error {
 	if err := syscall.Kill(-m.process.Pid(), syscall.SIGKILL); err != nil && err != syscall.ESRCH {
 		return fmt.Errorf("failed to kill manager %s: %w", name, err)
 	}
-	for i := 0; i < 100 && !m.process.Exited(); i++ {
-		time.Sleep(50 * time.Millisecond)
+	select {
+	case <-m.process.Done():
+	case <-time.After(5 * time.Second):
 	}
 	return nil
 }

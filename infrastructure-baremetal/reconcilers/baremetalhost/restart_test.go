@@ -7,6 +7,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -46,12 +47,8 @@ func TestRestartAtEveryTransition(t *testing.T) {
 
 	var seen []string
 	last, restarts, phase := "", 0, 0
-	deadline := time.Now().Add(3 * time.Minute)
-	for phase < 3 {
-		if time.Now().After(deadline) {
-			boots, data, errs := hosts.snapshot("s1")
-			t.Fatalf("host did not finish its life; transitions seen: %q; PXE boots %d, data %q, boot errors %q", seen, boots, data, errs)
-		}
+	// Every 5 ms: record a new transition (and restart the controller on it), drive the host's life on.
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		cur := getHost(g, h)
 		if key := transitionKey(cur); key != last {
 			seen = append(seen, key)
@@ -71,7 +68,11 @@ func TestRestartAtEveryTransition(t *testing.T) {
 		case phase == 2 && st == metal3v1.StateAvailable:
 			phase = 3
 		}
-		time.Sleep(5 * time.Millisecond)
+		return phase == 3, nil
+	})
+	if err != nil {
+		boots, data, errs := hosts.snapshot("s1")
+		t.Fatalf("host did not finish its life; transitions seen: %q; PXE boots %d, data %q, boot errors %q", seen, boots, data, errs)
 	}
 	t.Logf("%d restarts over %d transitions", restarts, len(seen))
 	for _, s := range seen {

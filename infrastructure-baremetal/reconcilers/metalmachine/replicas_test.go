@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
@@ -40,7 +41,7 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		for wctx.Err() == nil {
+		wait.UntilWithContext(wctx, func(context.Context) {
 			cg := NewGomega(func(message string, _ ...int) {
 				mu.Lock()
 				if violation == nil {
@@ -49,8 +50,7 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 				mu.Unlock()
 			})
 			checkClaims(cg, ns, true)
-			time.Sleep(20 * time.Millisecond)
-		}
+		}, 20*time.Millisecond)
 	}()
 
 	newMachineDeployment(g, ns, "twin", cluster, data.Name, 6, pool)

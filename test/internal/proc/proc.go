@@ -58,6 +58,9 @@ func Start(name, logDir string, env []string, path string, args ...string) (*Pro
 // Pid returns the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
 	select {

@@ -1,6 +1,7 @@
 package sitetest
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
@@ -83,7 +85,12 @@ func (st *seqStream) count() int {
 // missing numbers.
 func (st *seqStream) finish() (uint64, uint64, []string) {
 	close(st.stopSend)
-	time.Sleep(500 * time.Millisecond)
+	// Echoes still in flight get up to 500 ms; a lost datagram never arrives, so the wait ends there.
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 500*time.Millisecond, true, func(context.Context) (bool, error) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return uint64(len(st.got)) >= st.sent, nil
+	})
 	close(st.stopRecv)
 	st.done.Wait()
 	var missing []string

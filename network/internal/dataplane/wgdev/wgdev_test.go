@@ -1,15 +1,18 @@
 package wgdev
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
 )
@@ -208,6 +211,7 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 	}, 5*time.Second).Should(Succeed())
 	_ = rx.SetReadDeadline(time.Time{})
 	received := make(chan int, 1)
+	var counted atomic.Int64
 	go func() {
 		n, buf := 0, make([]byte, 64)
 		for {
@@ -218,6 +222,7 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 			}
 			if string(buf[:m]) == "seq" {
 				n++
+				counted.Add(1)
 			}
 		}
 	}()
@@ -251,7 +256,10 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 	}
 	close(stop)
 	nSent := <-sent
-	time.Sleep(200 * time.Millisecond) // the last datagrams cross
+	// The last datagrams cross: wait until all are counted, at most 200 ms (a dropped one never arrives).
+	_ = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		return counted.Load() >= int64(nSent), nil
+	})
 	_ = rx.SetReadDeadline(time.Now())
 	nRecv := <-received
 	st, err := b.State()

@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -92,7 +94,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 				predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue),
 				predicates.Any(mgr.GetScheme(), log,
 					predicates.ClusterPausedTransitions(mgr.GetScheme(), log),
-					predicates.ClusterControlPlaneInitialized(mgr.GetScheme(), log),
+					controlPlaneInitializedSet(),
 				)))).
 		WatchesRawSource(r.ClusterCache.GetClusterSource("yonderconfig", r.clusterToConfigs)).
 		Complete(r)
@@ -100,6 +102,25 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return fmt.Errorf("failed to set up the YonderConfig reconciler: %w", err)
 	}
 	return nil
+}
+
+// controlPlaneInitializedSet passes Cluster updates where status.initialization.controlPlaneInitialized becomes
+// true. CAPI's ClusterControlPlaneInitialized predicate watches the condition instead, and CAPI's patch helper
+// writes conditions before the rest of the status: a reconcile triggered by the condition can still read the
+// field as false, and no later event would pass that predicate — the Machine would wait forever.
+func controlPlaneInitializedSet() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldCluster, okOld := e.ObjectOld.(*clusterv1.Cluster)
+			newCluster, okNew := e.ObjectNew.(*clusterv1.Cluster)
+			return okOld && okNew &&
+				!ptr.Deref(oldCluster.Status.Initialization.ControlPlaneInitialized, false) &&
+				ptr.Deref(newCluster.Status.Initialization.ControlPlaneInitialized, false)
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 func isOurs(ref clusterv1.ContractVersionedObjectReference) bool {

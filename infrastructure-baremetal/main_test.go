@@ -37,10 +37,12 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 		name               string
 		vars               map[string]string
 		wantNS, wantFilter string
+		wantBootIf, wantBootIP string
 	}{
 		{name: "defaults"},
-		{name: "set", vars: map[string]string{"YONDER_WATCH_NAMESPACE": "team-a", "YONDER_WATCH_FILTER": "shard-1"},
-			wantNS: "team-a", wantFilter: "shard-1"},
+		{name: "set", vars: map[string]string{"YONDER_WATCH_NAMESPACE": "team-a", "YONDER_WATCH_FILTER": "shard-1",
+			"YONDER_BOOT_INTERFACE": "eno2", "YONDER_BOOT_SERVER_IP": "192.0.2.1"},
+			wantNS: "team-a", wantFilter: "shard-1", wantBootIf: "eno2", wantBootIP: "192.0.2.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -56,6 +58,11 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 			g.Expect(f.manager.WatchNamespace).To(Equal(tc.wantNS))
 			g.Expect(f.manager.WatchFilter).To(Equal(tc.wantFilter))
 			g.Expect(f.manager.LeaderElect).To(BeTrue())
+			// Boot services stay off unless the interface is set (an empty value, not a literal "").
+			g.Expect(f.host.BootInterface).To(Equal(tc.wantBootIf))
+			g.Expect(f.host.BootServerIP).To(Equal(tc.wantBootIP))
+			g.Expect(f.host.BootHTTPPort).To(Equal(8080))
+			g.Expect(f.host.BootArtifactsDir).To(Equal("/var/lib/yonder/boot"))
 			var podNS string
 			for _, e := range c.Env {
 				if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {

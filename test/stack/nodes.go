@@ -80,7 +80,9 @@ func (s *Stack) serveArtifacts() error {
 	for name, img := range map[string]ociarchive.Image{
 		"image/pause": {Name: PauseImage, Files: ociarchive.Busybox(bb, "sh", "sleep"),
 			Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}},
-		"image/busybox": {Name: BusyboxImage, Files: ociarchive.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip"),
+		"image/busybox": {Name: BusyboxImage, Files: ociarchive.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
+			// The lab's cross-site pod check: an HTTP server and client, ping, nc.
+			"httpd", "ping", "nc", "mkdir", "timeout"),
 			Cmd: []string{"/bin/sh"}},
 	} {
 		p := filepath.Join(s.binDir, strings.ReplaceAll(name, "/", "-")+".oci.tar")
@@ -96,6 +98,11 @@ func (s *Stack) serveArtifacts() error {
 			return err
 		}
 		if err := add(name, p); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedKeys(s.opts.ExtraImages) {
+		if err := add("image/"+name, s.opts.ExtraImages[name]); err != nil {
 			return err
 		}
 	}
@@ -164,6 +171,9 @@ func (s *Stack) startWorkload(ctx context.Context) error {
 		Name: "workload", BindAddress: s.Net.Gateway, Dir: filepath.Join(s.Dir, "workload"),
 		WithControllerManager: true, WithScheduler: true, FastNodeMonitoring: s.opts.FastNodeMonitoring,
 		ExtraControllerManagerArgs: map[string]string{"allocate-node-cidrs": "true", "cluster-cidr": PodCIDR, "node-cidr-mask-size": "24"},
+		// Without kube-proxy on the host, a webhook Service's ClusterIP leads nowhere; the apiserver dials the
+		// Service's endpoints instead (a hostNetwork webhook such as yonder-net-controller's: its Node address).
+		ExtraAPIServerArgs: map[string]string{"enable-aggregator-routing": "true"},
 	})
 	if err != nil {
 		return fmt.Errorf("failed to start the workload control plane: %w", err)

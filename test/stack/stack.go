@@ -106,6 +106,9 @@ type Options struct {
 	FastNodeMonitoring bool
 	// ClusterTopology enables CAPI's ClusterClass support (the CLUSTER_TOPOLOGY variable of clusterctl init).
 	ClusterTopology bool
+	// ExtraImages are further OCI image archives (artifact name "image/<key>" → path) the artifact server
+	// publishes; nodes import every "image/*" artifact into containerd (the lab's network add-on images).
+	ExtraImages map[string]string
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
 }

@@ -20,7 +20,11 @@
 //   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts;
 //   - an HTTP artifact server on the bridge with everything a node needs offline (yonder-agent, kubelet,
 //     containerd, the rootfs archive, pause/busybox OCI images), as the manager's --agent-url and as
-//     bootstrap artifacts (NodeArtifacts).
+//     bootstrap artifacts (NodeArtifacts);
+//   - optionally (Options.MetalHosts) bare-metal hosts: the metal provider installed by the same
+//     `clusterctl init` (--infrastructure yonder-ssh,yonder-metal) with its boot services on the lab bridge
+//     set through its clusterctl variables, the Redfish emulator whose power actions run QEMU VMs with
+//     software TPMs on taps of that bridge, and a BareMetalHost + BMC Secret per VM (see metal.go).
 //
 // cert-manager: clusterctl init installs the real cert-manager CRDs from the local repository and checks
 // its API with its own test resources; the cert-manager controller itself does not run here. The stack's
@@ -61,8 +65,11 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
@@ -106,6 +113,9 @@ type Options struct {
 	FastNodeMonitoring bool
 	// ClusterTopology enables CAPI's ClusterClass support (the CLUSTER_TOPOLOGY variable of clusterctl init).
 	ClusterTopology bool
+	// MetalHosts is how many bare-metal hosts (QEMU VMs behind the Redfish emulator) to add, 0 to 20;
+	// with any, the metal provider is installed too.
+	MetalHosts int
 	// ExtraImages are further OCI image archives (artifact name "image/<key>" → path) the artifact server
 	// publishes; nodes import every "image/*" artifact into containerd (the lab's network add-on images).
 	ExtraImages map[string]string
@@ -146,6 +156,8 @@ type Stack struct {
 
 	mu       sync.Mutex
 	managers map[string]*Manager
+	// metal is the bare-metal site (nil without MetalHosts).
+	metal *metal
 	// shared marks a second management cluster (StartManagement): its network, workload cluster and
 	// hosts belong to the stack that started it, which stops them.
 	shared bool
@@ -156,6 +168,7 @@ func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme, infrav1.AddToScheme,
+		metalv1.AddToScheme, metal3v1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("failed to build the management scheme: %w", err)
@@ -181,6 +194,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 			return nil, fmt.Errorf("failed to start the stack: site names must be unique and non-empty, host counts not negative: %+v", opts.Sites)
 		}
 		seen[site.Name] = true
+	}
+	if opts.MetalHosts < 0 || opts.MetalHosts > 20 {
+		return nil, fmt.Errorf("failed to start the stack: MetalHosts must be 0 to 20, got %d", opts.MetalHosts)
 	}
 	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}
 	if opts.Dir == "" {
@@ -270,6 +286,13 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		return nil, err
 	}
 	opts.Log("hosts up and registered in %s", time.Since(t0).Round(time.Millisecond))
+	if opts.MetalHosts > 0 {
+		t0 = time.Now()
+		if err := s.startMetal(ctx); err != nil {
+			return nil, err
+		}
+		opts.Log("%d bare-metal host(s) registered and inspected over Redfish (available) in %s", opts.MetalHosts, time.Since(t0).Round(time.Millisecond))
+	}
 	return s, nil
 }
 
@@ -296,6 +319,8 @@ func (s *Stack) Stop() error {
 		}
 		return errors.Join(errs...)
 	}
+	// The VMs first: a host the metal manager still provisions is only powered off, never half-deleted.
+	errs = append(errs, s.stopMetal())
 	for _, hs := range s.Hosts {
 		for _, h := range hs {
 			// A node's nspawn machine, kubelet and cgroups outlive sshd: reset them while the host still exists.
@@ -369,6 +394,12 @@ func (s *Stack) build(ctx context.Context) error {
 	}
 	s.ClusterctlConfig = filepath.Join(rel, "clusterctl.yaml")
 	var errs []error
+	var errMu sync.Mutex
+	addErr := func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		errs = append(errs, err)
+	}
 	var wg sync.WaitGroup
 	// The managers and the agent are built in one go command each: packages shared by them compile once.
 	for _, b := range []struct{ out, env string }{
@@ -376,6 +407,9 @@ func (s *Stack) build(ctx context.Context) error {
 		{out: filepath.Join(s.binDir, "yonder-agent"), env: "CGO_ENABLED=0"},
 	} {
 		pkgs := []string{"./bootstrap", "./controlplane", "./infrastructure-ssh"}
+		if s.opts.MetalHosts > 0 {
+			pkgs = append(pkgs, "./infrastructure-baremetal")
+		}
 		if b.env != "" {
 			pkgs = []string{"./hostruntime/cmd/yonder-agent"}
 		}
@@ -389,7 +423,17 @@ func (s *Stack) build(ctx context.Context) error {
 				cmd.Env = append(cmd.Env, b.env)
 			}
 			if out, err := cmd.CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("failed to build %s: %s: %w", strings.Join(pkgs, " "), out, err))
+				addErr(fmt.Errorf("failed to build %s: %s: %w", strings.Join(pkgs, " "), out, err))
+			}
+		}()
+	}
+	if s.opts.MetalHosts > 0 {
+		// The initramfs's agent is its own static, stripped build; it runs beside the others.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.prepareMetal(ctx); err != nil {
+				addErr(err)
 			}
 		}()
 	}
@@ -398,7 +442,11 @@ func (s *Stack) build(ctx context.Context) error {
 		return err
 	}
 	// go build names a main package after its directory; the Deployments call the binaries by name.
-	for dir, name := range map[string]string{"bootstrap": "yonder-bootstrap-manager", "controlplane": "yonder-controlplane-manager", "infrastructure-ssh": "yonder-ssh-manager"} {
+	for dir, name := range map[string]string{"bootstrap": "yonder-bootstrap-manager", "controlplane": "yonder-controlplane-manager",
+		"infrastructure-ssh": "yonder-ssh-manager", "infrastructure-baremetal": "yonder-metal-manager"} {
+		if dir == "infrastructure-baremetal" && s.opts.MetalHosts == 0 {
+			continue
+		}
 		if err := os.Rename(filepath.Join(s.binDir, dir), filepath.Join(s.binDir, name)); err != nil {
 			return fmt.Errorf("failed to name the %s manager: %w", dir, err)
 		}
@@ -418,8 +466,17 @@ func (s *Stack) clusterctlInit(ctx context.Context) error {
 		"YONDER_AGENT_SHA256=" + agent.sha256,
 		fmt.Sprintf("CLUSTER_TOPOLOGY=%t", s.opts.ClusterTopology),
 	}
+	infra := "yonder-ssh"
+	if s.opts.MetalHosts > 0 {
+		infra += ",yonder-metal"
+		metalEnv, err := s.metalInitEnv()
+		if err != nil {
+			return err
+		}
+		env = append(env, metalEnv...)
+	}
 	if _, err := s.Clusterctl(ctx, env, "init", "--core", "cluster-api", "--bootstrap", "yonder", "--control-plane", "yonder",
-		"--infrastructure", "yonder-ssh"); err != nil {
+		"--infrastructure", infra); err != nil {
 		return err
 	}
 	return nil

@@ -1,0 +1,145 @@
+// Package metalboot builds the provisioning boot of a bare-metal test host: Debian's kernel
+// (`hack/test-bins.sh --metal-kernel`, cached outside the tree) and an initramfs of busybox-static, the
+// kernel's virtio modules and a static yonder-agent. The initramfs leases an address with udhcpc, runs
+// `yonder-agent attest` with the VM's TPM and, when the boot server released the bootstrap data, keeps
+// running live (it prints a marker line on the serial console); refused, it powers itself off.
+//
+// The files are named as yonder-metal-manager's defaults expect them (--boot-kernel vmlinuz,
+// --boot-initrd yonder-initrd.img), so a manager whose --boot-artifacts-dir is the directory serves them
+// without further flags. Used by the e2e stack (test/stack) and with it the lab.
+package metalboot
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// Kernel and Initrd are the artifact names Build writes (the manager's defaults).
+const (
+	Kernel = "vmlinuz"
+	Initrd = "yonder-initrd.img"
+)
+
+// AttestedMarker starts the console line the initramfs prints once it received its bootstrap data.
+const AttestedMarker = "YONDER: attested, "
+
+// initScript is the initramfs's /init: drivers for the virtio NIC (the TPM TIS driver is built into
+// Debian's kernel), DHCP with busybox udhcpc, then `yonder-agent attest` with the VM's TPM.
+const initScript = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
+mkdir -p /run/yonder /tmp /var/log
+echo "YONDER: initramfs up"
+# Modules in dependency order; further passes catch an order file written before a dependency was added.
+for pass in 1 2 3; do
+  for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || insmod /lib/modules/$m.ko 2>/dev/null; done
+done
+ip link set lo up
+i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
+ip link set eth0 up
+udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP lease"
+if /bin/yonder-agent attest --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data; then
+  echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data; running live"
+  while true; do sleep 3600; done
+fi
+echo "YONDER: attestation failed"
+poweroff -f
+`
+
+const udhcpcScript = `#!/bin/sh
+case "$1" in
+bound|renew)
+  ip addr flush dev "$interface"
+  ip addr add "$ip/$mask" dev "$interface"
+  [ -n "$router" ] && ip route add default via "$router"
+  echo "YONDER: leased $ip/$mask" ;;
+esac
+`
+
+// KernelDir returns the directory of the cached Debian kernel and modules: $YONDER_TEST_METAL_KERNEL, else
+// what `hack/test-bins.sh --metal-kernel-print` names.
+func KernelDir(ctx context.Context) (string, error) {
+	if d := os.Getenv("YONDER_TEST_METAL_KERNEL"); d != "" {
+		return d, nil
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--metal-kernel-print").Output()
+	if err != nil {
+		return "", fmt.Errorf("failed to find the bare-metal boot kernel (run `hack/test-bins.sh --metal-kernel`): %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Build writes Kernel and Initrd into dir. It builds a static, stripped yonder-agent from this checkout.
+func Build(ctx context.Context, dir string) error {
+	kdir, err := KernelDir(ctx)
+	if err != nil {
+		return err
+	}
+	for _, need := range []string{"/bin/busybox", filepath.Join(kdir, "vmlinuz")} {
+		if _, err := os.Stat(need); err != nil {
+			return fmt.Errorf("failed to find %s (run `hack/test-bins.sh --packages --metal-kernel`): %w", need, err)
+		}
+	}
+	root, err := os.MkdirTemp("", "yonder-initramfs-")
+	if err != nil {
+		return fmt.Errorf("failed to create the initramfs tree: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(root) }()
+	for _, d := range []string{"bin", "etc", "lib/modules", "proc", "sys", "dev", "run", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil { //nolint:gosec // an initramfs tree
+			return err
+		}
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "bin", "yonder-agent"), "./hostruntime/cmd/yonder-agent")
+	build.Dir = testbins.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("failed to build the static yonder-agent for the initramfs: %s: %w", out, err)
+	}
+	copies := map[string]string{"/bin/busybox": filepath.Join(root, "bin", "busybox")}
+	mods, err := filepath.Glob(filepath.Join(kdir, "modules", "*"))
+	if err != nil {
+		return err
+	}
+	for _, m := range mods {
+		copies[m] = filepath.Join(root, "lib", "modules", filepath.Base(m))
+	}
+	copies[filepath.Join(kdir, "vmlinuz")] = filepath.Join(dir, Kernel)
+	for from, to := range copies {
+		if err := copyFile(from, to); err != nil {
+			return err
+		}
+	}
+	for name, text := range map[string]string{"init": initScript, "etc/udhcpc.script": udhcpcScript} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o755); err != nil { //nolint:gosec // executables of the initramfs
+			return fmt.Errorf("failed to write %s of the initramfs: %w", name, err)
+		}
+	}
+	cpio := exec.CommandContext(ctx, "sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+filepath.Join(dir, Initrd))
+	cpio.Dir = root
+	if out, err := cpio.CombinedOutput(); err != nil {
+		return fmt.Errorf("failed to pack the initramfs: %s: %w", out, err)
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from) //nolint:gosec // cached kernel files and busybox
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", from, err)
+	}
+	mode := os.FileMode(0o644)
+	if strings.HasSuffix(to, "busybox") {
+		mode = 0o755
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		return fmt.Errorf("failed to write %s: %w", to, err)
+	}
+	return nil
+}

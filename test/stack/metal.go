@@ -1,0 +1,226 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/metalboot"
+	"github.com/yonder-dev/yonder/test/redfishsim"
+)
+
+// MetalPoolLabel is the label every bare-metal host of the stack carries (value "stack"): a
+// YonderMetalMachineTemplate's hostSelector can pick the stack's hosts by it.
+const MetalPoolLabel = "metal.yonder.dev/pool"
+
+// MetalHost is one bare-metal host of the stack: a QEMU VM (software emulation, SeaBIOS + iPXE, a
+// software TPM) whose NIC is a tap on the lab bridge, behind a BMC of the Redfish emulator, registered
+// as a BareMetalHost with its BMC Secret — as an operator writes them — in HostNamespace.
+type MetalHost struct {
+	// Name is the BareMetalHost's name and the emulator's system id.
+	Name string
+	// MAC is the VM's boot NIC (spec.bootMACAddress).
+	MAC string
+	// BootAddress is the address the manager's DHCP server reserves for it (annotation metal.yonder.dev/boot-address).
+	BootAddress netip.Addr
+	// Tap is the VM NIC's tap device on the lab bridge.
+	Tap string
+	// BMCAddress is spec.bmc.address (redfish://…).
+	BMCAddress string
+	// BMCSecret is the Secret (username, password) spec.bmc.credentialsName names.
+	BMCSecret string
+}
+
+// metal is the stack's bare-metal site: the Redfish emulator and its QEMU power driver.
+type metal struct {
+	bootDir string
+	driver  *redfishsim.QEMUDriver
+	sim     *redfishsim.Server
+	hosts   []*MetalHost
+}
+
+// metalBMCUser and metalBMCPassword are the emulator's credentials (in the BMC Secrets).
+const (
+	metalBMCUser     = "admin"
+	metalBMCPassword = "yonder-lab-bmc"
+)
+
+// prepareMetal checks the tools the VMs need and builds the provisioning kernel + initramfs into the
+// directory the metal manager serves (--boot-artifacts-dir).
+func (s *Stack) prepareMetal(ctx context.Context) error {
+	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup"} {
+		if _, err := exec.LookPath(need); err != nil {
+			return fmt.Errorf("%s is missing: run `hack/test-bins.sh --packages` (installs qemu-system-x86, swtpm, ipxe): %w", need, err)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/ipxe/virtio-net.rom"); err != nil {
+		return fmt.Errorf("the iPXE option ROM is missing: run `hack/test-bins.sh --packages` (installs ipxe-qemu): %w", err)
+	}
+	s.metal = &metal{bootDir: filepath.Join(s.Dir, "boot")}
+	if err := os.MkdirAll(s.metal.bootDir, 0o750); err != nil {
+		return fmt.Errorf("failed to create the boot artifacts directory: %w", err)
+	}
+	return metalboot.Build(ctx, s.metal.bootDir)
+}
+
+// metalInitEnv are the clusterctl variables that configure the metal manager's boot services on the lab
+// bridge — what an operator sets for `clusterctl init --infrastructure yonder-metal`.
+func (s *Stack) metalInitEnv() ([]string, error) {
+	_, httpPort, err := s.freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"YONDER_BOOT_INTERFACE=" + s.Net.Bridge,
+		"YONDER_BOOT_SERVER_IP=" + s.Net.Gateway.String(),
+		fmt.Sprintf("YONDER_BOOT_HTTP_PORT=%d", httpPort),
+		"YONDER_BOOT_ARTIFACTS_DIR=" + s.metal.bootDir,
+		// TCG boots take about a minute; a VM that has not attested in 6 is not going to.
+		"YONDER_PROVISION_TIMEOUT=6m",
+	}, nil
+}
+
+// startMetal creates the VMs' taps, the emulator and its systems, and registers each host as a
+// BareMetalHost; it returns when every host is available (registered and inspected over Redfish).
+func (s *Stack) startMetal(ctx context.Context) error {
+	m := s.metal
+	m.driver = redfishsim.NewQEMUDriver(filepath.Join(s.Dir, "metal"))
+	ln, err := net.Listen("tcp4", net.JoinHostPort(s.Net.Gateway.String(), "0"))
+	if err != nil {
+		return fmt.Errorf("failed to listen for the Redfish emulator: %w", err)
+	}
+	if m.sim, err = redfishsim.Start(redfishsim.Options{Username: metalBMCUser, Password: metalBMCPassword, Driver: m.driver, Listener: ln}); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	for i := range s.opts.MetalHosts {
+		// Link names with the network's host prefix: labnet removes them with a crashed holder's leftovers.
+		h := &MetalHost{
+			Name: fmt.Sprintf("metal-%d", i), Tap: fmt.Sprintf("yv%dhm%d", s.Net.Slot, i),
+			MAC:         net.HardwareAddr{0x52, 0x54, 0x00, 0x6e, byte(s.Net.Slot), byte(i)}.String(),
+			BootAddress: netip.AddrFrom4([4]byte{10, 250, byte(s.Net.Slot), byte(200 + i)}),
+		}
+		h.BMCSecret = h.Name + "-bmc"
+		if err := s.addTap(ctx, h.Tap); err != nil {
+			return err
+		}
+		if err := m.driver.Add(ctx, h.Name, redfishsim.QEMUSystem{Tap: h.Tap, MAC: h.MAC, MemoryMiB: 512}); err != nil {
+			return err
+		}
+		m.sim.AddSystem(redfishsim.DefaultSystem(h.Name, h.MAC))
+		h.BMCAddress = m.sim.Address(h.Name)
+		m.hosts = append(m.hosts, h)
+		if err := s.registerMetalHost(ctx, h); err != nil {
+			return err
+		}
+	}
+	return WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, h := range m.hosts {
+			bmh := &metal3v1.BareMetalHost{}
+			if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.HostNamespace, Name: h.Name}, bmh); err != nil {
+				return false, err
+			}
+			if bmh.Status.Provisioning.State != metal3v1.StateAvailable {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// addTap creates a tap device on the lab bridge.
+func (s *Stack) addTap(ctx context.Context, tap string) error {
+	for _, args := range [][]string{{"tuntap", "add", "dev", tap, "mode", "tap"}, {"link", "set", tap, "master", s.Net.Bridge}, {"link", "set", tap, "up"}} {
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("failed to create tap %s on %s: %s: %w", tap, s.Net.Bridge, out, err)
+		}
+	}
+	s.Net.OnClose(func() error {
+		if out, err := exec.Command("ip", "link", "del", tap).CombinedOutput(); err != nil { //nolint:noctx // teardown
+			return fmt.Errorf("failed to remove tap %s: %s: %w", tap, out, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+// registerMetalHost writes the BMC Secret and the BareMetalHost an operator would: BMC address and
+// credentials, boot MAC, the DHCP reservation, and the label that hands the host to Yonder.
+func (s *Stack) registerMetalHost(ctx context.Context, h *MetalHost) error {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.HostNamespace, Name: h.BMCSecret},
+		Data: map[string][]byte{"username": []byte(metalBMCUser), "password": []byte(metalBMCPassword)}}
+	if err := s.Client.Create(ctx, sec); err != nil {
+		return fmt.Errorf("failed to create BMC Secret %s: %w", sec.Name, err)
+	}
+	bmh := &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: s.HostNamespace, Name: h.Name,
+		Labels:      map[string]string{baremetalhost.ManagedLabel: "true", MetalPoolLabel: "stack"},
+		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: h.BootAddress.String()}},
+		Spec: metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: h.BMCAddress, CredentialsName: sec.Name}, BootMACAddress: h.MAC}}
+	if err := s.Client.Create(ctx, bmh); err != nil {
+		return fmt.Errorf("failed to create BareMetalHost %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// MetalHosts returns the stack's bare-metal hosts.
+func (s *Stack) MetalHosts() []*MetalHost {
+	if s.metal == nil {
+		return nil
+	}
+	return s.metal.hosts
+}
+
+// MetalRunning reports whether a bare-metal host's VM runs.
+func (s *Stack) MetalRunning(name string) bool {
+	return s.metal != nil && s.metal.driver != nil && s.metal.driver.Running(name)
+}
+
+// MetalConsole returns what a bare-metal host's VM wrote to its serial console ("" before its first boot).
+func (s *Stack) MetalConsole(name string) string {
+	if s.metal == nil || s.metal.driver == nil {
+		return ""
+	}
+	b, _ := os.ReadFile(s.metal.driver.ConsoleLog(name))
+	return string(b)
+}
+
+// MetalPXEBoots returns how many one-time PXE boots a host's BMC was asked for.
+func (s *Stack) MetalPXEBoots(name string) int {
+	if s.metal == nil || s.metal.sim == nil {
+		return 0
+	}
+	return s.metal.sim.State(name).PXEBoots
+}
+
+// stopMetal powers every VM off (QEMU and swtpm end) and stops the emulator; the taps go with the network.
+func (s *Stack) stopMetal() error {
+	if s.metal == nil {
+		return nil
+	}
+	var errs []error
+	if s.metal.driver != nil {
+		s.metal.driver.Close()
+		for _, h := range s.metal.hosts {
+			if s.metal.driver.Running(h.Name) {
+				errs = append(errs, fmt.Errorf("failed to stop the VM of %s", h.Name))
+			}
+		}
+	}
+	if s.metal.sim != nil {
+		s.metal.sim.Close()
+	}
+	return errors.Join(errs...)
+}

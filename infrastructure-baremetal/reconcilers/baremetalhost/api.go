@@ -39,6 +39,14 @@ const (
 	BootAddressAnnotation = "metal.yonder.dev/boot-address"
 	// GPUsAnnotation lists the GPUs inspection found (JSON); Metal3's HardwareDetails has no GPU field.
 	GPUsAnnotation = "metal.yonder.dev/gpus"
+	// GPUCountLabel is the number of GPUs inspection found, set on hosts with at least one. Label selectors
+	// (YonderMetalMachine.spec.hostSelector) cannot read status or annotations, so this label is how a
+	// MachineDeployment asks for (Exists, In) or avoids (DoesNotExist) hosts with GPUs. The controller owns it:
+	// every inspection sets or removes it.
+	GPUCountLabel = "metal.yonder.dev/gpu-count"
+	// GPUVendorLabel is the GPUs' vendor (nvidia, amd, intel, or the BMC's manufacturer string made a label
+	// value) when every GPU of the host has the same one; absent otherwise. Owned like GPUCountLabel.
+	GPUVendorLabel = "metal.yonder.dev/gpu-vendor"
 )
 
 // Condition types on BareMetalHost.status.conditions.

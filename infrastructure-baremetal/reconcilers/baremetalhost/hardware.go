@@ -2,6 +2,8 @@ package baremetalhost
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -32,6 +34,62 @@ func hardwareDetails(inv *redfish.Inventory) *metal3v1.HardwareDetails {
 			WWN: d.WWN, SizeBytes: metal3v1.Capacity(d.SizeBytes), Type: t, Rotational: d.MediaType == "HDD"})
 	}
 	return hd
+}
+
+// setGPULabels sets GPUCountLabel and GPUVendorLabel from the inventory's GPUs, removing them from a host
+// that has none (or, for the vendor, GPUs of several vendors).
+func setGPULabels(h *metal3v1.BareMetalHost, gpus []redfish.GPU) {
+	if len(gpus) == 0 {
+		delete(h.Labels, GPUCountLabel)
+		delete(h.Labels, GPUVendorLabel)
+		return
+	}
+	if h.Labels == nil {
+		h.Labels = map[string]string{}
+	}
+	h.Labels[GPUCountLabel] = strconv.Itoa(len(gpus))
+	vendor := gpuVendor(gpus[0].Vendor)
+	for _, g := range gpus[1:] {
+		if gpuVendor(g.Vendor) != vendor {
+			vendor = ""
+		}
+	}
+	if vendor != "" {
+		h.Labels[GPUVendorLabel] = vendor
+	} else {
+		delete(h.Labels, GPUVendorLabel)
+	}
+}
+
+// gpuVendor turns a BMC's manufacturer string into a label value. BMCs spell vendors differently
+// ("NVIDIA", "NVIDIA Corporation", "Advanced Micro Devices, Inc."), so the common ones map to one short name
+// a selector can rely on; anything else is lower-cased with runs of other characters replaced by "-".
+func gpuVendor(manufacturer string) string {
+	m := strings.ToLower(strings.TrimSpace(manufacturer))
+	switch {
+	case strings.Contains(m, "nvidia"):
+		return "nvidia"
+	case strings.Contains(m, "advanced micro devices") || m == "amd" || strings.HasPrefix(m, "amd ") || strings.Contains(m, "[amd"):
+		return "amd"
+	case strings.Contains(m, "intel"):
+		return "intel"
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range m {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	v := strings.TrimRight(b.String(), "-")
+	if len(v) > 63 {
+		v = strings.TrimRight(v[:63], "-")
+	}
+	return v
 }
 
 func gpusJSON(gpus []redfish.GPU) string {

@@ -536,6 +536,9 @@ func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error)
 	} else {
 		delete(h.Annotations, GPUsAnnotation)
 	}
+	// The labels are written in the same metadata patch as the move to available, so a host is never
+	// claimable before a selector can tell whether it has GPUs.
+	setGPULabels(h, inv.GPUs)
 	setCondition(h, InspectedCondition, true, ReasonInventoryRead,
 		fmt.Sprintf("%d CPUs, %d MiB, %d NICs, %d disks, %d GPUs", inv.CPU.Count, inv.MemoryMiB, len(inv.NICs), len(inv.Disks), len(inv.GPUs)))
 	if h.Status.ErrorType == metal3v1.InspectionError {

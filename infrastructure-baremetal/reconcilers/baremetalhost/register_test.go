@@ -16,7 +16,7 @@ import (
 )
 
 // A host written for Metal3 goes registering → inspecting → available: the BMC certificate is pinned,
-// status.hardware holds the Redfish inventory (GPUs in an annotation), the host stays powered off, and
+// status.hardware holds the Redfish inventory (GPUs in an annotation and labels), the host stays powered off, and
 // every Redfish session is logged out. A host without the opt-in label is never touched.
 func TestRegisterInspectAvailable(t *testing.T) {
 	g := NewWithT(t)
@@ -36,6 +36,9 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	got := getHost(g, h)
 	g.Expect(got.Annotations[baremetalhost.CertPinAnnotation]).To(Equal(sim.CertSHA256()))
 	g.Expect(got.Annotations[baremetalhost.GPUsAnnotation]).To(ContainSubstring("H100"))
+	// Selectors cannot read annotations: the GPUs are also labels, written with the move to available.
+	g.Expect(got.Labels).To(HaveKeyWithValue(baremetalhost.GPUCountLabel, "2"))
+	g.Expect(got.Labels).To(HaveKeyWithValue(baremetalhost.GPUVendorLabel, "nvidia"))
 	g.Expect(got.Annotations[baremetalhost.EnrolmentWindowAnnotation]).To(Equal("open"))
 	g.Expect(got.Finalizers).To(ContainElement(baremetalhost.Finalizer))
 	hw := got.Status.HardwareDetails

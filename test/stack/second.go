@@ -33,7 +33,7 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	t := &Stack{
 		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
 		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, ArtifactURL: s.ArtifactURL,
-		opts: s.opts, clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca, artifacts: s.artifacts,
+		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca, artifacts: s.artifacts,
 		managers: map[string]*Manager{}, shared: true,
 	}
 	t.logDir = filepath.Join(t.Dir, "logs")
@@ -111,4 +111,11 @@ func ensureInotifyInstances(n int, log func(string, ...any)) error {
 	}
 	log("raised fs.inotify.max_user_instances from %d to %d for the second management cluster", cur, n)
 	return nil
+}
+
+// secondOpts are a second management cluster's options: no bare-metal provider, since its boot services
+// would bind the same DHCP/TFTP ports on the same bridge address as the first cluster's.
+func secondOpts(o Options) Options {
+	o.MetalHosts = 0
+	return o
 }

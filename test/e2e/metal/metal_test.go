@@ -1,0 +1,183 @@
+// Package metal is the bare-metal scenario of the end-to-end suite: the management stack of test/stack
+// with the metal provider installed by the real `clusterctl init` (its boot services configured through
+// its clusterctl variables) and one QEMU host behind the Redfish emulator, registered as a BareMetalHost;
+// a Cluster from `clusterctl generate cluster --flavor metal`. It has its own stack (not test/e2e's):
+// the metal provider's boot services own the lab bridge's DHCP/TFTP ports, which a second management
+// cluster (TestMove) could not share.
+package metal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	"github.com/yonder-dev/yonder/test/metalboot"
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+var st *stack.Stack
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t0 := time.Now()
+	s, err := stack.Start(ctx, stack.Options{
+		MetalHosts: 1,
+		Log:        func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "failed to start the management stack: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "stack: up in %s (logs in %s)\n", time.Since(t0).Round(time.Second), s.Logs())
+	st = s
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "failed to stop the stack: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := d.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("failed to decode clusterctl output: %w", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// The bare-metal life through clusterctl: `clusterctl generate cluster --flavor metal` applied → the
+// YonderMetalMachine claims the stack's BareMetalHost, its VM PXE-boots through the metal manager's
+// DHCP/TFTP/HTTP on the lab bridge, the initramfs's yonder-agent attests with the VM's TPM and receives the
+// Machine's bootstrap data (checked on the VM's console), the Machine is Provisioned with the metal
+// providerID. Scaling to 0 deprovisions the host: Machine gone, VM off, host available with no consumer.
+//
+// The provisioning initramfs runs live after attesting and does not start a kubelet, so no Node joins:
+// Provisioned (infrastructure ready, providerID set, bootstrap data delivered to the attested host) is
+// as far as this proves. Wall time of each phase is logged.
+func TestMetalClusterctlLifecycle(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hosts := st.MetalHosts()
+	g.Expect(hosts).To(HaveLen(1))
+	host := hosts[0]
+	const name = "metal"
+
+	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
+		// In live mode the host runs Yonder's provisioning boot and records the image; nothing fetches it.
+		"YONDER_METAL_IMAGE_URL=http://images.invalid/live.iso"},
+		"generate", "cluster", name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
+		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace, "--worker-machine-count", "1")
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := decode([]byte(out))
+	g.Expect(err).NotTo(HaveOccurred())
+	t0 := time.Now()
+	for _, o := range objs {
+		g.Expect(st.Client.Create(ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
+	}
+
+	bmh := func(g Gomega) *metal3v1.BareMetalHost {
+		h := &metal3v1.BareMetalHost{}
+		g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: host.Name}, h)).To(Succeed())
+		return h
+	}
+	machines := func(g Gomega) []clusterv1.Machine {
+		ms := &clusterv1.MachineList{}
+		g.Expect(st.Client.List(ctx, ms, client.InNamespace(st.HostNamespace), client.MatchingLabels{clusterv1.ClusterNameLabel: name})).To(Succeed())
+		return ms.Items
+	}
+	diag := func() string {
+		return fmt.Sprintf("metal manager log:\n%s\nVM console:\n%s", st.ManagerLog("infrastructure-yonder-metal", 40), tail(st.MetalConsole(host.Name), 3000))
+	}
+
+	g.Eventually(func(g Gomega) string {
+		c := bmh(g).Spec.ConsumerRef
+		g.Expect(c).NotTo(BeNil())
+		return c.Kind
+	}, 3*time.Minute, time.Second).Should(Equal("YonderMetalMachine"), diag)
+	claimed := time.Since(t0)
+	g.Eventually(func() bool { return st.MetalRunning(host.Name) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
+	poweredOn := time.Since(t0)
+	g.Eventually(func(g Gomega) string {
+		ms := machines(g)
+		g.Expect(ms).To(HaveLen(1))
+		return ms[0].Status.Phase
+	}, 10*time.Minute, time.Second).Should(Equal(string(clusterv1.MachinePhaseProvisioned)), diag)
+	provisioned := time.Since(t0)
+	m := machines(g)[0]
+	g.Expect(m.Spec.ProviderID).To(Equal(fmt.Sprintf("yonder-metal://%s/%s", st.HostNamespace, host.Name)))
+	h := bmh(g)
+	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
+	g.Expect(h.Annotations).To(HaveKey("metal.yonder.dev/tpm-enrolment"), "the VM's TPM was pinned at its first attested boot")
+	g.Expect(st.MetalPXEBoots(host.Name)).To(Equal(1), "one PXE boot was enough")
+	// The agent received the Machine's bootstrap data: the byte count the console shows is the Secret's.
+	g.Expect(m.Spec.Bootstrap.DataSecretName).NotTo(BeNil())
+	data := &corev1.Secret{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: *m.Spec.Bootstrap.DataSecretName}, data)).To(Succeed())
+	g.Eventually(func() string { return st.MetalConsole(host.Name) }, time.Minute, time.Second).
+		Should(ContainSubstring(fmt.Sprintf("%s%d bytes of bootstrap data", metalboot.AttestedMarker, len(data.Data["value"]))))
+	g.Expect(st.MetalRunning(host.Name)).To(BeTrue(), "the live host keeps running")
+
+	t1 := time.Now()
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name + "-md-0"}, md)).To(Succeed())
+	patch := client.MergeFrom(md.DeepCopy())
+	zero := int32(0)
+	md.Spec.Replicas = &zero
+	g.Expect(st.Client.Patch(ctx, md, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(machines(g)).To(BeEmpty())
+		h := bmh(g)
+		g.Expect(h.Spec.ConsumerRef).To(BeNil())
+		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
+		g.Expect(h.Status.PoweredOn).To(BeFalse())
+	}, 3*time.Minute, 500*time.Millisecond).Should(Succeed(), diag)
+	g.Eventually(func() bool { return st.MetalRunning(host.Name) }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
+	released := time.Since(t1)
+	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, data received) %s; scale to 0 → Machine gone, host deprovisioned, VM off, available %s",
+		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
+
+	// The Cluster goes as users delete it; the host stays, available.
+	cl := &clusterv1.Cluster{}
+	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name}, cl)).To(Succeed())
+	g.Expect(st.Client.Delete(ctx, cl)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(st.Client.Get(ctx, client.ObjectKeyFromObject(cl), &clusterv1.Cluster{}))
+	}, 2*time.Minute, time.Second).Should(BeTrue())
+	g.Expect(bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -100,6 +100,16 @@ for p in "${providers[@]}"; do
     infrastructure-yonder-ssh) cp templates/cluster-template-ssh*.yaml templates/clusterclass-yonder-ssh*.yaml "$d/" 2>/dev/null || true ;;
     infrastructure-yonder-metal) cp templates/cluster-template-metal*.yaml templates/clusterclass-yonder-metal*.yaml "$d/" 2>/dev/null || true ;;
   esac
+  # Image variables' defaults in the templates (the multi-site flavor's network add-on) are pinned like
+  # the components: ${YONDER_NETWORK_NODE_IMAGE:=<repo>:dev} becomes ${…:=<repo>@<digest>}.
+  if [[ -f $OUT/images/digests.txt ]]; then
+    while read -r repo digest; do
+      [[ -n $repo ]] || continue
+      for f in "$d"/cluster-template*.yaml; do
+        if [[ -f $f ]]; then sed -i "s|:=$repo:[^}[:space:]]*}|:=$repo@$digest}|" "$f"; fi
+      done
+    done < "$OUT/images/digests.txt"
+  fi
   printf -- '- name: %s\n  type: %s\n  url: file://%s/%s\n' "$name" "$type" "$d" "$file" >> "$cfg"
 done
 cat >> "$cfg" <<EOF

@@ -45,7 +45,7 @@ type Options struct {
 	HostsPerSite int
 	// Sites is the number of sites (site-a, site-b, …).
 	Sites int
-	// Metal adds a QEMU bare-metal host with a Redfish emulator (not available yet: rejected).
+	// Metal adds a QEMU bare-metal host behind the Redfish emulator and a metal MachineDeployment of one.
 	Metal bool
 	// Workers is the initial MachineDeployment size (default: every host, so both sites have Nodes).
 	Workers int
@@ -81,7 +81,7 @@ func addLabFlags(cmd *cobra.Command, l *Options) {
 	fs.StringVar(&l.Dir, "dir", defaultDir(), "directory of the lab's files")
 	fs.IntVar(&l.HostsPerSite, "hosts", 2, "hosts per site")
 	fs.IntVar(&l.Sites, "sites", 2, "number of sites (1…4)")
-	fs.BoolVar(&l.Metal, "metal", false, "add a QEMU bare-metal host behind a Redfish emulator (not available yet)")
+	fs.BoolVar(&l.Metal, "metal", false, "add a QEMU bare-metal host behind a Redfish emulator and a metal MachineDeployment (lab-metal-0) that provisions it")
 	fs.IntVar(&l.Workers, "workers", 0, "initial worker count (default: one per host)")
 	fs.BoolVar(&l.NoCluster, "no-cluster", false, "stop after the hosts: apply no Cluster")
 	fs.DurationVar(&l.Timeout, "timeout", 20*time.Minute, "how long to wait for Ready worker Nodes")
@@ -98,9 +98,6 @@ func (l *Options) validate() error {
 	if l.Workers < 0 || l.Workers > l.HostsPerSite*l.Sites {
 		errs = append(errs, fmt.Sprintf("--workers %d is outside 0…%d (the hosts there are)", l.Workers, l.HostsPerSite*l.Sites))
 	}
-	if l.Metal {
-		errs = append(errs, "--metal is not available yet: the bare-metal provider and the Redfish emulator are not part of the lab")
-	}
 	if l.Dir == "" {
 		errs = append(errs, "--dir is required")
 	}
@@ -115,6 +112,9 @@ func (l *Options) args() []string {
 		"--workers", strconv.Itoa(l.Workers), "--timeout", l.Timeout.String()}
 	if l.NoCluster {
 		a = append(a, "--no-cluster")
+	}
+	if l.Metal {
+		a = append(a, "--metal")
 	}
 	return a
 }

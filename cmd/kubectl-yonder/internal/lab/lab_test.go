@@ -172,6 +172,11 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		// Joining workers takes minutes; YONDER_LAB_TEST_CLUSTER=1 checks the teardown of a lab with Nodes too.
 		args = append(args, "--no-cluster")
 	}
+	metal := os.Getenv("YONDER_LAB_TEST_METAL") != ""
+	if metal {
+		// The QEMU host, swtpm (once a Cluster claims it), its tap and the Redfish emulator go too.
+		args = append(args, "--metal")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	up := exec.CommandContext(ctx, bin, args...)
@@ -182,12 +187,19 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stErr).NotTo(HaveOccurred())
 	g.Expect(string(out)).To(ContainSubstring(ReadyMarker))
-	g.Expect(st.Hosts).To(HaveLen(3), "a host per site and the second site's gateway")
+	if metal {
+		g.Expect(st.Hosts).To(HaveLen(4), "a host per site, the second site's gateway and the metal host")
+	} else {
+		g.Expect(st.Hosts).To(HaveLen(3), "a host per site and the second site's gateway")
+	}
 
 	status, err := exec.Command(bin, "lab", "status", "--dir", dir).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(status))
 	g.Expect(string(status)).To(ContainSubstring("Lab: ready"))
 	g.Expect(string(status)).To(ContainSubstring(st.Hosts[2].Address))
+	if metal {
+		g.Expect(string(status)).To(ContainSubstring("BareMetalHosts: 1"))
+	}
 
 	during := take(t)
 	var slots []string
@@ -292,11 +304,12 @@ func TestOptionsRejectBadInput(t *testing.T) {
 		{Options{Dir: "d", HostsPerSite: 0, Sites: 2}, "--hosts"},
 		{Options{Dir: "d", HostsPerSite: 1, Sites: 5}, "--sites"},
 		{Options{Dir: "d", HostsPerSite: 1, Sites: 2, Workers: 3}, "--workers"},
-		{Options{Dir: "d", HostsPerSite: 1, Sites: 2, Metal: true}, "--metal"},
 	} {
 		g := NewWithT(t)
 		g.Expect(tc.o.validate()).To(MatchError(ContainSubstring(tc.want)))
 	}
 	g := NewWithT(t)
 	g.Expect((&Options{Dir: "d", HostsPerSite: 2, Sites: 2}).validate()).To(Succeed())
+	g.Expect((&Options{Dir: "d", HostsPerSite: 1, Sites: 1, Metal: true}).validate()).To(Succeed())
+	g.Expect((&Options{Metal: true}).args()).To(ContainElement("--metal"), "the supervisor gets --metal")
 }

@@ -74,7 +74,7 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	}
 	// The first site shares the management bridge; every further site sits behind its own gateway.
 	sites := []stack.Site{{Name: siteName(0), Hosts: l.HostsPerSite}}
-	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, Log: step})
+	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, MetalHosts: metalHosts(l), Log: step})
 	var remotes []*remoteSite
 	if err != nil {
 		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(st.StackDir, "logs"), err)
@@ -152,6 +152,9 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 			return err
 		}
 		step("%d workers Ready in %.1fs", workers, time.Since(t0).Seconds())
+	}
+	if err := addMetal(ctx, s, l, st, l.Dir, step); err != nil {
+		return err
 	}
 	st.Ready = time.Now()
 	if err := st.write(); err != nil {

@@ -83,6 +83,9 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 		}
 		_ = (&cli.Options{Out: out}).Table([]string{"MACHINE", "PHASE", "NODE", "PROVIDER ID"}, rows)
 	}
+	if err := printMetalStatus(ctx, mgmt, st.Namespace, out); err != nil {
+		return err
+	}
 	wl, err := clientFor(st.WorkloadKubeconfig)
 	if err != nil {
 		return err

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/predicates"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/workload"
 )
 
 // ProviderIDPrefix starts every providerID of this provider.
@@ -598,6 +599,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		setCond(m, infrav1.HostReleasedCondition, metav1.ConditionFalse, infrav1.DeprovisioningReason,
 			fmt.Sprintf("Waiting for BareMetalHost %s to be deprovisioned (cleaning: %s); it is %q", host.Name, cleaningMode(host), host.Status.Provisioning.State))
 		return ctrl.Result{}, nil
+	}
+	// CAPI skips Node deletion while the Cluster is deleted, assuming the workload cluster goes with it;
+	// an attached one stays, and the host's next Machine would find its Node's providerID taken. The host
+	// is deprovisioned (powered off) by now, so no kubelet registers the Node again.
+	if s.cluster.DeletionTimestamp != nil && m.Spec.ProviderID != "" {
+		workload.DeleteStaleNodes(ctx, r.Client, client.ObjectKeyFromObject(s.cluster), m.Spec.ProviderID, "yonder-metal-manager")
 	}
 	if err := r.release(ctx, host); err != nil {
 		return ctrl.Result{}, err

@@ -40,6 +40,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+	"github.com/yonder-dev/yonder/pkg/workload"
 )
 
 // ProviderIDPrefix starts every providerID of this provider.
@@ -620,7 +621,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 	}
 	if needsCleanup == "" && m.Status.Bootstrap != nil && s.cluster.DeletionTimestamp != nil {
-		r.deleteStaleNodes(ctx, s.cluster, m.Spec.ProviderID)
+		// CAPI skips Node deletion while the Cluster is deleted; the attached workload cluster stays.
+		workload.DeleteStaleNodes(ctx, r.Client, client.ObjectKeyFromObject(s.cluster), m.Spec.ProviderID, "yonder-ssh-manager")
 	}
 	if err := claim.Release(ctx, r.Client, r.APIReader, host, claimID(m), needsCleanup); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to release YonderSSHHost %s: %w", klog.KObj(host), err)

@@ -24,7 +24,21 @@ import (
 // in EnrolmentAnnotation, bootstrap data is the Secret named by spec.userData, and outcomes are written
 // to AttestationAnnotation, which the host reconciler acts on. Host names are "<namespace>/<name>".
 type AttestStore struct {
+	// Client writes hosts (and reads them when Reader is nil).
 	Client client.Client
+	// Reader reads hosts and user data Secrets uncached (the manager's API reader). The boot server acts on
+	// a host moments after the controller wrote its provisioning status: a QEMU VM attests within seconds,
+	// a real host within a minute, but a busy manager's cache may still show the host available, and a
+	// release refused on that stale read would put a healthy host in error.
+	Reader client.Reader
+}
+
+// reader is the uncached Reader when set, else the Client.
+func (s AttestStore) reader() client.Reader {
+	if s.Reader != nil {
+		return s.Reader
+	}
+	return s.Client
 }
 
 var _ attest.Store = AttestStore{}
@@ -43,7 +57,7 @@ func (s AttestStore) get(ctx context.Context, host string) (*metal3v1.BareMetalH
 		return nil, err
 	}
 	h := &metal3v1.BareMetalHost{}
-	if err := s.Client.Get(ctx, key, h); err != nil {
+	if err := s.reader().Get(ctx, key, h); err != nil {
 		return nil, fmt.Errorf("failed to get BareMetalHost %s: %w", host, err)
 	}
 	if h.Labels[ManagedLabel] != "true" {
@@ -114,7 +128,7 @@ func (s AttestStore) BootstrapData(ctx context.Context, host string) ([]byte, er
 		return nil, fmt.Errorf("host %s is %q, not provisioning: no bootstrap data is released", host, h.Status.Provisioning.State)
 	}
 	sec := &corev1.Secret{}
-	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.UserData.Name}, sec); err != nil {
+	if err := s.reader().Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.UserData.Name}, sec); err != nil {
 		return nil, fmt.Errorf("failed to get user data Secret of %s: %w", host, err)
 	}
 	for _, k := range []string{"userData", "value"} {

@@ -78,7 +78,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		r.NetBoot = inv
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
 			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}}
-		store := AttestStore{Client: mgr.GetClient()}
+		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			svcs, err := netboot.Start(ctx, cfg, inv, store, metrics.Registry, ctrl.Log.WithName("netboot"))
 			if err != nil {

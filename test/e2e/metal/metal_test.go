@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 	t0 := time.Now()
 	s, err := stack.Start(ctx, stack.Options{
 		MetalHosts: 1,
-		Log:        func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
+		// ClusterClass support, as the quick start documents (TestMetalFlavors creates a metal-clusterclass Cluster).
+		ClusterTopology: true,
+		Log:             func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
 	})
 	cancel()
 	if err != nil {

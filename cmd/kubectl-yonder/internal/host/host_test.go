@@ -56,7 +56,7 @@ func TestAddPinsTheHostKeyAndRefusesAChangedKey(t *testing.T) {
 	g.Expect(out.String()).To(ContainSubstring("edge-1 created"))
 
 	h := &infrav1.YonderSSHHost{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1"}, h)).To(Succeed())
+	g.Expect(apiGet(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1"}, h)).To(Succeed())
 	pinned, err := parseKey(h.Spec.HostKey)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pinned.Marshal()).To(Equal(hs[0].HostKey.Marshal()), "the pinned key is the one sshd really has")
@@ -65,7 +65,7 @@ func TestAddPinsTheHostKeyAndRefusesAChangedKey(t *testing.T) {
 	g.Expect(h.Spec.FailureDomain).To(Equal("site-a"))
 	g.Expect(h.Labels).To(HaveKeyWithValue("yonder.dev/pool", "gpu"))
 	sec := &corev1.Secret{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1-ssh"}, sec)).To(Succeed())
+	g.Expect(apiGet(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1-ssh"}, sec)).To(Succeed())
 	g.Expect(sec.Data[PrivateKeyKey]).To(Equal(hs[0].ClientKeyPEM))
 
 	// Adding again is idempotent while the key is the same.
@@ -77,14 +77,14 @@ func TestAddPinsTheHostKeyAndRefusesAChangedKey(t *testing.T) {
 	err = Add(ctx, o, &AddOptions{Name: "edge-1", Address: hs[1].Address.String(), Port: 22, User: "root", KeyFile: key, Timeout: 10 * 1e9})
 	g.Expect(err).To(MatchError(ContainSubstring("host key mismatch")))
 	g.Expect(err).To(MatchError(ContainSubstring("nothing was changed")))
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1"}, h)).To(Succeed())
+	g.Expect(apiGet(ctx, client.ObjectKey{Namespace: ns, Name: "edge-1"}, h)).To(Succeed())
 	g.Expect(h.Spec).To(Equal(before.Spec), "a refused key changes nothing")
 
 	// --host-key that does not match what the host presents: refused, nothing created.
 	err = Add(ctx, o, &AddOptions{Name: "edge-2", Address: hs[1].Address.String(), Port: 22, User: "root", KeyFile: key,
 		HostKey: FormatKey(hs[0].HostKey), Timeout: 10 * 1e9})
 	g.Expect(err).To(MatchError(ContainSubstring("host key mismatch")))
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "edge-2"}, &infrav1.YonderSSHHost{})).NotTo(Succeed())
+	g.Expect(apiGet(ctx, client.ObjectKey{Namespace: ns, Name: "edge-2"}, &infrav1.YonderSSHHost{})).NotTo(Succeed())
 
 	// --host-key that matches: accepted.
 	g.Expect(Add(ctx, o, &AddOptions{Name: "edge-2", Address: hs[1].Address.String(), Port: 22, User: "root", KeyFile: key,
@@ -107,7 +107,7 @@ func TestAddThroughBastion(t *testing.T) {
 	g.Expect(Add(ctx, o, &AddOptions{Name: "behind", Address: hs[1].Address.String(), Port: 22, User: "root", KeyFile: key,
 		Bastion: "root@" + hs[0].Address.String() + ":22", Timeout: 10 * 1e9})).To(Succeed())
 	h := &infrav1.YonderSSHHost{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "behind"}, h)).To(Succeed())
+	g.Expect(apiGet(ctx, client.ObjectKey{Namespace: ns, Name: "behind"}, h)).To(Succeed())
 	g.Expect(h.Spec.HostKey).To(Equal(FormatKey(hs[1].HostKey)))
 	g.Expect(h.Spec.Bastion).NotTo(BeNil())
 	g.Expect(h.Spec.Bastion.HostKey).To(Equal(FormatKey(hs[0].HostKey)))
@@ -181,4 +181,10 @@ func TestListShowsClaimState(t *testing.T) {
 
 	o.Output = "toml"
 	g.Expect(List(ctx, o, false)).To(MatchError(ContainSubstring("unknown output format")))
+}
+
+// apiGet reads from the apiserver, not the test manager's cache: the plugin writes with its own client, so
+// the cache may not have seen the write yet (and a "not found" from a cache proves nothing).
+func apiGet(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	return env.Manager.GetAPIReader().Get(ctx, key, obj)
 }

@@ -34,9 +34,9 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name               string
-		vars               map[string]string
-		wantNS, wantFilter string
+		name                   string
+		vars                   map[string]string
+		wantNS, wantFilter     string
 		wantBootIf, wantBootIP string
 	}{
 		{name: "defaults"},

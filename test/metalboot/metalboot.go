@@ -138,7 +138,7 @@ func copyFile(from, to string) error {
 	if strings.HasSuffix(to, "busybox") {
 		mode = 0o755
 	}
-	if err := os.WriteFile(to, b, mode); err != nil {
+	if err := os.WriteFile(to, b, mode); err != nil { //nolint:gosec // paths Build composed from its own directories
 		return fmt.Errorf("failed to write %s: %w", to, err)
 	}
 	return nil

@@ -13,10 +13,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/redfishsim"
@@ -25,6 +27,10 @@ import (
 // MetalPoolLabel is the label every bare-metal host of the stack carries (value "stack"): a
 // YonderMetalMachineTemplate's hostSelector can pick the stack's hosts by it.
 const MetalPoolLabel = "metal.yonder.dev/pool"
+
+// metalSchemes add the bare-metal kinds to the management scheme (Scheme): Yonder's metal provider and
+// Metal3's BareMetalHost. (Here, not in stack.go: each file may import only one provider API as infrav1.)
+var metalSchemes = []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme}
 
 // MetalHost is one bare-metal host of the stack: a QEMU VM (software emulation, SeaBIOS + iPXE, a
 // software TPM) whose NIC is a tap on the lab bridge, behind a BMC of the Redfish emulator, registered
@@ -55,7 +61,7 @@ type metal struct {
 // metalBMCUser and metalBMCPassword are the emulator's credentials (in the BMC Secrets).
 const (
 	metalBMCUser     = "admin"
-	metalBMCPassword = "yonder-lab-bmc"
+	metalBMCPassword = "yonder-lab-bmc" //nolint:gosec // the emulator's fixed test credential, not a secret
 )
 
 // prepareMetal checks the tools the VMs need and builds the provisioning kernel + initramfs into the
@@ -108,10 +114,11 @@ func (s *Stack) startMetal(ctx context.Context) error {
 	}
 	for i := range s.opts.MetalHosts {
 		// Link names with the network's host prefix: labnet removes them with a crashed holder's leftovers.
+		// Slots are at most labnet.MaxSlot (250) and i below 20 (Start checks): both fit a byte.
 		h := &MetalHost{
 			Name: fmt.Sprintf("metal-%d", i), Tap: fmt.Sprintf("yv%dhm%d", s.Net.Slot, i),
-			MAC:         net.HardwareAddr{0x52, 0x54, 0x00, 0x6e, byte(s.Net.Slot), byte(i)}.String(),
-			BootAddress: netip.AddrFrom4([4]byte{10, 250, byte(s.Net.Slot), byte(200 + i)}),
+			MAC:         net.HardwareAddr{0x52, 0x54, 0x00, 0x6e, byte(s.Net.Slot), byte(i)}.String(), //nolint:gosec // bounded above
+			BootAddress: netip.AddrFrom4([4]byte{10, 250, byte(s.Net.Slot), byte(200 + i)}),           //nolint:gosec // bounded above
 		}
 		h.BMCSecret = h.Name + "-bmc"
 		if err := s.addTap(ctx, h.Tap); err != nil {

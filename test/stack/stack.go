@@ -65,11 +65,8 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
-
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
-	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
@@ -166,10 +163,9 @@ type Stack struct {
 // Scheme is the scheme of the management client: core types, CAPI and Yonder's kinds.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
+	for _, add := range append([]func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme, infrav1.AddToScheme,
-		metalv1.AddToScheme, metal3v1.AddToScheme,
-	} {
+	}, metalSchemes...) {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("failed to build the management scheme: %w", err)
 		}

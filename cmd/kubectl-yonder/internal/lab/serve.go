@@ -229,7 +229,9 @@ func writeAccess(ctx context.Context, dir string, s *stack.Stack, st *State) err
 // its YonderConfigTemplate at the lab's offline artifacts (the lab has no internet), and creates it.
 func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, workers int) error {
 	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}
-	manifest, err := s.Clusterctl(ctx, env, "generate", "cluster", ClusterName, "--flavor", "ssh",
+	// The provider is named: with --metal the management cluster has two infrastructure providers, and
+	// clusterctl then has no default.
+	manifest, err := s.Clusterctl(ctx, env, "generate", "cluster", ClusterName, "--infrastructure", "yonder-ssh", "--flavor", "ssh",
 		"--kubernetes-version", stack.KubernetesVersion, "--worker-machine-count", strconv.Itoa(workers), "--target-namespace", namespace)
 	if err != nil {
 		return err

@@ -8,13 +8,18 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/yonder-dev/yonder/test/flavorcheck"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
 // TestClusterctlRepository checks the local repository `make release-manifests` lays out, with the real
-// clusterctl and no management cluster: every provider describes itself and writes its components with
-// all variables defaulted, and every flavor renders.
+// clusterctl: every provider describes itself and writes its components with all variables defaulted, and
+// every flavor renders; the ssh flavors' output is accepted by the stack's apiserver with CAPI's webhooks
+// and ours (test/flavorcheck: a dry run; ClusterClass flavors created for real so the topology controller
+// runs the class's patches, and a variable outside the class's schema is refused). This stack runs no metal
+// provider: test/e2e/metal's TestMetalFlavors puts the metal flavors through the same checks.
 func TestClusterctlRepository(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []struct {
@@ -65,11 +70,21 @@ func TestClusterctlRepository(t *testing.T) {
 			g.Expect(string(data)).NotTo(ContainSubstring("${"), "a variable was left unsubstituted")
 		})
 	}
-	for _, flavor := range []string{"ssh", "ssh-clusterclass", "ssh-multi-site"} {
-		t.Run("flavor="+flavor, func(t *testing.T) {
+	for _, f := range []struct {
+		flavor, infra string
+		env           []string
+	}{
+		{"ssh", "yonder-ssh", nil},
+		{"ssh-clusterclass", "yonder-ssh", nil},
+		{"ssh-multi-site", "yonder-ssh", nil},
+		{"metal", "yonder-metal", metalEnv},
+		{"metal-gpu", "yonder-metal", metalEnv},
+		{"metal-clusterclass", "yonder-metal", append([]string{"YONDER_GPU_MACHINE_COUNT=1"}, metalEnv...)},
+	} {
+		t.Run("flavor="+f.flavor, func(t *testing.T) {
 			g := NewWithT(t)
-			out, err := st.ClusterctlOffline(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=admin"},
-				"generate", "cluster", "edge", "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
+			out, err := st.ClusterctlOffline(ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}, f.env...),
+				"generate", "cluster", "edge", "--infrastructure", f.infra+":v0.1.0", "--flavor", f.flavor,
 				"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", "default", "--worker-machine-count", "2")
 			g.Expect(err).NotTo(HaveOccurred())
 			objs, err := decode([]byte(out))
@@ -79,8 +94,8 @@ func TestClusterctlRepository(t *testing.T) {
 				kinds[o.GetKind()]++
 			}
 			g.Expect(kinds).To(HaveKeyWithValue("Cluster", 1))
-			switch flavor {
-			case "ssh-clusterclass":
+			switch f.flavor {
+			case "ssh-clusterclass", "metal-clusterclass":
 				// clusterctl adds the ClusterClass and its templates; the health check lives in the class.
 				g.Expect(kinds).To(HaveKeyWithValue("ClusterClass", 1))
 				g.Expect(out).To(ContainSubstring("unhealthyNodeConditions"))
@@ -88,14 +103,41 @@ func TestClusterctlRepository(t *testing.T) {
 				g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 2))
 				g.Expect(kinds).To(HaveKeyWithValue("ClusterResourceSet", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 1))
+				// The add-on's images are variables whose defaults the release repository pins by digest.
+				g.Expect(out).To(MatchRegexp(`image: ghcr.io/yonder-dev/yonder-net-node@sha256:[0-9a-f]{64}\n`))
+				g.Expect(out).To(MatchRegexp(`image: ghcr.io/yonder-dev/yonder-net-controller@sha256:[0-9a-f]{64}\n`))
+			case "metal-gpu":
+				g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 2))
+				g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 2))
+				g.Expect(kinds).To(HaveKeyWithValue("YonderMetalMachineTemplate", 2))
+				g.Expect(out).To(ContainSubstring("nvidia.com/gpu"))
 			default:
 				g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 1))
 			}
 			g.Expect(strings.Contains(out, "${")).To(BeFalse(), "a variable was left unsubstituted")
+
+			// The output must also be what the real apiserver, CAPI's webhooks and ours accept. This stack
+			// has no metal provider: test/e2e/metal (TestMetalFlavors) checks the metal flavors on its own.
+			if f.infra != "yonder-ssh" {
+				return
+			}
+			ns := flavorcheck.Namespace(ctx, t, st.Client, "tpl-"+f.flavor)
+			if kinds["ClusterClass"] == 0 {
+				flavorcheck.DryRun(ctx, t, st.Client, ns, objs)
+				return
+			}
+			flavorcheck.Topology(ctx, t, st, ns, "kubeconfigSecretName", objs, func(g Gomega, name string, bootstrap, infra *unstructured.Unstructured) {
+				g.Expect(name).To(Equal("md-0"))
+				g.Expect(bootstrap.GetKind()).To(Equal("YonderConfigTemplate"))
+				g.Expect(infra.GetKind()).To(Equal("YonderSSHMachineTemplate"))
+			})
 		})
 	}
 }
+
+// metalEnv are the variables a metal flavor needs beyond the common ones.
+var metalEnv = []string{"YONDER_METAL_IMAGE_URL=http://images.example/yonder-live.iso"}
 
 func providerLabel(flag, name string) string {
 	switch flag {

@@ -205,6 +205,11 @@ func (r *run) nspawnConfig() nspawn.Config {
 		NetworkNamespacePath: r.o.NetworkNamespacePath,
 		LogFile:              filepath.Join(r.o.logDir(), "machine-"+r.o.MachineName+".log"),
 	}
+	// The host's kernel modules, for pods that load or inspect them (yonder-net-node mounts /lib/modules);
+	// without them the prep unit creates an empty /lib/modules so such a hostPath still resolves.
+	if st, err := os.Stat("/lib/modules"); err == nil && st.IsDir() {
+		c.ReadOnlyBinds = append(c.ReadOnlyBinds, "/lib/modules")
+	}
 	if r.gpu != nil {
 		dev := r.o.DevRoot
 		if dev == "" {

@@ -31,6 +31,8 @@ type Config struct {
 	DeviceBinds []string
 	// Binds are extra host:machine read-write binds.
 	Binds []string
+	// ReadOnlyBinds are extra host[:machine] read-only binds (the host's kernel modules).
+	ReadOnlyBinds []string
 	// LogFile receives systemd-nspawn's own output (direct launch).
 	LogFile string
 	// Nspawn is the systemd-nspawn binary (default: from PATH).
@@ -52,6 +54,10 @@ func (c Config) Args(registered bool) []string {
 		"--capability=all",
 		"--system-call-filter=@keyring bpf",
 		"--bind-ro=/dev/kmsg",
+		// nspawn's /sys is a read-only tmpfs whose fs/ holds only cgroup and selinux: without the host's
+		// /sys/fs/bpf there is no mount point for a bpffs, and a pod mounting it as a hostPath (the network
+		// add-on's yonder-net-node) never starts ("mkdir /sys/fs/bpf: read-only file system").
+		"--bind=/sys/fs/bpf",
 		"--resolv-conf=off",
 		"--timezone=off",
 		"--console=passive",
@@ -67,6 +73,9 @@ func (c Config) Args(registered bool) []string {
 	}
 	for _, b := range c.Binds {
 		args = append(args, "--bind="+b)
+	}
+	for _, b := range c.ReadOnlyBinds {
+		args = append(args, "--bind-ro="+b)
 	}
 	return args
 }

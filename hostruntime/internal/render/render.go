@@ -251,7 +251,7 @@ Before=containerd.service
 Type=oneshot
 RemainAfterExit=yes
 # nspawn mounts the cgroup v1 controllers read-only; the kubelet and runc need them writable.
-ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true; mkdir -p ` + LogDir + `'
+ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true; mkdir -p /lib/modules ` + LogDir + `'
 
 [Install]
 WantedBy=multi-user.target

@@ -494,7 +494,10 @@ func (s *Stack) freeAddr() (string, int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	for range 100 {
-		port, err := proc.FreePort(s.Net.Gateway.String())
+		// Free on every address, not only the bridge's: a manager's webhook server binds its port on all
+		// addresses, and another stack (another test process) may hold that port on its own bridge address
+		// (seen: "listen tcp :39847: bind: address already in use" while an e2e stack had 10.250.3.1:39847).
+		port, err := proc.FreePort("0.0.0.0")
 		if err != nil {
 			return "", 0, err
 		}

@@ -248,6 +248,9 @@ type State struct {
 	Prefix               string    `json:"prefix"`
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`
+	// PodCheck holds the exchanges of the cross-site pod check that passed; CheckPods its pods by site.
+	PodCheck  []string          `json:"podCheck,omitempty"`
+	CheckPods map[string]string `json:"checkPods,omitempty"`
 }
 
 // Host is one lab host as status shows it.

@@ -74,7 +74,16 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	}
 	// The first site shares the management bridge; every further site sits behind its own gateway.
 	sites := []stack.Site{{Name: siteName(0), Hosts: l.HostsPerSite}}
-	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, MetalHosts: metalHosts(l), Log: step})
+	var images map[string]string
+	if !l.NoCluster {
+		t0 := time.Now()
+		var err error
+		if images, err = buildNetworkImages(ctx, filepath.Join(st.StackDir, "images")); err != nil {
+			return err
+		}
+		step("network add-on images %v built (go run ./hack/images) in %.1fs; every node imports them", networkImages, time.Since(t0).Seconds())
+	}
+	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, ExtraImages: images, MetalHosts: metalHosts(l), Log: step})
 	var remotes []*remoteSite
 	if err != nil {
 		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(st.StackDir, "logs"), err)
@@ -112,7 +121,7 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	step("site %s: %d hosts on the management bridge %s (%s)", sites[0].Name, l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
 	for i := 1; i < l.Sites; i++ {
 		t0 := time.Now()
-		r, err := startRemoteSite(ctx, s, siteName(i), l.HostsPerSite)
+		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, remotes)
 		if err != nil {
 			return err
 		}
@@ -152,6 +161,24 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 			return err
 		}
 		step("%d workers Ready in %.1fs", workers, time.Since(t0).Seconds())
+
+		t0 = time.Now()
+		nodes, err := nodeSites(ctx, s, st.Namespace, remotes)
+		if err != nil {
+			return err
+		}
+		step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
+		if err := installNetwork(ctx, s, nodes, netTimeout, step); err != nil {
+			return err
+		}
+		step("network ready in %.1fs", time.Since(t0).Seconds())
+		if l.Sites > 1 && workers > 1 {
+			res, err := podCheck(ctx, s, nodes, netTimeout, step)
+			if err != nil {
+				return err
+			}
+			st.PodCheck, st.CheckPods = res.Lines, res.Pods
+		}
 	}
 	if err := addMetal(ctx, s, l, st, l.Dir, step); err != nil {
 		return err

@@ -35,7 +35,8 @@ type remoteSite struct {
 }
 
 // startRemoteSite builds the site next to stack s and registers its hosts as YonderSSHHosts.
-func startRemoteSite(ctx context.Context, s *stack.Stack, name string, count int) (_ *remoteSite, rerr error) {
+// mgmtSite is the site on the management bridge; earlier are the remote sites started before this one.
+func startRemoteSite(ctx context.Context, s *stack.Stack, mgmtSite, name string, count int, earlier []*remoteSite) (_ *remoteSite, rerr error) {
 	cred := &corev1.Secret{}
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.HostNamespace, Name: HostsCredentialsSecret}, cred); err != nil {
 		return nil, fmt.Errorf("failed to read the hosts' SSH credentials: %w", err)
@@ -82,6 +83,23 @@ func startRemoteSite(ctx context.Context, s *stack.Stack, name string, count int
 	for _, h := range r.hosts {
 		if _, err := run(ctx, "ip", "-n", h.Namespace, "route", "replace", "default", "via", r.gwSite.String()); err != nil {
 			return nil, err
+		}
+	}
+	// The sites reach each other as over a WAN, never through this machine (which does not forward): the
+	// management site's hosts and the earlier sites' gateways route this site's prefix via this gateway,
+	// and this gateway routes theirs via theirs. The network add-on's tunnels between sites take this path.
+	var wan [][]string
+	for _, h := range s.Hosts[mgmtSite] {
+		wan = append(wan, []string{"ip", "-n", h.Namespace, "route", "replace", r.net.Prefix.String(), "via", r.gateway.Address.String()})
+	}
+	for _, e := range earlier {
+		wan = append(wan,
+			[]string{"ip", "-n", e.gateway.Namespace, "route", "replace", r.net.Prefix.String(), "via", r.gateway.Address.String()},
+			[]string{"ip", "-n", r.gateway.Namespace, "route", "replace", e.net.Prefix.String(), "via", e.gateway.Address.String()})
+	}
+	for _, c := range wan {
+		if _, err := run(ctx, c[0], c[1:]...); err != nil {
+			return nil, fmt.Errorf("failed to route between the sites: %w", err)
 		}
 	}
 	if _, err := run(ctx, "ip", "addr", "flush", "dev", r.net.Bridge); err != nil {

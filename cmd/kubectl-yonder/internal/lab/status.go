@@ -6,17 +6,21 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
 
 func newStatusCommand(o *cli.Options) *cobra.Command {
@@ -108,7 +112,70 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 		}
 		_ = (&cli.Options{Out: out}).Table([]string{"NODE", "READY", "PROVIDER ID"}, rows)
 	}
+	return tunnels(ctx, wl, st, nodes.Items, out)
+}
+
+// tunnels prints the network add-on's view: the SitePeerings with their links, each Node's NodeNetwork
+// (site, WireGuard implementation, endpoint, Ready) and the pod check that passed at lab up.
+func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.Node, out io.Writer) error {
+	site := map[string]string{}
+	for _, n := range nodes {
+		site[n.Name] = n.Labels[netv1.SiteLabel]
+	}
+	sps := &netv1.SitePeeringList{}
+	if err := wl.List(ctx, sps); err != nil {
+		_, _ = fmt.Fprintf(out, "\nTunnels: the network add-on is not installed (%v)\n", err)
+		return nil //nolint:nilerr // a lab without a Cluster has no add-on; status still succeeds
+	}
+	nns := &netv1.NodeNetworkList{}
+	if err := wl.List(ctx, nns); err != nil {
+		return fmt.Errorf("failed to list NodeNetworks: %w", err)
+	}
+	tbl := &cli.Options{Out: out}
+	_, _ = fmt.Fprintf(out, "\nTunnels: %d SitePeerings, %d NodeNetworks\n", len(sps.Items), len(nns.Items))
+	if len(sps.Items) > 0 {
+		rows := [][]string{}
+		for _, sp := range sps.Items {
+			var links []string
+			for _, l := range sp.Status.Links {
+				links = append(links, fmt.Sprintf("%s %s mtu %d up=%t", strings.Join(l.Sites, "<->"), l.Protocol, l.TunnelMTU, l.Up))
+			}
+			rows = append(rows, []string{sp.Name, string(sp.Spec.Topology), conditionStatus(sp.Status.Conditions), cli.Dash(strings.Join(links, "; "))})
+		}
+		_ = tbl.Table([]string{"SITEPEERING", "TOPOLOGY", "READY", "LINKS"}, rows)
+	}
+	if len(nns.Items) > 0 {
+		rows := [][]string{}
+		for _, nn := range nns.Items {
+			var eps []string
+			for _, e := range nn.Spec.Endpoints {
+				if !slices.Contains(eps, e.Address) {
+					eps = append(eps, e.Address)
+				}
+			}
+			wg := "-"
+			if nn.Status.Dataplane != nil {
+				wg = string(nn.Status.Dataplane.WireGuard)
+			}
+			rows = append(rows, []string{nn.Name, cli.Dash(site[nn.Name]), wg, cli.Dash(strings.Join(eps, ",")), conditionStatus(nn.Status.Conditions)})
+		}
+		_ = tbl.Table([]string{"NODENETWORK", "SITE", "WIREGUARD", "ENDPOINTS", "READY"}, rows)
+	}
+	if len(st.PodCheck) > 0 {
+		_, _ = fmt.Fprintf(out, "\nPod check (passed at lab up; pods %v in namespace default):\n", st.CheckPods)
+		for _, l := range st.PodCheck {
+			_, _ = fmt.Fprintf(out, "  %s\n", l)
+		}
+	}
 	return nil
+}
+
+// conditionStatus is the status of the Ready condition, or Unknown.
+func conditionStatus(cs []metav1.Condition) string {
+	if c := meta.FindStatusCondition(cs, netv1.ReadyCondition); c != nil {
+		return string(c.Status)
+	}
+	return "Unknown"
 }
 
 func clientFor(kubeconfig string) (client.Client, error) {

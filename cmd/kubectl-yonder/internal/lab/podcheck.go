@@ -1,0 +1,205 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+// checkPort is the port of the check pods' HTTP server.
+const checkPort = "8080"
+
+// checkPod is one of the pod check's pods: a busybox httpd answering with a text naming the pod and its site.
+type checkPod struct {
+	name, site, node, ip string
+}
+
+// answer is what the pod's HTTP server returns; the check asserts it arrived verbatim at the other site.
+func (p checkPod) answer() string { return "hello from " + p.name + " at " + p.site }
+
+// PodCheck is the outcome of the cross-site pod-to-pod check.
+type PodCheck struct {
+	// Lines are the exchanges that passed, in order, e.g. `lab-net-site-a -> 10.244.1.5:8080 (site-b): "hello from lab-net-site-b at site-b"`.
+	Lines []string
+	// Pods are the check pods (namespace default) by site; they stay for the operator to exec into.
+	Pods map[string]string
+}
+
+// podCheck places a busybox pod on one Node of the first two sites, each serving its answer over HTTP,
+// then from each pod fetches the other's answer with wget (TCP through the tunnels, both directions) and
+// pings the other pod (ICMP). Each direction runs in a client pod on the sender's Node; the lab reads its log.
+func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
+	bySite := map[string]string{}
+	for n, st := range nodes {
+		if cur, ok := bySite[st]; !ok || n < cur {
+			bySite[st] = n
+		}
+	}
+	sites := make([]string, 0, len(bySite))
+	for st := range bySite {
+		sites = append(sites, st)
+	}
+	slices.Sort(sites)
+	if len(sites) < 2 {
+		return nil, fmt.Errorf("%w (Nodes by site: %v)", errNoSiteNodes, nodes)
+	}
+	cs, err := kubernetes.NewForConfig(s.Workload.Config)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the workload clientset: %w", err)
+	}
+	t0 := time.Now()
+	pods := []*checkPod{}
+	res := &PodCheck{Pods: map[string]string{}}
+	for _, st := range sites[:2] {
+		p := &checkPod{name: "lab-net-" + st, site: st, node: bySite[st]}
+		if err := startCheckPod(ctx, s.WorkloadClient, p); err != nil {
+			return nil, err
+		}
+		pods = append(pods, p)
+		res.Pods[st] = p.name
+	}
+	for _, p := range pods {
+		if err := waitPodIP(ctx, s.WorkloadClient, p, timeout); err != nil {
+			return nil, err
+		}
+	}
+	step("pod check: %s on %s (%s, %s) and %s on %s (%s, %s) running (%.1fs)",
+		pods[0].name, pods[0].node, pods[0].site, pods[0].ip, pods[1].name, pods[1].node, pods[1].site, pods[1].ip, time.Since(t0).Seconds())
+
+	received := regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets received`)
+	for _, dir := range [][2]*checkPod{{pods[0], pods[1]}, {pods[1], pods[0]}} {
+		from, to := dir[0], dir[1]
+		t1 := time.Now()
+		out, err := runClient(ctx, s.WorkloadClient, cs, from, to, timeout)
+		if err != nil {
+			return nil, err
+		}
+		tcp := ""
+		if _, resp, ok := strings.Cut(out, "TCP response:\n"); ok {
+			for _, l := range strings.Split(resp, "\n") {
+				if strings.TrimSpace(l) == to.answer() {
+					tcp = to.answer()
+				}
+			}
+		}
+		if tcp != to.answer() {
+			return nil, fmt.Errorf("pod-to-pod check failed: %s (%s, %s) got no answer from %s:%s (%s, %s) over TCP (output %q); `kubectl yonder describe cluster %s` shows the tunnels",
+				from.name, from.site, from.node, to.ip, checkPort, to.name, to.site, out, ClusterName)
+		}
+		line := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q", from.name, from.site, to.ip, checkPort, to.site, tcp)
+		res.Lines = append(res.Lines, line)
+		step("pod check: %s", line)
+		m := received.FindStringSubmatch(out)
+		if m == nil || m[2] == "0" {
+			return nil, fmt.Errorf("pod-to-pod check failed: %s (%s) pinging %s (%s): %q", from.name, from.site, to.ip, to.site, out)
+		}
+		line = fmt.Sprintf("%s (%s) -> %s (%s) ICMP: %s/%s echo replies", from.name, from.site, to.ip, to.site, m[2], m[1])
+		res.Lines = append(res.Lines, line)
+		step("pod check: %s (both in %.1fs incl. the client pod's start)", line, time.Since(t1).Seconds())
+	}
+	step("pod check passed in %.1fs", time.Since(t0).Seconds())
+	return res, nil
+}
+
+// startCheckPod creates p's pod on its Node (replacing one left from an earlier run of the same lab).
+func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check", SiteLabel: p.site}},
+		Spec: corev1.PodSpec{
+			NodeName:                      p.node,
+			TerminationGracePeriodSeconds: ptrTo(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", fmt.Sprintf("mkdir -p /www && echo %q > /www/index.html && exec httpd -f -p %s -h /www", p.answer(), checkPort)},
+			}},
+		},
+	}
+	if err := c.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create the check pod %s on %s: %w", p.name, p.node, err)
+	}
+	return nil
+}
+
+// waitPodIP waits until p's pod runs and records its IP.
+func waitPodIP(ctx context.Context, c client.Client, p *checkPod, timeout time.Duration) error {
+	pod := &corev1.Pod{}
+	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, pod); err != nil {
+			return false, nil //nolint:nilerr // transient: keep waiting
+		}
+		p.ip = pod.Status.PodIP
+		return pod.Status.Phase == corev1.PodRunning && p.ip != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("the check pod %s on %s did not run in %s (phase %s, %s): %w", p.name, p.node, timeout, pod.Status.Phase, podWaiting(pod), err)
+	}
+	return nil
+}
+
+// podWaiting says why a pod's containers wait, if they do.
+func podWaiting(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting != nil {
+			return cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
+		}
+	}
+	return "no container waiting"
+}
+
+// runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP,
+// retrying for up to a minute while a handshake or a route is still missing, then pings to, and returns
+// the client's log. The client is deleted afterwards.
+func runClient(ctx context.Context, c client.Client, cs kubernetes.Interface, from, to *checkPod, timeout time.Duration) (string, error) {
+	name := from.name + "-to-" + to.site
+	// busybox's wget crashes in these images (static glibc without NSS), so the HTTP request is nc's.
+	script := fmt.Sprintf(`i=0
+until resp=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 %[1]s %[2]s) && case "$resp" in *"hello from"*) true;; *) false;; esac; do
+  i=$((i+1)); case $i in 60) echo "no answer from %[1]s:%[2]s: $resp"; exit 1;; esac; sleep 1
+done
+echo "TCP response:"
+echo "$resp"
+ping -c 3 -W 2 %[1]s`, to.ip, checkPort)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}},
+		Spec: corev1.PodSpec{
+			NodeName: from.node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo(int64(1)),
+			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", script}}},
+		},
+	}
+	_ = c.Delete(ctx, pod)
+	if err := stack.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, pod.DeepCopy())
+		return err == nil, client.IgnoreAlreadyExists(err)
+	}); err != nil {
+		return "", fmt.Errorf("failed to create the check client %s on %s: %w", name, from.node, err)
+	}
+	defer func() { _ = c.Delete(context.WithoutCancel(ctx), pod) }()
+	got := &corev1.Pod{}
+	if err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, nil //nolint:nilerr // transient: keep waiting
+		}
+		return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
+	}); err != nil {
+		return "", fmt.Errorf("pod-to-pod check failed: the client %s on %s did not finish in %s (phase %s, %s): %w", name, from.node, timeout, got.Status.Phase, podWaiting(got), err)
+	}
+	logs, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("failed to read the log of the check client %s: %w", name, err)
+	}
+	return string(logs), nil
+}
+
+func ptrTo[T any](v T) *T { return &v }

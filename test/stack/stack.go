@@ -106,7 +106,7 @@ type Options struct {
 	Sites []Site
 	// HostNamespace is the management namespace of the YonderSSHHosts and Clusters (default "default").
 	HostNamespace string
-	// FastNodeMonitoring makes a stopped kubelet's Node NotReady in ~10s (MachineHealthCheck scenarios).
+	// FastNodeMonitoring makes a stopped kubelet's Node NotReady in ~20s (MachineHealthCheck scenarios).
 	FastNodeMonitoring bool
 	// ClusterTopology enables CAPI's ClusterClass support (the CLUSTER_TOPOLOGY variable of clusterctl init).
 	ClusterTopology bool

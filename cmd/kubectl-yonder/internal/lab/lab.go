@@ -249,8 +249,9 @@ type State struct {
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`
 	// PodCheck holds the exchanges of the cross-site pod check that passed; CheckPods its pods by site.
-	PodCheck  []string          `json:"podCheck,omitempty"`
-	CheckPods map[string]string `json:"checkPods,omitempty"`
+	PodCheck    []string          `json:"podCheck,omitempty"`
+	CheckPods   map[string]string `json:"checkPods,omitempty"`
+	CheckPodIPs map[string]string `json:"checkPodIPs,omitempty"`
 }
 
 // Host is one lab host as status shows it.

@@ -121,6 +121,9 @@ func labelNodes(ctx context.Context, c client.Client, sites map[string]string) e
 	for node, st := range sites {
 		n := &corev1.Node{}
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // deleted since its Machine was listed
+			}
 			return fmt.Errorf("failed to get Node %s: %w", node, err)
 		}
 		if n.Labels[SiteLabel] == st {
@@ -408,4 +411,16 @@ func networkDiagnostics(ctx context.Context, c client.Client, cfg *rest.Config, 
 		}
 	}
 	return b.String()
+}
+
+// keepLabelling labels Nodes that join while the lab runs (`kubectl scale`, a remediated Machine's
+// replacement) with their site every few seconds, so they join their Site and get tunnels; it returns when
+// ctx ends.
+func keepLabelling(ctx context.Context, s *stack.Stack, namespace string, remotes []*remoteSite) {
+	_ = wait.PollUntilContextCancel(ctx, 5*time.Second, false, func(ctx context.Context) (bool, error) {
+		if nodes, err := nodeSites(ctx, s, namespace, remotes); err == nil {
+			_ = labelNodes(ctx, s.WorkloadClient, nodes)
+		}
+		return false, nil
+	})
 }

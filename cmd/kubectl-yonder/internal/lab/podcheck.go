@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -34,6 +35,27 @@ type PodCheck struct {
 	Lines []string
 	// Pods are the check pods (namespace default) by site; they stay for the operator to exec into.
 	Pods map[string]string
+	// IPs are the check pods' addresses by site.
+	IPs map[string]string
+}
+
+// printPodNext prints how to repeat the pod check's exchanges by hand.
+func printPodNext(out io.Writer, st *State) {
+	if len(st.CheckPods) < 2 {
+		return
+	}
+	a, b := st.CheckPods["site-a"], st.CheckPods["site-b"]
+	ipA, ipB := st.CheckPodIPs["site-a"], st.CheckPodIPs["site-b"]
+	_, _ = fmt.Fprintf(out, `Pods across sites (the pod check's: %[2]s at site-a %[4]s, %[3]s at site-b %[5]s; namespace default):
+  export KUBECONFIG=%[1]s
+  kubectl get sites,gatewaypools,sitepeerings,nodenetworks          # the network add-on's view
+  kubectl -n yonder-network get pods -o wide
+  kubectl exec %[2]s -- ping -c 3 %[5]s
+  kubectl exec %[3]s -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 3 %[4]s %[6]s'
+  kubectl exec -it %[2]s -- sh
+  kubectl -n yonder-network exec <yonder-net-node pod> -- /yonder-net-node debug   # WireGuard peers, routes, eBPF counters
+
+`, st.WorkloadKubeconfig, a, b, ipA, ipB, checkPort)
 }
 
 // podCheck places a busybox pod on one Node of the first two sites, each serving its answer over HTTP,
@@ -60,7 +82,7 @@ func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, time
 	}
 	t0 := time.Now()
 	pods := []*checkPod{}
-	res := &PodCheck{Pods: map[string]string{}}
+	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}}
 	for _, st := range sites[:2] {
 		p := &checkPod{name: "lab-net-" + st, site: st, node: bySite[st]}
 		if err := startCheckPod(ctx, s.WorkloadClient, p); err != nil {
@@ -73,6 +95,7 @@ func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, time
 		if err := waitPodIP(ctx, s.WorkloadClient, p, timeout); err != nil {
 			return nil, err
 		}
+		res.IPs[p.site] = p.ip
 	}
 	step("pod check: %s on %s (%s, %s) and %s on %s (%s, %s) running (%.1fs)",
 		pods[0].name, pods[0].node, pods[0].site, pods[0].ip, pods[1].name, pods[1].node, pods[1].site, pods[1].ip, time.Since(t0).Seconds())

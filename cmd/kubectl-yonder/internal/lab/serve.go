@@ -177,7 +177,7 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 			if err != nil {
 				return err
 			}
-			st.PodCheck, st.CheckPods = res.Lines, res.Pods
+			st.PodCheck, st.CheckPods, st.CheckPodIPs = res.Lines, res.Pods, res.IPs
 		}
 	}
 	if err := addMetal(ctx, s, l, st, l.Dir, step); err != nil {
@@ -189,9 +189,13 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	}
 	step("lab ready in %.1fs", time.Since(start).Seconds())
 	printNext(out, l, st)
+	printPodNext(out, st)
 	_, _ = fmt.Fprintln(out, ReadyMarker)
 	if !hold {
 		return nil
+	}
+	if !l.NoCluster {
+		go keepLabelling(ctx, s, st.Namespace, remotes)
 	}
 	<-ctx.Done()
 	return nil

@@ -80,7 +80,8 @@ func decode(data []byte) ([]*unstructured.Unstructured, error) {
 // YonderMetalMachine claims the stack's BareMetalHost, its VM PXE-boots through the metal manager's
 // DHCP/TFTP/HTTP on the lab bridge, the initramfs's yonder-agent attests with the VM's TPM and receives the
 // Machine's bootstrap data (checked on the VM's console), the Machine is Provisioned with the metal
-// providerID. Scaling to 0 deprovisions the host: Machine gone, VM off, host available with no consumer.
+// providerID. The metal manager killed and restarted then changes nothing (no second PXE boot). Scaling
+// to 0 deprovisions the host: Machine gone, VM off, host available with no consumer.
 //
 // The provisioning initramfs runs live after attesting and does not start a kubelet, so no Node joins:
 // Provisioned (infrastructure ready, providerID set, bootstrap data delivered to the attested host) is
@@ -147,6 +148,19 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	g.Eventually(func() string { return st.MetalConsole(host.Name) }, time.Minute, time.Second).
 		Should(ContainSubstring(fmt.Sprintf("%s%d bytes of bootstrap data", metalboot.AttestedMarker, len(data.Data["value"]))))
 	g.Expect(st.MetalRunning(host.Name)).To(BeTrue(), "the live host keeps running")
+
+	// The manager killed (-9) and restarted on a provisioned host: it rebuilds its boot services and
+	// state from the objects and leaves the host alone — no second power cycle, still provisioned.
+	g.Expect(st.KillManager("infrastructure-yonder-metal")).To(Succeed())
+	g.Expect(st.StartManager(ctx, "infrastructure-yonder-metal")).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
+		g.Expect(st.MetalPXEBoots(host.Name)).To(Equal(1))
+		g.Expect(st.MetalRunning(host.Name)).To(BeTrue())
+		ms := machines(g)
+		g.Expect(ms).To(HaveLen(1))
+		g.Expect(ms[0].Status.Phase).To(Equal(string(clusterv1.MachinePhaseProvisioned)))
+	}, 10*time.Second, time.Second).Should(Succeed(), diag)
 
 	t1 := time.Now()
 	md := &clusterv1.MachineDeployment{}

@@ -96,6 +96,34 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	p, _ := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 	g.Expect(p.Status.PodIP).To(HavePrefix("10.244."))
 
+	// A privileged pod with the host paths the network add-on's yonder-net-node mounts runs too: the machine
+	// has /sys/fs/bpf (its /sys is a read-only tmpfs; the kubelet could not create the mount point),
+	// /lib/modules (the rootfs has none) and /dev/net/tun (embedded wireguard-go).
+	hp := func(name, path string, typ corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
+	}
+	netPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostpaths", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName: nd.name, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Volumes: []corev1.Volume{hp("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate), hp("modules", "/lib/modules", corev1.HostPathDirectory),
+				hp("tun", "/dev/net/tun", corev1.HostPathCharDev)},
+			Containers: []corev1.Container{{
+				Name: "net", Image: busyboxImage, ImagePullPolicy: corev1.PullNever, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				Command: []string{"/bin/sh", "-c", "exec sleep 3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "bpffs", MountPath: "/sys/fs/bpf"}, {Name: "modules", MountPath: "/lib/modules", ReadOnly: true},
+					{Name: "tun", MountPath: "/dev/net/tun"}},
+			}},
+		},
+	}
+	_, err = c.admin.CoreV1().Pods("default").Create(ctx, netPod, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() corev1.PodPhase {
+		p, err := c.admin.CoreV1().Pods("default").Get(ctx, "hostpaths", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return p.Status.Phase
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal(corev1.PodRunning), "a pod with yonder-net-node's host paths starts")
+
 	// status reports it all.
 	s := status(t, nd)
 	g.Expect(s.Bootstrapped).To(BeTrue())

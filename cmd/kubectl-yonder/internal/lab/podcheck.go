@@ -144,7 +144,9 @@ func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
 			TerminationGracePeriodSeconds: ptrTo(int64(1)),
 			Containers: []corev1.Container{{
 				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/bin/sh", "-c", fmt.Sprintf("mkdir -p /www && echo %q > /www/index.html && exec httpd -f -p %s -h /www", p.answer(), checkPort)},
+				// sh stays PID 1 with a TERM trap: httpd as PID 1 would ignore SIGTERM, and every node's
+				// shutdown at `lab down` waited for the agent's stop grace period before killing it.
+				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && httpd -f -p %s -h /www & wait $!", p.answer(), checkPort)},
 			}},
 		},
 	}

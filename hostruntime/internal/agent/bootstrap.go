@@ -198,12 +198,22 @@ func (r *run) phase(ctx context.Context, name string, fn func(context.Context) (
 	return r.store.Save(r.st)
 }
 
+// bpffsMountPoint is where the kernel offers the BPF filesystem's mount point.
+const bpffsMountPoint = "/sys/fs/bpf"
+
 func (r *run) nspawnConfig() nspawn.Config {
 	c := nspawn.Config{
 		Name:                 r.o.MachineName,
 		Rootfs:               r.o.rootfsDir(),
 		NetworkNamespacePath: r.o.NetworkNamespacePath,
 		LogFile:              filepath.Join(r.o.logDir(), "machine-"+r.o.MachineName+".log"),
+	}
+	// nspawn's /sys is a read-only tmpfs whose fs/ holds only cgroup and selinux: without the host's
+	// /sys/fs/bpf there is no mount point for a bpffs, and a pod mounting it as a hostPath (the network
+	// add-on's yonder-net-node) never starts ("mkdir /sys/fs/bpf: read-only file system"). Bound only where
+	// the kernel has it: nspawn refuses to start with a bind whose source is missing.
+	if st, err := os.Stat(bpffsMountPoint); err == nil && st.IsDir() {
+		c.Binds = append(c.Binds, bpffsMountPoint)
 	}
 	// The host's kernel modules, for pods that load or inspect them (yonder-net-node mounts /lib/modules);
 	// without them the prep unit creates an empty /lib/modules so such a hostPath still resolves.

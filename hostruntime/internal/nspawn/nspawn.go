@@ -54,10 +54,6 @@ func (c Config) Args(registered bool) []string {
 		"--capability=all",
 		"--system-call-filter=@keyring bpf",
 		"--bind-ro=/dev/kmsg",
-		// nspawn's /sys is a read-only tmpfs whose fs/ holds only cgroup and selinux: without the host's
-		// /sys/fs/bpf there is no mount point for a bpffs, and a pod mounting it as a hostPath (the network
-		// add-on's yonder-net-node) never starts ("mkdir /sys/fs/bpf: read-only file system").
-		"--bind=/sys/fs/bpf",
 		"--resolv-conf=off",
 		"--timezone=off",
 		"--console=passive",

@@ -26,6 +26,7 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/metalboot"
 )
 
 // startMachineProvider runs the provider's YonderMetalMachine/YonderMetalCluster reconcilers.
@@ -131,7 +132,7 @@ func TestQEMUMachineDeploymentClaimsAndReleasesHost(t *testing.T) {
 	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 	g.Expect(h.Annotations).To(HaveKey("metal.yonder.dev/tpm-enrolment"))
 	console, _ := os.ReadFile(l.driver.ConsoleLog("vm0"))
-	g.Expect(string(console)).To(ContainSubstring(fmt.Sprintf("YONDER: attested, %d bytes of bootstrap data", len(data.Data["value"]))))
+	g.Expect(string(console)).To(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(data.Data["value"]))))
 
 	start = time.Now()
 	g.Eventually(func() error {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,8 +40,8 @@ import (
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/redfishsim"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 var env *envtest.Environment
@@ -290,86 +289,15 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 		scripted.Round(time.Millisecond), kernel.Round(time.Millisecond), failed.Round(time.Millisecond))
 }
 
-// initScript is the initramfs's /init: drivers for the virtio NIC (the TPM TIS driver is built into
-// Debian's kernel), DHCP with busybox udhcpc, then `yonder-agent attest` with the VM's TPM; on success the
-// host runs live (here: idles), on refusal it powers itself off.
-const initScript = `#!/bin/busybox sh
-/bin/busybox --install -s /bin
-mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
-mkdir -p /run/yonder /tmp /var/log
-echo "YONDER: initramfs up"
-# Modules in dependency order; a second pass catches an order file written before a dependency was added.
-for pass in 1 2 3; do
-  for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || insmod /lib/modules/$m.ko 2>/dev/null; done
-done
-for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || echo "YONDER: module $m not loaded"; done
-ip link set lo up
-i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
-ip link set eth0 up
-udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP lease"
-if /bin/yonder-agent attest --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data; then
-  echo "YONDER: attested, $(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data; running live"
-  while true; do sleep 3600; done
-fi
-echo "YONDER: attestation failed"
-poweroff -f
-`
-
-const udhcpcScript = `#!/bin/sh
-case "$1" in
-bound|renew)
-  ip addr flush dev "$interface"
-  ip addr add "$ip/$mask" dev "$interface"
-  [ -n "$router" ] && ip route add default via "$router"
-  echo "YONDER: leased $ip/$mask" ;;
-esac
-`
-
-// artifactsAgent builds the provisioning boot: Debian's kernel (hack/test-bins.sh --metal-kernel) and an
-// initramfs of busybox-static, the virtio modules and the static yonder-agent built from this tree.
+// artifactsAgent builds the provisioning boot the e2e stack and the lab use too (test/metalboot): Debian's
+// kernel (hack/test-bins.sh --metal-kernel) and an initramfs of busybox-static, the virtio modules and the
+// static yonder-agent built from this tree, which attests with the VM's TPM and then runs live (idles).
 func artifactsAgent(t *testing.T, dir string) inventory.BootConfig {
 	t.Helper()
-	g := NewWithT(t)
-	kdir := os.Getenv("YONDER_TEST_METAL_KERNEL")
-	if kdir == "" {
-		out, err := exec.Command(filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--metal-kernel-print").Output()
-		if err != nil {
-			t.Fatalf("the bare-metal boot kernel is missing: run `hack/test-bins.sh --metal-kernel`: %v", err)
-		}
-		kdir = strings.TrimSpace(string(out))
+	if err := metalboot.Build(context.Background(), dir); err != nil {
+		t.Fatalf("failed to build the provisioning boot: %v", err)
 	}
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Fatalf("busybox-static is missing: run `hack/test-bins.sh --packages`: %v", err)
-	}
-	root := t.TempDir()
-	for _, d := range []string{"bin", "etc", "lib/modules", "proc", "sys", "dev", "run", "tmp"} {
-		g.Expect(os.MkdirAll(filepath.Join(root, d), 0o755)).To(Succeed())
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "bin", "yonder-agent"), "./hostruntime/cmd/yonder-agent")
-	build.Dir = testbins.RepoRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), "building the static yonder-agent: %s", out)
-	copyFile(g, "/bin/busybox", filepath.Join(root, "bin", "busybox"), 0o755)
-	mods, err := filepath.Glob(filepath.Join(kdir, "modules", "*"))
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, m := range mods {
-		copyFile(g, m, filepath.Join(root, "lib", "modules", filepath.Base(m)), 0o644)
-	}
-	g.Expect(os.WriteFile(filepath.Join(root, "init"), []byte(initScript), 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(root, "etc", "udhcpc.script"), []byte(udhcpcScript), 0o755)).To(Succeed())
-	cpio := exec.Command("sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+filepath.Join(dir, "initrd.img"))
-	cpio.Dir = root
-	out, err = cpio.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	copyFile(g, filepath.Join(kdir, "vmlinuz"), filepath.Join(dir, "vmlinuz"), 0o644)
-	return inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0 panic=-1"}
-}
-
-func copyFile(g Gomega, from, to string, mode os.FileMode) {
-	b, err := os.ReadFile(from)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(os.WriteFile(to, b, mode)).To(Succeed())
+	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}
 }
 
 // The whole host life with a real machine boot: a BareMetalHost registers and is inspected over Redfish;
@@ -399,7 +327,7 @@ func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	g.Expect(got.Status.PoweredOn).To(BeTrue())
 	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
 	g.Eventually(func() string { b, _ := os.ReadFile(l.driver.ConsoleLog("vm0")); return string(b) }, time.Minute, time.Second).
-		Should(ContainSubstring(fmt.Sprintf("YONDER: attested, %d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+		Should(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(l.userData.Data["userData"]))))
 	g.Expect(l.driver.Running("vm0")).To(BeTrue(), "the live host keeps running")
 
 	start = time.Now()

@@ -49,7 +49,7 @@ func TestClusterctlRepository(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			data, err := os.ReadFile(file)
 			g.Expect(err).NotTo(HaveOccurred())
-			objs, err := decode(data)
+			objs, err := flavorcheck.Decode(data)
 			g.Expect(err).NotTo(HaveOccurred())
 			kinds := map[string]int{}
 			for _, o := range objs {
@@ -87,7 +87,7 @@ func TestClusterctlRepository(t *testing.T) {
 				"generate", "cluster", "edge", "--infrastructure", f.infra+":v0.1.0", "--flavor", f.flavor,
 				"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", "default", "--worker-machine-count", "2")
 			g.Expect(err).NotTo(HaveOccurred())
-			objs, err := decode([]byte(out))
+			objs, err := flavorcheck.Decode([]byte(out))
 			g.Expect(err).NotTo(HaveOccurred())
 			kinds := map[string]int{}
 			for _, o := range objs {

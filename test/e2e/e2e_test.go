@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -15,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	"github.com/yonder-dev/yonder/test/flavorcheck"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
@@ -27,30 +24,12 @@ import (
 var st *stack.Stack
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t0 := time.Now()
-	s, err := stack.Start(ctx, stack.Options{
+	os.Exit(stack.RunTests(m, stack.Options{
 		Sites:              []stack.Site{{Name: "east", Hosts: 5}},
 		FastNodeMonitoring: true,
 		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
-		Log:             func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "failed to start the management stack: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Fprintf(os.Stderr, "stack: up in %s (logs in %s)\n", time.Since(t0).Round(time.Second), s.Logs())
-	st = s
-	code := m.Run()
-	if err := s.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "failed to stop the stack: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+	}, func(s *stack.Stack) { st = s }))
 }
 
 // generateCluster runs `clusterctl generate cluster` with the ssh flavor and returns the objects, with the
@@ -67,7 +46,7 @@ func generateCluster(ctx context.Context, t *testing.T, name, flavor string, wor
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decode([]byte(out))
+	objs, err := flavorcheck.Decode([]byte(out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,23 +75,6 @@ func generateCluster(ctx context.Context, t *testing.T, name, flavor string, wor
 		}
 	}
 	return objs
-}
-
-func decode(data []byte) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("failed to decode clusterctl output: %w", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
 }
 
 func apply(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {

@@ -7,11 +7,8 @@
 package metal
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -19,14 +16,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/test/flavorcheck"
 	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/stack"
 )
@@ -34,46 +30,11 @@ import (
 var st *stack.Stack
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t0 := time.Now()
-	s, err := stack.Start(ctx, stack.Options{
+	os.Exit(stack.RunTests(m, stack.Options{
 		MetalHosts: 1,
 		// ClusterClass support, as the quick start documents (TestMetalFlavors creates a metal-clusterclass Cluster).
 		ClusterTopology: true,
-		Log:             func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) },
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "failed to start the management stack: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Fprintf(os.Stderr, "stack: up in %s (logs in %s)\n", time.Since(t0).Round(time.Second), s.Logs())
-	st = s
-	code := m.Run()
-	if err := s.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "failed to stop the stack: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func decode(data []byte) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := d.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("failed to decode clusterctl output: %w", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
+	}, func(s *stack.Stack) { st = s }))
 }
 
 // The bare-metal life through clusterctl: `clusterctl generate cluster --flavor metal` applied → the
@@ -100,7 +61,7 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 		"generate", "cluster", name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
 		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace, "--worker-machine-count", "1")
 	g.Expect(err).NotTo(HaveOccurred())
-	objs, err := decode([]byte(out))
+	objs, err := flavorcheck.Decode([]byte(out))
 	g.Expect(err).NotTo(HaveOccurred())
 	t0 := time.Now()
 	for _, o := range objs {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	"github.com/yonder-dev/yonder/test/stack"
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -378,9 +380,66 @@ func waitForNodes(ctx context.Context, s *stack.Stack, namespace string, want, w
 		return fmt.Errorf("interrupted while waiting for Ready workers: %w", ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("workers did not become Ready in %s (manager logs in %s; `kubectl yonder describe cluster %s`): %w", timeout, s.Logs(), ClusterName, err)
+		return fmt.Errorf("workers did not become Ready in %s (manager logs in %s; `kubectl yonder describe cluster %s`): %w\n%s",
+			timeout, s.Logs(), ClusterName, err, notReadyReport(context.WithoutCancel(ctx), s, namespace))
 	}
 	return nil
+}
+
+// notReadyReport says why Machines have no Ready Node: each one's phase and conditions, its infrastructure
+// machine's conditions, and the infrastructure manager's last log lines about it. The lab's directory may
+// be gone by the time someone looks (a test's temporary directory), so the error carries the evidence.
+func notReadyReport(ctx context.Context, s *stack.Stack, namespace string) string {
+	var b strings.Builder
+	ms := &clusterv1.MachineList{}
+	if err := s.Client.List(ctx, ms, client.InNamespace(namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName}); err != nil {
+		return fmt.Sprintf("(listing Machines failed: %v)", err)
+	}
+	for _, m := range ms.Items {
+		if m.Status.NodeRef.IsDefined() && conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition) {
+			continue
+		}
+		fmt.Fprintf(&b, "Machine %s: phase %s, providerID %q\n", m.Name, m.Status.Phase, m.Spec.ProviderID)
+		for _, c := range m.Status.Conditions {
+			if c.Status != metav1.ConditionTrue {
+				fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		ref := m.Spec.InfrastructureRef
+		infra := &unstructured.Unstructured{}
+		infra.SetAPIVersion(ref.APIGroup + "/v1alpha1")
+		infra.SetKind(ref.Kind)
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, infra); err == nil {
+			conds, _, _ := unstructured.NestedSlice(infra.Object, "status", "conditions")
+			for _, c := range conds {
+				if cm, ok := c.(map[string]any); ok && cm["status"] != "True" {
+					fmt.Fprintf(&b, "  %s condition %v=%v %v: %v\n", ref.Kind, cm["type"], cm["status"], cm["reason"], cm["message"])
+				}
+			}
+		}
+		for _, line := range logLinesAbout(filepath.Join(s.Logs(), "infrastructure-yonder-ssh.log"), ref.Name, 15) {
+			fmt.Fprintf(&b, "  log: %s\n", line)
+		}
+	}
+	return b.String()
+}
+
+// logLinesAbout returns the last limit lines of the log file that mention name (nil if it cannot be read).
+func logLinesAbout(path, name string, limit int) []string {
+	data, err := os.ReadFile(path) //nolint:gosec // the stack's own log file
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, name) {
+			if len(l) > 400 {
+				l = l[:400] + "…"
+			}
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-limit):]
 }
 
 // siteOf is the site of the host a Machine runs on: its providerID is yonder-ssh://<namespace>/<host>.

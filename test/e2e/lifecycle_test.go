@@ -351,6 +351,19 @@ func testRollout(t *testing.T) {
 	t.Logf("Cluster deleted, every host released and clean, in %s", time.Since(t0).Round(time.Second))
 }
 
+// pause lets the fault-injection moment d pass (it is a chosen instant, not a wait for a condition);
+// false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // chaos SIGKILLs every manager once at a random moment within window and starts it again 1-3s later, as
 // a crashing Pod would be restarted; it returns when all are back.
 func chaos(ctx context.Context, t *testing.T, window time.Duration) {
@@ -361,12 +374,15 @@ func chaos(ctx context.Context, t *testing.T, window time.Duration) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(rand.Int64N(int64(window))))
+			if !pause(ctx, time.Duration(rand.Int64N(int64(window)))) {
+				return
+			}
 			if err := st.KillManager(name); err != nil {
 				errs <- err
 				return
 			}
-			time.Sleep(time.Second + time.Duration(rand.Int64N(int64(2*time.Second))))
+			// Down for 1-3s even if the test ends meanwhile: a killed manager is always started again.
+			_ = pause(context.WithoutCancel(ctx), time.Second+time.Duration(rand.Int64N(int64(2*time.Second))))
 			if err := st.StartManager(ctx, name); err != nil {
 				errs <- err
 			}

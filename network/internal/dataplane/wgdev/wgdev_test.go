@@ -230,18 +230,20 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 	stop := make(chan struct{})
 	sent := make(chan int, 1)
 	go func() {
+		// A steady flow of at most one datagram per 100 µs (a send rate, not a wait).
+		pace := time.NewTicker(100 * time.Microsecond)
+		defer pace.Stop()
 		n := 0
 		for {
 			select {
 			case <-stop:
 				sent <- n
 				return
-			default:
+			case <-pace.C:
 			}
 			if _, err := tx.Write([]byte("seq")); err == nil {
 				n++
 			}
-			time.Sleep(100 * time.Microsecond)
 		}
 	}()
 	var prefixes []net.IPNet

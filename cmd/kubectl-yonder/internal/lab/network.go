@@ -14,7 +14,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -191,23 +190,8 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 		return err
 	}
 	t0 := time.Now()
-	first := func(u *unstructured.Unstructured) bool {
-		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
-	}
-	for _, pass := range []bool{true, false} {
-		for _, u := range objs {
-			if first(u) != pass {
-				continue
-			}
-			if err := c.Patch(ctx, u.DeepCopy(), client.Apply, client.FieldOwner(site.FieldOwner), client.ForceOwnership); err != nil { //nolint:staticcheck // client.Apply with unstructured is the documented SSA path
-				return fmt.Errorf("failed to apply %s %s of the network add-on: %w", u.GetKind(), u.GetName(), err)
-			}
-			if u.GetKind() == "CustomResourceDefinition" {
-				if err := waitEstablished(ctx, c, u.GetName()); err != nil {
-					return err
-				}
-			}
-		}
+	if err := site.Apply(ctx, c, objs, time.Minute, nil); err != nil {
+		return err
 	}
 	step("network add-on applied (the embedded manifests of `kubectl yonder site init`, %d objects; images from hack/images imported by every node) in %.1fs", len(objs), time.Since(t0).Seconds())
 
@@ -246,26 +230,6 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 	}
 	step("Sites %v (nodes selected by label %s, every node a gateway candidate) and a Gateway-topology SitePeering created (%.1fs)", names, SiteLabel, time.Since(t0).Seconds())
 	return waitForNetwork(ctx, c, s.Workload.Config, s.Logs(), nodes, len(sites) > 1, timeout, step)
-}
-
-// waitEstablished waits until the CRD name is established.
-func waitEstablished(ctx context.Context, c client.Client, name string) error {
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-			return false, nil //nolint:nilerr // keep polling until the timeout
-		}
-		for _, cond := range crd.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("failed to wait for CRD %s to be established: %w", name, err)
-	}
-	return nil
 }
 
 // createWhenAdmitted creates o, retrying while the admission webhook cannot be called yet; an object that

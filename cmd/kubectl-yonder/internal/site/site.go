@@ -99,7 +99,19 @@ func Init(ctx context.Context, o *cli.Options, i *InitOptions) error {
 	if err != nil {
 		return err
 	}
-	// CRDs and namespaces first, so the custom resources and namespaced objects after them resolve.
+	if err := Apply(ctx, c, objs, i.Timeout, func(u *unstructured.Unstructured) {
+		_, _ = fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(u.GetKind()), u.GetName())
+	}); err != nil {
+		return fmt.Errorf("failed to install the network add-on in %s: %w", target, err)
+	}
+	_, _ = fmt.Fprintf(o.ErrOut, "The network add-on is installed in %s. Next: create Sites (network.yonder.dev) and label Nodes with their site.\n", target)
+	return nil
+}
+
+// Apply server-side applies objs with FieldOwner: CRDs and namespaces first, then (once the CRDs are
+// established, within timeout) everything else, so custom resources and namespaced objects resolve.
+// applied, when set, is called after each object.
+func Apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, timeout time.Duration, applied func(*unstructured.Unstructured)) error {
 	first := func(u *unstructured.Unstructured) bool {
 		return u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace"
 	}
@@ -109,17 +121,18 @@ func Init(ctx context.Context, o *cli.Options, i *InitOptions) error {
 				continue
 			}
 			if err := c.Patch(ctx, u.DeepCopy(), client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil { //nolint:staticcheck // client.Apply with unstructured is the documented SSA path
-				return fmt.Errorf("failed to apply %s %s to %s: %w", u.GetKind(), name(u), target, err)
+				return fmt.Errorf("failed to apply %s %s: %w", u.GetKind(), name(u), err)
 			}
-			_, _ = fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(u.GetKind()), u.GetName())
+			if applied != nil {
+				applied(u)
+			}
 		}
 		if pass {
-			if err := waitEstablished(ctx, c, objs, i.Timeout); err != nil {
+			if err := waitEstablished(ctx, c, objs, timeout); err != nil {
 				return err
 			}
 		}
 	}
-	_, _ = fmt.Fprintf(o.ErrOut, "The network add-on is installed in %s. Next: create Sites (network.yonder.dev) and label Nodes with their site.\n", target)
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -72,18 +71,8 @@ func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir st
 	if err != nil {
 		return err
 	}
-	var applied bytes.Buffer
-	for _, u := range objs {
-		data, _ := u.MarshalJSON()
-		applied.WriteString("---\n")
-		applied.Write(data)
-		applied.WriteString("\n")
-		if err := createRetrying(ctx, s.Client, u); err != nil {
-			return fmt.Errorf("failed to create %s %s (manager logs in %s): %w", u.GetKind(), u.GetName(), s.Logs(), err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "metal.yaml"), applied.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("failed to write metal.yaml: %w", err)
+	if err := createAndRecord(ctx, s, objs, filepath.Join(dir, "metal.yaml")); err != nil {
+		return err
 	}
 	step("waiting for the metal Machine: host claimed → VM PXE-boots (QEMU without KVM: about a minute) → TPM attested → bootstrap data received → Provisioned")
 	last := ""

@@ -305,6 +305,12 @@ func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, wo
 		}
 		objs = append(objs, u)
 	}
+	return createAndRecord(ctx, s, objs, filepath.Join(dir, "cluster.yaml"))
+}
+
+// createAndRecord creates objs in the management cluster (retrying while webhooks come up) and writes
+// them to path, so the user can see exactly what the lab applied.
+func createAndRecord(ctx context.Context, s *stack.Stack, objs []*unstructured.Unstructured, path string) error {
 	var applied bytes.Buffer
 	for _, u := range objs {
 		data, _ := u.MarshalJSON()
@@ -315,7 +321,10 @@ func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, wo
 			return fmt.Errorf("failed to create %s %s (manager logs in %s): %w", u.GetKind(), u.GetName(), s.Logs(), err)
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "cluster.yaml"), applied.Bytes(), 0o600)
+	if err := os.WriteFile(path, applied.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("failed to write %s: %w", path, err)
+	}
+	return nil
 }
 
 // createRetrying creates u, retrying while an admission webhook cannot be reached: a manager whose

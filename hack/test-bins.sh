@@ -1,54 +1,161 @@
 #!/usr/bin/env bash
-# Builds, once, every third-party binary that Yonder's tests and lab run for real, from the Go module
-# proxy (no downloads of prebuilt binaries are possible here), and caches them OUTSIDE the work tree,
-# keyed by version, so that a fresh clone on the same machine (CI) reuses them.
+# Installs the Debian packages Yonder's tests use and builds, once, every third-party binary that the tests
+# and the lab run for real, from the Go module proxy (no downloads of prebuilt binaries are possible here).
+# Everything is cached OUTSIDE the work tree, keyed by version, so that a fresh clone on the same machine
+# (CI) reuses it.
 #
-#   hack/test-bins.sh            build what is missing (binaries and the node rootfs), print the assembled bin
-#                                directory on stdout's last line
+#   hack/test-bins.sh            install/build what is missing (packages, binaries, node rootfs, metal
+#                                kernel), print the assembled bin directory on stdout's last line
+#   hack/test-bins.sh --preflight check only what this script cannot install (root, Go, free disk)
 #   hack/test-bins.sh --print    print the bin directory without building (exit 1 if incomplete)
 #   hack/test-bins.sh --packages install only the Debian packages the tests need
 #   hack/test-bins.sh --rootfs   build (once) the node rootfs archive for yonder-agent host tests, print its path
 #   hack/test-bins.sh --rootfs-print  print the rootfs archive path without building (exit 1 if missing)
 #   hack/test-bins.sh --metal-kernel  fetch (once) the Debian kernel + virtio modules for bare-metal PXE e2e, print its dir
 #   hack/test-bins.sh --metal-kernel-print  print that dir without fetching (exit 1 if missing)
+#   hack/test-bins.sh --list-packages  print DEB_PACKAGES, one per line (the test of test/testbins reads it)
 #
 # A warm run returns in well under a second: each component has a stamp file and is skipped when present.
-set -euo pipefail
+# A failing step names itself, the line and command that failed, and the last lines of its output; the whole
+# output of each step is kept in <cache>/logs/<step>.log.
+set -Eeuo pipefail
 
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CAPI_VERSION=${CAPI_VERSION:-v1.14.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.1.5}
 
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
 KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
 BUILD_ROOT="${CACHE_ROOT}/build"
+LOG_DIR="${CACHE_ROOT}/logs"
+# Free space a cold build needs where the caches live (Go's module and build caches and ours): measured
+# 8.1 GiB after a cold build on 2 cores (build cache 5.8, modules 1.6, ours 0.7); the margin covers the
+# tree's own builds, the tests' and the lab's files.
+MIN_FREE_GIB=${YONDER_MIN_FREE_GIB:-12}
 
-# Debian packages the test tiers use. Keep this list in step with docs/development.md.
+# Debian packages the test tiers and the lab use. Every command a test or script runs comes from one of
+# these, from a binary this script builds, or from an Essential package (test/testbins checks it: see
+# commands.go there). Keep this list in step with docs/development.md.
 DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
-  runc systemd-container containernetworking-plugins busybox-static zstd curl ca-certificates
+  runc systemd systemd-container containernetworking-plugins busybox-static zstd xz-utils curl ca-certificates
   isc-dhcp-client tftp-hpa swtpm swtpm-tools ipxe qemu-system-x86 ovmf kea-admin kea-dhcp4-server debootstrap
   iperf3 iputils-ping clang-14 llvm libbpf-dev)
+if [ -n "${YONDER_DEB_PACKAGES:-}" ]; then
+  # Override for the script's own test (test/testbins), never needed otherwise.
+  read -r -a DEB_PACKAGES <<<"${YONDER_DEB_PACKAGES}"
+fi
 
-log() { printf '[test-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# Progress goes to the caller's stderr (fd 3) even while a step's output goes to its log file.
+exec 3>&2
+log() { printf '[test-bins %s] %s\n' "$(date +%H:%M:%S)" "$*" >&3; }
+fail() { log "ERROR: $*"; exit 1; }
 
-install_packages() {
-  local missing=() installed
-  # One dpkg-query for the whole list keeps a warm run well under a second.
-  installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${DEB_PACKAGES[@]}" 2>/dev/null | awk '/install ok installed/ {print $1}')
-  for p in "${DEB_PACKAGES[@]}"; do
-    grep -qx "$p" <<<"$installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
-  if [ "$(id -u)" -ne 0 ]; then
-    log "missing Debian packages: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}"
-    return 1
+# Error reporting: the ERR trap names the step, the line and the command; a step's log tail shows why.
+# It fires in subshells too (set -E); the mark file keeps the report from repeating in every parent.
+STEP="setup"
+STEP_LOG=""
+STEP_CMD=""
+ERR_MARK="${TMPDIR:-/tmp}/yonder-test-bins.$$.failed"
+on_error() {
+  local rc=$1 line=$2 cmd=$3
+  if [ -e "$ERR_MARK" ]; then exit "$rc"; fi
+  : >"$ERR_MARK"
+  log "FAILED: step '${STEP}', hack/test-bins.sh line ${line}, exit status ${rc}: ${cmd}"
+  if [ -n "$STEP_CMD" ]; then log "the step ran: ${STEP_CMD}"; fi
+  if [ -n "$STEP_LOG" ] && [ -s "$STEP_LOG" ]; then
+    log "last lines of the step's output (all of it: ${STEP_LOG}):"
+    tail -n 25 "$STEP_LOG" | sed 's/^/    /' >&3
   fi
-  log "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  exit "$rc"
 }
+trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
+trap 'rm -f "$ERR_MARK"' EXIT
+
+# run_step NAME CMD...: runs CMD with its output in <cache>/logs/NAME.log (shown by the ERR trap on failure).
+run_step() {
+  local name=$1; shift
+  mkdir -p "$LOG_DIR"
+  STEP=$name STEP_LOG="${LOG_DIR}/${name}.log" STEP_CMD="$*"
+  : >"$STEP_LOG"
+  "$@" >>"$STEP_LOG" 2>&1
+  STEP_LOG="" STEP_CMD=""
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# What the script cannot install: root (packages, debootstrap, and the tests' namespaces), Go at the version
+# go.mod names (at /usr/local/go or on PATH), and free disk for a cold build.
+find_go() {
+  if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; fi
+  command -v go >/dev/null || fail "Go is not installed: install Go $(go_wanted) or newer at /usr/local/go (https://go.dev/doc/install; the README's Requirements)"
+}
+go_wanted() { sed -n 's/^go \([0-9.]*\)$/\1/p' "$ROOT/go.mod"; }
+# version_ge A B: A >= B for dotted versions.
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]; }
+check_go() {
+  find_go
+  local have want
+  have=$(go env GOVERSION 2>/dev/null); have=${have#go}
+  want=$(go_wanted)
+  version_ge "${have%%[-+ ]*}" "$want" || fail "Go ${have} is too old: go.mod needs Go ${want} or newer (GOTOOLCHAIN=local: nothing is downloaded); install it at /usr/local/go"
+}
+check_root() {
+  [ "$(id -u)" -eq 0 ] || fail "run as root: the tests make network namespaces, bridges and systemd-nspawn machines, and this script installs Debian packages with apt-get"
+}
+# check_disk GIB: the filesystem of the cache root (and Go's caches, usually the same) has GIB free.
+check_disk() {
+  local want=$1 dir=$CACHE_ROOT free
+  while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
+  free=$(df -Pk "$dir" | awk 'NR==2 {print int($4 / 1048576)}')
+  [ "$free" -ge "$want" ] || fail "only ${free} GiB free on the filesystem of ${CACHE_ROOT}: a cold build needs ${want} GiB (Go's build cache, Kubernetes, containerd, the node rootfs); free some space or set YONDER_CACHE_DIR elsewhere"
+}
+preflight() {
+  check_root
+  check_go
+  if ! cold_parts_ready; then check_disk "$MIN_FREE_GIB"; fi
+}
+cold_parts_ready() { [ -f "${BIN_DIR}/.complete" ] && [ -f "$(rootfs_archive)" ] && metal_kernel_ready; }
+
+# ---------------------------------------------------------------------------------------------------------
+# Debian packages.
+APT_UPDATED=0
+apt_update_once() {
+  [ "$APT_UPDATED" -eq 1 ] && return 0
+  log "apt-get update"
+  run_step apt-update env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  APT_UPDATED=1
+}
+# missing_packages: prints the packages of DEB_PACKAGES that dpkg does not list as installed. dpkg-query
+# exits 1 when any of them is unknown to it, which is exactly the case to handle, so its status is ignored
+# and only its output counts.
+missing_packages() {
+  local installed p
+  installed=$({ dpkg-query -W -f='${Package} ${Status}\n' "${DEB_PACKAGES[@]}" 2>/dev/null || true; } |
+    awk '$NF == "installed" && $(NF-1) == "ok" {print $1}')
+  for p in "${DEB_PACKAGES[@]}"; do
+    grep -qxF "$p" <<<"$installed" || echo "$p"
+  done
+}
+install_packages() {
+  command -v dpkg-query >/dev/null && command -v apt-get >/dev/null ||
+    fail "dpkg-query/apt-get not found: the tests need a Debian-like machine; install by hand: ${DEB_PACKAGES[*]}"
+  local missing=()
+  mapfile -t missing < <(missing_packages)
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  [ "$(id -u)" -eq 0 ] || fail "missing Debian packages: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}"
+  log "installing Debian packages: ${missing[*]}"
+  apt_update_once
+  run_step apt-install env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  local still=()
+  mapfile -t still < <(missing_packages)
+  [ ${#still[@]} -eq 0 ] || fail "apt-get install succeeded but these packages are still not installed: ${still[*]}"
+  log "installed ${#missing[@]} Debian packages"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# Third-party binaries from the Go module proxy.
 
 # build_component NAME VERSION FUNC: runs FUNC in a scratch module dir unless the stamp exists.
 build_component() {
@@ -58,23 +165,28 @@ build_component() {
   local start=$SECONDS
   log "building ${name} ${version} (cold builds take minutes on 2 cores)…"
   rm -rf "${out}.tmp" && mkdir -p "${out}.tmp/src" "${out}.tmp/bin"
-  ( cd "${out}.tmp/src" && "$fn" "${out}.tmp/bin" "$version" )
+  run_step "build-${name}" in_dir "${out}.tmp/src" "$fn" "${out}.tmp/bin" "$version"
   rm -rf "${out}" && mkdir -p "${out}" && mv "${out}.tmp/bin" "${out}/bin" && rm -rf "${out}.tmp"
   touch "${out}/.done"
   log "built ${name} ${version} in $((SECONDS - start))s: $(ls "${out}/bin" | tr '\n' ' ')"
 }
+# in_dir DIR CMD...: CMD in DIR, in a subshell so the script's own directory never changes (a build's scratch
+# directory is removed afterwards, and debootstrap then failed getcwd()).
+in_dir() { local d=$1; shift; (cd "$d"; "$@"); }
 
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 build_kubernetes() {
   local bin=$1 v=$2 minor=${2#v}; minor=${minor#*.}; minor=${minor%%.*}
   local staging=${v/v1./v0.}
-  go mod init yonder.local/k8sbins >/dev/null 2>&1
+  go mod init yonder.local/k8sbins
   go mod edit -require="k8s.io/kubernetes@${v}"
   # k8s.io/kubernetes requires its staging repos at v0.0.0 and replaces them with ./staging; point them at
   # the published tags instead.
   local mods
   mods=$(go mod download -json "k8s.io/kubernetes@${v}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$mods" ] || { echo "go mod download k8s.io/kubernetes@${v} gave no go.mod"; return 1; }
+  local m
   for m in $(awk '/^require \(/{f=1;next} f&&/^\)/{f=0} f&&$2=="v0.0.0"{print $1}' "$mods"); do
     [ "$m" = "k8s.io/sample-cli-plugin" ] && continue
     go mod edit -replace="${m}=${m}@${staging}"
@@ -87,20 +199,23 @@ build_kubernetes() {
 
 build_etcd() {
   local bin=$1 v=$2
-  go mod init yonder.local/etcdbin >/dev/null 2>&1
+  go mod init yonder.local/etcdbin
   go mod edit -require="go.etcd.io/etcd/server/v3@${v}"
   go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
 }
 
 build_capi() {
   local bin=$1 v=$2
-  go mod init yonder.local/capibins >/dev/null 2>&1
+  go mod init yonder.local/capibins
   go mod edit -require="sigs.k8s.io/cluster-api@${v}" -require="sigs.k8s.io/cluster-api/api@${v}"
   local mods
   mods=$(go mod download -json "sigs.k8s.io/cluster-api@${v}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$mods" ] || { echo "go mod download sigs.k8s.io/cluster-api@${v} gave no go.mod"; return 1; }
   # cluster-api's own replace directives do not apply to us; copy the ones that point at versions.
-  awk '/^replace /{print $2" "$5; next} /^replace \(/{f=1;next} f&&/^\)/{f=0} f&&$3=="=>"&&NF==5{print $1" "$4"@"$5}' "$mods" | \
-    while read -r from to; do [ -n "$to" ] && go mod edit -replace="${from}=${to}"; done || true
+  local from to
+  while read -r from to; do
+    [ -n "$to" ] && go mod edit -replace="${from}=${to}"
+  done < <(awk '/^replace /{print $2" "$5; next} /^replace \(/{f=1;next} f&&/^\)/{f=0} f&&$3=="=>"&&NF==5{print $1" "$4"@"$5}' "$mods")
   go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@${v}"
   local ld="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${v} -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
   go build -trimpath -ldflags "$ld" -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
@@ -109,27 +224,39 @@ build_capi() {
 
 build_containerd() {
   local bin=$1 v=$2
-  go mod init yonder.local/containerdbins >/dev/null 2>&1
+  go mod init yonder.local/containerdbins
   go mod edit -require="github.com/containerd/containerd/v2@${v}"
   local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=${v}"
   go build -trimpath -ldflags "$ld" -o "$bin/" github.com/containerd/containerd/v2/cmd/containerd \
     github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 }
 
-assemble() {
+# BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
+BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
+  containerd ctr containerd-shim-runc-v2)
+
+build_binaries() {
+  if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi
+  build_component etcd "${ETCD_VERSION}" build_etcd
+  build_component capi "${CAPI_VERSION}" build_capi
+  build_component kubernetes "${KUBERNETES_VERSION}" build_kubernetes
+  build_component containerd "${CONTAINERD_VERSION}" build_containerd
+  STEP=assemble
   mkdir -p "${BIN_DIR}"
-  local c
+  local c f
   for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}"; do
     for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
+  done
+  for f in "${BUILT_BINARIES[@]}"; do
+    [ -x "${BIN_DIR}/$f" ] || fail "assembling ${BIN_DIR}: ${f} was not built (remove ${BUILD_ROOT} to rebuild)"
   done
   touch "${BIN_DIR}/.complete"
 }
 
-
 # ---------------------------------------------------------------------------------------------------------
 # Node rootfs for yonder-agent host tests (hostruntime). Separate from the binaries above: a debootstrap
 # minbase bookworm with the packages below, from the apt mirror this machine is configured with, cached as
-# a tar.zst keyed by suite + package list (~4.5 min cold, restores in seconds). Tests find it with
+# a tar.zst keyed by suite + package list (~1-4.5 min cold, restores in seconds). Tests find it with
 # `hack/test-bins.sh --rootfs-print` or YONDER_TEST_ROOTFS.
 ROOTFS_SUITE=${ROOTFS_SUITE:-bookworm}
 ROOTFS_PACKAGES=${ROOTFS_PACKAGES:-systemd,systemd-sysv,dbus,iproute2,ca-certificates,runc,containernetworking-plugins,iptables,kmod}
@@ -138,90 +265,117 @@ rootfs_archive() {
   key=$(printf '%s %s' "${ROOTFS_SUITE}" "${ROOTFS_PACKAGES}" | sha256sum | cut -c1-12)
   echo "${CACHE_ROOT}/rootfs/${ROOTFS_SUITE}-minbase-${key}.tar.zst"
 }
+apt_mirror() {
+  local mirror
+  mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\) *$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1 || true)
+  echo "${mirror:-http://deb.debian.org/debian}"
+}
 build_rootfs() {
   local out; out=$(rootfs_archive)
-  if [ -f "$out" ]; then echo "$out"; return 0; fi
-  [ "$(id -u)" -eq 0 ] || { log "the rootfs build needs root (debootstrap)"; return 1; }
+  if [ -f "$out" ]; then return 0; fi
+  check_root
   command -v debootstrap >/dev/null || install_packages
-  local mirror
-  mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\) *$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  local mirror; mirror=$(apt_mirror)
   local start=$SECONDS tmp="${out%.tar.zst}.tmp"
-  log "rootfs: debootstrap --variant=minbase ${ROOTFS_SUITE} from ${mirror} with ${ROOTFS_PACKAGES} (~4.5 min cold)…"
+  log "rootfs: debootstrap --variant=minbase ${ROOTFS_SUITE} from ${mirror} with ${ROOTFS_PACKAGES} (~1-4.5 min cold)…"
   rm -rf "$tmp" && mkdir -p "$tmp/root"
-  debootstrap --variant=minbase --include="${ROOTFS_PACKAGES}" "${ROOTFS_SUITE}" "$tmp/root" "$mirror" 2>&1 | \
-    while IFS= read -r line; do case "$line" in I:\ Retriev*|I:\ Valid*) ;; *) log "rootfs: $line";; esac; done
-  [ -x "$tmp/root/lib/systemd/systemd" ] || { log "rootfs: debootstrap failed (no systemd in the tree)"; return 1; }
+  run_step rootfs debootstrap_filtered "$tmp/root" "$mirror"
+  STEP=rootfs
+  [ -x "$tmp/root/lib/systemd/systemd" ] || fail "rootfs: debootstrap left no systemd in the tree (its output: ${LOG_DIR}/rootfs.log)"
   rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
   log "rootfs: packing $(du -sm "$tmp/root" | cut -f1) MB as tar.zst…"
   tar -C "$tmp/root" --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o "$tmp/rootfs.tar.zst"
   mv "$tmp/rootfs.tar.zst" "$out" && rm -rf "$tmp"
   log "rootfs: ready in $((SECONDS - start))s: $out ($(du -m "$out" | cut -f1) MB)"
-  echo "$out"
 }
+# debootstrap_filtered ROOT MIRROR: debootstrap with its progress lines shown, the download chatter only logged.
+debootstrap_filtered() {
+  debootstrap --variant=minbase --include="${ROOTFS_PACKAGES}" "${ROOTFS_SUITE}" "$1" "$2" 2>&1 |
+    while IFS= read -r line; do
+      echo "$line"
+      case "$line" in I:\ Retriev*|I:\ Valid*) ;; *) log "rootfs: $line" ;; esac
+    done
+}
+
 # ---------------------------------------------------------------------------------------------------------
 # Kernel for bare-metal PXE boots (infrastructure-baremetal e2e): Debian's linux-image-amd64 (apt-get download
 # + dpkg -x, no install), cached as <cache>/metal-kernel/<package>/ with vmlinuz and the few modules a QEMU
 # host needs before its agent runs (virtio NIC; the TPM TIS driver is built in). The e2e builds the initramfs
 # itself (busybox-static + the static yonder-agent of the tree under test). Tests find it with
-# `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL.
+# `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL. <cache>/metal-kernel/current names
+# the package fetched, so a warm run never asks apt (whose lists may be gone) which kernel is current.
 METAL_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
-metal_kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+METAL_KERNEL_ROOT="${CACHE_ROOT}/metal-kernel"
+metal_kernel_dir() {
+  local pkg
+  pkg=$(cat "${METAL_KERNEL_ROOT}/current" 2>/dev/null || true)
+  [ -n "$pkg" ] && [ -f "${METAL_KERNEL_ROOT}/${pkg}/.complete" ] && echo "${METAL_KERNEL_ROOT}/${pkg}"
+}
+metal_kernel_ready() { metal_kernel_dir >/dev/null; }
 build_metal_kernel() {
-  local pkg; pkg=$(metal_kernel_pkg)
-  [ -n "$pkg" ] || { log "metal kernel: apt-cache knows no linux-image-amd64 (apt-get update?)"; return 1; }
-  local out="${CACHE_ROOT}/metal-kernel/${pkg}"
-  if [ -f "$out/.complete" ]; then echo "$out"; return 0; fi
-  local tmp="${out}.tmp"; rm -rf "$tmp" && mkdir -p "$tmp/dl" "$tmp/x" "$tmp/modules"
+  if metal_kernel_ready; then return 0; fi
+  command -v xz >/dev/null && command -v zstd >/dev/null || install_packages
+  apt_update_once
+  STEP=metal-kernel
+  local pkg
+  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ && !seen {print $2; seen = 1}')
+  [ -n "$pkg" ] || fail "metal kernel: apt-cache knows no linux-image-amd64 after apt-get update (is a Debian main mirror configured?)"
+  local out="${METAL_KERNEL_ROOT}/${pkg}" tmp="${METAL_KERNEL_ROOT}/${pkg}.tmp"
+  rm -rf "$tmp" && mkdir -p "$tmp/dl" "$tmp/x" "$tmp/modules"
   log "metal kernel: apt-get download ${pkg}…"
-  (cd "$tmp/dl" && apt-get download "$pkg" >/dev/null 2>&1) || { log "metal kernel: apt-get download ${pkg} failed"; return 1; }
+  run_step metal-kernel in_dir "$tmp/dl" apt-get download "$pkg"
+  STEP=metal-kernel
   dpkg -x "$tmp/dl/"*.deb "$tmp/x"
   cp "$tmp/x/boot/vmlinuz-"* "$tmp/vmlinuz"
   local m f
   for m in $METAL_KERNEL_MODULES; do
-    f=$(find "$tmp/x/lib/modules" -name "${m}.ko*" | head -1)
-    [ -n "$f" ] || { log "metal kernel: module ${m} missing in ${pkg}"; return 1; }
-    case "$f" in *.ko.xz) xz -dc "$f" > "$tmp/modules/${m}.ko" ;; *.ko.zst) zstd -qdc "$f" > "$tmp/modules/${m}.ko" ;; *) cp "$f" "$tmp/modules/${m}.ko" ;; esac
+    f=$(find "$tmp/x/lib/modules" -name "${m}.ko*" -print -quit)
+    [ -n "$f" ] || fail "metal kernel: module ${m} missing in ${pkg}"
+    case "$f" in
+      *.ko.xz) xz -dc "$f" >"$tmp/modules/${m}.ko" ;;
+      *.ko.zst) zstd -qdc "$f" >"$tmp/modules/${m}.ko" ;;
+      *) cp "$f" "$tmp/modules/${m}.ko" ;;
+    esac
   done
-  echo "$METAL_KERNEL_MODULES" > "$tmp/modules/order"
+  echo "$METAL_KERNEL_MODULES" >"$tmp/modules/order"
   rm -rf "$tmp/dl" "$tmp/x" && touch "$tmp/.complete"
   rm -rf "$out" && mv "$tmp" "$out"
+  echo "$pkg" >"${METAL_KERNEL_ROOT}/current.tmp" && mv "${METAL_KERNEL_ROOT}/current.tmp" "${METAL_KERNEL_ROOT}/current"
   log "metal kernel: ready in $out"
-  echo "$out"
 }
+
 # ---------------------------------------------------------------------------------------------------------
 
 case "${1:-}" in
-  --rootfs) build_rootfs; exit $? ;;
+  --list-packages) printf '%s\n' "${DEB_PACKAGES[@]}"; exit 0 ;;
+  --list-built) printf '%s\n' "${BUILT_BINARIES[@]}"; exit 0 ;;
+  --preflight) STEP=preflight; preflight; exit 0 ;;
+  --packages) STEP=packages; install_packages; exit 0 ;;
+  --rootfs) STEP=rootfs; build_rootfs; rootfs_archive; exit 0 ;;
   --rootfs-print)
     f=$(rootfs_archive); [ -f "$f" ] || { echo "node rootfs not built: run hack/test-bins.sh --rootfs" >&2; exit 1; }
     echo "$f"; exit 0 ;;
   --print)
     [ -f "${BIN_DIR}/.complete" ] || { echo "test binaries not built: run make test-bins" >&2; exit 1; }
     echo "${BIN_DIR}"; exit 0 ;;
-  --packages) install_packages; exit $? ;;
-  --metal-kernel) build_metal_kernel; exit $? ;;
+  --metal-kernel) STEP=metal-kernel; build_metal_kernel; metal_kernel_dir; exit 0 ;;
   --metal-kernel-print)
-    d="${CACHE_ROOT}/metal-kernel/$(metal_kernel_pkg)"; [ -f "$d/.complete" ] || { echo "metal kernel not fetched: run hack/test-bins.sh --metal-kernel" >&2; exit 1; }
-    echo "$d"; exit 0 ;;
+    metal_kernel_dir || { echo "metal kernel not fetched: run hack/test-bins.sh --metal-kernel" >&2; exit 1; }
+    exit 0 ;;
+  "" | --force) ;;
+  *) echo "unknown argument ${1}: see the usage at the top of hack/test-bins.sh" >&2; exit 2 ;;
 esac
 
-if [ -f "${BIN_DIR}/.complete" ] && [ "${1:-}" != "--force" ]; then
-  install_packages
-  build_rootfs >/dev/null
-  build_metal_kernel >/dev/null
-  echo "${BIN_DIR}"; exit 0
-fi
-
 total=$SECONDS
+STEP=preflight
+preflight
+STEP=packages
 install_packages
-command -v go >/dev/null || { log "go is not on PATH"; exit 1; }
-build_component etcd "${ETCD_VERSION}" build_etcd
-build_component capi "${CAPI_VERSION}" build_capi
-build_component kubernetes "${KUBERNETES_VERSION}" build_kubernetes
-build_component containerd "${CONTAINERD_VERSION}" build_containerd
-assemble
-build_rootfs >/dev/null
-build_metal_kernel >/dev/null
-log "all test binaries and the node rootfs ready in ${BIN_DIR} ($((SECONDS - total))s)"
+if [ "${1:-}" = "--force" ]; then rm -f "${BIN_DIR}/.complete"; fi
+build_binaries
+build_rootfs
+build_metal_kernel
+if [ $((SECONDS - total)) -gt 1 ]; then
+  log "all test binaries, packages, the node rootfs and the metal kernel ready in ${BIN_DIR} ($((SECONDS - total))s)"
+fi
 echo "${BIN_DIR}"

@@ -121,10 +121,8 @@ func Build(ctx context.Context, dir string) error {
 			return fmt.Errorf("failed to write %s of the initramfs: %w", name, err)
 		}
 	}
-	cpio := exec.CommandContext(ctx, "sh", "-c", "find . | cpio -o -H newc --quiet | gzip -1 > "+filepath.Join(dir, Initrd))
-	cpio.Dir = root
-	if out, err := cpio.CombinedOutput(); err != nil {
-		return fmt.Errorf("failed to pack the initramfs: %s: %w", out, err)
+	if err := writeInitramfs(root, filepath.Join(dir, Initrd)); err != nil {
+		return err
 	}
 	return nil
 }

@@ -93,11 +93,37 @@ func Debootstrap(ctx context.Context, archive, suite, packages, mirror string, l
 	}
 	defer func() { _ = os.RemoveAll(tree) }()
 	tmp := archive + ".partial"
-	pack := fmt.Sprintf("tar -C %s --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o %s", tree, tmp)
-	if out, err := exec.CommandContext(ctx, "sh", "-c", pack).CombinedOutput(); err != nil {
-		return fmt.Errorf("failed to pack the debootstrap rootfs: %s: %w", lastLines(out), err)
+	if err := packZstd(ctx, tree, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("failed to pack the debootstrap rootfs: %w", err)
 	}
 	return os.Rename(tmp, archive)
+}
+
+// packZstd writes tree as a tar.zst archive: tar piped into zstd by this process, so a failure of either
+// one is seen (a shell pipeline reports only zstd's status, and a tar that died would leave a short archive
+// that looks complete).
+func packZstd(ctx context.Context, tree, out string) error {
+	tar := exec.CommandContext(ctx, "tar", "-C", tree, "--numeric-owner", "--xattrs", "-cf", "-", ".")
+	zstd := exec.CommandContext(ctx, "zstd", "-q", "-T0", "-3", "-f", "-o", out)
+	pipe, err := tar.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var tarErr, zstdErr strings.Builder
+	tar.Stderr, zstd.Stderr, zstd.Stdin = &tarErr, &zstdErr, pipe
+	if err := zstd.Start(); err != nil {
+		return fmt.Errorf("failed to start zstd: %w", err)
+	}
+	if err := tar.Run(); err != nil {
+		_ = zstd.Process.Kill()
+		_ = zstd.Wait()
+		return fmt.Errorf("tar failed: %s: %w", lastLines([]byte(tarErr.String())), err)
+	}
+	if err := zstd.Wait(); err != nil {
+		return fmt.Errorf("zstd failed: %s: %w", lastLines([]byte(zstdErr.String())), err)
+	}
+	return nil
 }
 
 var urisRE = regexp.MustCompile(`(?m)^(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s+)?)(https?://\S+/debian)/?(?:\s|$)`)

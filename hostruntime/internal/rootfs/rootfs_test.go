@@ -46,3 +46,20 @@ func TestExtractIsAtomicAndRequiresSystemd(t *testing.T) {
 	g.Expect(Extract(context.Background(), bad, dst2)).To(MatchError(ContainSubstring("has no systemd")))
 	g.Expect(dst2).NotTo(BeAnExistingFile())
 }
+
+// TestPackZstdRoundTripAndFailure: the debootstrap cache archive extracts to the same tree, and a tar that
+// fails is reported as tar's failure (a shell pipeline would have reported zstd's success).
+func TestPackZstdRoundTripAndFailure(t *testing.T) {
+	g := NewWithT(t)
+	src := t.TempDir()
+	g.Expect(os.MkdirAll(filepath.Join(src, "lib", "systemd"), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(src, "lib", "systemd", "systemd"), []byte("init"), 0o755)).To(Succeed())
+	archive := filepath.Join(t.TempDir(), "rootfs.tar.zst")
+	g.Expect(packZstd(context.Background(), src, archive)).To(Succeed())
+	dst := filepath.Join(t.TempDir(), "machine")
+	g.Expect(Extract(context.Background(), archive, dst)).To(Succeed())
+	g.Expect(os.ReadFile(filepath.Join(dst, "lib", "systemd", "systemd"))).To(Equal([]byte("init")))
+
+	err := packZstd(context.Background(), filepath.Join(src, "missing"), filepath.Join(t.TempDir(), "x.tar.zst"))
+	g.Expect(err).To(MatchError(ContainSubstring("tar failed")))
+}

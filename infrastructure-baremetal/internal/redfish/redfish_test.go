@@ -187,9 +187,9 @@ func (m *mockup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // JSON it was not written against (absent CPUs, FPGAs, VLAN interfaces, SimpleStorage only).
 func TestDMTFMockup(t *testing.T) {
 	g := NewWithT(t)
-	root := filepath.Join("..", "..", "..", "..", "shared", "fixtures", "redfish", "public-rackmount1")
+	root := filepath.Join("..", "..", "..", "test", "fixtures", "redfish", "public-rackmount1")
 	if _, err := os.Stat(filepath.Join(root, "index.json")); err != nil {
-		t.Fatalf("DMTF mockup missing (see ../shared/fixtures/redfish/README.md): %v", err)
+		t.Fatalf("DMTF mockup missing (test/fixtures/redfish/README.md): %v", err)
 	}
 	m := &mockup{root: root}
 	srv := httptest.NewTLSServer(m)

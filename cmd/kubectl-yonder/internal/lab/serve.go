@@ -203,32 +203,53 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	return nil
 }
 
-// testBins runs hack/test-bins.sh (and --rootfs), passing its progress lines through.
+// testBins runs hack/test-bins.sh, passing its progress lines through: first its --preflight (root, Go,
+// free disk: what it cannot install, checked before anything builds for many minutes), then the build of
+// whatever is missing. A failure's error carries the script's last lines, which name the failed step.
 func testBins(ctx context.Context, out io.Writer) error {
 	script := filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh")
-	for _, args := range [][]string{{script}, {script, "--rootfs"}} {
-		cmd := exec.CommandContext(ctx, "bash", args...)
-		pr, pw := io.Pipe()
-		cmd.Stdout, cmd.Stderr = io.Discard, pw
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("failed to run %s: %w", strings.Join(args, " "), err)
-		}
-		done := make(chan struct{})
-		go func() {
-			sc := bufio.NewScanner(pr)
-			for sc.Scan() {
-				_, _ = fmt.Fprintf(out, "    %s\n", sc.Text())
-			}
-			close(done)
-		}()
-		err := cmd.Wait()
-		_ = pw.Close()
-		<-done
-		if err != nil {
-			return fmt.Errorf("failed to build the binaries (%s): %w", strings.Join(args[1:], " "), err)
+	for _, args := range [][]string{{script, "--preflight"}, {script}} {
+		if err := runShowingTail(ctx, out, "bash", args...); err != nil {
+			return fmt.Errorf("failed to prepare the binaries (%s): %w", strings.Join(append([]string{"hack/test-bins.sh"}, args[1:]...), " "), err)
 		}
 	}
 	return nil
+}
+
+// tailLines is how many of a failed command's last stderr lines runShowingTail puts into its error.
+const tailLines = 15
+
+// runShowingTail runs a command with its stderr lines passed to out (indented), and on failure returns an
+// error that ends with its last stderr lines, so the reason is in the error itself, not only scrolled past.
+func runShowingTail(ctx context.Context, out io.Writer, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = io.Discard, pw
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("failed to start %s: %w", name, err)
+	}
+	var last []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			_, _ = fmt.Fprintf(out, "    %s\n", sc.Text())
+			if last = append(last, sc.Text()); len(last) > tailLines {
+				last = last[1:]
+			}
+		}
+	}()
+	err := cmd.Wait()
+	_ = pw.Close()
+	<-done
+	if err == nil {
+		return nil
+	}
+	if len(last) == 0 {
+		return fmt.Errorf("%w (no output)", err)
+	}
+	return fmt.Errorf("%w; its last lines:\n    %s", err, strings.Join(last, "\n    "))
 }
 
 // writeAccess writes what an operator needs: both kubeconfigs, the hosts' SSH key and known_hosts.

@@ -20,6 +20,7 @@ LAB_ARGS ?=
 
 .PHONY: lab
 lab: ## Bring up the local lab: management plane, workload cluster, hosts at two sites, Ready workers; `out/kubectl-yonder lab down` removes it
+	@hack/test-bins.sh --preflight
 	@echo "make lab: building out/kubectl-yonder; the first run also builds Kubernetes, etcd, CAPI, containerd and the node rootfs (many minutes; progress below)"
 	@mkdir -p $(OUT) && $(GO) build -o $(OUT)/kubectl-yonder ./cmd/kubectl-yonder
 	$(OUT)/kubectl-yonder lab up $(LAB_ARGS)

@@ -5,9 +5,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -16,12 +13,7 @@ import (
 	"github.com/yonder-dev/yonder/pkg/manager"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { manager.Main(setup.ControllerName, run) }
 
 // flags are the manager's command-line settings.
 type flags struct {
@@ -41,31 +33,21 @@ func addFlags(fs *pflag.FlagSet) *flags {
 	return f
 }
 
+// options returns the reconcilers' settings.
+func (f *flags) options() setup.Options {
+	return setup.Options{Controllers: f.manager.Controllers(), MachineConcurrency: f.machineConc, ClusterConcurrency: f.clusterConc, Hosts: &f.host}
+}
+
 func run() error {
 	f := addFlags(pflag.CommandLine)
 	pflag.Parse()
-	o, machineConc, clusterConc, hostOpts := f.manager, f.machineConc, f.clusterConc, f.host
-
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, o)
+	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, f.manager)
 	if err != nil {
 		return err
 	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := setup.SetupWebhooks(mgr); err != nil {
-		return err
-	}
-	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
-		WatchFilterValue: o.WatchFilter, MachineConcurrency: machineConc, ClusterConcurrency: clusterConc,
-	}); err != nil {
-		return err
-	}
-	// BareMetalHosts labelled metal.yonder.dev/managed=true, and the boot services when configured.
-	if err := baremetalhost.SetupWithManager(ctx, mgr, hostOpts); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
+	return manager.Run(ctrl.SetupSignalHandler(), mgr, manager.Setup{Webhooks: setup.SetupWebhooks, Reconcilers: setup.Reconcilers(f.options())})
 }

@@ -6,7 +6,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -16,51 +15,56 @@ import (
 	"github.com/yonder-dev/yonder/pkg/manager"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+func main() { manager.Main(setup.ControllerName, run) }
+
+// flags are the manager's command-line settings.
+type flags struct {
+	manager                                            manager.Options
+	machineConc, hostConc, clusterConc, cleanupRetries int
+	probeInterval, pollInterval, retryInterval         time.Duration
+}
+
+// addFlags registers every flag of the manager on fs.
+func addFlags(fs *pflag.FlagSet) *flags {
+	f := &flags{manager: manager.Options{Name: setup.ControllerName}}
+	f.manager.AddFlags(fs)
+	fs.IntVar(&f.machineConc, "yondersshmachine-concurrency", 10, "Concurrent YonderSSHMachine reconciles")
+	fs.IntVar(&f.hostConc, "yondersshhost-concurrency", 10, "Concurrent YonderSSHHost reconciles")
+	fs.IntVar(&f.clusterConc, "yondersshcluster-concurrency", 2, "Concurrent YonderSSHCluster reconciles")
+	fs.IntVar(&f.cleanupRetries, "cleanup-retries", 5, "Cleanup attempts on delete before an operator must act")
+	fs.DurationVar(&f.probeInterval, "host-probe-interval", 5*time.Minute, "How often hosts are probed over SSH")
+	fs.DurationVar(&f.pollInterval, "bootstrap-poll-interval", 10*time.Second, "How often a running bootstrap is checked")
+	fs.DurationVar(&f.retryInterval, "ssh-retry-interval", 15*time.Second, "First wait after an SSH failure (doubles per attempt, up to 5m)")
+	return f
+}
+
+// options returns the reconcilers' settings, or why the flags are unusable.
+func (f *flags) options() (setup.Options, error) {
+	if f.cleanupRetries < 1 || f.cleanupRetries > 1000 {
+		return setup.Options{}, fmt.Errorf("--cleanup-retries must be between 1 and 1000, got %d", f.cleanupRetries)
 	}
+	return setup.Options{
+		Controllers:        f.manager.Controllers(),
+		MachineConcurrency: f.machineConc, HostConcurrency: f.hostConc, ClusterConcurrency: f.clusterConc,
+		ProbeInterval: f.probeInterval, PollInterval: f.pollInterval, RetryInterval: f.retryInterval,
+		CleanupRetries: int32(f.cleanupRetries), //nolint:gosec // bounded above
+	}, nil
 }
 
 func run() error {
-	o := manager.Options{Name: "yonder-ssh-manager"}
-	var (
-		machineConc, hostConc, clusterConc, cleanupRetries int
-		probeInterval, pollInterval, retryInterval         time.Duration
-	)
-	fs := pflag.CommandLine
-	o.AddFlags(fs)
-	fs.IntVar(&machineConc, "yondersshmachine-concurrency", 10, "Concurrent YonderSSHMachine reconciles")
-	fs.IntVar(&hostConc, "yondersshhost-concurrency", 10, "Concurrent YonderSSHHost reconciles")
-	fs.IntVar(&clusterConc, "yondersshcluster-concurrency", 2, "Concurrent YonderSSHCluster reconciles")
-	fs.IntVar(&cleanupRetries, "cleanup-retries", 5, "Cleanup attempts on delete before an operator must act")
-	fs.DurationVar(&probeInterval, "host-probe-interval", 5*time.Minute, "How often hosts are probed over SSH")
-	fs.DurationVar(&pollInterval, "bootstrap-poll-interval", 10*time.Second, "How often a running bootstrap is checked")
-	fs.DurationVar(&retryInterval, "ssh-retry-interval", 15*time.Second, "First wait after an SSH failure (doubles per attempt, up to 5m)")
+	f := addFlags(pflag.CommandLine)
 	pflag.Parse()
-	if cleanupRetries < 1 || cleanupRetries > 1000 {
-		return fmt.Errorf("--cleanup-retries must be between 1 and 1000, got %d", cleanupRetries)
+	o, err := f.options()
+	if err != nil {
+		return err
 	}
-
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, o)
+	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, f.manager)
 	if err != nil {
 		return err
 	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := setup.SetupWebhooks(mgr); err != nil {
-		return err
-	}
-	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
-		WatchFilterValue: o.WatchFilter, MachineConcurrency: machineConc, HostConcurrency: hostConc, ClusterConcurrency: clusterConc,
-		ProbeInterval: probeInterval, PollInterval: pollInterval, RetryInterval: retryInterval,
-		CleanupRetries: int32(cleanupRetries),
-	}); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
+	return manager.Run(ctrl.SetupSignalHandler(), mgr, manager.Setup{Webhooks: setup.SetupWebhooks, Reconcilers: setup.Reconcilers(o)})
 }

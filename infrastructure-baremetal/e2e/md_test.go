@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -11,72 +10,32 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/test/harness"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/test/builder"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
-	"github.com/yonder-dev/yonder/pkg/managercache"
 	"github.com/yonder-dev/yonder/test/metalboot"
 )
 
 // startMachineProvider runs the provider's YonderMetalMachine/YonderMetalCluster reconcilers.
 func startMachineProvider(t *testing.T) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, manager.Options{Scheme: env.GetScheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Client: managercache.ClientOptions()})
-	if err != nil {
-		t.Fatalf("failed to create the provider manager: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{SkipNameValidation: true}); err != nil {
-		cancel()
-		t.Fatalf("failed to set up the provider's reconcilers: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Logf("provider manager stopped with: %v", err)
-		}
-	})
+	harness.StartProvider(t, env.Config, env.GetScheme(), setup.Reconcilers(setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}))
 }
 
 // newCluster creates a Cluster on a YonderMetalCluster whose control plane is the workload apiserver (a
 // generic control plane object marked initialized stands in for the control plane provider).
 func newCluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
-	ctx := context.Background()
-	cp := workload(t)
-	mc := &infrav1.YonderMetalCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}}
-	g.Expect(env.Create(ctx, mc)).To(Succeed())
-	gcp := &unstructured.Unstructured{}
-	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
-	gcp.SetKind(builder.GenericControlPlaneKind)
-	gcp.SetNamespace(ns)
-	gcp.SetName(name)
-	_ = unstructured.SetNestedMap(gcp.Object, map[string]any{}, "spec")
-	g.Expect(env.Create(ctx, gcp)).To(Succeed())
-	_ = unstructured.SetNestedField(gcp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalCluster", Name: name},
-			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: name},
-		}}
-	g.Expect(env.Create(ctx, cluster)).To(Succeed())
-	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
-	return cluster
+	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
 
 // The done-when story with the real CAPI controllers and Yonder's YonderMetalMachine reconciler: a
@@ -94,8 +53,8 @@ func TestQEMUMachineDeploymentClaimsAndReleasesHost(t *testing.T) {
 	l.host.Labels["pool"] = "qemu"
 	registered := l.register(t, g)
 
-	cluster := newCluster(t, g, l.ns, "metal")
 	startMachineProvider(t)
+	cluster := newCluster(t, g, l.ns, "metal")
 	data := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "metal-join", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster.Name}},
 		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{"value": []byte("#cloud-config\n# join metal\n"), "format": []byte("cloud-config")}}
 	g.Expect(env.Create(ctx, data)).To(Succeed())

@@ -1,5 +1,5 @@
-// Package setup holds what main.go and the envtest suites share: the scheme, manager cache and client
-// options, and the registration of the provider's reconcilers and webhooks.
+// Package setup wires the SSH provider's webhooks and reconcilers into a manager; main.go and the envtest
+// suites share it, so tests run exactly what ships.
 package setup
 
 import (
@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -20,6 +20,8 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/reconcilers/sshhost"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/reconcilers/sshmachine"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/webhooks/admission"
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
 // ControllerName is the manager's name (field owner, user agent, leader election id prefix).
@@ -27,19 +29,12 @@ const ControllerName = "yonder-ssh-manager"
 
 // Scheme returns the scheme the provider uses.
 func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, fmt.Errorf("failed to build scheme: %w", err)
-		}
-	}
-	return s, nil
+	return manager.Scheme(clientgoscheme.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme)
 }
 
 // Options configure the reconcilers.
 type Options struct {
-	// WatchFilterValue: reconcile only objects labelled cluster.x-k8s.io/watch-filter=<value>.
-	WatchFilterValue string
+	manager.Controllers
 	// Concurrency per controller.
 	MachineConcurrency, HostConcurrency, ClusterConcurrency int
 	// ProbeInterval: how often hosts are probed (default 5m).
@@ -52,45 +47,42 @@ type Options struct {
 	CleanupRetries int32
 	// Dialer: how hosts are reached (default the real SSH dialer).
 	Dialer sshexec.Dialer
-	// SkipNameValidation lets tests register the controllers in several managers of one process.
-	SkipNameValidation bool
+	// Client overrides the manager's client for the machine reconciler (tests wrap it to stop the
+	// provider at a chosen write).
+	Client client.Client
 }
+
+// SetupWebhooks registers the provider's admission webhooks with mgr.
+func SetupWebhooks(mgr ctrl.Manager) error { return webhooks.Setup(mgr, admission.Webhooks()...) }
 
 // SetupReconcilers registers the provider's reconcilers with mgr.
 func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.Dialer == nil {
 		o.Dialer = sshexec.SSHDialer{}
 	}
-	copts := func(n int) controller.Options {
-		if n <= 0 {
-			n = 10
-		}
-		opts := controller.Options{MaxConcurrentReconciles: n}
-		if o.SkipNameValidation {
-			opts.SkipNameValidation = &o.SkipNameValidation
-		}
-		return opts
+	if o.Name == "" {
+		o.Name = ControllerName
+	}
+	c := o.Client
+	if c == nil {
+		c = mgr.GetClient()
 	}
 	if err := (&sshhost.Reconciler{Client: mgr.GetClient(), Dialer: o.Dialer, WatchFilterValue: o.WatchFilterValue, ProbeInterval: o.ProbeInterval}).
-		SetupWithManager(ctx, mgr, copts(o.HostConcurrency)); err != nil {
+		SetupWithManager(ctx, mgr, o.Options(o.HostConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHHost reconciler: %w", err)
 	}
-	if err := (&sshmachine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Dialer: o.Dialer, WatchFilterValue: o.WatchFilterValue,
-		PollInterval: o.PollInterval, RetryInterval: o.RetryInterval, CleanupRetries: o.CleanupRetries}).
-		SetupWithManager(ctx, mgr, copts(o.MachineConcurrency)); err != nil {
+	machines := sshmachine.New(c, mgr.GetAPIReader(), o.WatchFilterValue, &sshmachine.Adapter{Name: o.Name, Dialer: o.Dialer,
+		PollInterval: o.PollInterval, RetryInterval: o.RetryInterval, CleanupRetries: o.CleanupRetries})
+	if err := machines.SetupWithManager(ctx, mgr, o.Options(o.MachineConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHMachine reconciler: %w", err)
 	}
-	if err := (&sshcluster.Reconciler{Client: mgr.GetClient(), WatchFilterValue: o.WatchFilterValue}).
-		SetupWithManager(ctx, mgr, copts(o.ClusterConcurrency)); err != nil {
+	if err := sshcluster.New(mgr.GetClient(), o.WatchFilterValue).SetupWithManager(ctx, mgr, o.Options(o.ClusterConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHCluster reconciler: %w", err)
 	}
 	return nil
 }
 
-// SetupWebhooks registers the provider's admission webhooks with mgr.
-func SetupWebhooks(mgr ctrl.Manager) error {
-	if err := admission.SetupWebhooks(mgr); err != nil {
-		return fmt.Errorf("failed to set up webhooks: %w", err)
-	}
-	return nil
+// Reconcilers returns SetupReconcilers bound to o, for manager.Setup.
+func Reconcilers(o Options) func(context.Context, ctrl.Manager) error {
+	return func(ctx context.Context, mgr ctrl.Manager) error { return SetupReconcilers(ctx, mgr, o) }
 }

@@ -5,6 +5,7 @@
 package manager
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -67,7 +68,7 @@ func (o *Options) LeaderElectionID() string {
 	return id
 }
 
-// New sets the logger and returns a manager with the common options, health and readiness checks.
+// New sets the logger and returns a manager with the common options.
 func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
 	ctrl.SetLogger(klog.Background())
 	cfg = rest.CopyConfig(cfg)
@@ -91,11 +92,53 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the %s manager: %w", o.Name, err)
 	}
+	return mgr, nil
+}
+
+// Setup is one manager's own part: its webhooks and its reconcilers (CABPK's setupWebhooks and
+// setupReconcilers), each provider's setup package supplying both.
+type Setup struct {
+	Webhooks    func(mgr ctrl.Manager) error
+	Reconcilers func(ctx context.Context, mgr ctrl.Manager) error
+}
+
+// Run adds the health and readiness checks (the webhook server must be serving), registers s's webhooks
+// and reconcilers with mgr, and runs mgr until ctx ends: the same sequence in every Yonder manager.
+func Run(ctx context.Context, mgr ctrl.Manager, s Setup) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("failed to add the health check: %w", err)
+		return fmt.Errorf("failed to add the health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return nil, fmt.Errorf("failed to add the readiness check: %w", err)
+		return fmt.Errorf("failed to add the readiness check: %w", err)
 	}
-	return mgr, nil
+	if err := s.Webhooks(mgr); err != nil {
+		return err
+	}
+	if err := s.Reconcilers(ctx, mgr); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Starting manager")
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("failed to run the manager: %w", err)
+	}
+	return nil
+}
+
+// Main runs a manager's run function and exits 1, printing the error, when it fails.
+func Main(name string, run func() error) {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Scheme returns a scheme with the kinds of adds registered.
+func Scheme(adds ...func(*runtime.Scheme) error) (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range adds {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("failed to build scheme: %w", err)
+		}
+	}
+	return s, nil
 }

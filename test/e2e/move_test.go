@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/reconcilers/sshmachine"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
@@ -75,7 +75,7 @@ func TestMove(t *testing.T) {
 			return false, err
 		}
 		for _, m := range ms.Items {
-			if _, ok := m.Annotations[sshmachine.BlockMoveAnnotation]; ok {
+			if _, ok := m.Annotations[clusterctlv1.BlockMoveAnnotation]; ok {
 				return true, nil
 			}
 		}

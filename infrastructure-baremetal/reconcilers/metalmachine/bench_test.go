@@ -76,7 +76,7 @@ func BenchmarkClaim200Of1000(b *testing.B) {
 		ns := nsObj.Name
 		t0 := time.Now()
 		parallel(hosts, func(j int) {
-			registerHosts(g, ns, hostSpec{name: fmt.Sprintf("h%04d", j), failureDomain: fmt.Sprintf("fd%d", j%10), labels: map[string]string{"pool": "bench"}})
+			registerHosts(g, ns, hostSpec{Name: fmt.Sprintf("h%04d", j), FailureDomain: fmt.Sprintf("fd%d", j%10), Labels: map[string]string{"pool": "bench"}})
 		})
 		b.Logf("registered %d hosts in %s", hosts, time.Since(t0).Round(time.Millisecond))
 
@@ -128,14 +128,14 @@ func BenchmarkClaim200Of1000(b *testing.B) {
 			}
 			handed := 0
 			for _, m := range metalMachines(g, ns) {
-				if c := condition(&m, infrav1.HostProvisionedCondition); c != nil && c.Reason == infrav1.HostProvisioningReason {
+				if c := condition(&m, infrav1.YonderMetalMachineHostProvisionedCondition); c != nil && c.Reason == infrav1.YonderMetalMachineHostProvisioningReason {
 					handed++
 				}
 			}
 			g.Expect(handed).To(Equal(machines))
 		}, 20*time.Minute, time.Second).Should(Succeed())
 		provWall := time.Since(t0)
-		p.stop()
+		p.Stop()
 		claims := checkClaims(g, ns, false)
 		g.Expect(claims).To(HaveLen(machines))
 		perFD := map[string]int{}

@@ -24,14 +24,14 @@ func TestWatchFilterLeavesOtherShardsAlone(t *testing.T) {
 	data := dataSecret(g, ns, "shard-join", cluster.Name)
 	newMachineDeployment(g, ns, "shard", cluster, data.Name, 1, pool)
 	g.Eventually(func(g Gomega) { g.Expect(metalMachines(g, ns)).To(HaveLen(1)) }).Should(Succeed())
-	registerHosts(g, ns, hostSpec{name: "s1", labels: pool})
+	registerHosts(g, ns, hostSpec{Name: "s1", Labels: pool})
 	g.Consistently(func(g Gomega) {
 		m := metalMachines(g, ns)[0]
 		g.Expect(m.Finalizers).To(BeEmpty())
 		g.Expect(m.Annotations).NotTo(HaveKey(infrav1.ReservedHostAnnotation))
 		g.Expect(host(g, ns, "s1").Spec.ConsumerRef).To(BeNil())
 	}, 3*time.Second).Should(Succeed())
-	p.stop()
+	p.Stop()
 
 	startProvider(t, testOptions())
 	g.Eventually(func(g Gomega) {

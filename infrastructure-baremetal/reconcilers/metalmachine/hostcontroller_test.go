@@ -2,7 +2,6 @@ package metalmachine_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,17 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/test/harness"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
-	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalmachine"
-	"github.com/yonder-dev/yonder/pkg/managercache"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -31,29 +29,11 @@ import (
 // boot override at the Redfish emulator, but nothing answers their PXE boot, so provisioning times out.
 func startHostController(t *testing.T, ns string) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, manager.Options{
-		Scheme: env.GetScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Client: managercache.ClientOptions(),
-	})
-	if err != nil {
-		t.Fatalf("failed to create the host controller's manager: %v", err)
-	}
-	r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inventory.NewStatic(), Namespaces: []string{ns},
-		Boot:             inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img"},
-		ProvisionTimeout: 2 * time.Second, MaxProvisionAttempts: 1, RetryInterval: 500 * time.Millisecond, PowerPollInterval: time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	skip := true
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: 2}); err != nil {
-		cancel()
-		t.Fatalf("failed to set up the host controller: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Logf("host controller stopped with: %v", err)
-		}
+	harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
+		r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inventory.NewStatic(), Namespaces: []string{ns},
+			Boot:             inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img"},
+			ProvisionTimeout: 2 * time.Second, MaxProvisionAttempts: 1, RetryInterval: 500 * time.Millisecond, PowerPollInterval: time.Second}
+		return r.SetupWithManager(ctx, mgr, manager.Controllers{SkipNameValidation: true}.Options(2))
 	})
 }
 
@@ -97,11 +77,11 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		ms := metalMachines(g, ns)
 		g.Expect(ms).To(HaveLen(1))
-		c := condition(&ms[0], infrav1.HostProvisionedCondition)
+		c := condition(&ms[0], infrav1.YonderMetalMachineHostProvisionedCondition)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(infrav1.HostErrorReason))
+		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineHostErrorReason))
 		g.Expect(c.Message).To(And(ContainSubstring("BareMetalHost r1 reports provisioning error"), ContainSubstring("PXE")))
-		g.Expect(ms[0].Annotations).To(HaveKey(metalmachine.BlockMoveAnnotation))
+		g.Expect(ms[0].Annotations).To(HaveKey(clusterctlv1.BlockMoveAnnotation))
 		g.Expect(ms[0].Status.Initialization.Provisioned).To(BeNil())
 	}).Should(Succeed())
 	h := host(g, ns, "r1")

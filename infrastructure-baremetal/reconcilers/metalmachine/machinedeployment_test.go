@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
-	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalmachine"
 )
 
 // The user story: a MachineDeployment of 3 YonderMetalMachines, with the real CAPI controllers, claims 3
@@ -30,17 +30,17 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	pool := map[string]string{"pool": "rack"}
 	other := &corev1.ObjectReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta1", Kind: "Metal3Machine", Name: "someone-else", Namespace: ns}
 	registerHosts(g, ns,
-		hostSpec{name: "a1", failureDomain: "a", labels: pool}, hostSpec{name: "a2", failureDomain: "a", labels: pool},
-		hostSpec{name: "b1", failureDomain: "b", labels: pool}, hostSpec{name: "b2", failureDomain: "b", labels: pool},
-		hostSpec{name: "c1", failureDomain: "c", labels: pool},
-		hostSpec{name: "c-paused", failureDomain: "c", labels: pool, paused: true},
-		hostSpec{name: "c-error", failureDomain: "c", labels: pool, errorMessage: "Redfish: 401 Unauthorized"},
-		hostSpec{name: "c-taken", failureDomain: "c", labels: pool, consumer: other},
-		hostSpec{name: "c-inspecting", failureDomain: "c", labels: pool, state: metal3v1.StateInspecting},
-		hostSpec{name: "c-otherpool", failureDomain: "c", labels: map[string]string{"pool": "other"}},
+		hostSpec{Name: "a1", FailureDomain: "a", Labels: pool}, hostSpec{Name: "a2", FailureDomain: "a", Labels: pool},
+		hostSpec{Name: "b1", FailureDomain: "b", Labels: pool}, hostSpec{Name: "b2", FailureDomain: "b", Labels: pool},
+		hostSpec{Name: "c1", FailureDomain: "c", Labels: pool},
+		hostSpec{Name: "c-paused", FailureDomain: "c", Labels: pool, Paused: true},
+		hostSpec{Name: "c-error", FailureDomain: "c", Labels: pool, ErrorMessage: "Redfish: 401 Unauthorized"},
+		hostSpec{Name: "c-taken", FailureDomain: "c", Labels: pool, Consumer: other},
+		hostSpec{Name: "c-inspecting", FailureDomain: "c", Labels: pool, State: metal3v1.StateInspecting},
+		hostSpec{Name: "c-otherpool", FailureDomain: "c", Labels: map[string]string{"pool": "other"}},
 	)
 	sim := simulateHostController(t, ns)
-	sim.setHold(true)
+	sim.SetHold(true)
 	cluster := newCluster(t, g, ns, "edge")
 	startProvider(t, testOptions())
 	wlc, err := workload(t).Client()
@@ -64,14 +64,14 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		ms := metalMachines(g, ns)
 		g.Expect(ms).To(HaveLen(3))
 		for _, m := range ms {
-			g.Expect(m.Annotations).To(HaveKeyWithValue(metalmachine.BlockMoveAnnotation, "true"))
-			c := condition(&m, infrav1.HostProvisionedCondition)
+			g.Expect(m.Annotations).To(HaveKeyWithValue(clusterctlv1.BlockMoveAnnotation, "true"))
+			c := condition(&m, infrav1.YonderMetalMachineHostProvisionedCondition)
 			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Reason).To(Equal(infrav1.HostProvisioningReason))
+			g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineHostProvisioningReason))
 			g.Expect(c.Message).To(ContainSubstring(`is "provisioning"`))
 		}
 	}).Should(Succeed())
-	sim.setHold(false)
+	sim.SetHold(false)
 
 	machinesRunning := func(want int) {
 		g.Eventually(func(g Gomega) {
@@ -85,7 +85,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 			g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
 			for _, m := range metalMachines(g, ns) {
 				g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))
-				g.Expect(m.Annotations).NotTo(HaveKey(metalmachine.BlockMoveAnnotation))
+				g.Expect(m.Annotations).NotTo(HaveKey(clusterctlv1.BlockMoveAnnotation))
 				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
 			}
 		}).Should(Succeed())
@@ -116,8 +116,8 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	g.Expect(host(g, ns, "c-taken").Spec.ConsumerRef).To(Equal(other))
 
 	// Scale down: the surplus hosts are deprovisioned first and released only once available again.
-	sim.setHold(true)
-	sim.setHoldDeprovision(true)
+	sim.SetHold(true)
+	sim.SetHoldDeprovision(true)
 	scale(g, md, 1)
 	g.Eventually(func(g Gomega) {
 		deprovisioning := 0
@@ -129,7 +129,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		}
 		g.Expect(deprovisioning).To(Equal(2))
 	}).Should(Succeed())
-	sim.setHoldDeprovision(false)
+	sim.SetHoldDeprovision(false)
 	machinesRunning(1)
 	g.Eventually(func(g Gomega) {
 		free := 0
@@ -138,7 +138,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 				g.Expect(h.Spec.Image).To(BeNil())
 				g.Expect(h.Spec.UserData).To(BeNil())
 				g.Expect(h.Spec.Online).To(BeFalse())
-				g.Expect(h.Labels).NotTo(HaveKey(metalmachine.ClusterLabel))
+				g.Expect(h.Labels).NotTo(HaveKey(infrav1.ClusterLabel))
 				free++
 			}
 		}
@@ -152,7 +152,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(metalMachines(g, ns)).To(BeEmpty())
 		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
 	}).Should(Succeed())
-	for h, byConsumer := range sim.provisionings() {
+	for h, byConsumer := range sim.Provisionings() {
 		for uid, n := range byConsumer {
 			g.Expect(n).To(Equal(1), "host %s provisioned %d times for consumer %s", h, n, uid)
 		}
@@ -167,9 +167,9 @@ func TestHostErrorIsReportedAndReleasedOnDelete(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "err").Name
 	pool := map[string]string{"pool": "err"}
-	registerHosts(g, ns, hostSpec{name: "e1", labels: pool})
+	registerHosts(g, ns, hostSpec{Name: "e1", Labels: pool})
 	sim := simulateHostController(t, ns)
-	sim.setFail("e1", "writing the image failed: checksum mismatch")
+	sim.SetFail("e1", "writing the image failed: checksum mismatch")
 	cluster := newCluster(t, g, ns, "err")
 	startProvider(t, testOptions())
 	data := dataSecret(g, ns, "err-join", cluster.Name)
@@ -177,9 +177,9 @@ func TestHostErrorIsReportedAndReleasedOnDelete(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		ms := metalMachines(g, ns)
 		g.Expect(ms).To(HaveLen(1))
-		c := condition(&ms[0], infrav1.HostProvisionedCondition)
+		c := condition(&ms[0], infrav1.YonderMetalMachineHostProvisionedCondition)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(infrav1.HostErrorReason))
+		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineHostErrorReason))
 		g.Expect(c.Message).To(ContainSubstring("BareMetalHost e1 reports provisioning error: writing the image failed: checksum mismatch"))
 		g.Expect(condition(&ms[0], clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionFalse))
 	}).Should(Succeed())

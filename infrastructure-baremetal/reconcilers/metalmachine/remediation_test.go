@@ -24,7 +24,7 @@ func TestMachineHealthCheckReplacementReusesTheHost(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "mhc").Name
 	pool := map[string]string{"pool": "mhc"}
-	registerHosts(g, ns, hostSpec{name: "only", labels: pool})
+	registerHosts(g, ns, hostSpec{Name: "only", Labels: pool})
 	sim := simulateHostController(t, ns)
 	cluster := newCluster(t, g, ns, "mhc")
 	startProvider(t, testOptions())
@@ -82,5 +82,5 @@ func TestMachineHealthCheckReplacementReusesTheHost(t *testing.T) {
 	h := host(g, ns, "only")
 	g.Expect(h.Spec.ConsumerRef.UID).To(Equal(ms[0].UID))
 	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
-	g.Expect(sim.provisionings()["only"]).To(HaveLen(2), "provisioned once for each Machine")
+	g.Expect(sim.Provisionings()["only"]).To(HaveLen(2), "provisioned once for each Machine")
 }

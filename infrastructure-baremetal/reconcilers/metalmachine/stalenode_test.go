@@ -26,7 +26,7 @@ func TestClusterDeletionRemovesTheReleasedHostsNode(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "stale").Name
 	pool := map[string]string{"pool": "stale"}
-	registerHosts(g, ns, hostSpec{name: "s1", labels: pool})
+	registerHosts(g, ns, hostSpec{Name: "s1", Labels: pool})
 	simulateHostController(t, ns)
 	cluster := newCluster(t, g, ns, "stale")
 	startProvider(t, testOptions())

@@ -2,10 +2,7 @@ package metalmachine_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,31 +11,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/yonder-dev/yonder/pkg/manager"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/test/builder"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
-	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/bmhsim"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 var (
 	env *envtest.Environment
-
-	wlOnce sync.Once
-	wl     *controlplane.ControlPlane
-	wlErr  error
+	wl  = &harness.Workload{Name: "metal-wl"}
 )
 
 func TestMain(m *testing.M) {
@@ -52,259 +44,48 @@ func TestMain(m *testing.M) {
 		// manager (startProvider) so tests can stop and restart them like a crashing controller.
 		Setup: func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
 	}, func(e *envtest.Environment) { env = e })
-	if wl != nil {
-		_ = wl.Stop()
-	}
+	wl.Stop()
 	os.Exit(code)
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	wlOnce.Do(func() { wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "metal-wl"}) })
-	if wlErr != nil {
-		t.Fatalf("failed to start the workload control plane: %v", wlErr)
-	}
-	return wl
+func workload(t testing.TB) *controlplane.ControlPlane { return wl.Get(t) }
+
+func testOptions() setup.Options {
+	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
 }
 
-// provider is a running instance of the provider's reconcilers (a yonder-metal-manager).
-type provider struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func testOptions() setup.Options { return setup.Options{SkipNameValidation: true} }
-
-func startProvider(t testing.TB, o setup.Options) *provider {
+func startProvider(t testing.TB, o setup.Options) *harness.Provider {
 	return startProviderWithConfig(t, env.Config, o)
 }
 
 // startProviderWithConfig starts the provider's reconcilers in a manager of their own, with its own
 // rest config (e.g. one that counts requests).
-func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *provider {
-	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme:                 env.GetScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Client:                 managercache.ClientOptions(),
-	})
-	if err != nil {
-		t.Fatalf("failed to create provider manager: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := setup.SetupReconcilers(ctx, mgr, o); err != nil {
-		cancel()
-		t.Fatalf("failed to set up reconcilers: %v", err)
-	}
-	p := &provider{cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- mgr.Start(ctx) }()
-	t.Cleanup(p.stop)
-	return p
+func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
+	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
 }
 
-// stop stops the manager (like a killed controller: in-flight reconciles see a cancelled context).
-func (p *provider) stop() {
-	if p.cancel == nil {
-		return
-	}
-	p.cancel()
-	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(os.Stderr, "provider manager stopped with: %v\n", err)
-	}
-	p.cancel = nil
-}
-
-// newCluster creates a Cluster whose control plane is the workload apiserver. The test acts as the
-// control plane provider (a generic control plane object marked initialized): this provider only
-// supplies workers. The cluster's infrastructure is provisioned by a provider run just for that, so
-// tests that start and stop providers themselves begin with a ready Cluster.
+// newCluster creates a Cluster on a YonderMetalCluster whose control plane is the workload apiserver. Its
+// infrastructure is provisioned by a provider run just for that, so tests that start and stop providers
+// themselves begin with a ready Cluster.
 func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
-	ctx := context.Background()
-	cp := workload(t)
-	mc := &infrav1.YonderMetalCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}}
-	g.Expect(env.Create(ctx, mc)).To(Succeed())
-	gcp := &unstructured.Unstructured{}
-	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
-	gcp.SetKind(builder.GenericControlPlaneKind)
-	gcp.SetNamespace(ns)
-	gcp.SetName(name)
-	_ = unstructured.SetNestedMap(gcp.Object, map[string]any{}, "spec")
-	g.Expect(env.Create(ctx, gcp)).To(Succeed())
-	_ = unstructured.SetNestedField(gcp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
-	cluster := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalCluster", Name: name},
-			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: name},
-		},
-	}
-	g.Expect(env.Create(ctx, cluster)).To(Succeed())
-	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
 	p := startProvider(t, testOptions())
-	defer p.stop()
-	g.Eventually(func(g Gomega) {
-		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)).To(Succeed())
-		g.Expect(cluster.Status.Initialization.InfrastructureProvisioned).To(HaveValue(BeTrue()))
-		g.Expect(cluster.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
-	}).Should(Succeed())
-	return cluster
+	defer p.Stop()
+	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
 
 // hostSpec describes one BareMetalHost to register.
-type hostSpec struct {
-	name, failureDomain string
-	labels              map[string]string
-	state               metal3v1.ProvisioningState
-	paused              bool
-	errorMessage        string
-	consumer            *corev1.ObjectReference
-}
+type hostSpec = bmhsim.Host
 
-// registerHosts creates BareMetalHosts with the status an inspected host has (what the host controller
-// writes after registering and inspecting it).
+// registerHosts creates BareMetalHosts with the status an inspected host has.
 func registerHosts(g Gomega, ns string, specs ...hostSpec) {
-	ctx := context.Background()
-	for i, s := range specs {
-		h := &metal3v1.BareMetalHost{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name, Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec: metal3v1.BareMetalHostSpec{
-				BMC:            metal3v1.BMCDetails{Address: fmt.Sprintf("redfish://127.0.0.1:%d/redfish/v1/Systems/1", 8000+i), CredentialsName: "bmc"},
-				BootMACAddress: fmt.Sprintf("52:54:00:00:%02x:%02x", i/256, i%256),
-				ConsumerRef:    s.consumer,
-			},
-		}
-		for k, v := range s.labels {
-			h.Labels[k] = v
-		}
-		if s.failureDomain != "" {
-			h.Labels[infrav1.FailureDomainLabel] = s.failureDomain
-		}
-		if s.paused {
-			h.Annotations[metal3v1.PausedAnnotation] = ""
-		}
-		g.Expect(env.Create(ctx, h)).To(Succeed())
-		st := s.state
-		if st == "" {
-			st = metal3v1.StateAvailable
-		}
-		h.Status = metal3v1.BareMetalHostStatus{
-			OperationalStatus: metal3v1.OperationalStatusOK,
-			Provisioning:      metal3v1.ProvisionStatus{State: st, ID: string(h.UID)},
-			HardwareDetails: &metal3v1.HardwareDetails{Hostname: s.name, RAMMebibytes: 4096,
-				NIC: []metal3v1.NIC{{Name: "eth0", MAC: h.Spec.BootMACAddress, IP: fmt.Sprintf("10.1.%d.%d", i/250, i%250+2), PXE: true}}},
-		}
-		if s.errorMessage != "" {
-			h.Status.ErrorType = metal3v1.InspectionError
-			h.Status.ErrorMessage = s.errorMessage
-			h.Status.OperationalStatus = metal3v1.OperationalStatusError
-		}
-		g.Expect(env.Status().Update(ctx, h)).To(Succeed())
-	}
+	bmhsim.Register(g, env.Client, ns, specs...)
 }
 
-// hostSimulator stands in for Yonder's BareMetalHost controller (reconcilers/baremetalhost, built by
-// another part of the provider) ONLY in this package's tests. It advances host status one state per
-// tick the way the host controller does: available + image + online → provisioning → provisioned
-// (powered on); image withdrawn → deprovisioning → available (powered off). Paused hosts are left alone.
-// It records each provisioning by consumer so tests can prove no host was provisioned twice for one
-// Machine and none for two Machines at once.
-type hostSimulator struct {
-	mu sync.Mutex
-	// hold keeps hosts in "provisioning" (to observe the block-move annotation).
-	hold bool
-	// holdDeprovision keeps hosts in "deprovisioning" (to observe that a host is released only once it is
-	// available again: a test that merely polls for the transient state can miss it on a loaded machine).
-	holdDeprovision bool
-	// fail makes provisioning of the named host fail with this message.
-	fail map[string]string
-	// provisioned counts, per host and consumer UID, how often provisioning started.
-	provisioned map[string]map[string]int
-}
-
-// simulateHostController starts the simulator for namespace ns until the test ends.
-func simulateHostController(t testing.TB, ns string) *hostSimulator {
-	s := &hostSimulator{fail: map[string]string{}, provisioned: map[string]map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				s.step(ctx, ns)
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
-}
-
-func (s *hostSimulator) setHold(v bool) { s.mu.Lock(); s.hold = v; s.mu.Unlock() }
-
-func (s *hostSimulator) setHoldDeprovision(v bool) { s.mu.Lock(); s.holdDeprovision = v; s.mu.Unlock() }
-
-func (s *hostSimulator) setFail(host, msg string) { s.mu.Lock(); s.fail[host] = msg; s.mu.Unlock() }
-
-// provisionings returns a copy of the provisioning record.
-func (s *hostSimulator) provisionings() map[string]map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]map[string]int{}
-	for h, m := range s.provisioned {
-		out[h] = map[string]int{}
-		for k, v := range m {
-			out[h][k] = v
-		}
-	}
-	return out
-}
-
-func (s *hostSimulator) step(ctx context.Context, ns string) {
-	list := &metal3v1.BareMetalHostList{}
-	if err := env.GetAPIReader().List(ctx, list, client.InNamespace(ns)); err != nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range list.Items {
-		h := &list.Items[i]
-		if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
-			continue
-		}
-		st := &h.Status
-		deploy := h.Spec.Image != nil || h.Spec.CustomDeploy != nil
-		switch {
-		case st.Provisioning.State == metal3v1.StateAvailable && deploy && h.Spec.Online && h.Spec.ConsumerRef != nil && st.ErrorType == "":
-			st.Provisioning.State = metal3v1.StateProvisioning
-			if s.provisioned[h.Name] == nil {
-				s.provisioned[h.Name] = map[string]int{}
-			}
-			s.provisioned[h.Name][string(h.Spec.ConsumerRef.UID)]++
-		case st.Provisioning.State == metal3v1.StateProvisioning && deploy && s.fail[h.Name] != "":
-			st.ErrorType, st.ErrorMessage, st.OperationalStatus = metal3v1.ProvisioningError, s.fail[h.Name], metal3v1.OperationalStatusError
-		case st.Provisioning.State == metal3v1.StateProvisioning && deploy && !s.hold:
-			st.Provisioning.State, st.PoweredOn = metal3v1.StateProvisioned, true
-			if h.Spec.Image != nil {
-				st.Provisioning.Image = *h.Spec.Image
-			}
-		case (st.Provisioning.State == metal3v1.StateProvisioned || st.Provisioning.State == metal3v1.StateProvisioning) && !deploy:
-			st.Provisioning.State = metal3v1.StateDeprovisioning
-			st.ErrorType, st.ErrorMessage, st.OperationalStatus = "", "", metal3v1.OperationalStatusOK
-		case st.Provisioning.State == metal3v1.StateDeprovisioning && !s.holdDeprovision:
-			st.Provisioning.State, st.PoweredOn, st.Provisioning.Image = metal3v1.StateAvailable, h.Spec.Online, metal3v1.Image{}
-		default:
-			continue
-		}
-		_ = env.Status().Update(ctx, h)
-	}
+// simulateHostController starts the host controller simulator for namespace ns until the test ends.
+func simulateHostController(t testing.TB, ns string) *bmhsim.Simulator {
+	return bmhsim.Start(t, env.Client, env.GetAPIReader(), ns)
 }
 
 // dataSecret creates a bootstrap data Secret (value + format) as a bootstrap provider does.

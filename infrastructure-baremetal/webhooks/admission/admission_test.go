@@ -55,7 +55,7 @@ func TestMachineValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			_, err := (&YonderMetalMachine{}).ValidateCreate(context.Background(), machine(tc.mod))
+			_, err := YonderMetalMachine().ValidateCreate(context.Background(), machine(tc.mod))
 			if tc.err == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -67,7 +67,7 @@ func TestMachineValidation(t *testing.T) {
 
 func TestMachineImmutability(t *testing.T) {
 	g := NewWithT(t)
-	w := &YonderMetalMachine{}
+	w := YonderMetalMachine()
 	old := machine(nil)
 	_, err := w.ValidateUpdate(context.Background(), old, machine(func(s *infrav1.YonderMetalMachineSpec) { s.ProviderID = "yonder-metal://ns/h" }))
 	g.Expect(err).NotTo(HaveOccurred(), "providerID may be set once")
@@ -87,7 +87,7 @@ func TestTemplatesImmutableExceptClusterClassDryRun(t *testing.T) {
 			Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
 				Image: &infrav1.Image{URL: url, Format: "live-iso"}}}}}
 	}
-	w := &YonderMetalMachineTemplate{}
+	w := YonderMetalMachineTemplate()
 	_, err := w.ValidateUpdate(context.Background(), tmpl("http://a"), tmpl("http://b"))
 	g.Expect(err).To(MatchError(ContainSubstring("immutable")))
 	_, err = w.ValidateUpdate(context.Background(), tmpl("http://a"), tmpl("http://a"))
@@ -99,7 +99,7 @@ func TestTemplatesImmutableExceptClusterClassDryRun(t *testing.T) {
 	_, err = w.ValidateUpdate(ctx, tmpl("http://a"), dry)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	cw := &YonderMetalClusterTemplate{}
+	cw := YonderMetalClusterTemplate()
 	ct := func(k string) *infrav1.YonderMetalClusterTemplate {
 		return &infrav1.YonderMetalClusterTemplate{Spec: infrav1.YonderMetalClusterTemplateSpec{Template: infrav1.YonderMetalClusterTemplateResource{
 			Spec: infrav1.YonderMetalClusterSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{k: "v"}}}}}}
@@ -110,7 +110,7 @@ func TestTemplatesImmutableExceptClusterClassDryRun(t *testing.T) {
 
 func TestClusterEndpointImmutableOnceSet(t *testing.T) {
 	g := NewWithT(t)
-	w := &YonderMetalCluster{}
+	w := YonderMetalCluster()
 	c := func(host string) *infrav1.YonderMetalCluster {
 		return &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: clusterEndpoint(host)}}
 	}

@@ -2,41 +2,55 @@ package admission
 
 import (
 	"context"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondermetalmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondermetalmachines,versions=v1alpha1,name=validation.yondermetalmachine.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 
-// YonderMetalMachine validates YonderMetalMachines.
-type YonderMetalMachine struct{}
-
-// ValidateCreate implements admission.Validator.
-func (w *YonderMetalMachine) ValidateCreate(_ context.Context, m *infrav1.YonderMetalMachine) (admission.Warnings, error) {
-	return nil, invalid("YonderMetalMachine", m.Name, validateMachineSpec(&m.Spec, field.NewPath("spec")))
-}
-
-// ValidateUpdate implements admission.Validator.
-func (w *YonderMetalMachine) ValidateUpdate(_ context.Context, old, m *infrav1.YonderMetalMachine) (admission.Warnings, error) {
+// YonderMetalMachine validates YonderMetalMachines: the spec (validateMachineSpec), and what the host was
+// given and chosen by cannot change under a Machine (CAPI replaces Machines instead); providerID is
+// immutable once set.
+func YonderMetalMachine() *webhooks.Validator[*infrav1.YonderMetalMachine] {
 	p := field.NewPath("spec")
-	errs := validateMachineSpec(&m.Spec, p)
-	// What the host was given and chosen by cannot change under a Machine: CAPI replaces Machines instead.
-	if !sameSpec(old.Spec.HostSelector, m.Spec.HostSelector) {
-		errs = append(errs, field.Forbidden(p.Child("hostSelector"), "is immutable"))
+	return &webhooks.Validator[*infrav1.YonderMetalMachine]{
+		Kind:     kind("YonderMetalMachine"),
+		Validate: func(m *infrav1.YonderMetalMachine) field.ErrorList { return validateMachineSpec(&m.Spec, p) },
+		Change: func(_ context.Context, old, m *infrav1.YonderMetalMachine) field.ErrorList {
+			errs := webhooks.Unchanged(old.Spec.HostSelector, m.Spec.HostSelector, p.Child("hostSelector"), "is immutable")
+			errs = append(errs, webhooks.Unchanged([]any{old.Spec.Image, old.Spec.CustomDeploy}, []any{m.Spec.Image, m.Spec.CustomDeploy}, p.Child("image"),
+				"image and customDeploy are immutable: roll out a new YonderMetalMachineTemplate instead")...)
+			return append(errs, webhooks.SetOnce(old.Spec.ProviderID, m.Spec.ProviderID, p.Child("providerID"))...)
+		},
 	}
-	if !sameSpec(old.Spec.Image, m.Spec.Image) || !sameSpec(old.Spec.CustomDeploy, m.Spec.CustomDeploy) {
-		errs = append(errs, field.Forbidden(p.Child("image"), "image and customDeploy are immutable: roll out a new YonderMetalMachineTemplate instead"))
-	}
-	if old.Spec.ProviderID != "" && old.Spec.ProviderID != m.Spec.ProviderID {
-		errs = append(errs, field.Forbidden(p.Child("providerID"), "is immutable once set"))
-	}
-	return nil, invalid("YonderMetalMachine", m.Name, errs)
 }
 
-// ValidateDelete implements admission.Validator.
-func (w *YonderMetalMachine) ValidateDelete(context.Context, *infrav1.YonderMetalMachine) (admission.Warnings, error) {
-	return nil, nil
+// validateMachineSpec checks what the API server's schema cannot: the image/customDeploy choice and
+// Metal3's checksum rules, so a host is never handed an image it would refuse after being claimed.
+func validateMachineSpec(s *infrav1.YonderMetalMachineSpec, p *field.Path) field.ErrorList {
+	errs := webhooks.HostSelector(s.HostSelector.LabelSelector(), p.Child("hostSelector"))
+	switch {
+	case s.Image == nil && s.CustomDeploy == nil:
+		errs = append(errs, field.Required(p.Child("image"), "set image (or customDeploy) so the host has something to boot"))
+	case s.Image != nil && s.CustomDeploy != nil:
+		errs = append(errs, field.Forbidden(p.Child("customDeploy"), "set either image or customDeploy, not both"))
+	}
+	if img := s.Image; img != nil {
+		ip := p.Child("image")
+		oci := strings.HasPrefix(strings.ToLower(img.URL), "oci://")
+		if img.Checksum == "" && img.Format != infrav1.LiveISOFormat && !oci {
+			errs = append(errs, field.Required(ip.Child("checksum"), "a checksum is required unless format is live-iso or the url is oci://"))
+		}
+		if img.Checksum != "" && img.ChecksumType == "" && !strings.Contains(img.Checksum, "://") {
+			errs = append(errs, field.Required(ip.Child("checksumType"), "say which algorithm the checksum uses (md5, sha256, sha512 or auto)"))
+		}
+		if img.Format == infrav1.LiveISOFormat && s.AutomatedCleaningMode == "metadata" {
+			errs = append(errs, field.Invalid(p.Child("automatedCleaningMode"), s.AutomatedCleaningMode, "a live-iso host writes nothing to disk; use disabled or leave it empty"))
+		}
+	}
+	return errs
 }

@@ -13,11 +13,11 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/cloudinit"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
-func target(h *sshtest.Host) sshexec.Target {
+func target(h *sshhosts.Host) sshexec.Target {
 	return sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address.String(), Port: h.Port, User: "root", Signer: h.ClientSigner, HostKey: h.HostKey}}
 }
 
@@ -28,9 +28,9 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "rm", 2, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "rm", 2, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
@@ -90,7 +90,7 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	var mm *sshexec.HostKeyMismatchError
 	g.Expect(err).To(BeAssignableToTypeOf(mm))
 	// Refused key.
-	_, other, _ := sshtest.NewClientKey()
+	_, other, _ := sshhosts.NewClientKey()
 	bad = target(hs[0])
 	bad.Signer = other
 	_, err = sshexec.SSHDialer{}.Dial(ctx, bad)
@@ -125,9 +125,9 @@ func TestTrustOnFirstUseRecordsKey(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "tofu", 1, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "tofu", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	tg := target(hs[0])
 	tg.HostKey = nil

@@ -1,34 +1,22 @@
-// Package sshcluster reconciles YonderSSHClusters: the control plane endpoint is passed through as
-// given, failure domains are computed from the host inventory, and the cluster infrastructure is
-// provisioned at once (the hosts exist already).
+// Package sshcluster reconciles YonderSSHClusters with the shared infrastructure cluster reconciler
+// (pkg/infracluster): the control plane endpoint is passed through as given, failure domains are
+// computed from the host inventory, and the cluster infrastructure is provisioned at once (the hosts
+// exist already).
 package sshcluster
 
 import (
 	"context"
 	"fmt"
-	"sort"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util"
-	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/patch"
-	"sigs.k8s.io/cluster-api/util/paused"
-	"sigs.k8s.io/cluster-api/util/predicates"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostpool"
+	"github.com/yonder-dev/yonder/pkg/infracluster"
 )
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshclusters;yondersshclusters/status;yondersshclusters/finalizers,verbs=get;list;watch;update;patch
@@ -36,106 +24,50 @@ import (
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
 // Reconciler reconciles YonderSSHClusters.
-type Reconciler struct {
-	Client client.Client
-	// WatchFilterValue limits reconciliation to objects labelled cluster.x-k8s.io/watch-filter=<value>.
-	WatchFilterValue string
+type Reconciler = infracluster.Reconciler[*infrav1.YonderSSHCluster, *infrav1.YonderSSHHost]
+
+// New returns the YonderSSHCluster reconciler.
+func New(c client.Client, watchFilterValue string) *Reconciler {
+	return &Reconciler{Client: c, WatchFilterValue: watchFilterValue, Adapter: Adapter{}}
 }
 
-// SetupWithManager registers the reconciler.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
-	log := ctrl.LoggerFrom(ctx)
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.YonderSSHCluster{}).
-		WithOptions(opts).
-		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
-		Watches(&clusterv1.Cluster{},
-			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("YonderSSHCluster"), mgr.GetClient(), &infrav1.YonderSSHCluster{})),
-			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
-		Watches(&infrav1.YonderSSHHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToClusters)).
-		Complete(r)
+// Adapter is the SSH provider's part of the infrastructure cluster reconciler.
+type Adapter struct{ hostpool.Pool }
+
+// ClusterKind implements infracluster.Adapter.
+func (Adapter) ClusterKind() string { return "YonderSSHCluster" }
+
+// NewCluster implements infracluster.Adapter.
+func (Adapter) NewCluster() *infrav1.YonderSSHCluster { return &infrav1.YonderSSHCluster{} }
+
+// ListClusters implements infracluster.Adapter.
+func (Adapter) ListClusters(ctx context.Context, r client.Reader, namespace string) ([]*infrav1.YonderSSHCluster, error) {
+	l := &infrav1.YonderSSHClusterList{}
+	if err := r.List(ctx, l, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("failed to list YonderSSHClusters in namespace %s: %w", namespace, err)
+	}
+	out := make([]*infrav1.YonderSSHCluster, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
+	}
+	return out, nil
 }
 
-func (r *Reconciler) hostToClusters(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &infrav1.YonderSSHClusterList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+// HostSelector implements infracluster.Adapter.
+func (Adapter) HostSelector(c *infrav1.YonderSSHCluster) *metav1.LabelSelector {
+	return c.Spec.HostSelector.LabelSelector()
 }
 
-// Reconcile implements reconcile.Reconciler.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
-	log := ctrl.LoggerFrom(ctx)
-	c := &infrav1.YonderSSHCluster{}
-	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	cluster, err := util.GetOwnerCluster(ctx, r.Client, c.ObjectMeta)
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("failed to get owner Cluster of YonderSSHCluster %s: %w", klog.KObj(c), err)
-	}
-	if cluster == nil {
-		log.V(4).Info("Waiting for the Cluster owner reference")
-		return ctrl.Result{}, nil
-	}
-	ctx = ctrl.LoggerInto(ctx, log.WithValues("Cluster", klog.KObj(cluster)))
-	h, err := patch.NewHelper(c, r.Client)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for YonderSSHCluster %s: %w", klog.KObj(c), err)
-	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, c); err != nil || isPaused || requeue {
-		return ctrl.Result{}, err
-	}
-	defer func() {
-		if err := h.Patch(ctx, c, patch.WithOwnedConditions{Conditions: []string{clusterv1.ReadyCondition, clusterv1.PausedCondition}}); err != nil {
-			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch YonderSSHCluster %s: %w", klog.KObj(c), err)})
-		}
-	}()
-	if !c.DeletionTimestamp.IsZero() {
-		// Nothing to tear down: the hosts are inventory and are released by their machines.
-		return ctrl.Result{}, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(c.Spec.HostSelector.LabelSelector())
-	if err != nil {
-		conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "InvalidHostSelector", Message: err.Error()})
-		return ctrl.Result{}, nil
-	}
-	hosts := &infrav1.YonderSSHHostList{}
-	if err := r.Client.List(ctx, hosts, client.InNamespace(c.Namespace)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to list YonderSSHHosts in namespace %s: %w", c.Namespace, err)
-	}
-	c.Status.FailureDomains = FailureDomains(hosts.Items, sel)
+// SpecFailureDomains implements infracluster.Adapter: a YonderSSHCluster names none of its own.
+func (Adapter) SpecFailureDomains(*infrav1.YonderSSHCluster) []string { return nil }
+
+// SetProvisioned implements infracluster.Adapter.
+func (Adapter) SetProvisioned(c *infrav1.YonderSSHCluster, fds []clusterv1.FailureDomain) {
+	c.Status.FailureDomains = fds
 	c.Status.Initialization.Provisioned = ptr.To(true)
-	conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.FailureDomainsReadyReason,
-		Message: fmt.Sprintf("%d failure domains from the host inventory", len(c.Status.FailureDomains))})
-	return ctrl.Result{}, nil
 }
 
-// FailureDomains returns the sorted distinct failure domains of the hosts matching sel. Hosts are
-// workers, so no domain is offered to control plane machines.
-func FailureDomains(hosts []infrav1.YonderSSHHost, sel labels.Selector) []clusterv1.FailureDomain {
-	seen := map[string]bool{}
-	for i := range hosts {
-		if fd := hosts[i].Spec.FailureDomain; fd != "" && sel.Matches(labels.Set(hosts[i].Labels)) {
-			seen[fd] = true
-		}
-	}
-	names := make([]string, 0, len(seen))
-	for fd := range seen {
-		names = append(names, fd)
-	}
-	sort.Strings(names)
-	out := make([]clusterv1.FailureDomain, 0, len(names))
-	for _, n := range names {
-		out = append(out, clusterv1.FailureDomain{Name: n, ControlPlane: ptr.To(false)})
-	}
-	return out
+// Reasons implements infracluster.Adapter.
+func (Adapter) Reasons() (computed, invalidSelector string) {
+	return infrav1.YonderSSHClusterFailureDomainsReadyReason, infrav1.YonderSSHClusterInvalidHostSelectorReason
 }

@@ -13,8 +13,8 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
 // A host registered with trust-on-first-use gets the key its real sshd presents recorded into
@@ -25,9 +25,9 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "host").Name
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "hh", 1, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "hh", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
 	h := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tofu"},
@@ -56,7 +56,7 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(h), h)).To(Succeed())
 		g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseError))
-		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.HostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
+		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.YonderSSHHostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
 	}).Should(Succeed())
 
 	// A claimed host is not deleted until released.

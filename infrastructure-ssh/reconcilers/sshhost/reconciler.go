@@ -85,11 +85,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for YonderSSHHost %s: %w", klog.KObj(h), err)
 	}
 	defer func() {
-		if err := conditions.SetSummaryCondition(h, h, clusterv1.ReadyCondition, conditions.ForConditionTypes{infrav1.HostReachableCondition},
-			conditions.IgnoreTypesIfMissing{infrav1.HostReachableCondition}); err != nil {
+		if err := conditions.SetSummaryCondition(h, h, clusterv1.ReadyCondition, conditions.ForConditionTypes{infrav1.YonderSSHHostReachableCondition},
+			conditions.IgnoreTypesIfMissing{infrav1.YonderSSHHostReachableCondition}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
-		if err := helper.Patch(ctx, h, patch.WithOwnedConditions{Conditions: []string{infrav1.HostReachableCondition, clusterv1.ReadyCondition}}); err != nil {
+		if err := helper.Patch(ctx, h, patch.WithOwnedConditions{Conditions: []string{infrav1.YonderSSHHostReachableCondition, clusterv1.ReadyCondition}}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch YonderSSHHost %s: %w", klog.KObj(h), err)})
 		}
 	}()
@@ -168,7 +168,7 @@ func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
 	h.Status.LastProbeTime = ptr.To(metav1.Now())
 	fail := func(err error) {
 		reason, msg := hostconn.Reason(err, h)
-		conditions.Set(h, metav1.Condition{Type: infrav1.HostReachableCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
+		conditions.Set(h, metav1.Condition{Type: infrav1.YonderSSHHostReachableCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
 		log.Info("Probe failed", "reason", reason)
 	}
 	t, err := hostconn.Target(ctx, r.Client, h, record)
@@ -195,7 +195,7 @@ func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
 	mu.Unlock()
 	h.Status.Facts = &infrav1.HostFacts{Hostname: facts.Hostname, OS: facts.OS, Kernel: facts.Kernel, Arch: facts.Arch,
 		CPUs: int32(facts.CPUs), MemoryBytes: facts.MemoryBytes, GPUs: facts.GPUs, Agent: facts.Agent} //nolint:gosec // CPU counts fit
-	conditions.Set(h, metav1.Condition{Type: infrav1.HostReachableCondition, Status: metav1.ConditionTrue, Reason: infrav1.HostProbedReason})
+	conditions.Set(h, metav1.Condition{Type: infrav1.YonderSSHHostReachableCondition, Status: metav1.ConditionTrue, Reason: infrav1.YonderSSHHostProbedReason})
 }
 
 func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) error {
@@ -218,7 +218,7 @@ func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) err
 		}
 		return nil
 	}
-	c := conditions.Get(h, infrav1.HostReachableCondition)
+	c := conditions.Get(h, infrav1.YonderSSHHostReachableCondition)
 	switch {
 	case h.Annotations[infrav1.NeedsCleanupAnnotation] != "":
 		h.Status.Phase = infrav1.HostPhaseError

@@ -12,6 +12,7 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
 
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 			if err := setup.SetupWebhooks(e.Manager); err != nil {
 				return err
 			}
-			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{ProbeInterval: time.Second, SkipNameValidation: true,
+			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: time.Second,
 				Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}})
 		},
 	}, func(e *envtest.Environment) { env = e }))

@@ -23,13 +23,15 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	"github.com/yonder-dev/yonder/pkg/manager"
+
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/cloudinit"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 	"github.com/yonder-dev/yonder/test/sshsim"
 )
 
@@ -114,7 +116,7 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 func benchOnce(b *testing.B, count int) (usage, usage) {
 	g := NewWithT(b)
 	ctx := context.Background()
-	keyPEM, signer, err := sshtest.NewClientKey()
+	keyPEM, signer, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// Baseline: drive the bootstrap directly.
@@ -161,9 +163,9 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	rc := rest.CopyConfig(env.Config)
 	rc.QPS, rc.Burst = 200, 400
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: &requests} }
-	o := setup.Options{PollInterval: time.Second, RetryInterval: time.Second, SkipNameValidation: true}
+	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, PollInterval: time.Second, RetryInterval: time.Second}
 	p := startProviderWithConfig(b, rc, o)
-	defer p.stop()
+	defer p.Stop()
 	cluster := newCluster(b, g, ns, "bench")
 	data := dataSecret(g, ns, "bench", cluster.Name, benchData)
 	// Let the provider settle on the inventory (first probes) before timing Machines.

@@ -16,8 +16,8 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
 // newMachine creates a Machine of cluster with its YonderSSHMachine selecting the host named host.
@@ -54,14 +54,14 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "fail").Name
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "fm", 5, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "fm", 5, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
 	// fm-0 pins another host's key; fm-1 uses a key the host does not authorize.
 	patchHost(g, ns, "fm-0", func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = sshexec.FormatHostKey(hs[1].HostKey) })
-	otherPEM, _, err := sshtest.NewClientKey()
+	otherPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}, Data: map[string][]byte{hostconn.PrivateKeyKey: otherPEM}})).To(Succeed())
 	patchHost(g, ns, "fm-1", func(h *infrav1.YonderSSHHost) { h.Spec.CredentialsSecretRef.Name = "other" })
@@ -86,15 +86,15 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	newMachine(g, ns, cluster.Name, "nohost", "none", good.Name)
 	newMachine(g, ns, cluster.Name, "gone", "fm-4", good.Name)
 
-	g.Eventually(reasonOf(ns, "mismatch", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.HostKeyMismatchReason))
-	g.Eventually(reasonOf(ns, "badcreds", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.SSHAuthFailedReason))
-	g.Eventually(reasonOf(ns, "unreachable", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.SSHUnreachableReason))
-	g.Eventually(reasonOf(ns, "runcmd", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.BootstrapFailedReason))
-	g.Eventually(reasonOf(ns, "unsupported", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.BootstrapDataUnsupportedReason))
-	g.Eventually(reasonOf(ns, "nohost", infrav1.HostClaimedCondition)).Should(Equal(infrav1.NoHostAvailableReason))
-	g.Eventually(reasonOf(ns, "gone", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.BootstrapSucceededReason))
+	g.Eventually(reasonOf(ns, "mismatch", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.HostKeyMismatchReason))
+	g.Eventually(reasonOf(ns, "badcreds", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.SSHAuthFailedReason))
+	g.Eventually(reasonOf(ns, "unreachable", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.SSHUnreachableReason))
+	g.Eventually(reasonOf(ns, "runcmd", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.YonderSSHMachineBootstrapFailedReason))
+	g.Eventually(reasonOf(ns, "unsupported", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.YonderSSHMachineBootstrapDataUnsupportedReason))
+	g.Eventually(reasonOf(ns, "nohost", infrav1.YonderSSHMachineHostClaimedCondition)).Should(Equal(infrav1.YonderSSHMachineNoHostAvailableReason))
+	g.Eventually(reasonOf(ns, "gone", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.YonderSSHMachineBootstrapSucceededReason))
 	for _, name := range []string{"mismatch", "badcreds", "unreachable", "runcmd", "unsupported"} {
-		g.Expect(reasonOf(ns, name, infrav1.HostClaimedCondition)()).To(Equal(infrav1.HostClaimedReason), name)
+		g.Expect(reasonOf(ns, name, infrav1.YonderSSHMachineHostClaimedCondition)()).To(Equal(infrav1.YonderSSHMachineHostClaimedReason), name)
 		g.Expect(reasonOf(ns, name, clusterv1.ReadyCondition)()).NotTo(Equal("Ready"), name)
 	}
 	m := &infrav1.YonderSSHMachine{}
@@ -106,15 +106,15 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 		g.Expect(m.Status.Bootstrap.ExitCode).To(HaveValue(BeEquivalentTo(3)))
 		g.Expect(m.Status.Bootstrap.OutputTail).To(ContainSubstring("boom"))
 	}).Should(Succeed())
-	g.Expect(condition(m, infrav1.BootstrapExecutedCondition).Message).To(ContainSubstring("delete the Machine"))
+	g.Expect(condition(m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Message).To(ContainSubstring("delete the Machine"))
 	g.Expect(m.Annotations).To(HaveKey("clusterctl.cluster.x-k8s.io/block-move"), "not provisioned: clusterctl move must wait")
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "unsupported"}, m)).To(Succeed())
-	g.Expect(condition(m, infrav1.BootstrapExecutedCondition).Message).To(ContainSubstring("key packages"))
+	g.Expect(condition(m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Message).To(ContainSubstring("key packages"))
 	// The host controller sees the same problems on its probes.
 	g.Eventually(func(g Gomega) {
 		h := &infrav1.YonderSSHHost{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fm-0"}, h)).To(Succeed())
-		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.HostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
+		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.YonderSSHHostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
 	}).Should(Succeed())
 
 	// fm-4 goes away after provisioning: cleanup on delete is retried, then waits for the operator.
@@ -125,9 +125,9 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		m := &infrav1.YonderSSHMachine{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, m)).To(Succeed())
-		c := condition(m, infrav1.HostCleanedCondition)
+		c := condition(m, infrav1.YonderSSHMachineHostCleanedCondition)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(infrav1.CleanupFailedReason))
+		g.Expect(c.Reason).To(Equal(infrav1.YonderSSHMachineCleanupFailedReason))
 		g.Expect(c.Message).To(ContainSubstring("Retries exhausted"))
 		g.Expect(c.Message).To(ContainSubstring(infrav1.SkipCleanupAnnotation))
 		g.Expect(m.Status.CleanupAttempts).To(BeEquivalentTo(o.CleanupRetries))
@@ -162,7 +162,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 		g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseError))
 	}).Should(Succeed())
 	newMachine(g, ns, cluster.Name, "after", "fm-4", good.Name)
-	g.Eventually(reasonOf(ns, "after", infrav1.HostClaimedCondition)).Should(Equal(infrav1.NoHostAvailableReason))
+	g.Eventually(reasonOf(ns, "after", infrav1.YonderSSHMachineHostClaimedCondition)).Should(Equal(infrav1.YonderSSHMachineNoHostAvailableReason))
 	g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}})).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(sshMachines(g, ns)).To(BeEmpty()) }).Should(Succeed())
 }

@@ -13,8 +13,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
 // A paused YonderSSHMachine (cluster.x-k8s.io/paused annotation; a paused Cluster works the same way
@@ -26,14 +26,14 @@ func TestPauseAndWatchFilter(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "pause").Name
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "pz", 1, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "pz", 1, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	registerHosts(g, ns, hs, keyPEM, nil, nil)
 	p := startProvider(t, testOptions())
 	cluster := newCluster(t, g, ns, "pz")
-	p.stop()
+	p.Stop()
 
 	data := dataSecret(g, ns, "pz", cluster.Name, "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n")
 	sm := &infrav1.YonderSSHMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "paused", Annotations: map[string]string{clusterv1.PausedAnnotation: ""}},
@@ -53,7 +53,7 @@ func TestPauseAndWatchFilter(t *testing.T) {
 		g.Expect(m.Finalizers).To(BeEmpty())
 		g.Expect(m.Status.Conditions).To(BeEmpty())
 	}, 3*time.Second).Should(Succeed())
-	filtered.stop()
+	filtered.Stop()
 
 	startProvider(t, testOptions())
 	g.Eventually(func(g Gomega) {
@@ -71,7 +71,7 @@ func TestPauseAndWatchFilter(t *testing.T) {
 		delete(m.Annotations, clusterv1.PausedAnnotation)
 		return env.Update(ctx, m)
 	}).Should(Succeed())
-	g.Eventually(reasonOf(ns, "paused", infrav1.BootstrapExecutedCondition)).Should(Equal(infrav1.BootstrapSucceededReason))
+	g.Eventually(reasonOf(ns, "paused", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.YonderSSHMachineBootstrapSucceededReason))
 	g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "paused"}})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(sshMachines(g, ns)).To(BeEmpty())

@@ -17,8 +17,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
 // kubeadmStub stands in for kubeadm on the hosts (a real kubeadm join needs the Agent issue's node
@@ -98,9 +98,9 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "md").Name
 	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshtest.NewClientKey()
+	keyPEM, _, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshtest.Start(ctx, n, "md", 3, keyPEM)
+	hs, err := sshhosts.Start(ctx, n, "md", 3, keyPEM)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, h := range hs {
 		_, err := h.Output(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
@@ -161,7 +161,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 				g.Expect(m.Spec.ProviderID).To(Equal("yonder-ssh://" + ns + "/" + m.Status.HostRef))
 				g.Expect(seenHosts).NotTo(HaveKey(m.Status.HostRef))
 				seenHosts[m.Status.HostRef] = true
-				g.Expect(condition(&m, infrav1.BootstrapExecutedCondition).Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(condition(&m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Status).To(Equal(metav1.ConditionTrue))
 				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
 				g.Expect(m.Annotations).NotTo(HaveKey("clusterctl.cluster.x-k8s.io/block-move"))
 			}
@@ -205,7 +205,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 			continue
 		}
 		released++
-		var sh *sshtest.Host
+		var sh *sshhosts.Host
 		for _, x := range hs {
 			if x.Name == h.Name {
 				sh = x

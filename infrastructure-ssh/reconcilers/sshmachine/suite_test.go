@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,34 +12,27 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/yonder-dev/yonder/pkg/manager"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/test/builder"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshtest"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
-	"github.com/yonder-dev/yonder/pkg/managercache"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/harness"
+	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
 var (
 	env *envtest.Environment
-
-	wlOnce sync.Once
-	wl     *controlplane.ControlPlane
-	wlErr  error
+	wl  = &harness.Workload{Name: "ssh-wl"}
 )
 
 func TestMain(m *testing.M) {
@@ -54,110 +46,36 @@ func TestMain(m *testing.M) {
 		// manager (startProvider) so tests can stop and restart them like a crashing controller.
 		Setup: func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
 	}, func(e *envtest.Environment) { env = e })
-	if wl != nil {
-		_ = wl.Stop()
-	}
+	wl.Stop()
 	os.Exit(code)
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	wlOnce.Do(func() { wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "ssh-wl"}) })
-	if wlErr != nil {
-		t.Fatalf("failed to start the workload control plane: %v", wlErr)
-	}
-	return wl
-}
-
-// provider is a running instance of the provider's reconcilers (a yonder-ssh-manager).
-type provider struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+func workload(t testing.TB) *controlplane.ControlPlane { return wl.Get(t) }
 
 func testOptions() setup.Options {
-	return setup.Options{ProbeInterval: 2 * time.Second, PollInterval: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond,
-		CleanupRetries: 3, SkipNameValidation: true, Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}}
+	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,
+		PollInterval: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond, CleanupRetries: 3, Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}}
 }
 
 // startProvider starts the provider's reconcilers in a manager of their own.
-func startProvider(t testing.TB, o setup.Options) *provider {
+func startProvider(t testing.TB, o setup.Options) *harness.Provider {
 	return startProviderWithConfig(t, env.Config, o)
 }
 
 // startProviderWithConfig starts the provider with its own rest config (e.g. counting requests).
-func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *provider {
-	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme:                 env.GetScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Client:                 managercache.ClientOptions(),
-	})
-	if err != nil {
-		t.Fatalf("failed to create provider manager: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := setup.SetupReconcilers(ctx, mgr, o); err != nil {
-		cancel()
-		t.Fatalf("failed to set up reconcilers: %v", err)
-	}
-	p := &provider{cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- mgr.Start(ctx) }()
-	t.Cleanup(p.stop)
-	return p
+func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
+	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
 }
 
-// stop stops the manager (like a killed controller: in-flight reconciles see a cancelled context).
-func (p *provider) stop() {
-	if p.cancel == nil {
-		return
-	}
-	p.cancel()
-	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(os.Stderr, "provider manager stopped with: %v\n", err)
-	}
-	p.cancel = nil
-}
-
-// newCluster creates a Cluster whose control plane is the workload apiserver. The test acts as the
-// control plane provider (a generic control plane object marked initialized) because this provider
-// only supplies workers; the real control plane adapter is another provider.
+// newCluster creates a Cluster on a YonderSSHCluster whose control plane is the workload apiserver.
 func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
-	ctx := context.Background()
-	cp := workload(t)
-	sc := &infrav1.YonderSSHCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)}}}
-	g.Expect(env.Create(ctx, sc)).To(Succeed())
-	gcp := &unstructured.Unstructured{}
-	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
-	gcp.SetKind(builder.GenericControlPlaneKind)
-	gcp.SetNamespace(ns)
-	gcp.SetName(name)
-	_ = unstructured.SetNestedMap(gcp.Object, map[string]any{}, "spec")
-	g.Expect(env.Create(ctx, gcp)).To(Succeed())
-	_ = unstructured.SetNestedField(gcp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
-	cluster := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHCluster", Name: name},
-			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: name},
-		},
-	}
-	g.Expect(env.Create(ctx, cluster)).To(Succeed())
-	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)).To(Succeed())
-		g.Expect(cluster.Status.Initialization.InfrastructureProvisioned).To(HaveValue(BeTrue()))
-		g.Expect(cluster.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
-	}).Should(Succeed())
-	return cluster
+	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
 
 // registerHosts creates a credentials Secret and one YonderSSHHost per host, with pinned host keys.
-func registerHosts(g *WithT, ns string, hs []*sshtest.Host, keyPEM []byte, labels map[string]string, cleanup []string) []*infrav1.YonderSSHHost {
+func registerHosts(g *WithT, ns string, hs []*sshhosts.Host, keyPEM []byte, labels map[string]string, cleanup []string) []*infrav1.YonderSSHHost {
 	ctx := context.Background()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-" + hs[0].Name}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}}
 	g.Expect(env.Create(ctx, secret)).To(Succeed())
@@ -267,5 +185,3 @@ func reasonOf(ns, name, t string) func() (string, error) {
 		return c.Reason, nil
 	}
 }
-
-var _ = ptr.To[int]

@@ -4,35 +4,25 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondersshmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondersshmachines,versions=v1alpha1,name=validation.yondersshmachine.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 
-// YonderSSHMachine validates YonderSSHMachines.
-type YonderSSHMachine struct{}
-
-// ValidateCreate implements admission.Validator.
-func (w *YonderSSHMachine) ValidateCreate(_ context.Context, m *infrav1.YonderSSHMachine) (admission.Warnings, error) {
-	return nil, invalid("YonderSSHMachine", m.Name, validateSelector(m.Spec.HostSelector, field.NewPath("spec", "hostSelector")))
-}
-
-// ValidateUpdate implements admission.Validator.
-func (w *YonderSSHMachine) ValidateUpdate(_ context.Context, old, m *infrav1.YonderSSHMachine) (admission.Warnings, error) {
+// YonderSSHMachine validates YonderSSHMachines: the host selector parses and is immutable (CAPI replaces
+// Machines instead); providerID is immutable once set.
+func YonderSSHMachine() *webhooks.Validator[*infrav1.YonderSSHMachine] {
 	p := field.NewPath("spec")
-	errs := validateSelector(m.Spec.HostSelector, p.Child("hostSelector"))
-	if !sameSpec(old.Spec.HostSelector, m.Spec.HostSelector) {
-		errs = append(errs, field.Forbidden(p.Child("hostSelector"), "is immutable"))
+	return &webhooks.Validator[*infrav1.YonderSSHMachine]{
+		Kind: kind("YonderSSHMachine"),
+		Validate: func(m *infrav1.YonderSSHMachine) field.ErrorList {
+			return webhooks.HostSelector(m.Spec.HostSelector.LabelSelector(), p.Child("hostSelector"))
+		},
+		Change: func(_ context.Context, old, m *infrav1.YonderSSHMachine) field.ErrorList {
+			return append(webhooks.Unchanged(old.Spec.HostSelector, m.Spec.HostSelector, p.Child("hostSelector"), "is immutable"),
+				webhooks.SetOnce(old.Spec.ProviderID, m.Spec.ProviderID, p.Child("providerID"))...)
+		},
 	}
-	if old.Spec.ProviderID != "" && old.Spec.ProviderID != m.Spec.ProviderID {
-		errs = append(errs, field.Forbidden(p.Child("providerID"), "is immutable once set"))
-	}
-	return nil, invalid("YonderSSHMachine", m.Name, errs)
-}
-
-// ValidateDelete implements admission.Validator.
-func (w *YonderSSHMachine) ValidateDelete(context.Context, *infrav1.YonderSSHMachine) (admission.Warnings, error) {
-	return nil, nil
 }

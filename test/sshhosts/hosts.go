@@ -1,7 +1,7 @@
-// Package sshtest starts the SSH provider's test hosts: test/hosts hosts (real sshd in network
+// Package sshhosts starts the SSH provider's test hosts: test/hosts hosts (real sshd in network
 // namespaces) on which the directories a bootstrap writes to are private per host, so that sentinels, run
 // records and written files of one host are invisible to the others, as on separate machines.
-package sshtest
+package sshhosts
 
 import (
 	"context"

@@ -1,0 +1,53 @@
+package metalmachine
+
+import (
+	"net/netip"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
+// again, or it is back before availability (registering, inspecting…) with no image recorded as deployed
+// (status.provisioning.image), so nothing of the Machine can be left on it.
+func Released(h *metal3v1.BareMetalHost) bool {
+	switch h.Status.Provisioning.State {
+	case metal3v1.StateAvailable, metal3v1.StateReady:
+		return true
+	case metal3v1.StateNone, metal3v1.StateUnmanaged, metal3v1.StateRegistering, metal3v1.StateInspecting,
+		metal3v1.StatePreparing, metal3v1.StateMatchProfile:
+		return h.Status.Provisioning.Image.URL == ""
+	}
+	return false
+}
+
+// Addresses returns the machine addresses of h: the IPs of its inspected NICs and its hostname.
+func Addresses(h *metal3v1.BareMetalHost) []clusterv1.MachineAddress {
+	var out []clusterv1.MachineAddress
+	hw := h.Status.HardwareDetails
+	if hw == nil {
+		return nil
+	}
+	for _, n := range hw.NIC {
+		a, err := netip.ParseAddr(n.IP)
+		if err != nil {
+			continue
+		}
+		t := clusterv1.MachineInternalIP
+		if a.Is4() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			t = clusterv1.MachineExternalIP
+		}
+		out = append(out, clusterv1.MachineAddress{Type: t, Address: a.String()})
+	}
+	if hw.Hostname != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: hw.Hostname})
+	}
+	if len(out) > 32 {
+		out = out[:32]
+	}
+	return out
+}
+
+// ProviderID names the host, so the Node a reused host registers again carries the same providerID.
+func ProviderID(namespace, host string) string { return ProviderIDPrefix + namespace + "/" + host }

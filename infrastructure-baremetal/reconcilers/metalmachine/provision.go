@@ -1,0 +1,94 @@
+package metalmachine
+
+import (
+	"context"
+	"fmt"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/claim"
+)
+
+// Provision implements claim.Adapter: the host gets the image and the Machine's bootstrap data (one
+// update), and the machine follows the host until it reports "provisioned".
+func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m, host := s.Machine, s.Host
+	if _, ok := host.Annotations[metal3v1.PausedAnnotation]; ok && !a.Provisioned(m) {
+		setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineHostPausedReason,
+			fmt.Sprintf("BareMetalHost %s carries %s; remove it to continue", host.Name, metal3v1.PausedAnnotation))
+		return ctrl.Result{}, nil
+	}
+	if !a.Provisioned(m) {
+		data := s.DataSecretName()
+		if handOff(m, data, host.DeepCopy()) {
+			ctrl.LoggerFrom(ctx).Info("Handing image and bootstrap data to host")
+			var err error
+			if host, err = a.updateHost(ctx, m, host, func(h *metal3v1.BareMetalHost) bool { return handOff(m, data, h) }); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	st := host.Status.Provisioning.State
+	m.Status.HostState = string(st)
+	if host.Status.ErrorType != "" {
+		setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineHostErrorReason,
+			fmt.Sprintf("BareMetalHost %s reports %s: %s. Fix the host (see its status and events); a MachineHealthCheck or deleting the Machine releases it", host.Name, host.Status.ErrorType, host.Status.ErrorMessage))
+		return ctrl.Result{}, nil
+	}
+	if st != metal3v1.StateProvisioned {
+		if !a.Provisioned(m) {
+			setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineHostProvisioningReason,
+				fmt.Sprintf("BareMetalHost %s is %q", host.Name, st))
+		}
+		return ctrl.Result{}, nil
+	}
+	m.Status.Addresses = Addresses(host)
+	if m.Spec.ProviderID == "" {
+		m.Spec.ProviderID = ProviderID(m.Namespace, host.Name)
+		ctrl.LoggerFrom(ctx).Info("Host provisioned", "providerID", m.Spec.ProviderID)
+	}
+	m.Status.Initialization.Provisioned = ptr.To(true)
+	setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionTrue, infrav1.YonderMetalMachineHostProvisionedReason, "")
+	return ctrl.Result{}, nil
+}
+
+// desiredImage converts the machine's image into Metal3's.
+func desiredImage(m *infrav1.YonderMetalMachine) *metal3v1.Image {
+	if m.Spec.Image == nil {
+		return nil
+	}
+	img := &metal3v1.Image{URL: m.Spec.Image.URL, Checksum: m.Spec.Image.Checksum, ChecksumType: metal3v1.ChecksumType(m.Spec.Image.ChecksumType)}
+	if m.Spec.Image.Format != "" {
+		img.DiskFormat = ptr.To(string(m.Spec.Image.Format))
+	}
+	return img
+}
+
+// handOff sets what the host needs to provision for m on h; it reports whether h changed.
+func handOff(m *infrav1.YonderMetalMachine, dataSecret string, h *metal3v1.BareMetalHost) bool {
+	before := h.Spec.DeepCopy()
+	h.Spec.Image = desiredImage(m)
+	if m.Spec.CustomDeploy != nil {
+		h.Spec.CustomDeploy = &metal3v1.CustomDeploy{Method: m.Spec.CustomDeploy.Method}
+	} else {
+		h.Spec.CustomDeploy = nil
+	}
+	// The Machine's bootstrap data Secret is referenced where it is (same namespace, key "value"),
+	// not copied: no second copy of a join token to keep in sync and delete.
+	h.Spec.UserData = &corev1.SecretReference{Name: dataSecret, Namespace: m.Namespace}
+	h.Spec.Online = true
+	if m.Spec.AutomatedCleaningMode != "" {
+		h.Spec.AutomatedCleaningMode = metal3v1.AutomatedCleaningMode(m.Spec.AutomatedCleaningMode)
+	}
+	return !equality.Semantic.DeepEqual(before, &h.Spec)
+}
+
+func setCond(m *infrav1.YonderMetalMachine, t string, status metav1.ConditionStatus, reason, msg string) {
+	claim.SetCondition(m, t, status, reason, msg)
+}

@@ -1,0 +1,24 @@
+// Package admission holds the validating webhooks of the bare-metal provider: host selectors are valid
+// label selectors, a machine boots exactly one of an image or a custom deploy method, image checksums
+// are present where Metal3 requires them, and templates are immutable (except for ClusterClass dry-runs).
+// Every kind is a pkg/webhooks Validator; Webhooks lists their registrations.
+package admission
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
+)
+
+// Webhooks returns the registrations of every webhook of the provider.
+func Webhooks() []webhooks.Registration {
+	return []webhooks.Registration{
+		webhooks.For(&infrav1.YonderMetalMachine{}, YonderMetalMachine()),
+		webhooks.For(&infrav1.YonderMetalMachineTemplate{}, YonderMetalMachineTemplate()),
+		webhooks.For(&infrav1.YonderMetalCluster{}, YonderMetalCluster()),
+		webhooks.For(&infrav1.YonderMetalClusterTemplate{}, YonderMetalClusterTemplate()),
+	}
+}
+
+func kind(k string) schema.GroupKind { return infrav1.GroupVersion.WithKind(k).GroupKind() }

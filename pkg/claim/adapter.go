@@ -1,0 +1,140 @@
+package claim
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"sigs.k8s.io/cluster-api/util/conditions"
+)
+
+// Consumer is who holds a host: an infrastructure machine, by name and by its claim ID (see ID), and
+// the Cluster it belongs to (failure-domain spreading counts a Cluster's hosts).
+type Consumer struct {
+	Name    string
+	ID      types.UID
+	Cluster string
+}
+
+// Inventory adapts a provider's host kind to the claim algorithm: who holds a host, whether it can be
+// claimed, where it is. H is the host type (a pointer, e.g. *infrav1.YonderSSHHost).
+type Inventory[H client.Object] interface {
+	// HostKind names the host kind in conditions, logs and errors.
+	HostKind() string
+	// NewHost returns an empty host to read into.
+	NewHost() H
+	// ListHosts lists hosts.
+	ListHosts(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]H, error)
+	// ConsumerOf returns the claim a machine of this provider recorded on h; nil when h is free or held
+	// by a consumer of another kind.
+	ConsumerOf(h H) *Consumer
+	// SetConsumer records c's claim on h (in memory; the claim package writes it).
+	SetConsumer(h H, c Consumer)
+	// ClearConsumer removes the claim from h (in memory).
+	ClearConsumer(h H)
+	// Available reports whether h can be claimed now: free, healthy, ready, not being deleted.
+	Available(h H) bool
+	// FailureDomain returns h's failure domain ("" for none).
+	FailureDomain(h H) string
+	// Demoted reports whether h should be chosen only after every other candidate (e.g. its last
+	// health probe failed).
+	Demoted(h H) bool
+}
+
+// Machine is an infrastructure machine object (YonderSSHMachine, YonderMetalMachine).
+type Machine interface {
+	client.Object
+	conditions.Setter
+}
+
+// Keys are the annotations a provider's machines carry for the claim, each in the provider's own
+// group (their values are part of the provider's API).
+type Keys struct {
+	// Host names the claimed host; written only after the claim is recorded on the host.
+	Host string
+	// ReservedHost names the host the machine is about to claim, written with an optimistic lock on
+	// the machine before the claim.
+	ReservedHost string
+	// ClaimID is the machine's claim identity (see ID).
+	ClaimID string
+}
+
+// Conditions are the condition types and reasons a provider's machines report; the values are part of
+// the provider's API. Reasons with a CAPI standard equivalent (waiting for the cluster infrastructure or
+// for bootstrap data, deleting) are CAPI's and not listed here.
+type Conditions struct {
+	// Claimed reports the claim ("HostClaimed").
+	Claimed string
+	// Provisioned reports the hand-off and provisioning of the host; with Claimed it makes Ready.
+	Provisioned string
+	// Released reports withdrawal and release on deletion.
+	Released string
+
+	// ClaimedReason: the host is claimed (Claimed=True).
+	ClaimedReason string
+	// NoHostAvailableReason: no free host matches the machine's selector and failure domain.
+	NoHostAvailableReason string
+	// InvalidHostSelectorReason: the machine's host selector does not parse.
+	InvalidHostSelectorReason string
+	// HostLostReason: the claimed host was deleted or its claim no longer names the machine.
+	HostLostReason string
+}
+
+// Withdrawal is what a provider reports after withdrawing what it handed to a host on deletion.
+type Withdrawal[H client.Object] struct {
+	// Done: the host may be released now.
+	Done bool
+	// NodeStopped: nothing of the machine runs on the host any more (cleaned, deprovisioned), so a
+	// Node left in an attached workload cluster can be removed without it registering again.
+	NodeStopped bool
+	// OnRelease, when set, changes the host further in the update that clears the claim (e.g. marks it
+	// as released without cleanup).
+	OnRelease func(H)
+}
+
+// Adapter is what a provider supplies to the claim reconciler: its machine and host kinds, its API
+// keys and conditions, and the provider-specific steps — hand-off while the claim stands, withdrawal
+// before release.
+type Adapter[M Machine, H client.Object] interface {
+	Inventory[H]
+
+	// MachineKind is the kind of M (also the consumer kind recorded on hosts).
+	MachineKind() string
+	// Finalizer holds a machine until its host is released.
+	Finalizer() string
+	// ControllerName names the manager (workload cluster user agent).
+	ControllerName() string
+	// NewMachine returns an empty machine to read into.
+	NewMachine() M
+	// ListMachines lists the machines of a namespace.
+	ListMachines(ctx context.Context, r client.Reader, namespace string) ([]M, error)
+	// Keys returns the machine annotations of the claim.
+	Keys() Keys
+	// Conditions returns the condition types and reasons of the claim.
+	Conditions() Conditions
+	// NoHostHint tells the operator, after "no free host matches", what makes a host claimable and
+	// what to do.
+	NoHostHint() string
+	// HostPredicates filter the host events that wake machines (none: every change).
+	HostPredicates() []predicate.Predicate
+
+	// HostSelector returns the machine's host selector.
+	HostSelector(m M) *metav1.LabelSelector
+	// Provisioned reports status.initialization.provisioned.
+	Provisioned(m M) bool
+	// ProviderID returns spec.providerID.
+	ProviderID(m M) string
+	// RecordHost writes what the machine reports of its claimed host (status.hostRef…).
+	RecordHost(m M, h H)
+
+	// Provision hands the claimed host what it needs and follows it until provisioned; called on every
+	// reconcile while the claim stands, so it must be idempotent.
+	Provision(ctx context.Context, s *Scope[M, H]) (ctrl.Result, error)
+	// Withdraw takes back, on deletion, what Provision handed to the host; called on every reconcile
+	// until it reports Done.
+	Withdraw(ctx context.Context, s *Scope[M, H]) (Withdrawal[H], ctrl.Result, error)
+}

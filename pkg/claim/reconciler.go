@@ -1,0 +1,269 @@
+// Package claim is the one claim reconciler of Yonder's infrastructure providers: an infrastructure
+// machine (YonderSSHMachine, YonderMetalMachine) reserves a free inventory host (YonderSSHHost, Metal3
+// BareMetalHost) on itself with an optimistic lock, claims it on the host with an optimistic lock, hands
+// it off, and on deletion withdraws what it handed over and releases the host back to the pool. The
+// inventory is never created or deleted here. Each provider supplies a small Adapter: its kinds, API
+// keys and conditions, and its own hand-off (SSH bootstrap, Metal3 image) and withdrawal (SSH cleanup,
+// deprovisioning). The shape follows cluster-api-ipam-provider-in-cluster's generic claim reconciler.
+//
+// Every step is safe to repeat and to be cut off at any line: the state lives on the machine (the
+// reservation, claim identity and host annotations) and on the host (its consumer), and a restarted or
+// second controller replica resumes from them. Claims survive `clusterctl move` (see ID).
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+)
+
+// ConflictRetry is how soon a pass that lost a race (a reservation, a claim) tries again.
+const ConflictRetry = 20 * time.Millisecond
+
+// Reconciler reconciles the infrastructure machines of one provider through its Adapter.
+type Reconciler[M Machine, H client.Object] struct {
+	Client client.Client
+	// APIReader reads uncached: a claim is decided on the host's latest resourceVersion, never on a
+	// cache that may lag behind another replica's (or this controller's own last) write.
+	APIReader client.Reader
+	// WatchFilterValue limits reconciliation to Cluster API objects labelled
+	// cluster.x-k8s.io/watch-filter=<value>. Hosts are inventory and need no such label.
+	WatchFilterValue string
+	Adapter          Adapter[M, H]
+
+	// claimMu serialises host choices within this replica; recent remembers its claims the cache may
+	// not show yet.
+	claimMu sync.Mutex
+	recent  recentClaims
+}
+
+// Scope is one reconcile of one machine.
+type Scope[M Machine, H client.Object] struct {
+	Machine     M
+	CAPIMachine *clusterv1.Machine
+	Cluster     *clusterv1.Cluster
+	// Host is the claimed host (set for Provision and Withdraw).
+	Host H
+
+	patch func(ctx context.Context) error
+}
+
+// Patch writes the machine now (as the end of the reconcile will), e.g. to record that slow external
+// work is about to start before starting it.
+func (s *Scope[M, H]) Patch(ctx context.Context) error { return s.patch(ctx) }
+
+// DataSecretName returns the Machine's bootstrap data Secret ("" until the bootstrap provider set it).
+func (s *Scope[M, H]) DataSecretName() string {
+	if n := s.CAPIMachine.Spec.Bootstrap.DataSecretName; n != nil {
+		return *n
+	}
+	return ""
+}
+
+// ClaimID returns the machine's claim identity.
+func (s *Scope[M, H]) ClaimID(keys Keys) string { return string(ID(s.Machine, keys.ClaimID)) }
+
+// consumerIndex is the field index of hosts by the claim identity of their consumer.
+func (r *Reconciler[M, H]) consumerIndex() string {
+	return "claim.yonder.dev/" + r.Adapter.MachineKind() + "-claim-id"
+}
+
+// SetupWithManager registers the reconciler, the host index by consumer and the watches: the
+// infrastructure machines, their Machines and Clusters (watch-filtered), and the hosts (a host's change
+// wakes its consumer; a host that becomes free wakes the machines still waiting for one, so nothing
+// polls for free hosts).
+func (r *Reconciler[M, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	a := r.Adapter
+	if err := mgr.GetFieldIndexer().IndexField(ctx, a.NewHost(), r.consumerIndex(), r.indexConsumer); err != nil {
+		return fmt.Errorf("failed to index %ss by consumer: %w", a.HostKind(), err)
+	}
+	log := ctrl.LoggerFrom(ctx)
+	gvk, err := mgr.GetClient().GroupVersionKindFor(a.NewMachine())
+	if err != nil {
+		return fmt.Errorf("failed to find the kind of %s: %w", a.MachineKind(), err)
+	}
+	list, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err != nil {
+		return fmt.Errorf("failed to find the list kind of %s: %w", a.MachineKind(), err)
+	}
+	machines, ok := list.(client.ObjectList)
+	if !ok {
+		return fmt.Errorf("%sList is not a list", a.MachineKind())
+	}
+	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), machines, mgr.GetScheme())
+	if err != nil {
+		return fmt.Errorf("failed to create the Cluster mapper of %ss: %w", a.MachineKind(), err)
+	}
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(a.NewMachine(), builder.WithPredicates(filter)).
+		WithOptions(opts).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(gvk)), builder.WithPredicates(filter)).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToMachines),
+			builder.WithPredicates(filter, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
+		Watches(a.NewHost(), handler.EnqueueRequestsFromMapFunc(r.hostToMachines), builder.WithPredicates(a.HostPredicates()...)).
+		Complete(r)
+}
+
+func (r *Reconciler[M, H]) indexConsumer(o client.Object) []string {
+	h, ok := o.(H)
+	if !ok {
+		return nil
+	}
+	if c := r.Adapter.ConsumerOf(h); c != nil && c.ID != "" {
+		return []string{string(c.ID)}
+	}
+	return nil
+}
+
+// hostToMachines wakes the consumer of a host and, when the host is free to claim, the machines of its
+// namespace still waiting for one.
+func (r *Reconciler[M, H]) hostToMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	h, ok := o.(H)
+	if !ok {
+		return nil
+	}
+	if c := r.Adapter.ConsumerOf(h); c != nil {
+		if c.Name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: h.GetNamespace(), Name: c.Name}}}
+	}
+	if !r.Adapter.Available(h) {
+		return nil
+	}
+	ms, err := r.Adapter.ListMachines(ctx, r.Client, h.GetNamespace())
+	if err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, m := range ms {
+		if m.GetAnnotations()[r.Adapter.Keys().Host] == "" && m.GetDeletionTimestamp().IsZero() &&
+			(r.WatchFilterValue == "" || m.GetLabels()[clusterv1.WatchLabel] == r.WatchFilterValue) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile implements reconcile.Reconciler with CAPI's infrastructure machine skeleton: owner Machine,
+// Cluster, finalizer, pause, a deferred patch, then normal or delete.
+func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+	if r.APIReader == nil {
+		r.APIReader = r.Client
+	}
+	a := r.Adapter
+	log := ctrl.LoggerFrom(ctx)
+	m := a.NewMachine()
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	machine, err := util.GetOwnerMachine(ctx, r.Client, metav1.ObjectMeta{Namespace: m.GetNamespace(), OwnerReferences: m.GetOwnerReferences()})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to get owner Machine of %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+	}
+	if machine == nil {
+		log.V(4).Info("Waiting for the Machine owner reference")
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, log.WithValues("Machine", klog.KObj(machine)))
+	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
+	if err != nil {
+		if apierrors.IsNotFound(err) || errors.Is(err, util.ErrNoCluster) {
+			log.V(4).Info("Waiting for the Cluster")
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("failed to get Cluster of Machine %s: %w", klog.KObj(machine), err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
+	if m.GetDeletionTimestamp().IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, m, a.Finalizer()); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	} else if !controllerutil.ContainsFinalizer(m, a.Finalizer()) {
+		return ctrl.Result{}, nil
+	}
+	helper, err := patch.NewHelper(m, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+	}
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, m); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
+	s.patch = func(ctx context.Context) error { return r.patch(ctx, helper, m) }
+	defer func() {
+		if err := s.patch(ctx); err != nil {
+			rerr = kerrors.NewAggregate([]error{rerr, err})
+		}
+	}()
+	if !m.GetDeletionTimestamp().IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// patch writes m: clusterctl's block-move annotation while a hand-off or withdrawal is in flight
+// (reserved or claimed and not provisioned, or deleting with a claim), the Ready summary, and the
+// conditions this controller owns.
+func (r *Reconciler[M, H]) patch(ctx context.Context, helper *patch.Helper, m M) error {
+	a := r.Adapter
+	keys, conds := a.Keys(), a.Conditions()
+	ann := m.GetAnnotations()
+	claimed := ann[keys.Host] != "" || ann[keys.ReservedHost] != ""
+	if claimed && (!a.Provisioned(m) || !m.GetDeletionTimestamp().IsZero()) {
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[clusterctlv1.BlockMoveAnnotation] = "true"
+	} else {
+		delete(ann, clusterctlv1.BlockMoveAnnotation)
+	}
+	m.SetAnnotations(ann)
+	// A pass that lost a claim race sets no condition yet; summarising nothing is an error in CAPI's
+	// conditions package, and returning it would put the machine on an ever longer error backoff while
+	// controllers race.
+	summarised := []string{conds.Claimed, conds.Provisioned}
+	if conditions.Has(m, conds.Claimed) || conditions.Has(m, conds.Provisioned) {
+		if err := conditions.SetSummaryCondition(m, m, clusterv1.ReadyCondition,
+			conditions.ForConditionTypes(summarised), conditions.IgnoreTypesIfMissing(summarised)); err != nil {
+			return fmt.Errorf("failed to summarise conditions of %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+		}
+	}
+	owned := []string{conds.Claimed, conds.Provisioned, conds.Released, clusterv1.ReadyCondition, clusterv1.PausedCondition}
+	if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: owned}); err != nil {
+		return fmt.Errorf("failed to patch %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+	}
+	return nil
+}
+
+// SetCondition sets a condition on m.
+func SetCondition(m conditions.Setter, t string, status metav1.ConditionStatus, reason, msg string) {
+	conditions.Set(m, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg})
+}

@@ -1,0 +1,92 @@
+package harness
+
+import (
+	"context"
+	"testing"
+
+	"github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/test/builder"
+
+	"github.com/yonder-dev/yonder/test/controlplane"
+)
+
+// ClusterOptions describe an attached Cluster.
+type ClusterOptions struct {
+	// Namespace and Name of the Cluster (and of its control plane object).
+	Namespace, Name string
+	// Labels of the Cluster (e.g. a watch filter).
+	Labels map[string]string
+	// Infrastructure, when set, is the Cluster's infrastructure object (created here; its name and
+	// namespace are set to the Cluster's). Without it the Cluster has no infrastructure reference and sets
+	// the workload endpoint itself.
+	Infrastructure client.Object
+	// ControlPlaneVersion, when set, is reported by the control plane (status.version), marked
+	// externally managed as an attached control plane is.
+	ControlPlaneVersion string
+	// WaitForInfrastructure waits until CAPI reports the infrastructure provisioned too (a provider's
+	// cluster reconciler must be running).
+	WaitForInfrastructure bool
+}
+
+// AttachedCluster creates a Cluster whose control plane is the workload apiserver wl: CAPI's generic test
+// control plane, marked initialized, stands in for the control plane provider (a Yonder provider under
+// test supplies only workers), and "<cluster>-kubeconfig" is written as a control plane provider writes
+// it. It waits until CAPI reports the control plane initialized.
+func AttachedCluster(t testing.TB, g gomega.Gomega, c client.Client, wl *controlplane.ControlPlane, o ClusterOptions) *clusterv1.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	cp := genericControlPlane(o)
+	g.Expect(c.Create(ctx, cp)).To(gomega.Succeed())
+	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
+	if o.ControlPlaneVersion != "" {
+		_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
+		_ = unstructured.SetNestedField(cp.Object, o.ControlPlaneVersion, "status", "version")
+	}
+	g.Expect(c.Status().Update(ctx, cp)).To(gomega.Succeed())
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, Labels: o.Labels},
+		Spec: clusterv1.ClusterSpec{
+			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: o.Name},
+		},
+	}
+	if infra := o.Infrastructure; infra != nil {
+		infra.SetNamespace(o.Namespace)
+		infra.SetName(o.Name)
+		g.Expect(c.Create(ctx, infra)).To(gomega.Succeed())
+		gvk, err := c.GroupVersionKindFor(infra)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		cluster.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: gvk.Group, Kind: gvk.Kind, Name: o.Name}
+	} else {
+		cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: wl.Host.String(), Port: int32(wl.Port)} //nolint:gosec // a port
+	}
+	g.Expect(c.Create(ctx, cluster)).To(gomega.Succeed())
+	g.Expect(wl.WriteKubeconfigSecret(ctx, c, cluster)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)).To(gomega.Succeed())
+		g.Expect(cluster.Status.Initialization.ControlPlaneInitialized).To(gomega.HaveValue(gomega.BeTrue()))
+		if o.WaitForInfrastructure {
+			g.Expect(cluster.Status.Initialization.InfrastructureProvisioned).To(gomega.HaveValue(gomega.BeTrue()))
+		}
+	}).Should(gomega.Succeed())
+	return cluster
+}
+
+// Endpoint is the control plane endpoint of wl, for an infrastructure cluster's spec.
+func Endpoint(wl *controlplane.ControlPlane) clusterv1.APIEndpoint {
+	return clusterv1.APIEndpoint{Host: wl.Host.String(), Port: int32(wl.Port)} //nolint:gosec // a port
+}
+
+func genericControlPlane(o ClusterOptions) *unstructured.Unstructured {
+	cp := &unstructured.Unstructured{}
+	cp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
+	cp.SetKind(builder.GenericControlPlaneKind)
+	cp.SetNamespace(o.Namespace)
+	cp.SetName(o.Name)
+	_ = unstructured.SetNestedMap(cp.Object, map[string]any{}, "spec")
+	return cp
+}

@@ -98,7 +98,9 @@ func (Pool) Available(h *metal3v1.BareMetalHost) bool {
 }
 
 // FailureDomain implements claim.Inventory.
-func (Pool) FailureDomain(h *metal3v1.BareMetalHost) string { return h.Labels[infrav1.FailureDomainLabel] }
+func (Pool) FailureDomain(h *metal3v1.BareMetalHost) string {
+	return h.Labels[infrav1.FailureDomainLabel]
+}
 
 // Demoted implements claim.Inventory: an available BareMetalHost is healthy by definition.
 func (Pool) Demoted(*metal3v1.BareMetalHost) bool { return false }

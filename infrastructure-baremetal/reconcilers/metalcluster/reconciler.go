@@ -62,7 +62,9 @@ func (Adapter) HostSelector(c *infrav1.YonderMetalCluster) *metav1.LabelSelector
 }
 
 // SpecFailureDomains implements infracluster.Adapter: spec.failureDomains.
-func (Adapter) SpecFailureDomains(c *infrav1.YonderMetalCluster) []string { return c.Spec.FailureDomains }
+func (Adapter) SpecFailureDomains(c *infrav1.YonderMetalCluster) []string {
+	return c.Spec.FailureDomains
+}
 
 // SetProvisioned implements infracluster.Adapter.
 func (Adapter) SetProvisioned(c *infrav1.YonderMetalCluster, fds []clusterv1.FailureDomain) {

@@ -1,0 +1,343 @@
+package claims_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// watchInvariants checks the claim invariants every 20 ms, uncached, until the returned stop is called;
+// stop returns the first violation.
+func watchInvariants(p provider, ns string) (stop func() error) {
+	var (
+		mu        sync.Mutex
+		violation error
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait.UntilWithContext(ctx, func(context.Context) {
+			cg := NewGomega(func(message string, _ ...int) {
+				mu.Lock()
+				if violation == nil {
+					violation = fmt.Errorf("%s", message)
+				}
+				mu.Unlock()
+			})
+			checkClaims(cg, p, ns, true)
+		}, 20*time.Millisecond)
+	}()
+	return func() error {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return violation
+	}
+}
+
+// Two provider replicas run at once (as during a rolling update, or with leader election off) while a
+// MachineDeployment of 6 competes for 4 hosts. Throughout, no machine ever holds two hosts and no host is
+// handed to two machines (checked continuously, not only at the end); exactly 4 machines are provisioned
+// and the other 2 report NoHostAvailable until 2 more hosts are registered. The providers retry slowly,
+// so the 2 waiting machines get their hosts because the new hosts wake them (watches), not by polling.
+func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name(), func(t *testing.T) {
+			g := NewWithT(t)
+			ns := env.CreateNamespace(context.Background(), t, "twin-"+p.name()).Name
+			inv := p.newInventory(t, ns)
+			inv.add(t, g, "tw", "twin", 4)
+			p.start(t, startOptions{slow: true})
+			p.start(t, startOptions{slow: true})
+			cluster := p.cluster(t, g, ns, "twin")
+			data := dataSecret(g, ns, "twin-join", cluster.Name, bootstrapData)
+			stop := watchInvariants(p, ns)
+
+			newMachineDeployment(g, p, ns, "twin", cluster, data, 6, "twin")
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(6))
+				provisioned, waiting := 0, 0
+				for _, m := range ms {
+					if m.Provisioned {
+						provisioned++
+					} else if m.reason("HostClaimed") == "NoHostAvailable" {
+						waiting++
+					}
+				}
+				g.Expect(provisioned).To(Equal(4))
+				g.Expect(waiting).To(Equal(2))
+			}).Should(Succeed())
+			// Stable: nothing more happens while no host is free.
+			g.Consistently(func(g Gomega) { g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(4)) }, 2*time.Second).Should(Succeed())
+
+			inv.add(t, g, "tx", "twin", 2)
+			g.Eventually(func(g Gomega) {
+				for _, m := range p.machines(g, ns) {
+					g.Expect(m.Provisioned).To(BeTrue(), "machine %s", m.Name)
+				}
+				g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(6))
+			}).Should(Succeed())
+			g.Expect(stop()).NotTo(HaveOccurred())
+			checkHolders(g, p, inv, ns)
+		})
+	}
+}
+
+// The provider is stopped at chosen and random points while a MachineDeployment scales up and down (24
+// cycles): right after it claims a host, while a host provisions, while a machine is being deleted, or at
+// once after starting. Stopping cancels its context, so in-flight writes (and SSH commands) are cut off
+// mid-way, as when the process dies. After every stop the inventory holds no double claim and no claim of
+// a machine that no longer exists, and no host was provisioned twice for one machine; at the end every
+// Machine is Running, each on its own host provisioned once for it, and every other host is free and
+// clean.
+func TestControllerRestartsNeverDoubleClaimOrLeak(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name(), func(t *testing.T) { restartCycles(t, p) })
+	}
+}
+
+// killPoint is a state to reach before a provider is stopped (nil: stop at once).
+type killPoint struct {
+	name  string
+	state func(ms []machineView) bool
+}
+
+var killPoints = []killPoint{
+	{"claimed", func(ms []machineView) bool {
+		return slices.ContainsFunc(ms, func(m machineView) bool { return m.Host != "" && !m.Provisioned && !m.Deleting })
+	}},
+	{"provisioning", func(ms []machineView) bool {
+		return slices.ContainsFunc(ms, func(m machineView) bool { return m.Host != "" && m.BlockMove && !m.Deleting })
+	}},
+	{"deleting", func(ms []machineView) bool {
+		return slices.ContainsFunc(ms, func(m machineView) bool { return m.Deleting && m.Host != "" })
+	}},
+	{"immediately", nil},
+}
+
+func restartCycles(t *testing.T, p provider) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "restart-"+p.name()).Name
+	inv := p.newInventory(t, ns)
+	inv.add(t, g, "rs", "rs", 5)
+	first := p.start(t, startOptions{})
+	cluster := p.cluster(t, g, ns, "rs")
+	first.Stop()
+	wlc, err := workload(t).Client()
+	g.Expect(err).NotTo(HaveOccurred())
+	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name, bootstrapData), 0, "rs")
+
+	seed := time.Now().UnixNano()
+	t.Logf("random seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0)) //nolint:gosec // the kill points need no unpredictability
+	replicas := []int32{3, 1, 4, 0, 2, 5, 1, 3}
+	const cycles = 24
+	prev := int32(0)
+	for i := range cycles {
+		want := replicas[i%len(replicas)]
+		scale(g, md, want)
+		pr := p.start(t, startOptions{})
+		// Scaling up can be stopped while claiming or provisioning, scaling down while deleting.
+		choices := []int{0, 1, 3}
+		if want < prev {
+			choices = []int{2, 3}
+		}
+		prev = want
+		kp := killPoints[choices[rnd.IntN(len(choices))]]
+		if kp.state != nil {
+			// Wait (bounded) for the kill point; a cycle whose work finished before reaching it still
+			// restarts the controller, just not at that point.
+			_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				return kp.state(p.machines(g, ns)), nil
+			})
+		}
+		pr.Stop()
+		t.Logf("cycle %d: replicas %d, stopped %s", i, want, kp.name)
+		checkClaims(g, p, ns, false)
+		checkProvisionedOnce(g, inv)
+	}
+
+	p.start(t, startOptions{})
+	scale(g, md, 3)
+	g.Eventually(func(g Gomega) {
+		ensureNodes(g, wlc, p, ns)
+		list := &clusterv1.MachineList{}
+		g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(3))
+		for _, m := range list.Items {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+		}
+		g.Expect(p.machines(g, ns)).To(HaveLen(3))
+		g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(3))
+		checkHolders(g, p, inv, ns)
+	}, 3*time.Minute).Should(Succeed())
+}
+
+// The provider is killed right before and right after each of its writes to a host, in lifecycle order:
+// the claim (after the reservation on the machine, before the consumer; after the consumer, before the
+// machine records it), the hand-off where it is a host write, while the host provisions, the withdrawal
+// where it is one, and the release (after the claim is cleared, before the finalizer goes). After each
+// death a fresh provider resumes. At every point no machine holds two hosts, no host is claimed by a
+// machine that is gone, no host is provisioned twice for one machine; at the end every host is free and
+// clean, and new Machines get hosts again.
+func TestControllerKilledAtEveryHostWriteNeverLeaksOrDoubleClaims(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name(), func(t *testing.T) { killedAtEveryHostWrite(t, p) })
+	}
+}
+
+func killedAtEveryHostWrite(t *testing.T, p provider) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "crash-"+p.name()).Name
+	inv := p.newInventory(t, ns)
+	inv.add(t, g, "x", "crash", 3)
+	first := p.start(t, startOptions{})
+	cluster := p.cluster(t, g, ns, "crash")
+	first.Stop()
+	has := func(step string) bool { return slices.Contains(p.steps(), step) }
+	die := func(step string, after bool) {
+		t.Helper()
+		cc := newCrashingClient(p, step, after)
+		pr := p.start(t, startOptions{client: func(c client.Client) client.Client { cc.Client = c; return cc }})
+		select {
+		case <-cc.fired:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the provider never reached the %s (after: %t)", step, after)
+		}
+		pr.Stop()
+		t.Logf("killed at the %s (after: %t)", step, after)
+		checkClaims(g, p, ns, false)
+		checkProvisionedOnce(g, inv)
+	}
+
+	md := newMachineDeployment(g, p, ns, "crash", cluster, dataSecret(g, ns, "crash-join", cluster.Name, bootstrapData), 1, "crash")
+	die("claim", false)
+	g.Expect(checkClaims(g, p, ns, false)).To(BeEmpty())
+	m := p.machines(g, ns)[0]
+	g.Expect(m.Reserved).NotTo(BeEmpty(), "the choice was recorded before the claim")
+	g.Expect(m.ClaimID).To(Equal(m.UID), "the claim identity was recorded with the choice")
+
+	die("claim", true)
+	g.Expect(checkClaims(g, p, ns, false)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the claim resumed with the reserved host")
+	g.Expect(p.machines(g, ns)[0].Host).To(BeEmpty(), "the machine did not record it before dying")
+
+	inv.holdProvisioning(true)
+	if has("handoff") {
+		die("handoff", true)
+	}
+	// Killed while the host provisions: a fresh provider picks up the same host.
+	pr := p.start(t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		mm := p.machines(g, ns)[0]
+		g.Expect(mm.Host).To(Equal(m.Reserved))
+		g.Expect(mm.BlockMove).To(BeTrue(), "clusterctl move waits while the host provisions")
+		g.Expect(mm.Provisioned).To(BeFalse())
+	}).Should(Succeed())
+	pr.Stop()
+	checkClaims(g, p, ns, false)
+	checkProvisionedOnce(g, inv)
+	inv.holdProvisioning(false)
+	pr = p.start(t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		mm := p.machines(g, ns)[0]
+		g.Expect(mm.Provisioned).To(BeTrue())
+		g.Expect(mm.ProviderID).To(HaveSuffix("://" + ns + "/" + m.Reserved))
+		g.Expect(mm.BlockMove).To(BeFalse())
+	}).Should(Succeed())
+	pr.Stop()
+
+	scale(g, md, 0)
+	if has("withdraw") {
+		die("withdraw", true)
+		g.Expect(checkClaims(g, p, ns, true)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the host stays claimed while it is withdrawn from")
+	}
+	die("release", true)
+	g.Expect(p.machines(g, ns)).To(HaveLen(1), "the finalizer was not removed before dying")
+
+	p.start(t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		g.Expect(p.machines(g, ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, p, ns, false)).To(BeEmpty())
+		for _, h := range p.hosts(g, ns) {
+			inv.checkFree(g, h.Name)
+		}
+	}).Should(Succeed())
+	scale(g, md, 2)
+	g.Eventually(func(g Gomega) {
+		ms := p.machines(g, ns)
+		g.Expect(ms).To(HaveLen(2))
+		for _, mm := range ms {
+			g.Expect(mm.Provisioned).To(BeTrue())
+		}
+		g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(2))
+		checkHolders(g, p, inv, ns)
+	}).Should(Succeed())
+}
+
+// clusterctl move recreates an infrastructure machine with a new UID and no status. The moved object still
+// holds its host (its claim-id annotation matches the host's consumer) and finds what it handed over: it
+// is provisioned again, with the same providerID, without provisioning the host a second time, and
+// deleting it releases the host.
+func TestMovedMachineKeepsItsClaim(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name(), func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			ns := env.CreateNamespace(ctx, t, "move-"+p.name()).Name
+			inv := p.newInventory(t, ns)
+			inv.add(t, g, "mv", "move", 2)
+			pr := p.start(t, startOptions{})
+			cluster := p.cluster(t, g, ns, "move")
+			newMachine(g, p, ns, "mv", cluster, dataSecret(g, ns, "mv-join", cluster.Name, bootstrapData), "move")
+			var before machineView
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(1))
+				before = ms[0]
+				g.Expect(before.Provisioned).To(BeTrue())
+				g.Expect(before.ClaimID).To(Equal(before.UID))
+				g.Expect(before.BlockMove).To(BeFalse())
+			}, 2*time.Minute).Should(Succeed())
+
+			// The move: the controller stops, the object is deleted without its finalizer running and
+			// created again from its metadata and spec, as clusterctl does.
+			pr.Stop()
+			p.recreate(g, ns, before.Name)
+			p.start(t, startOptions{})
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(1))
+				g.Expect(ms[0].UID).NotTo(Equal(before.UID))
+				g.Expect(ms[0].Provisioned).To(BeTrue())
+				g.Expect(ms[0].ProviderID).To(Equal(before.ProviderID))
+				g.Expect(ms[0].HostRef).To(Equal(before.HostRef))
+			}, 2*time.Minute).Should(Succeed())
+			g.Expect(checkClaims(g, p, ns, false)).To(Equal(map[string]string{before.UID: before.HostRef}), "the claim is kept, not made again")
+			g.Expect(inv.provisionings(g)[before.HostRef]).To(Equal(map[string]int{before.UID: 1}), "the moved machine did not provision its host again")
+
+			// Deleting the moved Machine releases the host it kept.
+			g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mv"}})).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				g.Expect(checkClaims(g, p, ns, false)).To(BeEmpty())
+				g.Expect(p.machines(g, ns)).To(BeEmpty())
+			}, 2*time.Minute).Should(Succeed())
+			inv.checkFree(g, before.HostRef)
+		})
+	}
+}

@@ -1,0 +1,165 @@
+package claims_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/test/bmhsim"
+	"github.com/yonder-dev/yonder/test/harness"
+)
+
+// metalProvider is the bare-metal provider on BareMetalHosts that the host controller simulator
+// advances.
+type metalProvider struct{}
+
+func (*metalProvider) name() string { return "metal" }
+func (*metalProvider) crds() []string {
+	return []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"}
+}
+func (*metalProvider) webhookManifest() string {
+	return "infrastructure-baremetal/config/webhook/manifests.yaml"
+}
+func (*metalProvider) addToScheme() []func(*runtime.Scheme) error {
+	return []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme}
+}
+func (*metalProvider) setupWebhooks(mgr ctrl.Manager) error { return setup.SetupWebhooks(mgr) }
+
+// start implements provider. The bare-metal provider polls nothing: slow changes nothing.
+func (*metalProvider) start(t *testing.T, o startOptions) *harness.Provider {
+	so := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
+	return harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
+		if o.client != nil {
+			so.Client = o.client(mgr.GetClient())
+		}
+		return setup.SetupReconcilers(ctx, mgr, so)
+	})
+}
+
+func (*metalProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
+	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+}
+
+func metalSpec(pool string) infrav1.YonderMetalMachineSpec {
+	return infrav1.YonderMetalMachineSpec{AutomatedCleaningMode: "metadata", HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": pool}},
+		Image: &infrav1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123456789abcdef0123456789abcdef", ChecksumType: "md5", Format: "qcow2"}}
+}
+
+func (*metalProvider) machineTemplate(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference {
+	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: metalSpec(pool)}}}
+	g.Expect(env.Create(context.Background(), tmpl)).To(Succeed())
+	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: name}
+}
+
+func (*metalProvider) machine(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference {
+	m := &infrav1.YonderMetalMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: metalSpec(pool)}
+	g.Expect(env.Create(context.Background(), m)).To(Succeed())
+	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachine", Name: name}
+}
+
+func (*metalProvider) machines(g Gomega, ns string) []machineView {
+	l := &infrav1.YonderMetalMachineList{}
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	out := make([]machineView, 0, len(l.Items))
+	for _, m := range l.Items {
+		_, block := m.Annotations[clusterctlv1.BlockMoveAnnotation]
+		out = append(out, machineView{Name: m.Name, UID: string(m.UID), ClaimID: claimID(m.Annotations[infrav1.ClaimIDAnnotation], string(m.UID)),
+			Host: m.Annotations[infrav1.HostAnnotation], Reserved: m.Annotations[infrav1.ReservedHostAnnotation], ProviderID: m.Spec.ProviderID,
+			HostRef: m.Status.HostRef, Provisioned: ptr.Deref(m.Status.Initialization.Provisioned, false), Deleting: !m.DeletionTimestamp.IsZero(),
+			BlockMove: block, Conditions: m.Status.Conditions, Labels: m.Labels})
+	}
+	return out
+}
+
+func (*metalProvider) hosts(g Gomega, ns string) []hostView {
+	l := &metal3v1.BareMetalHostList{}
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	out := make([]hostView, 0, len(l.Items))
+	for _, h := range l.Items {
+		v := hostView{Name: h.Name}
+		if r := h.Spec.ConsumerRef; r != nil && r.Kind == "YonderMetalMachine" {
+			v.ConsumerName, v.ConsumerID = r.Name, string(r.UID)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (*metalProvider) recreate(g Gomega, ns, name string) {
+	recreate(g, &infrav1.YonderMetalMachine{}, ns, name, func(old client.Object) client.Object {
+		m := old.(*infrav1.YonderMetalMachine) //nolint:forcetypeassert // read as one
+		return &infrav1.YonderMetalMachine{ObjectMeta: movedMeta(m.ObjectMeta), Spec: m.Spec}
+	})
+}
+
+// step implements provider: claim (consumer, nothing handed over yet), hand-off (image), withdrawal
+// (claimed, image and data gone, host not yet available again), release (no consumer).
+func (*metalProvider) step(obj client.Object) string {
+	h, ok := obj.(*metal3v1.BareMetalHost)
+	switch {
+	case !ok:
+		return ""
+	case h.Spec.ConsumerRef == nil:
+		return "release"
+	case h.Spec.Image != nil:
+		return "handoff"
+	case h.Status.Provisioning.State == metal3v1.StateAvailable && !h.Spec.Online:
+		return "claim"
+	case h.Spec.UserData == nil:
+		return "withdraw"
+	}
+	return ""
+}
+
+func (*metalProvider) steps() []string { return []string{"claim", "handoff", "withdraw", "release"} }
+
+// metalInventory is one test's BareMetalHosts and the simulator that advances them.
+type metalInventory struct {
+	ns  string
+	sim *bmhsim.Simulator
+	n   int
+}
+
+func (*metalProvider) newInventory(t *testing.T, ns string) inventory {
+	return &metalInventory{ns: ns, sim: bmhsim.Start(t, env.Client, env.GetAPIReader(), ns)}
+}
+
+// add registers n available hosts over two failure domains.
+func (m *metalInventory) add(_ *testing.T, g Gomega, prefix, pool string, n int) {
+	for i := range n {
+		bmhsim.Register(g, env.Client, m.ns, bmhsim.Host{Name: fmt.Sprintf("%s-%d", prefix, i), FailureDomain: fmt.Sprintf("fd%d", (m.n+i)%2),
+			Labels: map[string]string{"pool": pool}})
+	}
+	m.n += n
+}
+
+func (m *metalInventory) provisionings(Gomega) map[string]map[string]int {
+	return m.sim.Provisionings()
+}
+
+func (m *metalInventory) holdProvisioning(hold bool) { m.sim.SetHold(hold) }
+
+func (m *metalInventory) checkFree(g Gomega, name string) {
+	h := &metal3v1.BareMetalHost{}
+	g.Expect(env.GetAPIReader().Get(context.Background(), client.ObjectKey{Namespace: m.ns, Name: name}, h)).To(Succeed())
+	g.Expect(h.Spec.ConsumerRef).To(BeNil(), "host %s", name)
+	g.Expect(h.Spec.Image).To(BeNil(), "host %s", name)
+	g.Expect(h.Spec.UserData).To(BeNil(), "host %s", name)
+	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable), "host %s", name)
+}

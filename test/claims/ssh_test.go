@@ -1,0 +1,244 @@
+package claims_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/test/harness"
+	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/sshhosts"
+)
+
+// sshProvider is the SSH provider on real sshd hosts.
+type sshProvider struct{}
+
+func (*sshProvider) name() string { return "ssh" }
+func (*sshProvider) crds() []string {
+	return []string{"infrastructure-ssh/config/crd/bases"}
+}
+func (*sshProvider) webhookManifest() string {
+	return "infrastructure-ssh/config/webhook/manifests.yaml"
+}
+func (*sshProvider) addToScheme() []func(*runtime.Scheme) error {
+	return []func(*runtime.Scheme) error{infrav1.AddToScheme}
+}
+func (*sshProvider) setupWebhooks(mgr ctrl.Manager) error { return setup.SetupWebhooks(mgr) }
+
+func (*sshProvider) start(t *testing.T, o startOptions) *harness.Provider {
+	so := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,
+		PollInterval: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond, CleanupRetries: 3}
+	if o.slow {
+		so.RetryInterval = 10 * time.Minute
+	}
+	return harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
+		if o.client != nil {
+			so.Client = o.client(mgr.GetClient())
+		}
+		return setup.SetupReconcilers(ctx, mgr, so)
+	})
+}
+
+func (*sshProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
+	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+}
+
+func (*sshProvider) machineTemplate(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference {
+	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
+			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": pool}}}}}}
+	g.Expect(env.Create(context.Background(), tmpl)).To(Succeed())
+	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: name}
+}
+
+func (*sshProvider) machine(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference {
+	m := &infrav1.YonderSSHMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": pool}}}}
+	g.Expect(env.Create(context.Background(), m)).To(Succeed())
+	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: name}
+}
+
+func (*sshProvider) machines(g Gomega, ns string) []machineView {
+	l := &infrav1.YonderSSHMachineList{}
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	out := make([]machineView, 0, len(l.Items))
+	for _, m := range l.Items {
+		_, block := m.Annotations[clusterctlv1.BlockMoveAnnotation]
+		out = append(out, machineView{Name: m.Name, UID: string(m.UID), ClaimID: claimID(m.Annotations[infrav1.ClaimIDAnnotation], string(m.UID)),
+			Host: m.Annotations[infrav1.HostAnnotation], Reserved: m.Annotations[infrav1.ReservedHostAnnotation], ProviderID: m.Spec.ProviderID,
+			HostRef: m.Status.HostRef, Provisioned: ptr.Deref(m.Status.Initialization.Provisioned, false), Deleting: !m.DeletionTimestamp.IsZero(),
+			BlockMove: block, Conditions: m.Status.Conditions, Labels: m.Labels})
+	}
+	return out
+}
+
+func (*sshProvider) hosts(g Gomega, ns string) []hostView {
+	l := &infrav1.YonderSSHHostList{}
+	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
+	out := make([]hostView, 0, len(l.Items))
+	for _, h := range l.Items {
+		v := hostView{Name: h.Name}
+		if r := h.Spec.ConsumerRef; r != nil {
+			v.ConsumerName, v.ConsumerID = r.Name, r.UID
+		} else {
+			g.Expect(h.Labels).NotTo(HaveKey(infrav1.ConsumerUIDLabel), "host %s has a consumer label without a claim", h.Name)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (p *sshProvider) recreate(g Gomega, ns, name string) {
+	recreate(g, &infrav1.YonderSSHMachine{}, ns, name, func(old client.Object) client.Object {
+		m := old.(*infrav1.YonderSSHMachine) //nolint:forcetypeassert // read as one
+		return &infrav1.YonderSSHMachine{ObjectMeta: movedMeta(m.ObjectMeta), Spec: m.Spec}
+	})
+}
+
+// step implements provider: the machine reconciler writes SSH hosts only to claim and to release them.
+func (*sshProvider) step(obj client.Object) string {
+	h, ok := obj.(*infrav1.YonderSSHHost)
+	switch {
+	case !ok:
+		return ""
+	case h.Spec.ConsumerRef != nil:
+		return "claim"
+	default:
+		return "release"
+	}
+}
+
+func (*sshProvider) steps() []string { return []string{"claim", "release"} }
+
+// sshInventory is one test's sshd hosts on a lab network of its own.
+type sshInventory struct {
+	ns    string
+	net   *labnet.Network
+	key   []byte
+	hosts map[string]*sshhosts.Host
+	hold  bool
+}
+
+func (*sshProvider) newInventory(t *testing.T, ns string) inventory {
+	key, _, err := sshhosts.NewClientKey()
+	if err != nil {
+		t.Fatalf("failed to create a client key: %v", err)
+	}
+	return &sshInventory{ns: ns, net: labnet.NewForTest(t), key: key, hosts: map[string]*sshhosts.Host{}}
+}
+
+// add starts n sshd hosts and registers them, with pinned host keys and a cleanup that removes what
+// the bootstrap data recorded.
+func (s *sshInventory) add(t *testing.T, g Gomega, prefix, pool string, n int) {
+	ctx := context.Background()
+	hs, err := sshhosts.Start(ctx, s.net, prefix, n, s.key)
+	g.Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "ssh-" + prefix}, Data: map[string][]byte{"ssh-privatekey": s.key}}
+	g.Expect(env.Create(ctx, secret)).To(Succeed())
+	for _, h := range hs {
+		s.hosts[h.Name] = h
+		g.Expect(env.Create(ctx, &infrav1.YonderSSHHost{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: h.Name, Labels: map[string]string{"pool": pool}},
+			Spec: infrav1.YonderSSHHostSpec{
+				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address.String(), Port: int32(h.Port), User: "root", //nolint:gosec // a port
+					CredentialsSecretRef: infrav1.SecretReference{Name: secret.Name}, HostKey: sshhostsKey(h)},
+				Cleanup: infrav1.CleanupSpec{Commands: []string{"rm -f /var/lib/yonder-ssh/joined"}},
+			},
+		})).To(Succeed())
+	}
+	_ = t
+}
+
+// provisionings reads each host's run records and how often its bootstrap ran.
+func (s *sshInventory) provisionings(g Gomega) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for name, h := range s.hosts {
+		runs, joined := s.state(g, h)
+		out[name] = map[string]int{}
+		for _, id := range runs {
+			out[name][id] = joined
+		}
+	}
+	return out
+}
+
+func (s *sshInventory) state(g Gomega, h *sshhosts.Host) (runs []string, joined int) {
+	out, err := h.Output(context.Background(), "ls /var/lib/yonder-ssh/runs 2>/dev/null; echo --; cat /var/lib/yonder-ssh/joined 2>/dev/null; true")
+	g.Expect(err).NotTo(HaveOccurred())
+	r, j, _ := strings.Cut(out, "--\n")
+	return strings.Fields(r), strings.Count(j, "joined")
+}
+
+// holdProvisioning keeps bootstraps running: the bootstrap data waits while the hold file exists.
+func (s *sshInventory) holdProvisioning(hold bool) {
+	s.hold = hold
+	cmd := "rm -f " + holdFile
+	if hold {
+		cmd = "touch " + holdFile
+	}
+	for _, h := range s.hosts {
+		_, _ = h.Output(context.Background(), cmd)
+	}
+}
+
+func (s *sshInventory) checkFree(g Gomega, name string) {
+	runs, joined := s.state(g, s.hosts[name])
+	g.Expect(runs).To(BeEmpty(), "free host %s has no run record", name)
+	g.Expect(joined).To(BeZero(), "free host %s is clean", name)
+	h := &infrav1.YonderSSHHost{}
+	g.Expect(env.GetAPIReader().Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, h)).To(Succeed())
+	g.Expect(h.Annotations).NotTo(HaveKey(infrav1.NeedsCleanupAnnotation))
+}
+
+// sshhostsKey is h's host key in authorized_keys format, as spec.hostKey pins it.
+func sshhostsKey(h *sshhosts.Host) string {
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(h.HostKey)))
+}
+
+// claimID is the claim identity a machine reports: its annotation, or its UID before it claimed.
+func claimID(annotation, uid string) string {
+	if annotation != "" {
+		return annotation
+	}
+	return uid
+}
+
+// movedMeta is the metadata clusterctl move recreates an object with: name, labels, annotations, owner
+// references and finalizers (no UID, no resourceVersion).
+func movedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels, Annotations: m.Annotations,
+		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}
+}
+
+// recreate deletes the object ns/name without its finalizers running and creates moved(old) instead.
+func recreate(g Gomega, obj client.Object, ns, name string, moved func(old client.Object) client.Object) {
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	g.Expect(env.GetAPIReader().Get(ctx, key, obj)).To(Succeed())
+	next := moved(obj.DeepCopyObject().(client.Object)) //nolint:forcetypeassert // a copy of obj
+	obj.SetFinalizers(nil)
+	g.Expect(env.Update(ctx, obj)).To(Succeed())
+	g.Expect(client.IgnoreNotFound(env.Delete(ctx, obj))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, key, obj.DeepCopyObject().(client.Object)))
+	}).Should(BeTrue()) //nolint:forcetypeassert // a copy of obj
+	g.Expect(env.Create(ctx, next)).To(Succeed())
+}

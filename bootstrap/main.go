@@ -3,69 +3,56 @@
 package main
 
 import (
-	"fmt"
-	"os"
+	"errors"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-
-	"sigs.k8s.io/cluster-api/controllers/clustercache"
 
 	"github.com/yonder-dev/yonder/bootstrap/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
 )
 
-const controllerName = "yonder-bootstrap-manager"
+func main() { manager.Main(setup.ControllerName, run) }
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+// flags are the manager's command-line settings.
+type flags struct {
+	manager            manager.Options
+	agentURL, agentSHA string
+	concurrency        int
+}
+
+// addFlags registers every flag of the manager on fs.
+func addFlags(fs *pflag.FlagSet) *flags {
+	f := &flags{manager: manager.Options{Name: setup.ControllerName}}
+	f.manager.AddFlags(fs)
+	fs.IntVar(&f.concurrency, "yonderconfig-concurrency", 10, "YonderConfigs reconciled in parallel")
+	fs.StringVar(&f.agentURL, "agent-url", "", "Default yonder-agent download URL for YonderConfigs without spec.agent")
+	fs.StringVar(&f.agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent")
+	return f
+}
+
+// options returns the reconcilers' settings, or why the flags are unusable.
+func (f *flags) options() (setup.Options, error) {
+	if (f.agentURL == "") != (f.agentSHA == "") {
+		return setup.Options{}, errors.New("--agent-url and --agent-sha256 must be set together")
 	}
+	return setup.Options{Controllers: f.manager.Controllers(), DefaultAgent: setup.DefaultAgent(f.agentURL, f.agentSHA), Concurrency: f.concurrency}, nil
 }
 
 func run() error {
-	o := manager.Options{Name: controllerName}
-	var (
-		agentURL, agentSHA string
-		concurrency        int
-	)
-	fs := pflag.CommandLine
-	o.AddFlags(fs)
-	fs.IntVar(&concurrency, "yonderconfig-concurrency", 10, "YonderConfigs reconciled in parallel")
-	fs.StringVar(&agentURL, "agent-url", "", "Default yonder-agent download URL for YonderConfigs without spec.agent")
-	fs.StringVar(&agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent")
+	f := addFlags(pflag.CommandLine)
 	pflag.Parse()
-	if (agentURL == "") != (agentSHA == "") {
-		return fmt.Errorf("--agent-url and --agent-sha256 must be set together")
+	o, err := f.options()
+	if err != nil {
+		return err
 	}
-
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, o)
+	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, f.manager)
 	if err != nil {
 		return err
 	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := setup.Webhooks(mgr); err != nil {
-		return err
-	}
-	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient:     mgr.GetClient(),
-		Cache:            clustercache.CacheOptions{},
-		Client:           clustercache.ClientOptions{UserAgent: controllerName, QPS: 20, Burst: 30},
-		WatchFilterValue: o.WatchFilter,
-	}, controller.Options{MaxConcurrentReconciles: concurrency})
-	if err != nil {
-		return fmt.Errorf("failed to create the ClusterCache: %w", err)
-	}
-	if err := setup.Reconcilers(ctx, mgr, cc, setup.Options{
-		WatchFilterValue: o.WatchFilter, DefaultAgent: setup.DefaultAgent(agentURL, agentSHA), Concurrency: concurrency,
-	}); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
+	return manager.Run(ctrl.SetupSignalHandler(), mgr, manager.Setup{Webhooks: setup.SetupWebhooks, Reconcilers: setup.Reconcilers(o)})
 }

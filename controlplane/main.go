@@ -3,8 +3,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -14,42 +12,40 @@ import (
 	"github.com/yonder-dev/yonder/pkg/manager"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+func main() { manager.Main(setup.ControllerName, run) }
+
+// flags are the manager's command-line settings.
+type flags struct {
+	manager            manager.Options
+	concurrency        int
+	healthCheck, retry time.Duration
+}
+
+// addFlags registers every flag of the manager on fs.
+func addFlags(fs *pflag.FlagSet) *flags {
+	f := &flags{manager: manager.Options{Name: setup.ControllerName}}
+	f.manager.AddFlags(fs)
+	fs.IntVar(&f.concurrency, "yondercontrolplane-concurrency", 10, "YonderControlPlanes reconciled in parallel")
+	fs.DurationVar(&f.healthCheck, "health-check-interval", time.Minute, "How often an attached API server is probed")
+	fs.DurationVar(&f.retry, "retry-interval", 20*time.Second, "How soon a failing kubeconfig is checked again")
+	return f
+}
+
+// options returns the reconcilers' settings.
+func (f *flags) options() setup.Options {
+	return setup.Options{Controllers: f.manager.Controllers(), HealthCheckInterval: f.healthCheck, RetryInterval: f.retry, Concurrency: f.concurrency}
 }
 
 func run() error {
-	o := manager.Options{Name: "yonder-controlplane-manager"}
-	var (
-		concurrency        int
-		healthCheck, retry time.Duration
-	)
-	fs := pflag.CommandLine
-	o.AddFlags(fs)
-	fs.IntVar(&concurrency, "yondercontrolplane-concurrency", 10, "YonderControlPlanes reconciled in parallel")
-	fs.DurationVar(&healthCheck, "health-check-interval", time.Minute, "How often an attached API server is probed")
-	fs.DurationVar(&retry, "retry-interval", 20*time.Second, "How soon a failing kubeconfig is checked again")
+	f := addFlags(pflag.CommandLine)
 	pflag.Parse()
-
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, o)
+	mgr, err := manager.New(ctrl.GetConfigOrDie(), scheme, f.manager)
 	if err != nil {
 		return err
 	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := setup.Webhooks(mgr); err != nil {
-		return err
-	}
-	if err := setup.Reconcilers(ctx, mgr, setup.Options{
-		WatchFilterValue: o.WatchFilter, HealthCheckInterval: healthCheck, RetryInterval: retry, Concurrency: concurrency,
-	}); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
+	return manager.Run(ctrl.SetupSignalHandler(), mgr, manager.Setup{Webhooks: setup.SetupWebhooks, Reconcilers: setup.Reconcilers(f.options())})
 }

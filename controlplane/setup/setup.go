@@ -1,5 +1,5 @@
 // Package setup wires the control-plane adapter's webhooks and reconcilers into a manager; main.go and
-// the envtest suites share it so tests run exactly what ships.
+// the envtest suites share it, so tests run exactly what ships.
 package setup
 
 import (
@@ -10,54 +10,49 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	"github.com/yonder-dev/yonder/controlplane/reconcilers/yondercontrolplane"
 	"github.com/yonder-dev/yonder/controlplane/webhooks/admission"
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
+
+// ControllerName is the manager's name (field owner, user agent, leader election id prefix).
+const ControllerName = "yonder-controlplane-manager"
 
 // Scheme returns the scheme the manager needs.
 func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	return manager.Scheme(clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme)
 }
 
-// Options configures the reconcilers.
+// Options configure the reconcilers.
 type Options struct {
-	WatchFilterValue    string
+	manager.Controllers
 	HealthCheckInterval time.Duration
 	RetryInterval       time.Duration
 	Concurrency         int
 }
 
-// Webhooks registers the admission webhooks.
-func Webhooks(mgr ctrl.Manager) error {
-	if err := (&admission.YonderControlPlane{}).SetupWebhookWithManager(mgr); err != nil {
-		return fmt.Errorf("failed to set up YonderControlPlane webhook: %w", err)
-	}
-	if err := (&admission.YonderControlPlaneTemplate{}).SetupWebhookWithManager(mgr); err != nil {
-		return fmt.Errorf("failed to set up YonderControlPlaneTemplate webhook: %w", err)
-	}
-	return nil
-}
+// SetupWebhooks registers the provider's admission webhooks with mgr.
+func SetupWebhooks(mgr ctrl.Manager) error { return webhooks.Setup(mgr, admission.Webhooks()...) }
 
-// Reconcilers registers the reconcilers.
-func Reconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
-	if o.Concurrency == 0 {
-		o.Concurrency = 10
-	}
-	return (&yondercontrolplane.Reconciler{
+// SetupReconcilers registers the reconcilers with mgr.
+func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if err := (&yondercontrolplane.Reconciler{
 		Client:              mgr.GetClient(),
 		WatchFilterValue:    o.WatchFilterValue,
 		HealthCheckInterval: o.HealthCheckInterval,
 		RetryInterval:       o.RetryInterval,
-	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Concurrency})
+	}).SetupWithManager(ctx, mgr, o.Options(o.Concurrency)); err != nil {
+		return fmt.Errorf("failed to set up the YonderControlPlane reconciler: %w", err)
+	}
+	return nil
+}
+
+// Reconcilers returns SetupReconcilers bound to o, for manager.Setup.
+func Reconcilers(o Options) func(context.Context, ctrl.Manager) error {
+	return func(ctx context.Context, mgr ctrl.Manager) error { return SetupReconcilers(ctx, mgr, o) }
 }

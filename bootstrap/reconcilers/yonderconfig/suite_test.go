@@ -16,6 +16,7 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/setup"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	cpsetup "github.com/yonder-dev/yonder/controlplane/setup"
+	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -52,17 +53,19 @@ func run(m *testing.M) int {
 		WebhookManifestPaths: []string{"bootstrap/config/webhook/manifests.yaml", "controlplane/config/webhook/manifests.yaml"},
 		AddToScheme:          []func(*runtime.Scheme) error{bootstrapv1.AddToScheme, controlplanev1.AddToScheme},
 		Setup: func(ctx context.Context, e *envtest.Environment) error {
-			if err := setup.Webhooks(e.Manager); err != nil {
+			if err := setup.SetupWebhooks(e.Manager); err != nil {
 				return err
 			}
-			if err := cpsetup.Webhooks(e.Manager); err != nil {
+			if err := cpsetup.SetupWebhooks(e.Manager); err != nil {
 				return err
 			}
-			if err := cpsetup.Reconcilers(ctx, e.Manager, cpsetup.Options{WatchFilterValue: watchFilter, RetryInterval: time.Second}); err != nil {
+			filter := manager.Controllers{WatchFilterValue: watchFilter}
+			if err := cpsetup.SetupReconcilers(ctx, e.Manager, cpsetup.Options{Controllers: filter, RetryInterval: time.Second}); err != nil {
 				return err
 			}
-			return setup.Reconcilers(ctx, e.Manager, e.ClusterCache, setup.Options{
-				WatchFilterValue:   watchFilter,
+			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{
+				Controllers:        filter,
+				ClusterCache:       e.ClusterCache,
 				DefaultAgent:       defaultAgent,
 				TokenCheckInterval: time.Second,
 			})

@@ -12,6 +12,7 @@ import (
 
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	"github.com/yonder-dev/yonder/controlplane/setup"
+	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -45,12 +46,12 @@ func run(m *testing.M) int {
 		WebhookManifestPaths: []string{"controlplane/config/webhook/manifests.yaml"},
 		AddToScheme:          []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: func(ctx context.Context, e *envtest.Environment) error {
-			if err := setup.Webhooks(e.Manager); err != nil {
+			if err := setup.SetupWebhooks(e.Manager); err != nil {
 				return err
 			}
-			return setup.Reconcilers(ctx, e.Manager, setup.Options{
-				WatchFilterValue: watchFilter,
-				RetryInterval:    time.Second,
+			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{
+				Controllers:   manager.Controllers{WatchFilterValue: watchFilter},
+				RetryInterval: time.Second,
 			})
 		},
 	}, func(e *envtest.Environment) { env = e })

@@ -14,22 +14,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
-// Setup registers the webhooks of every kind.
+// Setup registers the webhooks of every kind (pkg/webhooks, as every Yonder manager does).
 func Setup(mgr ctrl.Manager) error {
 	// The API reader, not the cache: a webhook must see the Site created a moment ago to catch overlaps.
 	r := mgr.GetAPIReader()
-	for _, err := range []error{
-		ctrl.NewWebhookManagedBy(mgr, &netv1.Site{}).WithValidator(&Site{Reader: r}).Complete(),
-		ctrl.NewWebhookManagedBy(mgr, &netv1.GatewayPool{}).WithValidator(&GatewayPool{Reader: r}).Complete(),
-		ctrl.NewWebhookManagedBy(mgr, &netv1.SitePeering{}).WithValidator(&SitePeering{}).Complete(),
-	} {
-		if err != nil {
-			return fmt.Errorf("failed to set up network webhooks: %w", err)
-		}
-	}
-	return nil
+	return webhooks.Setup(mgr,
+		webhooks.For(&netv1.Site{}, &Site{Reader: r}),
+		webhooks.For(&netv1.GatewayPool{}, &GatewayPool{Reader: r}),
+		webhooks.For(&netv1.SitePeering{}, &SitePeering{}),
+	)
 }
 
 // cidr is a parsed CIDR with the field it came from (for overlap messages).

@@ -1,3 +1,0 @@
-// Package admission holds the defaulting and validating webhooks of YonderControlPlane and
-// YonderControlPlaneTemplate.
-package admission

@@ -142,7 +142,25 @@ func (*sshProvider) newInventory(t *testing.T, ns string) inventory {
 	if err != nil {
 		t.Fatalf("failed to create a client key: %v", err)
 	}
-	return &sshInventory{ns: ns, net: labnet.NewForTest(t), key: key, hosts: map[string]*sshhosts.Host{}}
+	inv := &sshInventory{ns: ns, net: labnet.NewForTest(t), key: key, hosts: map[string]*sshhosts.Host{}}
+	// The hosts go with the test: later tests' providers must not keep probing addresses that other
+	// hosts reuse.
+	t.Cleanup(func() { removeHosts(context.Background(), ns) })
+	return inv
+}
+
+// removeHosts deletes the YonderSSHHosts of ns, without their finalizer (no provider runs any more).
+func removeHosts(ctx context.Context, ns string) {
+	l := &infrav1.YonderSSHHostList{}
+	if err := env.GetAPIReader().List(ctx, l, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range l.Items {
+		h := &l.Items[i]
+		h.Finalizers = nil
+		_ = env.Update(ctx, h)
+		_ = env.Delete(ctx, h)
+	}
 }
 
 // add starts n sshd hosts and registers them, with pinned host keys and a cleanup that removes what

@@ -49,7 +49,7 @@ func TestClusterClass(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		got := &controlplanev1.YonderControlPlane{}
 		g.Expect(st.Client.Get(ctx, client.ObjectKeyFromObject(cp), got)).To(Succeed())
-		g.Expect(conditions.IsTrue(got, controlplanev1.VersionUpToDateCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(got, controlplanev1.YonderControlPlaneVersionUpToDateCondition)).To(BeTrue())
 		g.Expect(got.Status.Version).To(Equal(stack.KubernetesVersion))
 	}, time.Minute, time.Second).Should(Succeed())
 

@@ -24,29 +24,27 @@ const (
 
 // Conditions and reasons.
 const (
-	// DataSecretAvailableCondition is True once the bootstrap data Secret exists.
-	DataSecretAvailableCondition = "DataSecretAvailable"
-	// DataSecretAvailableReason: the data Secret exists.
-	DataSecretAvailableReason = "Available"
-	// WaitingForControlPlaneInitializedReason: the Cluster's control plane is not initialized yet.
-	WaitingForControlPlaneInitializedReason = "WaitingForControlPlaneInitialized"
-	// WaitingForClusterConnectionReason: the workload cluster cannot be reached to create the token.
-	WaitingForClusterConnectionReason = "WaitingForClusterConnection"
-	// AgentSourceMissingReason: neither spec.agent nor the manager's --agent-url/--agent-sha256 are set.
-	AgentSourceMissingReason = "AgentSourceMissing"
-	// InvalidConfigurationReason: the spec cannot be rendered (a referenced Secret is missing, no
+	// YonderConfigDataSecretAvailableCondition is True once the bootstrap data Secret exists.
+	YonderConfigDataSecretAvailableCondition = "DataSecretAvailable"
+	// YonderConfigDataSecretAvailableReason: the data Secret exists.
+	YonderConfigDataSecretAvailableReason = "Available"
+	// YonderConfigWaitingForClusterConnectionReason: the workload cluster cannot be reached to create the token.
+	YonderConfigWaitingForClusterConnectionReason = "WaitingForClusterConnection"
+	// YonderConfigAgentSourceMissingReason: neither spec.agent nor the manager's --agent-url/--agent-sha256 are set.
+	YonderConfigAgentSourceMissingReason = "AgentSourceMissing"
+	// YonderConfigInvalidConfigurationReason: the spec cannot be rendered (a referenced Secret is missing, no
 	// control plane endpoint, no CA in the cluster kubeconfig…).
-	InvalidConfigurationReason = "InvalidConfiguration"
+	YonderConfigInvalidConfigurationReason = "InvalidConfiguration"
 
-	// BootstrapTokenReadyCondition is True while the Machine has a valid bootstrap token, and after it
+	// YonderConfigBootstrapTokenReadyCondition is True while the Machine has a valid bootstrap token, and after it
 	// joined (the token is then deleted).
-	BootstrapTokenReadyCondition = "BootstrapTokenReady"
-	// BootstrapTokenValidReason: the token exists and is refreshed until the Node joins.
-	BootstrapTokenValidReason = "Valid"
-	// BootstrapTokenRemovedReason: the Node joined; the token was deleted.
-	BootstrapTokenRemovedReason = "NodeJoined"
-	// BootstrapTokenFailedReason: creating or refreshing the token failed.
-	BootstrapTokenFailedReason = "Failed"
+	YonderConfigBootstrapTokenReadyCondition = "BootstrapTokenReady"
+	// YonderConfigBootstrapTokenValidReason: the token exists and is refreshed until the Node joins.
+	YonderConfigBootstrapTokenValidReason = "Valid"
+	// YonderConfigBootstrapTokenRemovedReason: the Node joined; the token was deleted.
+	YonderConfigBootstrapTokenRemovedReason = "NodeJoined"
+	// YonderConfigBootstrapTokenFailedReason: creating or refreshing the token failed.
+	YonderConfigBootstrapTokenFailedReason = "Failed"
 )
 
 // Taint is a Node taint set at registration.

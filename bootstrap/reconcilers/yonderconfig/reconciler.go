@@ -218,14 +218,14 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, cfg *bootstrapv1.YonderC
 
 func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, cfg *bootstrapv1.YonderConfig) error {
 	if err := conditions.SetSummaryCondition(cfg, cfg, clusterv1.ReadyCondition, conditions.ForConditionTypes{
-		bootstrapv1.DataSecretAvailableCondition,
+		bootstrapv1.YonderConfigDataSecretAvailableCondition,
 	}); err != nil {
 		return err
 	}
 	cfg.Status.ObservedGeneration = cfg.Generation
 	return h.Patch(ctx, cfg, patch.WithOwnedConditions{Conditions: []string{
 		clusterv1.ReadyCondition, clusterv1.PausedCondition,
-		bootstrapv1.DataSecretAvailableCondition, bootstrapv1.BootstrapTokenReadyCondition,
+		bootstrapv1.YonderConfigDataSecretAvailableCondition, bootstrapv1.YonderConfigBootstrapTokenReadyCondition,
 	}})
 }
 
@@ -285,8 +285,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 	if !ptr.Deref(s.cluster.Status.Initialization.ControlPlaneInitialized, false) {
 		if !exists {
-			conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.DataSecretAvailableCondition, Status: metav1.ConditionFalse,
-				Reason: bootstrapv1.WaitingForControlPlaneInitializedReason, Message: "Waiting for the Cluster's control plane to be initialized"})
+			conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.YonderConfigDataSecretAvailableCondition, Status: metav1.ConditionFalse,
+				Reason: clusterv1.WaitingForControlPlaneInitializedReason, Message: "Waiting for the Cluster's control plane to be initialized"})
 		}
 		return ctrl.Result{}, nil
 	}
@@ -295,8 +295,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if errors.Is(err, clustercache.ErrClusterNotConnected) {
 			log.V(4).Info("Waiting for the connection to the workload cluster")
 			if !exists {
-				conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.DataSecretAvailableCondition, Status: metav1.ConditionFalse,
-					Reason: bootstrapv1.WaitingForClusterConnectionReason, Message: "Waiting for the connection to the workload cluster"})
+				conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.YonderConfigDataSecretAvailableCondition, Status: metav1.ConditionFalse,
+					Reason: bootstrapv1.YonderConfigWaitingForClusterConnectionReason, Message: "Waiting for the connection to the workload cluster"})
 			}
 			// The ClusterCache source enqueues us when the connection comes up.
 			return ctrl.Result{}, nil
@@ -312,7 +312,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) markDataSecretCreated(cfg *bootstrapv1.YonderConfig) {
 	cfg.Status.DataSecretName = cfg.Name
 	cfg.Status.Initialization.DataSecretCreated = ptr.To(true)
-	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.DataSecretAvailableCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.DataSecretAvailableReason})
+	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.YonderConfigDataSecretAvailableCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.YonderConfigDataSecretAvailableReason})
 }
 
 // configError is a problem in the spec or the Cluster an operator has to fix.
@@ -329,7 +329,7 @@ func (r *Reconciler) createData(ctx context.Context, s *scope, wl client.Client)
 	}
 	tok, err := token.Create(ctx, wl, klog.KObj(s.config).String(), r.ttl(s.config), r.Now())
 	if err != nil {
-		conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.BootstrapTokenReadyCondition, Status: metav1.ConditionFalse, Reason: bootstrapv1.BootstrapTokenFailedReason, Message: err.Error()})
+		conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionFalse, Reason: bootstrapv1.YonderConfigBootstrapTokenFailedReason, Message: err.Error()})
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Created bootstrap token", "tokenID", tok.ID, "expires", tok.Expires)
@@ -347,12 +347,12 @@ func (r *Reconciler) configProblem(cfg *bootstrapv1.YonderConfig, err error) (ct
 	if !errors.As(err, &cerr) {
 		return ctrl.Result{}, err
 	}
-	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.DataSecretAvailableCondition, Status: metav1.ConditionFalse, Reason: cerr.reason, Message: cerr.message})
+	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.YonderConfigDataSecretAvailableCondition, Status: metav1.ConditionFalse, Reason: cerr.reason, Message: cerr.message})
 	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 }
 
 func (r *Reconciler) markTokenValid(cfg *bootstrapv1.YonderConfig, exp time.Time) {
-	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.BootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.BootstrapTokenValidReason,
+	conditions.Set(cfg, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.YonderConfigBootstrapTokenValidReason,
 		Message: "Bootstrap token valid until " + exp.UTC().Format(time.RFC3339) + "; refreshed until the Node joins"})
 }
 
@@ -404,7 +404,7 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, wl client.Clien
 // removeToken deletes the token once the Machine's Node exists: a joined kubelet renews its own
 // certificate and never needs the token again.
 func (r *Reconciler) removeToken(ctx context.Context, s *scope, data *corev1.Secret) (ctrl.Result, error) {
-	if conditions.GetReason(s.config, bootstrapv1.BootstrapTokenReadyCondition) == bootstrapv1.BootstrapTokenRemovedReason {
+	if conditions.GetReason(s.config, bootstrapv1.YonderConfigBootstrapTokenReadyCondition) == bootstrapv1.YonderConfigBootstrapTokenRemovedReason {
 		return ctrl.Result{}, nil
 	}
 	wl, err := r.ClusterCache.GetUncachedClient(ctx, client.ObjectKeyFromObject(s.cluster))
@@ -420,7 +420,7 @@ func (r *Reconciler) removeToken(ctx context.Context, s *scope, data *corev1.Sec
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleted bootstrap token, the Node joined", "tokenID", id, "Node", s.machine.Status.NodeRef.Name)
 	}
-	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.BootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.BootstrapTokenRemovedReason,
+	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.YonderConfigBootstrapTokenRemovedReason,
 		Message: "Node " + s.machine.Status.NodeRef.Name + " joined; its bootstrap token was deleted"})
 	return ctrl.Result{}, nil
 }
@@ -460,11 +460,11 @@ func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentC
 		agent = r.DefaultAgent
 	}
 	if (agent.URL == "" && agent.Path == "") || agent.SHA256 == "" {
-		return nil, agent, &configError{bootstrapv1.AgentSourceMissingReason, "No yonder-agent source: set spec.agent.url (or path) and spec.agent.sha256, or start the manager with --agent-url and --agent-sha256"}
+		return nil, agent, &configError{bootstrapv1.YonderConfigAgentSourceMissingReason, "No yonder-agent source: set spec.agent.url (or path) and spec.agent.sha256, or start the manager with --agent-url and --agent-sha256"}
 	}
 	ep := s.cluster.Spec.ControlPlaneEndpoint
 	if !ep.IsValid() {
-		return nil, agent, &configError{bootstrapv1.InvalidConfigurationReason, "The Cluster has no spec.controlPlaneEndpoint yet"}
+		return nil, agent, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, "The Cluster has no spec.controlPlaneEndpoint yet"}
 	}
 	ca, err := r.clusterCA(ctx, s.cluster)
 	if err != nil {
@@ -508,13 +508,13 @@ func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentC
 			sec := &corev1.Secret{}
 			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.config.Namespace, Name: f.ContentFrom.Name}, sec); err != nil {
 				if apierrors.IsNotFound(err) {
-					return nil, agent, &configError{bootstrapv1.InvalidConfigurationReason, fmt.Sprintf("Secret %s/%s for file %s does not exist", s.config.Namespace, f.ContentFrom.Name, f.Path)}
+					return nil, agent, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, fmt.Sprintf("Secret %s/%s for file %s does not exist", s.config.Namespace, f.ContentFrom.Name, f.Path)}
 				}
 				return nil, agent, err
 			}
 			v, ok := sec.Data[f.ContentFrom.Key]
 			if !ok {
-				return nil, agent, &configError{bootstrapv1.InvalidConfigurationReason, fmt.Sprintf("Secret %s/%s has no key %q for file %s", s.config.Namespace, f.ContentFrom.Name, f.ContentFrom.Key, f.Path)}
+				return nil, agent, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, fmt.Sprintf("Secret %s/%s has no key %q for file %s", s.config.Namespace, f.ContentFrom.Name, f.ContentFrom.Key, f.Path)}
 			}
 			content = string(v)
 		}
@@ -528,18 +528,18 @@ func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentC
 func (r *Reconciler) clusterCA(ctx context.Context, cluster *clusterv1.Cluster) ([]byte, error) {
 	data, err := kubeconfig.FromSecret(ctx, r.Client, client.ObjectKeyFromObject(cluster))
 	if err != nil {
-		return nil, &configError{bootstrapv1.InvalidConfigurationReason, fmt.Sprintf("Cannot read the Cluster's kubeconfig Secret: %v", err)}
+		return nil, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, fmt.Sprintf("Cannot read the Cluster's kubeconfig Secret: %v", err)}
 	}
 	cfg, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, &configError{bootstrapv1.InvalidConfigurationReason, fmt.Sprintf("The Cluster's kubeconfig does not parse: %v", err)}
+		return nil, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, fmt.Sprintf("The Cluster's kubeconfig does not parse: %v", err)}
 	}
 	if kctx, ok := cfg.Contexts[cfg.CurrentContext]; ok {
 		if cl, ok := cfg.Clusters[kctx.Cluster]; ok && len(cl.CertificateAuthorityData) > 0 {
 			return cl.CertificateAuthorityData, nil
 		}
 	}
-	return nil, &configError{bootstrapv1.InvalidConfigurationReason, "The Cluster's kubeconfig has no certificate-authority-data for its current context; nodes need the CA to trust the API server"}
+	return nil, &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, "The Cluster's kubeconfig has no certificate-authority-data for its current context; nodes need the CA to trust the API server"}
 }
 
 // version picks spec.version, else the Machine's version, else the control plane's status.version.
@@ -559,5 +559,5 @@ func (r *Reconciler) version(ctx context.Context, s *scope) (string, error) {
 			return v, nil
 		}
 	}
-	return "", &configError{bootstrapv1.InvalidConfigurationReason, "No Kubernetes version: set spec.version or the Machine's spec.version (the control plane reports none)"}
+	return "", &configError{bootstrapv1.YonderConfigInvalidConfigurationReason, "No Kubernetes version: set spec.version or the Machine's spec.version (the control plane reports none)"}
 }

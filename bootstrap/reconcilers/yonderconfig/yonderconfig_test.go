@@ -111,7 +111,7 @@ func TestMachineDeploymentOfThreeGetsContractDataSecrets(t *testing.T) {
 		cfg := getConfig(ctx, g, ns, cfgName)
 		g.Expect(cfg.Status.DataSecretName).To(Equal(cfgName))
 		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(HaveValue(BeTrue()))
-		g.Expect(conditions.IsTrue(cfg, bootstrapv1.DataSecretAvailableCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(cfg, bootstrapv1.YonderConfigDataSecretAvailableCondition)).To(BeTrue())
 		g.Expect(conditions.IsTrue(cfg, clusterv1.ReadyCondition)).To(BeTrue())
 		g.Expect(*m.Spec.Bootstrap.DataSecretName).To(Equal(cfgName))
 
@@ -226,9 +226,9 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		return err != nil && strings.Contains(err.Error(), "not found")
 	}).Should(BeTrue())
 	g.Eventually(func(g Gomega) {
-		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.BootstrapTokenReadyCondition)
+		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.YonderConfigBootstrapTokenReadyCondition)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(bootstrapv1.BootstrapTokenRemovedReason))
+		g.Expect(c.Reason).To(Equal(bootstrapv1.YonderConfigBootstrapTokenRemovedReason))
 	}).Should(Succeed())
 
 	// Serving CSRs, each requested with a node's own identity (impersonated, as the kubelet's client cert would be).
@@ -358,10 +358,10 @@ func TestUnrenderableConfigSaysWhy(t *testing.T) {
 	spec := bootstrapv1.YonderConfigSpec{Files: []bootstrapv1.File{{Path: "/etc/x", ContentFrom: &bootstrapv1.SecretKeySelector{Name: "missing", Key: "k"}}}}
 	m := newMachine(ctx, g, cluster, "worker-u", spec, nil)
 	g.Eventually(func(g Gomega) {
-		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.DataSecretAvailableCondition)
+		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.YonderConfigDataSecretAvailableCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Reason).To(Equal(bootstrapv1.InvalidConfigurationReason))
+		g.Expect(c.Reason).To(Equal(bootstrapv1.YonderConfigInvalidConfigurationReason))
 		g.Expect(c.Message).To(ContainSubstring("Secret " + cluster.Namespace + "/missing for file /etc/x does not exist"))
 	}).Should(Succeed())
 	tokens, err := workloadClient(g).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})

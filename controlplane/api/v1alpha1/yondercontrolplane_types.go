@@ -18,54 +18,48 @@ const (
 
 // Conditions and their reasons. A condition message says what to do.
 const (
-	// AvailableCondition is True while the attached cluster's API server answers with the given kubeconfig.
-	AvailableCondition = clusterv1.AvailableCondition
-	// AvailableReason: the API server answered /version.
-	AvailableReason = clusterv1.AvailableReason
-	// NotAvailableReason: the API server could not be reached or rejected the credentials.
-	NotAvailableReason = clusterv1.NotAvailableReason
 
-	// KubeconfigValidCondition is True when the source Secret holds a usable admin kubeconfig.
-	KubeconfigValidCondition = "KubeconfigValid"
-	// KubeconfigValidReason: the kubeconfig parsed, authenticated and reached the API server.
-	KubeconfigValidReason = "Valid"
-	// KubeconfigSecretNotFoundReason: the Secret named by spec.kubeconfigSecretRef does not exist.
-	KubeconfigSecretNotFoundReason = "SecretNotFound"
-	// KubeconfigKeyNotFoundReason: the Secret exists but has no data under spec.kubeconfigSecretRef.key.
-	KubeconfigKeyNotFoundReason = "KeyNotFound"
-	// KubeconfigInvalidReason: the data is not a kubeconfig with a current context, cluster and user.
-	KubeconfigInvalidReason = "InvalidKubeconfig"
-	// KubeconfigUnsupportedAuthReason: the kubeconfig authenticates through an exec plugin, an auth
+	// YonderControlPlaneKubeconfigValidCondition is True when the source Secret holds a usable admin kubeconfig.
+	YonderControlPlaneKubeconfigValidCondition = "KubeconfigValid"
+	// YonderControlPlaneKubeconfigValidReason: the kubeconfig parsed, authenticated and reached the API server.
+	YonderControlPlaneKubeconfigValidReason = "Valid"
+	// YonderControlPlaneKubeconfigSecretNotFoundReason: the Secret named by spec.kubeconfigSecretRef does not exist.
+	YonderControlPlaneKubeconfigSecretNotFoundReason = "SecretNotFound"
+	// YonderControlPlaneKubeconfigKeyNotFoundReason: the Secret exists but has no data under spec.kubeconfigSecretRef.key.
+	YonderControlPlaneKubeconfigKeyNotFoundReason = "KeyNotFound"
+	// YonderControlPlaneKubeconfigInvalidReason: the data is not a kubeconfig with a current context, cluster and user.
+	YonderControlPlaneKubeconfigInvalidReason = "InvalidKubeconfig"
+	// YonderControlPlaneKubeconfigUnsupportedAuthReason: the kubeconfig authenticates through an exec plugin, an auth
 	// provider or files on disk, none of which work inside the management cluster.
-	KubeconfigUnsupportedAuthReason = "UnsupportedAuth"
-	// KubeconfigUnauthorizedReason: the API server rejected the credentials (401/403).
-	KubeconfigUnauthorizedReason = "Unauthorized"
-	// KubeconfigUnreachableReason: the API server did not answer (network, DNS, TLS).
-	KubeconfigUnreachableReason = "Unreachable"
+	YonderControlPlaneKubeconfigUnsupportedAuthReason = "UnsupportedAuth"
+	// YonderControlPlaneKubeconfigUnauthorizedReason: the API server rejected the credentials (401/403).
+	YonderControlPlaneKubeconfigUnauthorizedReason = "Unauthorized"
+	// YonderControlPlaneKubeconfigUnreachableReason: the API server did not answer (network, DNS, TLS).
+	YonderControlPlaneKubeconfigUnreachableReason = "Unreachable"
 
-	// JoinRBACReadyCondition is True when the RBAC that lets nodes join is installed in the workload cluster.
-	JoinRBACReadyCondition = "JoinRBACReady"
-	// JoinRBACInstalledReason: the ClusterRoleBindings exist and match.
-	JoinRBACInstalledReason = "Installed"
-	// JoinRBACFailedReason: applying the ClusterRoleBindings failed (typically forbidden).
-	JoinRBACFailedReason = "ApplyFailed"
-	// JoinRBACWaitingForKubeconfigReason: no valid kubeconfig yet.
-	JoinRBACWaitingForKubeconfigReason = "WaitingForKubeconfig"
+	// YonderControlPlaneJoinRBACReadyCondition is True when the RBAC that lets nodes join is installed in the workload cluster.
+	YonderControlPlaneJoinRBACReadyCondition = "JoinRBACReady"
+	// YonderControlPlaneJoinRBACInstalledReason: the ClusterRoleBindings exist and match.
+	YonderControlPlaneJoinRBACInstalledReason = "Installed"
+	// YonderControlPlaneJoinRBACFailedReason: applying the ClusterRoleBindings failed (typically forbidden).
+	YonderControlPlaneJoinRBACFailedReason = "ApplyFailed"
+	// YonderControlPlaneJoinRBACWaitingForKubeconfigReason: no valid kubeconfig yet.
+	YonderControlPlaneJoinRBACWaitingForKubeconfigReason = "WaitingForKubeconfig"
 
-	// VersionUpToDateCondition is True when the attached cluster runs at least spec.version (or spec.version
+	// YonderControlPlaneVersionUpToDateCondition is True when the attached cluster runs at least spec.version (or spec.version
 	// is empty). Yonder never upgrades an attached control plane: when a ClusterClass topology (or a user)
 	// raises spec.version, CAPI holds worker upgrades until the cluster's own tooling (AKS, EKS, kubeadm…)
 	// has upgraded the API server, and this condition says so.
-	VersionUpToDateCondition = "VersionUpToDate"
-	// VersionUpToDateReason: the API server's version is at least spec.version.
-	VersionUpToDateReason = "UpToDate"
-	// VersionNotRequestedReason: spec.version is empty; whatever the cluster runs is accepted.
-	VersionNotRequestedReason = "NotRequested"
-	// VersionUpgradeRequiredReason: the API server is older than spec.version; upgrade the attached
+	YonderControlPlaneVersionUpToDateCondition = "VersionUpToDate"
+	// YonderControlPlaneVersionUpToDateReason: the API server's version is at least spec.version.
+	YonderControlPlaneVersionUpToDateReason = "UpToDate"
+	// YonderControlPlaneVersionNotRequestedReason: spec.version is empty; whatever the cluster runs is accepted.
+	YonderControlPlaneVersionNotRequestedReason = "NotRequested"
+	// YonderControlPlaneVersionUpgradeRequiredReason: the API server is older than spec.version; upgrade the attached
 	// cluster with its own tooling.
-	VersionUpgradeRequiredReason = "UpgradeRequired"
-	// VersionUnknownReason: the API server has not answered yet.
-	VersionUnknownReason = "Unknown"
+	YonderControlPlaneVersionUpgradeRequiredReason = "UpgradeRequired"
+	// YonderControlPlaneVersionUnknownReason: the API server has not answered yet.
+	YonderControlPlaneVersionUnknownReason = "Unknown"
 )
 
 // KubeconfigSecretReference names a Secret in the YonderControlPlane's namespace and a key in it.

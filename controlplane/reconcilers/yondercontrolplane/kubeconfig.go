@@ -30,7 +30,7 @@ func (e *kubeconfigError) Error() string { return e.message }
 func normalizeKubeconfig(clusterName string, data []byte) ([]byte, *clientcmdapi.Config, error) {
 	in, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The Secret does not hold a kubeconfig: %v", err)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The Secret does not hold a kubeconfig: %v", err)}
 	}
 	ctxName := in.CurrentContext
 	if ctxName == "" && len(in.Contexts) == 1 {
@@ -40,29 +40,29 @@ func normalizeKubeconfig(clusterName string, data []byte) ([]byte, *clientcmdapi
 	}
 	kctx, ok := in.Contexts[ctxName]
 	if !ok || kctx == nil {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The kubeconfig has no usable current-context (%q); set current-context to the admin context of the existing cluster", ctxName)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig has no usable current-context (%q); set current-context to the admin context of the existing cluster", ctxName)}
 	}
 	cl, ok := in.Clusters[kctx.Cluster]
 	if !ok || cl == nil || cl.Server == "" {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's context %q names cluster %q, which is missing or has no server", ctxName, kctx.Cluster)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's context %q names cluster %q, which is missing or has no server", ctxName, kctx.Cluster)}
 	}
 	u, err := url.Parse(cl.Server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's server %q is not an https:// URL", cl.Server)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's server %q is not an https:// URL", cl.Server)}
 	}
 	user, ok := in.AuthInfos[kctx.AuthInfo]
 	if !ok || user == nil {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's context %q names user %q, which is missing", ctxName, kctx.AuthInfo)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's context %q names user %q, which is missing", ctxName, kctx.AuthInfo)}
 	}
 	switch {
 	case user.Exec != nil:
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigUnsupportedAuthReason, fmt.Sprintf("User %q authenticates with an exec plugin (%s), which cannot run in the management cluster; use a client certificate or a service account token", kctx.AuthInfo, user.Exec.Command)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigUnsupportedAuthReason, fmt.Sprintf("User %q authenticates with an exec plugin (%s), which cannot run in the management cluster; use a client certificate or a service account token", kctx.AuthInfo, user.Exec.Command)}
 	case user.AuthProvider != nil:
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigUnsupportedAuthReason, fmt.Sprintf("User %q authenticates with auth provider %q, which cannot run in the management cluster; use a client certificate or a service account token", kctx.AuthInfo, user.AuthProvider.Name)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigUnsupportedAuthReason, fmt.Sprintf("User %q authenticates with auth provider %q, which cannot run in the management cluster; use a client certificate or a service account token", kctx.AuthInfo, user.AuthProvider.Name)}
 	case user.ClientCertificate != "" || user.ClientKey != "" || user.TokenFile != "" || cl.CertificateAuthority != "":
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigUnsupportedAuthReason, "The kubeconfig refers to files on disk; embed them (kubectl config view --raw --flatten --minify)"}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigUnsupportedAuthReason, "The kubeconfig refers to files on disk; embed them (kubectl config view --raw --flatten --minify)"}
 	case len(user.ClientCertificateData) == 0 && user.Token == "" && user.Username == "":
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("User %q has no credentials: add client-certificate-data/client-key-data or a token", kctx.AuthInfo)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("User %q has no credentials: add client-certificate-data/client-key-data or a token", kctx.AuthInfo)}
 	}
 
 	userName := clusterName + "-admin"

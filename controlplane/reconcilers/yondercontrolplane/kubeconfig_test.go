@@ -58,5 +58,5 @@ func TestNormalizeKeepsOnlyTheCurrentContext(t *testing.T) {
 	_, _, err = normalizeKubeconfig("edge", data)
 	var kerr *kubeconfigError
 	g.Expect(err).To(BeAssignableToTypeOf(kerr))
-	g.Expect(err.(*kubeconfigError).reason).To(Equal(controlplanev1.KubeconfigInvalidReason))
+	g.Expect(err.(*kubeconfigError).reason).To(Equal(controlplanev1.YonderControlPlaneKubeconfigInvalidReason))
 }

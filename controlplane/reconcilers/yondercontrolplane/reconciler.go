@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
@@ -43,9 +44,6 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-
-// MoveLabel makes clusterctl move carry a Secret nothing owns (the user's source kubeconfig).
-const MoveLabel = "clusterctl.cluster.x-k8s.io/move"
 
 // Reconciler reconciles YonderControlPlane.
 
@@ -164,15 +162,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, cp *controlplanev1.YonderControlPlane) error {
 	if err := conditions.SetSummaryCondition(cp, cp, clusterv1.ReadyCondition, conditions.ForConditionTypes{
-		controlplanev1.KubeconfigValidCondition, controlplanev1.AvailableCondition, controlplanev1.JoinRBACReadyCondition,
+		controlplanev1.YonderControlPlaneKubeconfigValidCondition, clusterv1.AvailableCondition, controlplanev1.YonderControlPlaneJoinRBACReadyCondition,
 	}); err != nil {
 		return err
 	}
 	cp.Status.ObservedGeneration = cp.Generation
 	return h.Patch(ctx, cp, patch.WithOwnedConditions{Conditions: []string{
 		clusterv1.ReadyCondition, clusterv1.PausedCondition,
-		controlplanev1.KubeconfigValidCondition, controlplanev1.AvailableCondition, controlplanev1.JoinRBACReadyCondition,
-		controlplanev1.VersionUpToDateCondition,
+		controlplanev1.YonderControlPlaneKubeconfigValidCondition, clusterv1.AvailableCondition, controlplanev1.YonderControlPlaneJoinRBACReadyCondition,
+		controlplanev1.YonderControlPlaneVersionUpToDateCondition,
 	}})
 }
 
@@ -193,7 +191,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 
 	restCfg, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
 	if err != nil {
-		r.markUnusable(cp, controlplanev1.KubeconfigInvalidReason, fmt.Sprintf("The kubeconfig cannot build a client: %v", err))
+		r.markUnusable(cp, controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig cannot build a client: %v", err))
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	restCfg = rest.CopyConfig(restCfg)
@@ -205,20 +203,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	}
 	version, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		reason, msg := controlplanev1.KubeconfigUnreachableReason, fmt.Sprintf("The API server %s did not answer: %v", restCfg.Host, err)
+		reason, msg := controlplanev1.YonderControlPlaneKubeconfigUnreachableReason, fmt.Sprintf("The API server %s did not answer: %v", restCfg.Host, err)
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-			reason, msg = controlplanev1.KubeconfigUnauthorizedReason, fmt.Sprintf("The API server %s rejected the kubeconfig's credentials: %v; put a valid admin credential into the Secret", restCfg.Host, err)
+			reason, msg = controlplanev1.YonderControlPlaneKubeconfigUnauthorizedReason, fmt.Sprintf("The API server %s rejected the kubeconfig's credentials: %v; put a valid admin credential into the Secret", restCfg.Host, err)
 		}
 		log.Info("Probing the attached API server failed", "reason", reason)
 		r.markUnusable(cp, reason, msg)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.KubeconfigValidCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.KubeconfigValidReason})
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.AvailableReason,
+	conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneKubeconfigValidCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.YonderControlPlaneKubeconfigValidReason})
+	conditions.Set(cp, metav1.Condition{Type: clusterv1.AvailableCondition, Status: metav1.ConditionTrue, Reason: clusterv1.AvailableReason,
 		Message: fmt.Sprintf("API server %s reports %s", restCfg.Host, version.GitVersion)})
 	running, err := releaseVersion(version.GitVersion)
 	if err != nil {
-		r.markUnusable(cp, controlplanev1.KubeconfigUnreachableReason, fmt.Sprintf("The API server %s reports a version that is not semver: %v", restCfg.Host, err))
+		r.markUnusable(cp, controlplanev1.YonderControlPlaneKubeconfigUnreachableReason, fmt.Sprintf("The API server %s reports a version that is not semver: %v", restCfg.Host, err))
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	cp.Status.Version = running
@@ -240,26 +238,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	}
 
 	if err := applyJoinRBAC(ctx, cs); err != nil {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.JoinRBACReadyCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.JoinRBACFailedReason,
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneJoinRBACReadyCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.YonderControlPlaneJoinRBACFailedReason,
 			Message: fmt.Sprintf("Installing the join RBAC failed: %v; the kubeconfig needs rights to create ClusterRoleBindings", err)})
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.JoinRBACReadyCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.JoinRBACInstalledReason})
+	conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneJoinRBACReadyCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.YonderControlPlaneJoinRBACInstalledReason})
 	return ctrl.Result{RequeueAfter: r.HealthCheckInterval}, nil
 }
 
 // markUnusable records why the kubeconfig cannot be used. controlPlaneInitialized stays as it was: CAPI
 // treats initialization as a one-way fact.
 func (r *Reconciler) markUnusable(cp *controlplanev1.YonderControlPlane, reason, msg string) {
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.KubeconfigValidCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotAvailableReason,
+	conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneKubeconfigValidCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
+	conditions.Set(cp, metav1.Condition{Type: clusterv1.AvailableCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotAvailableReason,
 		Message: "The attached cluster cannot be reached with the given kubeconfig (see KubeconfigValid)"})
-	if !conditions.Has(cp, controlplanev1.VersionUpToDateCondition) {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionUnknown, Reason: controlplanev1.VersionUnknownReason,
+	if !conditions.Has(cp, controlplanev1.YonderControlPlaneVersionUpToDateCondition) {
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionUnknown, Reason: controlplanev1.YonderControlPlaneVersionUnknownReason,
 			Message: "Waiting for the attached API server to report its version"})
 	}
-	if !conditions.IsTrue(cp, controlplanev1.JoinRBACReadyCondition) {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.JoinRBACReadyCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.JoinRBACWaitingForKubeconfigReason,
+	if !conditions.IsTrue(cp, controlplanev1.YonderControlPlaneJoinRBACReadyCondition) {
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneJoinRBACReadyCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.YonderControlPlaneJoinRBACWaitingForKubeconfigReason,
 			Message: "Waiting for a valid kubeconfig"})
 	}
 }
@@ -270,27 +268,27 @@ func (r *Reconciler) readSourceKubeconfig(ctx context.Context, cluster *clusterv
 	s := &corev1.Secret{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cp.Namespace, Name: name}, s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, &kubeconfigError{controlplanev1.KubeconfigSecretNotFoundReason,
+			return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigSecretNotFoundReason,
 				fmt.Sprintf("Secret %s/%s does not exist; create it with an admin kubeconfig of the existing cluster under key %q", cp.Namespace, name, key)}
 		}
 		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", cp.Namespace, name, err)
 	}
 	// The labels let the manager watch the Secret (only Secrets with a cluster name are cached) and let
 	// clusterctl move carry it, since nothing owns it.
-	if s.Labels[clusterv1.ClusterNameLabel] != cluster.Name || !hasKey(s.Labels, MoveLabel) {
+	if s.Labels[clusterv1.ClusterNameLabel] != cluster.Name || !hasKey(s.Labels, clusterctlv1.ClusterctlMoveLabel) {
 		before := s.DeepCopy()
 		if s.Labels == nil {
 			s.Labels = map[string]string{}
 		}
 		s.Labels[clusterv1.ClusterNameLabel] = cluster.Name
-		s.Labels[MoveLabel] = ""
+		s.Labels[clusterctlv1.ClusterctlMoveLabel] = ""
 		if err := r.Client.Patch(ctx, s, client.MergeFrom(before)); err != nil {
 			return nil, nil, fmt.Errorf("failed to label Secret %s: %w", klog.KObj(s), err)
 		}
 	}
 	raw, ok := s.Data[key]
 	if !ok || len(raw) == 0 {
-		return nil, nil, &kubeconfigError{controlplanev1.KubeconfigKeyNotFoundReason, fmt.Sprintf("Secret %s/%s has no data under key %q", cp.Namespace, name, key)}
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigKeyNotFoundReason, fmt.Sprintf("Secret %s/%s has no data under key %q", cp.Namespace, name, key)}
 	}
 	return normalizeKubeconfig(cluster.Name, raw)
 }

@@ -27,30 +27,30 @@ func releaseVersion(gitVersion string) (string, error) {
 // upgrades an attached control plane, so a cluster older than requested is a task for its own tooling.
 func setVersionCondition(cp *controlplanev1.YonderControlPlane, running string) {
 	if cp.Spec.Version == "" {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionTrue,
-			Reason: controlplanev1.VersionNotRequestedReason, Message: fmt.Sprintf("spec.version is empty; the attached cluster runs %s", running)})
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionTrue,
+			Reason: controlplanev1.YonderControlPlaneVersionNotRequestedReason, Message: fmt.Sprintf("spec.version is empty; the attached cluster runs %s", running)})
 		return
 	}
 	want, err := semver.ParseTolerant(cp.Spec.Version)
 	if err != nil {
 		// The API server's pattern and the webhook reject such a value; this only guards older objects.
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionFalse,
-			Reason: controlplanev1.VersionUpgradeRequiredReason, Message: fmt.Sprintf("spec.version %q is not a Kubernetes version; set it like v1.36.3", cp.Spec.Version)})
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionFalse,
+			Reason: controlplanev1.YonderControlPlaneVersionUpgradeRequiredReason, Message: fmt.Sprintf("spec.version %q is not a Kubernetes version; set it like v1.36.3", cp.Spec.Version)})
 		return
 	}
 	have, err := semver.ParseTolerant(running)
 	if err != nil {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionUnknown,
-			Reason: controlplanev1.VersionUnknownReason, Message: err.Error()})
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionUnknown,
+			Reason: controlplanev1.YonderControlPlaneVersionUnknownReason, Message: err.Error()})
 		return
 	}
 	want.Pre, want.Build = nil, nil
 	if have.LT(want) {
-		conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionFalse,
-			Reason:  controlplanev1.VersionUpgradeRequiredReason,
+		conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionFalse,
+			Reason:  controlplanev1.YonderControlPlaneVersionUpgradeRequiredReason,
 			Message: fmt.Sprintf("The attached cluster runs %s but spec.version is %s; upgrade its control plane with its own tooling (Yonder does not upgrade attached clusters); CAPI holds worker upgrades until then", running, cp.Spec.Version)})
 		return
 	}
-	conditions.Set(cp, metav1.Condition{Type: controlplanev1.VersionUpToDateCondition, Status: metav1.ConditionTrue,
-		Reason: controlplanev1.VersionUpToDateReason, Message: fmt.Sprintf("The attached cluster runs %s (spec.version %s)", running, cp.Spec.Version)})
+	conditions.Set(cp, metav1.Condition{Type: controlplanev1.YonderControlPlaneVersionUpToDateCondition, Status: metav1.ConditionTrue,
+		Reason: controlplanev1.YonderControlPlaneVersionUpToDateReason, Message: fmt.Sprintf("The attached cluster runs %s (spec.version %s)", running, cp.Spec.Version)})
 }

@@ -24,9 +24,9 @@ func TestSpecVersionIsComparedWithTheAttachedCluster(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		got := getCP(ctx, g, cp)
 		g.Expect(got.Status.Version).To(MatchRegexp(`^v1\.36\.\d+$`))
-		c := conditions.Get(got, controlplanev1.VersionUpToDateCondition)
+		c := conditions.Get(got, controlplanev1.YonderControlPlaneVersionUpToDateCondition)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(controlplanev1.VersionNotRequestedReason))
+		g.Expect(c.Reason).To(Equal(controlplanev1.YonderControlPlaneVersionNotRequestedReason))
 	}).Should(Succeed())
 
 	setVersion := func(v string) error {
@@ -37,19 +37,19 @@ func TestSpecVersionIsComparedWithTheAttachedCluster(t *testing.T) {
 	}
 	g.Expect(setVersion("v1.99.0")).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		c := conditions.Get(getCP(ctx, g, cp), controlplanev1.VersionUpToDateCondition)
+		c := conditions.Get(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneVersionUpToDateCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Reason).To(Equal(controlplanev1.VersionUpgradeRequiredReason))
+		g.Expect(c.Reason).To(Equal(controlplanev1.YonderControlPlaneVersionUpgradeRequiredReason))
 		g.Expect(c.Message).To(ContainSubstring("own tooling"))
 	}).Should(Succeed())
 
 	g.Expect(setVersion("v1.36.0")).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		c := conditions.Get(getCP(ctx, g, cp), controlplanev1.VersionUpToDateCondition)
+		c := conditions.Get(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneVersionUpToDateCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(c.Reason).To(Equal(controlplanev1.VersionUpToDateReason))
+		g.Expect(c.Reason).To(Equal(controlplanev1.YonderControlPlaneVersionUpToDateReason))
 	}).Should(Succeed())
 
 	err := setVersion("1.36")

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
-	"github.com/yonder-dev/yonder/controlplane/reconcilers/yondercontrolplane"
 )
 
 // attach creates a source kubeconfig Secret, a YonderControlPlane and a Cluster pointing at it.
@@ -101,7 +100,7 @@ func TestAttachedClusterBecomesInitialized(t *testing.T) {
 	got := getCP(ctx, g, cp)
 	g.Expect(got.Status.ExternalManagedControlPlane).To(HaveValue(BeTrue()))
 	g.Expect(got.Status.Version).To(HavePrefix("v1.36"))
-	for _, c := range []string{controlplanev1.KubeconfigValidCondition, controlplanev1.AvailableCondition, controlplanev1.JoinRBACReadyCondition, clusterv1.ReadyCondition} {
+	for _, c := range []string{controlplanev1.YonderControlPlaneKubeconfigValidCondition, clusterv1.AvailableCondition, controlplanev1.YonderControlPlaneJoinRBACReadyCondition, clusterv1.ReadyCondition} {
 		g.Expect(conditions.IsTrue(got, c)).To(BeTrue(), c)
 	}
 	g.Expect(conditions.IsFalse(got, clusterv1.PausedCondition)).To(BeTrue())
@@ -151,7 +150,7 @@ func TestAttachedClusterBecomesInitialized(t *testing.T) {
 	// Move labels: the user's Secret is carried by clusterctl move; our CRDs carry the contract label.
 	src := &corev1.Secret{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "edge-admin"}, src)).To(Succeed())
-	g.Expect(src.Labels).To(HaveKey(yondercontrolplane.MoveLabel))
+	g.Expect(src.Labels).To(HaveKey("clusterctl.cluster.x-k8s.io/move"))
 	g.Expect(src.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, "edge"))
 	for _, crdName := range []string{"yondercontrolplanes.controlplane.cluster.x-k8s.io", "yondercontrolplanetemplates.controlplane.cluster.x-k8s.io"} {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -167,7 +166,7 @@ func TestRotatingTheSourceSecretUpdatesTheClusterKubeconfigUnlessPaused(t *testi
 	ns := env.CreateNamespace(ctx, t, "rotate")
 	cluster, cp := attach(ctx, g, ns.Name, "rot", workload.AdminKubeconfig, true)
 	g.Eventually(func(g Gomega) {
-		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.JoinRBACReadyCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneJoinRBACReadyCondition)).To(BeTrue())
 	}).Should(Succeed())
 
 	// A new admin credential: a service account token with cluster-admin in the workload cluster.
@@ -214,7 +213,7 @@ func TestRotatingTheSourceSecretUpdatesTheClusterKubeconfigUnlessPaused(t *testi
 	g.Eventually(clusterKubeconfigToken).Should(Equal(token))
 	g.Expect(conditions.IsFalse(getCP(ctx, g, cp), clusterv1.PausedCondition)).To(BeTrue())
 	g.Eventually(func(g Gomega) {
-		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.KubeconfigValidCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneKubeconfigValidCondition)).To(BeTrue())
 	}).Should(Succeed())
 }
 
@@ -243,24 +242,24 @@ func TestBadKubeconfigsSayWhatIsWrong(t *testing.T) {
 		reason  string
 		message string
 	}{
-		{"missing-secret", func(*WithT) []byte { return nil }, controlplanev1.KubeconfigSecretNotFoundReason, "does not exist"},
-		{"garbage", func(*WithT) []byte { return []byte("{not: a kubeconfig") }, controlplanev1.KubeconfigInvalidReason, "does not hold a kubeconfig"},
-		{"exec-plugin", func(*WithT) []byte { return execData }, controlplanev1.KubeconfigUnsupportedAuthReason, "exec plugin (aws)"},
-		{"wrong-token", func(g *WithT) []byte { return tokenKubeconfig(g, workload.Endpoint, "not-a-valid-token") }, controlplanev1.KubeconfigUnauthorizedReason, "rejected the kubeconfig's credentials"},
-		{"unreachable", func(g *WithT) []byte { return tokenKubeconfig(g, "https://127.0.0.1:1", "x") }, controlplanev1.KubeconfigUnreachableReason, "did not answer"},
+		{"missing-secret", func(*WithT) []byte { return nil }, controlplanev1.YonderControlPlaneKubeconfigSecretNotFoundReason, "does not exist"},
+		{"garbage", func(*WithT) []byte { return []byte("{not: a kubeconfig") }, controlplanev1.YonderControlPlaneKubeconfigInvalidReason, "does not hold a kubeconfig"},
+		{"exec-plugin", func(*WithT) []byte { return execData }, controlplanev1.YonderControlPlaneKubeconfigUnsupportedAuthReason, "exec plugin (aws)"},
+		{"wrong-token", func(g *WithT) []byte { return tokenKubeconfig(g, workload.Endpoint, "not-a-valid-token") }, controlplanev1.YonderControlPlaneKubeconfigUnauthorizedReason, "rejected the kubeconfig's credentials"},
+		{"unreachable", func(g *WithT) []byte { return tokenKubeconfig(g, "https://127.0.0.1:1", "x") }, controlplanev1.YonderControlPlaneKubeconfigUnreachableReason, "did not answer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ns := env.CreateNamespace(ctx, t, "bad")
 			cluster, cp := attach(ctx, g, ns.Name, "bad", tc.data(g), true)
 			g.Eventually(func(g Gomega) {
-				c := condition(ctx, g, cp, controlplanev1.KubeconfigValidCondition)
+				c := condition(ctx, g, cp, controlplanev1.YonderControlPlaneKubeconfigValidCondition)
 				g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 				g.Expect(c.Reason).To(Equal(tc.reason))
 				g.Expect(c.Message).To(ContainSubstring(tc.message))
 			}).Should(Succeed())
 			got := getCP(ctx, g, cp)
-			g.Expect(conditions.IsFalse(got, controlplanev1.AvailableCondition)).To(BeTrue())
+			g.Expect(conditions.IsFalse(got, clusterv1.AvailableCondition)).To(BeTrue())
 			g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(BeNil())
 			c := &clusterv1.Cluster{}
 			g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), c)).To(Succeed())
@@ -284,16 +283,16 @@ func TestCredentialWithoutRBACRightsReportsJoinRBACFailure(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, cp := attach(ctx, g, ns.Name, "norbac", tokenKubeconfig(g, workload.Endpoint, tr.Status.Token), true)
 	g.Eventually(func(g Gomega) {
-		c := condition(ctx, g, cp, controlplanev1.JoinRBACReadyCondition)
+		c := condition(ctx, g, cp, controlplanev1.YonderControlPlaneJoinRBACReadyCondition)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Reason).To(Equal(controlplanev1.JoinRBACFailedReason))
+		g.Expect(c.Reason).To(Equal(controlplanev1.YonderControlPlaneJoinRBACFailedReason))
 		g.Expect(c.Message).To(ContainSubstring("forbidden"))
 	}).Should(Succeed())
 	// CAPI's patch helper writes conditions before the rest of status: wait for both.
 	g.Eventually(func(g Gomega) {
 		got := getCP(ctx, g, cp)
-		g.Expect(conditions.IsTrue(got, controlplanev1.KubeconfigValidCondition)).To(BeTrue())
-		g.Expect(conditions.IsTrue(got, controlplanev1.AvailableCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(got, controlplanev1.YonderControlPlaneKubeconfigValidCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(got, clusterv1.AvailableCondition)).To(BeTrue())
 		g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
 		g.Expect(conditions.IsFalse(got, clusterv1.ReadyCondition)).To(BeTrue())
 	}).Should(Succeed())

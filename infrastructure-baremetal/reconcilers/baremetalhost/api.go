@@ -51,38 +51,38 @@ const (
 
 // Condition types on BareMetalHost.status.conditions.
 const (
-	// BMCAccessibleCondition: the BMC answered with the Secret's credentials and the pinned certificate.
-	BMCAccessibleCondition = "BMCAccessible"
-	// SpecSupportedCondition: every field set in spec is one Yonder honours.
-	SpecSupportedCondition = "SpecSupported"
-	// InspectedCondition: status.hardware holds the Redfish inventory.
-	InspectedCondition = "Inspected"
-	// ProvisionedCondition: the host booted the provisioning image, attested and received its data.
-	ProvisionedCondition = "Provisioned"
-	// AttestedCondition: the latest attestation outcome.
-	AttestedCondition = "Attested"
+	// BareMetalHostBMCAccessibleCondition: the BMC answered with the Secret's credentials and the pinned certificate.
+	BareMetalHostBMCAccessibleCondition = "BMCAccessible"
+	// BareMetalHostSpecSupportedCondition: every field set in spec is one Yonder honours.
+	BareMetalHostSpecSupportedCondition = "SpecSupported"
+	// BareMetalHostInspectedCondition: status.hardware holds the Redfish inventory.
+	BareMetalHostInspectedCondition = "Inspected"
+	// BareMetalHostProvisionedCondition: the host booted the provisioning image, attested and received its data.
+	BareMetalHostProvisionedCondition = "Provisioned"
+	// BareMetalHostAttestedCondition: the latest attestation outcome.
+	BareMetalHostAttestedCondition = "Attested"
 )
 
-// Condition reasons.
+// Condition reasons (of the conditions above).
 const (
-	ReasonRegistered          = "Registered"
-	ReasonInvalidAddress      = "InvalidBMCAddress"
-	ReasonCredentialsMissing  = "CredentialsSecretMissing"
-	ReasonCredentialsRejected = "CredentialsRejected"
-	ReasonCertificateChanged  = "BMCCertificateChanged"
-	ReasonBMCUnreachable      = "BMCUnreachable"
-	ReasonSupported           = "Supported"
-	ReasonUnsupportedFields   = "UnsupportedFields"
-	ReasonInventoryRead       = "InventoryRead"
-	ReasonInspectionFailed    = "InspectionFailed"
-	ReasonInspectionDisabled  = "InspectionDisabled"
-	ReasonWaitingForPXEBoot   = "WaitingForPXEBoot"
-	ReasonPXEBootTimeout      = "PXEBootTimeout"
-	ReasonAttestationFailed   = "AttestationFailed"
-	ReasonUserDataMissing     = "UserDataMissing"
-	ReasonPowerFailed         = "PowerActionFailed"
-	ReasonProvisioned         = "Provisioned"
-	ReasonNotProvisioned      = "NotProvisioned"
+	BareMetalHostRegisteredReason          = "Registered"
+	BareMetalHostInvalidAddressReason      = "InvalidBMCAddress"
+	BareMetalHostCredentialsMissingReason  = "CredentialsSecretMissing"
+	BareMetalHostCredentialsRejectedReason = "CredentialsRejected"
+	BareMetalHostCertificateChangedReason  = "BMCCertificateChanged"
+	BareMetalHostBMCUnreachableReason      = "BMCUnreachable"
+	BareMetalHostSupportedReason           = "Supported"
+	BareMetalHostUnsupportedFieldsReason   = "UnsupportedFields"
+	BareMetalHostInventoryReadReason       = "InventoryRead"
+	BareMetalHostInspectionFailedReason    = "InspectionFailed"
+	BareMetalHostInspectionDisabledReason  = "InspectionDisabled"
+	BareMetalHostWaitingForPXEBootReason   = "WaitingForPXEBoot"
+	BareMetalHostPXEBootTimeoutReason      = "PXEBootTimeout"
+	BareMetalHostAttestationFailedReason   = "AttestationFailed"
+	BareMetalHostUserDataMissingReason     = "UserDataMissing"
+	BareMetalHostPowerFailedReason         = "PowerActionFailed"
+	BareMetalHostProvisionedReason         = "Provisioned"
+	BareMetalHostNotProvisionedReason      = "NotProvisioned"
 )
 
 // HostState is the durable part of a host's state, kept in StateAnnotation.

@@ -164,7 +164,7 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 		if !r.Success {
 			status = metav1.ConditionFalse
 		}
-		setConditionRaw(h, metav1.Condition{Type: AttestedCondition, Status: status, Reason: r.Reason, Message: r.Message})
+		setConditionRaw(h, metav1.Condition{Type: BareMetalHostAttestedCondition, Status: status, Reason: r.Reason, Message: r.Message})
 		// A merge patch replaces the whole conditions list. The host reconciler acts on the annotation
 		// written above and may set Provisioned=True in between; without the optimistic lock this patch
 		// would write the older list back (state provisioned, Provisioned condition False, for good).

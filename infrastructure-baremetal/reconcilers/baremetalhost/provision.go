@@ -35,13 +35,13 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	if r.NetBoot == nil {
 		msg := "this manager runs no boot services (start yonder-metal-manager with the boot network flags) so it cannot provision hosts"
-		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, msg)
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
 		return ctrl.Result{}, nil
 	}
 	// 1. user data.
 	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
-		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, "spec.userData names no Secret: the host would have no bootstrap data to receive")
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, "spec.userData names no Secret: the host would have no bootstrap data to receive")
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 	ns := h.Spec.UserData.Namespace
@@ -50,7 +50,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	if ns != h.Namespace {
 		msg := fmt.Sprintf("spec.userData names Secret %s/%s in another namespace: it must be in %s", ns, h.Spec.UserData.Name, h.Namespace)
-		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, msg)
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
 		return ctrl.Result{}, nil
 	}
@@ -58,7 +58,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("failed to read user data Secret of %s: %w", h.Name, err)
 		}
-		setCondition(h, ProvisionedCondition, false, ReasonUserDataMissing, fmt.Sprintf("user data Secret %s/%s does not exist yet", ns, h.Spec.UserData.Name))
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, fmt.Sprintf("user data Secret %s/%s does not exist yet", ns, h.Spec.UserData.Name))
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
 
@@ -78,7 +78,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	bh, err := bootHost(h, r.Boot)
 	if err != nil {
 		msg := err.Error()
-		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, msg)
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
 		return ctrl.Result{}, nil
 	}
@@ -134,7 +134,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	waited := time.Since(s.state.BootRequestedAt.Time)
 	if waited < r.ProvisionTimeout {
-		setCondition(h, ProvisionedCondition, false, ReasonWaitingForPXEBoot,
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWaitingForPXEBootReason,
 			fmt.Sprintf("PXE boot %d of %d requested at %s; waiting for the host to boot, attest and fetch its bootstrap data (timeout %s)",
 				s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout))
 		return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
@@ -143,7 +143,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	// Timed out: the host never PXE-booted, or never reached the attestation API.
 	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
 		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
-	setCondition(h, ProvisionedCondition, false, ReasonPXEBootTimeout, msg)
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostPXEBootTimeoutReason, msg)
 	s.setError(metal3v1.ProvisioningError, msg, true)
 	log.Info("PXE boot timed out", "attempt", s.state.Attempt)
 	s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
@@ -191,7 +191,7 @@ func (r *Reconciler) sendBoot(ctx context.Context, s *scope, cycle bool) (ctrl.R
 }
 
 func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
-	setCondition(s.host, ProvisionedCondition, false, ReasonPowerFailed, msg)
+	setCondition(s.host, BareMetalHostProvisionedCondition, false, BareMetalHostPowerFailedReason, msg)
 	s.setError(metal3v1.PowerManagementError, msg, true)
 	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 }
@@ -207,7 +207,7 @@ func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, er
 	s.clearError()
 	s.endOperation(metal3v1.StateProvisioning)
 	s.transition(metal3v1.StateProvisioned)
-	setCondition(h, ProvisionedCondition, true, ReasonProvisioned, provisionedMessage(img.URL))
+	setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(img.URL))
 	// The host is running its image: its next boot must not be served a provisioning script.
 	r.forgetBoot(h)
 	ctrl.LoggerFrom(ctx).Info("Host provisioned")
@@ -221,7 +221,7 @@ func (r *Reconciler) attestationFailed(ctx context.Context, s *scope, rec *Attes
 	msg := fmt.Sprintf("attestation refused (%s): %s; the host was powered off and gets no bootstrap data. "+
 		"If its TPM was replaced on purpose, update annotation %s (or remove it and set %s=open), then remove and re-add spec.image",
 		rec.Reason, rec.Message, EnrolmentAnnotation, EnrolmentWindowAnnotation)
-	setCondition(h, ProvisionedCondition, false, ReasonAttestationFailed, msg)
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostAttestationFailedReason, msg)
 	if h.Status.ErrorMessage != msg {
 		s.setError(metal3v1.ProvisioningError, msg, true)
 		ctrl.LoggerFrom(ctx).Info("Attestation refused, powering host off", "reason", rec.Reason)
@@ -252,7 +252,7 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 	delete(h.Annotations, AttestationAnnotation)
 	h.Status.Provisioning.Image = metal3v1.Image{}
 	s.clearError()
-	setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, "deprovisioned ("+cleaningMode(h)+" cleaning: live images leave no data on disk)")
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, "deprovisioned ("+cleaningMode(h)+" cleaning: live images leave no data on disk)")
 	s.endOperation(metal3v1.StateDeprovisioning)
 	s.transition(metal3v1.StateAvailable)
 	ctrl.LoggerFrom(ctx).Info("Host deprovisioned, available")

@@ -77,8 +77,8 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 		g.Expect(got.Status.Provisioning.Image.URL).To(Equal("http://images.example/yonder-live.iso"))
 		g.Expect(got.Status.PoweredOn).To(BeTrue())
 		g.Expect(got.Status.ErrorMessage).To(BeEmpty())
-		g.Expect(condition(h, baremetalhost.ProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(condition(h, baremetalhost.AttestedCondition)(g).Reason).To(Equal("BootstrapDataReleased"))
+		g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(condition(h, baremetalhost.BareMetalHostAttestedCondition)(g).Reason).To(Equal("BootstrapDataReleased"))
 		_, ok := lab.inv.HostByMAC(mustMAC("52:54:00:20:00:01"))
 		g.Expect(ok).To(BeFalse(), "a provisioned host is no longer served a provisioning boot")
 
@@ -87,8 +87,8 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 			// the next pass derives the condition and clears the attempts' error with the state.
 			g.Eventually(func(g Gomega) error {
 				lost := getHost(g, h)
-				meta.SetStatusCondition(&lost.Status.Conditions, metav1.Condition{Type: baremetalhost.ProvisionedCondition,
-					Status: metav1.ConditionFalse, Reason: baremetalhost.ReasonWaitingForPXEBoot, Message: "status write lost"})
+				meta.SetStatusCondition(&lost.Status.Conditions, metav1.Condition{Type: baremetalhost.BareMetalHostProvisionedCondition,
+					Status: metav1.ConditionFalse, Reason: baremetalhost.BareMetalHostWaitingForPXEBootReason, Message: "status write lost"})
 				lost.Status.ErrorType, lost.Status.ErrorMessage, lost.Status.ErrorCount = metal3v1.ProvisioningError, "PXE boot 1 of 2 timed out", 1
 				lost.Status.OperationalStatus = metal3v1.OperationalStatusError
 				return env.Status().Update(ctx, lost)
@@ -98,7 +98,7 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 				g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 				g.Expect(got.Status.ErrorType).To(BeEmpty())
 				g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusOK))
-				g.Expect(condition(h, baremetalhost.ProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
 			}).Should(Succeed())
 		}
 
@@ -134,8 +134,8 @@ func TestAttestationFailure(t *testing.T) {
 
 	hosts.add("s1", "52:54:00:21:00:01") // the motherboard (and its TPM) was swapped
 	claim(g, ns, h, "second")
-	g.Eventually(condition(h, baremetalhost.ProvisionedCondition)).Should(And(
-		HaveField("Reason", baremetalhost.ReasonAttestationFailed), HaveField("Message", ContainSubstring("EK"))))
+	g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).Should(And(
+		HaveField("Reason", baremetalhost.BareMetalHostAttestationFailedReason), HaveField("Message", ContainSubstring("EK"))))
 	got := getHost(g, h)
 	g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioning))
 	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
@@ -176,7 +176,7 @@ func TestPXEBootTimeout(t *testing.T) {
 	got := getHost(g, h)
 	g.Expect(got.Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
 	g.Expect(got.Status.ErrorMessage).To(And(ContainSubstring("did not PXE-boot"), ContainSubstring("PXE boot 2 of 2"), ContainSubstring("52:54:00:22:00:01")))
-	g.Expect(condition(h, baremetalhost.ProvisionedCondition)(g).Reason).To(Equal(baremetalhost.ReasonPXEBootTimeout))
+	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Reason).To(Equal(baremetalhost.BareMetalHostPXEBootTimeoutReason))
 	g.Consistently(func() int { return sim.State("s1").PXEBoots }, "3s").Should(Equal(2))
 	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
 }

@@ -174,11 +174,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	if msgs := unsupported(h); len(msgs) > 0 {
 		msg := "Yonder does not support " + strings.Join(msgs, "; ") + ": remove these fields or let Metal3's baremetal-operator manage this host (remove label " + ManagedLabel + ")"
-		setCondition(h, SpecSupportedCondition, false, ReasonUnsupportedFields, msg)
+		setCondition(h, BareMetalHostSpecSupportedCondition, false, BareMetalHostUnsupportedFieldsReason, msg)
 		s.setError(metal3v1.RegistrationError, msg, false)
 		return ctrl.Result{}, nil
 	}
-	setCondition(h, SpecSupportedCondition, true, ReasonSupported, "")
+	setCondition(h, BareMetalHostSpecSupportedCondition, true, BareMetalHostSupportedReason, "")
 	if s.state.State == metal3v1.StateNone {
 		s.transition(metal3v1.StateRegistering)
 	}
@@ -243,16 +243,16 @@ func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
 	// next pass to derive the state from the annotation, and it must derive the condition with it.
 	// Readers (CAPM3, the YonderMetalMachine reconciler) act on the state and must never see a
 	// provisioned host that still carries the provisioning attempts' error or a False condition.
-	c := meta.FindStatusCondition(h.Status.Conditions, ProvisionedCondition)
+	c := meta.FindStatusCondition(h.Status.Conditions, BareMetalHostProvisionedCondition)
 	switch {
 	case st.State == metal3v1.StateProvisioned && (c == nil || c.Status != metav1.ConditionTrue):
-		setCondition(h, ProvisionedCondition, true, ReasonProvisioned, provisionedMessage(h.Status.Provisioning.Image.URL))
+		setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(h.Status.Provisioning.Image.URL))
 		if h.Status.ErrorType == metal3v1.ProvisioningError {
 			h.Status.ErrorType, h.Status.ErrorMessage, h.Status.ErrorCount = "", "", 0
 			h.Status.OperationalStatus = metal3v1.OperationalStatusOK
 		}
 	case st.State != metal3v1.StateProvisioned && st.State != metal3v1.StateDeprovisioning && c != nil && c.Status == metav1.ConditionTrue:
-		setCondition(h, ProvisionedCondition, false, ReasonNotProvisioned, fmt.Sprintf("the host is %s, not provisioned", st.State))
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, fmt.Sprintf("the host is %s, not provisioned", st.State))
 	}
 }
 
@@ -437,7 +437,7 @@ func (s *scope) secret() corev1.Secret {
 func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	fail := func(reason, msg string) (ctrl.Result, error) {
-		setCondition(h, BMCAccessibleCondition, false, reason, msg)
+		setCondition(h, BareMetalHostBMCAccessibleCondition, false, reason, msg)
 		errType := metal3v1.RegistrationError
 		if h.Status.Provisioning.State == metal3v1.StateProvisioned {
 			errType = metal3v1.ProvisionedRegistrationError
@@ -448,15 +448,15 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 	}
 	addr, err := redfish.ParseAddress(h.Spec.BMC.Address)
 	if err != nil {
-		return fail(ReasonInvalidAddress, err.Error()+": fix spec.bmc.address")
+		return fail(BareMetalHostInvalidAddressReason, err.Error()+": fix spec.bmc.address")
 	}
 	if h.Spec.BMC.CredentialsName == "" {
-		return fail(ReasonCredentialsMissing, "spec.bmc.credentialsName is empty: name a Secret with keys username and password")
+		return fail(BareMetalHostCredentialsMissingReason, "spec.bmc.credentialsName is empty: name a Secret with keys username and password")
 	}
 	sec := &corev1.Secret{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.BMC.CredentialsName}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fail(ReasonCredentialsMissing, fmt.Sprintf("Secret %s/%s (spec.bmc.credentialsName) does not exist: create it with keys username and password", h.Namespace, h.Spec.BMC.CredentialsName))
+			return fail(BareMetalHostCredentialsMissingReason, fmt.Sprintf("Secret %s/%s (spec.bmc.credentialsName) does not exist: create it with keys username and password", h.Namespace, h.Spec.BMC.CredentialsName))
 		}
 		return ctrl.Result{}, fmt.Errorf("failed to read BMC credentials of %s: %w", klog.KObj(h), err)
 	}
@@ -465,7 +465,7 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 	}
 	user, pass := string(sec.Data["username"]), string(sec.Data["password"])
 	if user == "" || pass == "" {
-		return fail(ReasonCredentialsMissing, fmt.Sprintf("Secret %s/%s lacks username or password", h.Namespace, sec.Name))
+		return fail(BareMetalHostCredentialsMissingReason, fmt.Sprintf("Secret %s/%s lacks username or password", h.Namespace, sec.Name))
 	}
 	h.UpdateTriedCredentials(*sec)
 	s.credVersion = sec.ResourceVersion
@@ -477,7 +477,7 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 		// fails if this pass read an outdated host) before the credentials are sent to that BMC.
 		seen, err := redfish.ProbeCertificate(ctx, addr, 0)
 		if err != nil {
-			return fail(ReasonBMCUnreachable, err.Error())
+			return fail(BareMetalHostBMCUnreachableReason, err.Error())
 		}
 		if seen != "" {
 			h.Annotations[CertPinAnnotation] = seen
@@ -497,14 +497,14 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 	}
 	switch {
 	case errors.Is(err, redfish.ErrCertificateMismatch):
-		return fail(ReasonCertificateChanged, fmt.Sprintf("the BMC presented a different TLS certificate than the one pinned at registration (%v). "+
+		return fail(BareMetalHostCertificateChangedReason, fmt.Sprintf("the BMC presented a different TLS certificate than the one pinned at registration (%v). "+
 			"If the BMC's certificate was replaced on purpose, remove annotation %s to pin the new one; otherwise something else answers at %s", err, CertPinAnnotation, h.Spec.BMC.Address))
 	case errors.Is(err, redfish.ErrUnauthorized):
-		return fail(ReasonCredentialsRejected, fmt.Sprintf("the BMC rejected the credentials in Secret %s/%s: fix the Secret", h.Namespace, sec.Name))
+		return fail(BareMetalHostCredentialsRejectedReason, fmt.Sprintf("the BMC rejected the credentials in Secret %s/%s: fix the Secret", h.Namespace, sec.Name))
 	case err != nil:
-		return fail(ReasonBMCUnreachable, err.Error())
+		return fail(BareMetalHostBMCUnreachableReason, err.Error())
 	}
-	setCondition(h, BMCAccessibleCondition, true, ReasonRegistered, "")
+	setCondition(h, BareMetalHostBMCAccessibleCondition, true, BareMetalHostRegisteredReason, "")
 	if h.Status.OperationalStatus == metal3v1.OperationalStatusDiscovered {
 		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
 	}
@@ -518,7 +518,7 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	if h.InspectionDisabled() {
-		setCondition(h, InspectedCondition, false, ReasonInspectionDisabled, "spec.inspectionMode is disabled")
+		setCondition(h, BareMetalHostInspectedCondition, false, BareMetalHostInspectionDisabledReason, "spec.inspectionMode is disabled")
 		s.endOperation(metal3v1.StateInspecting)
 		s.transition(metal3v1.StateAvailable)
 		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
@@ -526,7 +526,7 @@ func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error)
 	inv, err := s.bmc.Inventory(ctx)
 	if err != nil {
 		msg := fmt.Sprintf("failed to read the Redfish inventory: %v", err)
-		setCondition(h, InspectedCondition, false, ReasonInspectionFailed, msg)
+		setCondition(h, BareMetalHostInspectedCondition, false, BareMetalHostInspectionFailedReason, msg)
 		s.setError(metal3v1.InspectionError, msg, false)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
@@ -539,7 +539,7 @@ func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error)
 	// The labels are written in the same metadata patch as the move to available, so a host is never
 	// claimable before a selector can tell whether it has GPUs.
 	setGPULabels(h, inv.GPUs)
-	setCondition(h, InspectedCondition, true, ReasonInventoryRead,
+	setCondition(h, BareMetalHostInspectedCondition, true, BareMetalHostInventoryReadReason,
 		fmt.Sprintf("%d CPUs, %d MiB, %d NICs, %d disks, %d GPUs", inv.CPU.Count, inv.MemoryMiB, len(inv.NICs), len(inv.Disks), len(inv.GPUs)))
 	if h.Status.ErrorType == metal3v1.InspectionError {
 		s.clearError()

@@ -88,8 +88,8 @@ func TestWrongCredentials(t *testing.T) {
 	startController(t, testReconciler(nil), ns)
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:11:00:01", "wrong")
 
-	g.Eventually(condition(h, baremetalhost.BMCAccessibleCondition)).Should(And(
-		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.ReasonCredentialsRejected),
+	g.Eventually(condition(h, baremetalhost.BareMetalHostBMCAccessibleCondition)).Should(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.BareMetalHostCredentialsRejectedReason),
 		HaveField("Message", ContainSubstring("h1-bmc"))))
 	got := getHost(g, h)
 	g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateRegistering))
@@ -121,8 +121,8 @@ func TestChangedBMCCertificate(t *testing.T) {
 	oldPin := getHost(g, h).Annotations[baremetalhost.CertPinAnnotation]
 
 	g.Expect(sim.RotateCertificate()).To(Succeed())
-	g.Eventually(condition(h, baremetalhost.BMCAccessibleCondition)).Should(And(
-		HaveField("Reason", baremetalhost.ReasonCertificateChanged),
+	g.Eventually(condition(h, baremetalhost.BareMetalHostBMCAccessibleCondition)).Should(And(
+		HaveField("Reason", baremetalhost.BareMetalHostCertificateChangedReason),
 		HaveField("Message", ContainSubstring(sim.CertSHA256())),
 		HaveField("Message", ContainSubstring(baremetalhost.CertPinAnnotation))))
 	got := getHost(g, h)
@@ -146,8 +146,8 @@ func TestUnsupportedFieldsRejected(t *testing.T) {
 		h.Spec.RAID = &metal3v1.RAIDConfig{SoftwareRAIDVolumes: []metal3v1.SoftwareRAIDVolume{{Level: "1"}}}
 		h.Spec.Image = &metal3v1.Image{URL: "http://images/ubuntu.qcow2", Checksum: "abc", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
 	})
-	g.Eventually(condition(h, baremetalhost.SpecSupportedCondition)).Should(And(
-		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.ReasonUnsupportedFields),
+	g.Eventually(condition(h, baremetalhost.BareMetalHostSpecSupportedCondition)).Should(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.BareMetalHostUnsupportedFieldsReason),
 		HaveField("Message", ContainSubstring("spec.raid")), HaveField("Message", ContainSubstring("live-iso"))))
 	g.Expect(getHost(g, h).Status.ErrorType).To(Equal(metal3v1.RegistrationError))
 	g.Expect(sim.State("s1").Requests).To(BeZero())

@@ -24,11 +24,17 @@ type YonderSSHMachineSpec struct {
 }
 
 // BootstrapPhase is where a bootstrap run on the host is.
-// +kubebuilder:validation:Enum=Running;Succeeded;Failed
+// +kubebuilder:validation:Enum=Starting;Running;Succeeded;Failed
 type BootstrapPhase string
 
 // Bootstrap phases.
 const (
+	// BootstrapPhaseStarting: the controller recorded that it is about to start the run and has not
+	// seen the host accept it yet. A controller that died in between starts it then (runs are named by
+	// the claim identity, so a start is never doubled).
+	BootstrapPhaseStarting BootstrapPhase = "Starting"
+	// BootstrapPhaseRunning: the host accepted the run; should its record vanish, the host was cleaned or
+	// reinstalled under the Machine, and the bootstrap fails.
 	BootstrapPhaseRunning   BootstrapPhase = "Running"
 	BootstrapPhaseSucceeded BootstrapPhase = "Succeeded"
 	BootstrapPhaseFailed    BootstrapPhase = "Failed"
@@ -37,7 +43,7 @@ const (
 // BootstrapStatus records the bootstrap run on the host. The run's own record on the host
 // (/var/lib/yonder-ssh/runs/<runID>) is authoritative: a restarted controller reads it instead of re-running.
 type BootstrapStatus struct {
-	// runID names the run directory on the host (the YonderSSHMachine's UID).
+	// runID names the run directory on the host (the YonderSSHMachine's claim identity: its first UID).
 	// +optional
 	RunID string `json:"runID,omitempty"`
 	// phase of the run.

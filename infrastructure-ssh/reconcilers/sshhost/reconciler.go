@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -33,9 +34,6 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 )
-
-// MoveLabel makes clusterctl move carry an object that no Cluster owns.
-const MoveLabel = "clusterctl.cluster.x-k8s.io/move"
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshhosts;yondersshhosts/status;yondersshhosts/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch
@@ -97,7 +95,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !h.DeletionTimestamp.IsZero() {
 		if h.Spec.ConsumerRef != nil {
 			// Deleting a claimed host would leak its Machine's infrastructure: wait for the release.
-			conditions.Set(h, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "DeletionBlocked",
+			conditions.Set(h, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.YonderSSHHostDeletionBlockedReason,
 				Message: fmt.Sprintf("Host is claimed by YonderSSHMachine %s; delete that Machine first", h.Spec.ConsumerRef.Name)})
 			return ctrl.Result{}, nil
 		}
@@ -108,8 +106,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if h.Labels == nil {
 		h.Labels = map[string]string{}
 	}
-	if _, ok := h.Labels[MoveLabel]; !ok {
-		h.Labels[MoveLabel] = ""
+	if _, ok := h.Labels[clusterctlv1.ClusterctlMoveLabel]; !ok {
+		h.Labels[clusterctlv1.ClusterctlMoveLabel] = ""
 	}
 	var res ctrl.Result
 	if h.Status.LastProbeTime == nil || time.Since(h.Status.LastProbeTime.Time) >= r.ProbeInterval {
@@ -141,14 +139,14 @@ func (r *Reconciler) labelSecrets(ctx context.Context, h *infrav1.YonderSSHHost)
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: name}, s); err != nil {
 			continue // reported by the probe
 		}
-		if _, ok := s.Labels[MoveLabel]; ok {
+		if _, ok := s.Labels[clusterctlv1.ClusterctlMoveLabel]; ok {
 			continue
 		}
 		p := client.MergeFrom(s.DeepCopy())
 		if s.Labels == nil {
 			s.Labels = map[string]string{}
 		}
-		s.Labels[MoveLabel] = ""
+		s.Labels[clusterctlv1.ClusterctlMoveLabel] = ""
 		if err := r.Client.Patch(ctx, s, p); err != nil {
 			return fmt.Errorf("failed to add the move label to Secret %s: %w", klog.KObj(s), err)
 		}

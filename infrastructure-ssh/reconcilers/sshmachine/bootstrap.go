@@ -55,8 +55,10 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	if m.Status.Bootstrap == nil {
 		// Status was lost (restart mid-write, or moved): the host's record is authoritative.
-		m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: runID(m), Phase: infrav1.BootstrapPhaseRunning, StartedTime: ptr.To(metav1.Now())}
+		m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: runID(m), StartedTime: ptr.To(metav1.Now())}
 	}
+	// The host has the run: it was accepted, whatever the last controller managed to record.
+	m.Status.Bootstrap.Phase = infrav1.BootstrapPhaseRunning
 	if !st.Finished {
 		return a.bootstrapRunning(sctx, s, e)
 	}
@@ -120,15 +122,17 @@ func (a *Adapter) bootstrapFailed(ctx context.Context, s *scope, e sshexec.Execu
 // startBootstrap starts the run, after recording the start on the machine.
 func (a *Adapter) startBootstrap(ctx context.Context, s *scope, e sshexec.Executor) (ctrl.Result, error) {
 	m := s.Machine
-	if b := m.Status.Bootstrap; b != nil && b.Phase != "" {
-		// We recorded a start, yet the host has no run: it was cleaned or reinstalled under us.
+	if b := m.Status.Bootstrap; b != nil && b.Phase != "" && b.Phase != infrav1.BootstrapPhaseStarting {
+		// The host accepted the run once, yet has no record of it: it was cleaned or reinstalled under us.
 		return a.bootstrapFailed(ctx, s, e, "run record disappeared from the host")
 	}
 	script, ok, err := a.bootstrapScript(ctx, s, e)
 	if err != nil || !ok {
 		return ctrl.Result{}, err
 	}
-	m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: runID(m), Phase: infrav1.BootstrapPhaseRunning, StartedTime: ptr.To(metav1.Now())}
+	if m.Status.Bootstrap == nil {
+		m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: runID(m), Phase: infrav1.BootstrapPhaseStarting, StartedTime: ptr.To(metav1.Now())}
+	}
 	setCond(m, infrav1.YonderSSHMachineBootstrapExecutedCondition, metav1.ConditionFalse, infrav1.YonderSSHMachineBootstrapRunningReason,
 		fmt.Sprintf("Bootstrap is running on YonderSSHHost %s (log: %s/%s/log)", s.Host.Name, remote.RunsDir, runID(m)))
 	// Record the start BEFORE starting: a machine without status.bootstrap has never run anything on
@@ -142,6 +146,7 @@ func (a *Adapter) startBootstrap(ctx context.Context, s *scope, e sshexec.Execut
 		setCond(m, infrav1.YonderSSHMachineBootstrapExecutedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: a.RetryInterval}, nil
 	}
+	m.Status.Bootstrap.Phase = infrav1.BootstrapPhaseRunning
 	return ctrl.Result{RequeueAfter: a.PollInterval}, nil
 }
 

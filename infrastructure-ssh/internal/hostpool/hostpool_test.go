@@ -36,7 +36,9 @@ func names(hs []*infrav1.YonderSSHHost) []string {
 func TestCandidates(t *testing.T) {
 	edge := map[string]string{"pool": "edge"}
 	claimedBy := func(cluster string) func(*infrav1.YonderSSHHost) {
-		return func(x *infrav1.YonderSSHHost) { Pool{}.SetConsumer(x, claim.Consumer{Name: "m", ID: "u", Cluster: cluster}) }
+		return func(x *infrav1.YonderSSHHost) {
+			Pool{}.SetConsumer(x, claim.Consumer{Name: "m", ID: "u", Cluster: cluster})
+		}
 	}
 	unreachable := func(x *infrav1.YonderSSHHost) {
 		x.Status.Conditions = []metav1.Condition{{Type: infrav1.YonderSSHHostReachableCondition, Status: metav1.ConditionFalse, Reason: infrav1.SSHUnreachableReason}}

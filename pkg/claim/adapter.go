@@ -27,8 +27,6 @@ type Inventory[H client.Object] interface {
 	HostKind() string
 	// NewHost returns an empty host to read into.
 	NewHost() H
-	// ListHosts lists hosts.
-	ListHosts(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]H, error)
 	// ConsumerOf returns the claim a machine of this provider recorded on h; nil when h is free or held
 	// by a consumer of another kind.
 	ConsumerOf(h H) *Consumer
@@ -63,9 +61,21 @@ type Keys struct {
 	ClaimID string
 }
 
-// Conditions are the condition types and reasons a provider's machines report; the values are part of
-// the provider's API. Reasons with a CAPI standard equivalent (waiting for the cluster infrastructure or
-// for bootstrap data, deleting) are CAPI's and not listed here.
+// The reasons of the Claimed condition that every provider reports with the same value (each provider's
+// API names them with its kind prefix).
+const (
+	// ClaimedReason: the host is claimed (Claimed=True).
+	ClaimedReason = "HostClaimed"
+	// NoHostAvailableReason: no free host matches the machine's selector and failure domain.
+	NoHostAvailableReason = "NoHostAvailable"
+	// InvalidHostSelectorReason: the machine's host selector does not parse.
+	InvalidHostSelectorReason = "InvalidHostSelector"
+)
+
+// Conditions are the condition types a provider's machines report, and its reason for a lost host; the
+// values are part of the provider's API. The other reasons are ClaimedReason, NoHostAvailableReason and
+// InvalidHostSelectorReason, and CAPI's where one has the meaning (waiting for the cluster infrastructure
+// or for bootstrap data, deleting).
 type Conditions struct {
 	// Claimed reports the claim ("HostClaimed").
 	Claimed string
@@ -73,13 +83,6 @@ type Conditions struct {
 	Provisioned string
 	// Released reports withdrawal and release on deletion.
 	Released string
-
-	// ClaimedReason: the host is claimed (Claimed=True).
-	ClaimedReason string
-	// NoHostAvailableReason: no free host matches the machine's selector and failure domain.
-	NoHostAvailableReason string
-	// InvalidHostSelectorReason: the machine's host selector does not parse.
-	InvalidHostSelectorReason string
 	// HostLostReason: the claimed host was deleted or its claim no longer names the machine.
 	HostLostReason string
 }
@@ -96,38 +99,46 @@ type Withdrawal[H client.Object] struct {
 	OnRelease func(H)
 }
 
-// Adapter is what a provider supplies to the claim reconciler: its machine and host kinds, its API
-// keys and conditions, and the provider-specific steps — hand-off while the claim stands, withdrawal
-// before release.
+// Spec is what a provider's claim is made of: its machine kind, API keys and conditions.
+type Spec struct {
+	// MachineKind is the kind of the machines (also the consumer kind recorded on hosts).
+	MachineKind string
+	// Finalizer holds a machine until its host is released.
+	Finalizer string
+	// ControllerName names the manager (user agent towards workload clusters).
+	ControllerName string
+	// Keys are the machine annotations of the claim.
+	Keys Keys
+	// Conditions are the condition types and reasons of the claim.
+	Conditions Conditions
+	// NoHostHint tells the operator, after "no free host matches", what makes a host claimable and what
+	// to do.
+	NoHostHint string
+	// HostPredicates filter the host events that wake machines (none: every change).
+	HostPredicates []predicate.Predicate
+}
+
+// Facts are what the claim reads of a machine's spec and status.
+type Facts struct {
+	// HostSelector is spec.hostSelector.
+	HostSelector *metav1.LabelSelector
+	// Provisioned is status.initialization.provisioned.
+	Provisioned bool
+	// ProviderID is spec.providerID.
+	ProviderID string
+}
+
+// Adapter is what a provider supplies to the claim reconciler: its kinds and API (Spec), and the
+// provider-specific steps — hand-off while the claim stands, withdrawal before release.
 type Adapter[M Machine, H client.Object] interface {
 	Inventory[H]
 
-	// MachineKind is the kind of M (also the consumer kind recorded on hosts).
-	MachineKind() string
-	// Finalizer holds a machine until its host is released.
-	Finalizer() string
-	// ControllerName names the manager (workload cluster user agent).
-	ControllerName() string
+	// Spec returns the provider's claim API.
+	Spec() Spec
 	// NewMachine returns an empty machine to read into.
 	NewMachine() M
-	// ListMachines lists the machines of a namespace.
-	ListMachines(ctx context.Context, r client.Reader, namespace string) ([]M, error)
-	// Keys returns the machine annotations of the claim.
-	Keys() Keys
-	// Conditions returns the condition types and reasons of the claim.
-	Conditions() Conditions
-	// NoHostHint tells the operator, after "no free host matches", what makes a host claimable and
-	// what to do.
-	NoHostHint() string
-	// HostPredicates filter the host events that wake machines (none: every change).
-	HostPredicates() []predicate.Predicate
-
-	// HostSelector returns the machine's host selector.
-	HostSelector(m M) *metav1.LabelSelector
-	// Provisioned reports status.initialization.provisioned.
-	Provisioned(m M) bool
-	// ProviderID returns spec.providerID.
-	ProviderID(m M) string
+	// Facts reads the machine.
+	Facts(m M) Facts
 	// RecordHost writes what the machine reports of its claimed host (status.hostRef…).
 	RecordHost(m M, h H)
 

@@ -1,7 +1,6 @@
 package claim
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,9 +18,6 @@ type configMapPool struct{}
 
 func (configMapPool) HostKind() string           { return "ConfigMap" }
 func (configMapPool) NewHost() *corev1.ConfigMap { return &corev1.ConfigMap{} }
-func (configMapPool) ListHosts(context.Context, client.Reader, ...client.ListOption) ([]*corev1.ConfigMap, error) {
-	return nil, nil
-}
 
 func (configMapPool) ConsumerOf(h *corev1.ConfigMap) *Consumer {
 	if h.Annotations["id"] == "" {

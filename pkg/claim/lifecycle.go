@@ -22,7 +22,7 @@ import (
 // finds a claim whose recording on m was lost.
 func (r *Reconciler[M, H]) claimedHost(ctx context.Context, m M) (H, bool, error) {
 	a := r.Adapter
-	keys := a.Keys()
+	keys := a.Spec().Keys
 	var none H
 	for _, key := range []string{keys.Host, keys.ReservedHost} {
 		name := m.GetAnnotations()[key]
@@ -48,9 +48,9 @@ func (r *Reconciler[M, H]) claimedHost(ctx context.Context, m M) (H, bool, error
 			}
 		}
 	}
-	hosts, err := a.ListHosts(ctx, r.Client, client.InNamespace(m.GetNamespace()), client.MatchingFields{r.consumerIndex(): string(ID(m, keys.ClaimID))})
+	hosts, err := List(ctx, r.Client, a.NewHost(), client.InNamespace(m.GetNamespace()), client.MatchingFields{r.consumerIndex(): string(ID(m, keys.ClaimID))})
 	if err != nil {
-		return none, false, fmt.Errorf("failed to list %ss claimed by %s %s: %w", a.HostKind(), a.MachineKind(), klog.KObj(m), err)
+		return none, false, fmt.Errorf("failed to list %ss claimed by %s %s: %w", a.HostKind(), a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	for _, h := range hosts {
 		if HeldBy(a, h, m, keys.ClaimID) {
@@ -63,7 +63,7 @@ func (r *Reconciler[M, H]) claimedHost(ctx context.Context, m M) (H, bool, error
 // reconcileNormal finds or makes the claim, records it on the machine and lets the provider hand off.
 func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) (ctrl.Result, error) {
 	a := r.Adapter
-	keys, conds := a.Keys(), a.Conditions()
+	keys, conds := a.Spec().Keys, a.Spec().Conditions
 	m := s.Machine
 	host, found, err := r.claimedHost(ctx, m)
 	if err != nil {
@@ -97,7 +97,7 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 	delete(ann, keys.ReservedHost)
 	m.SetAnnotations(ann)
 	a.RecordHost(m, host)
-	SetCondition(m, conds.Claimed, metav1.ConditionTrue, conds.ClaimedReason, "")
+	SetCondition(m, conds.Claimed, metav1.ConditionTrue, ClaimedReason, "")
 	s.Host = host
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(a.HostKind(), klog.KObj(host)))
 	return a.Provision(ctx, s)
@@ -107,7 +107,7 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 // provisioned and its bootstrap data exists (no host is held idle while the bootstrap provider works).
 // The Cluster and Machine watches wake the machine when that changes.
 func (r *Reconciler[M, H]) readyToClaim(s *Scope[M, H]) (ctrl.Result, bool) {
-	conds := r.Adapter.Conditions()
+	conds := r.Adapter.Spec().Conditions
 	m := s.Machine
 	if !ptr.Deref(s.Cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		SetCondition(m, conds.Claimed, metav1.ConditionFalse, clusterv1.WaitingForClusterInfrastructureReadyReason, "Waiting for the Cluster's infrastructure to be provisioned")
@@ -138,7 +138,7 @@ const (
 // machine's claim sticks).
 func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcome, error) {
 	a := r.Adapter
-	keys := a.Keys()
+	keys := a.Spec().Keys
 	log := ctrl.LoggerFrom(ctx)
 	m := s.Machine
 	var none H
@@ -153,7 +153,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		if err != nil || chosen == "" {
 			return none, noHost, err
 		}
-		if err := reserve(ctx, r.Client, a.MachineKind(), m, keys, chosen); err != nil {
+		if err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen); err != nil {
 			if apierrors.IsConflict(err) {
 				// Another replica is deciding for this machine right now.
 				return none, raceLost, nil
@@ -176,7 +176,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 	if !exists || !a.Available(h) || !r.selects(m, h) {
 		// Taken by another machine, gone or changed between the choice and the claim: choose again.
 		log.V(4).Info("Reserved host is no longer available, choosing again", a.HostKind(), klog.KRef(m.GetNamespace(), name))
-		if err := reserve(ctx, r.Client, a.MachineKind(), m, keys, ""); err != nil && !apierrors.IsConflict(err) {
+		if err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, ""); err != nil && !apierrors.IsConflict(err) {
 			return none, noHost, err
 		}
 		return none, raceLost, nil
@@ -200,17 +200,17 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 // laid over it); "" when none qualifies, with the Claimed condition saying why.
 func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (string, error) {
 	a := r.Adapter
-	conds := a.Conditions()
+	conds := a.Spec().Conditions
 	m := s.Machine
-	hosts, err := a.ListHosts(ctx, r.Client, client.InNamespace(m.GetNamespace()))
+	hosts, err := List(ctx, r.Client, a.NewHost(), client.InNamespace(m.GetNamespace()))
 	if err != nil {
 		return "", fmt.Errorf("failed to list %ss in namespace %s: %w", a.HostKind(), m.GetNamespace(), err)
 	}
 	overlay(r.recent, a, hosts)
 	fd := s.CAPIMachine.Spec.FailureDomain
-	cands, err := Candidates(a, hosts, a.HostSelector(m), fd, Consumer{Name: m.GetName(), ID: ID(m, a.Keys().ClaimID), Cluster: s.Cluster.Name})
+	cands, err := Candidates(a, hosts, a.Facts(m).HostSelector, fd, Consumer{Name: m.GetName(), ID: ID(m, a.Spec().Keys.ClaimID), Cluster: s.Cluster.Name})
 	if err != nil {
-		SetCondition(m, conds.Claimed, metav1.ConditionFalse, conds.InvalidHostSelectorReason, err.Error())
+		SetCondition(m, conds.Claimed, metav1.ConditionFalse, InvalidHostSelectorReason, err.Error())
 		return "", nil
 	}
 	if len(cands) == 0 {
@@ -218,8 +218,8 @@ func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (string, 
 		if fd != "" {
 			where = " in failure domain " + fd
 		}
-		SetCondition(m, conds.Claimed, metav1.ConditionFalse, conds.NoHostAvailableReason,
-			fmt.Sprintf("None of the %d %ss in namespace %s is free and matches spec.hostSelector%s: %s", len(hosts), a.HostKind(), m.GetNamespace(), where, a.NoHostHint()))
+		SetCondition(m, conds.Claimed, metav1.ConditionFalse, NoHostAvailableReason,
+			fmt.Sprintf("None of the %d %ss in namespace %s is free and matches spec.hostSelector%s: %s", len(hosts), a.HostKind(), m.GetNamespace(), where, a.Spec().NoHostHint))
 		return "", nil
 	}
 	return cands[0].GetName(), nil
@@ -227,7 +227,7 @@ func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (string, 
 
 // selects reports whether h still matches m's host selector.
 func (r *Reconciler[M, H]) selects(m M, h H) bool {
-	c, err := Candidates(r.Adapter, []H{h}, r.Adapter.HostSelector(m), "", Consumer{})
+	c, err := Candidates(r.Adapter, []H{h}, r.Adapter.Facts(m).HostSelector, "", Consumer{})
 	return err == nil && len(c) == 1
 }
 
@@ -235,7 +235,7 @@ func (r *Reconciler[M, H]) selects(m M, h H) bool {
 // machine go.
 func (r *Reconciler[M, H]) reconcileDelete(ctx context.Context, s *Scope[M, H]) (ctrl.Result, error) {
 	a := r.Adapter
-	keys, conds := a.Keys(), a.Conditions()
+	keys, conds := a.Spec().Keys, a.Spec().Conditions
 	log := ctrl.LoggerFrom(ctx)
 	m := s.Machine
 	SetCondition(m, conds.Claimed, metav1.ConditionFalse, clusterv1.DeletingReason, "")
@@ -247,7 +247,7 @@ func (r *Reconciler[M, H]) reconcileDelete(ctx context.Context, s *Scope[M, H]) 
 		ann := m.GetAnnotations()
 		delete(ann, keys.ReservedHost)
 		m.SetAnnotations(ann)
-		controllerutil.RemoveFinalizer(m, a.Finalizer())
+		controllerutil.RemoveFinalizer(m, a.Spec().Finalizer)
 		return ctrl.Result{}, nil
 	}
 	s.Host = host
@@ -259,13 +259,13 @@ func (r *Reconciler[M, H]) reconcileDelete(ctx context.Context, s *Scope[M, H]) 
 	}
 	// CAPI skips Node deletion while the Cluster is deleted, assuming the workload cluster goes with it;
 	// an attached one stays, and the host's next Machine would find its Node's providerID taken.
-	if w.NodeStopped && s.Cluster.DeletionTimestamp != nil && a.ProviderID(m) != "" {
-		workload.DeleteStaleNodes(ctx, r.Client, client.ObjectKeyFromObject(s.Cluster), a.ProviderID(m), a.ControllerName())
+	if w.NodeStopped && s.Cluster.DeletionTimestamp != nil && a.Facts(m).ProviderID != "" {
+		workload.DeleteStaleNodes(ctx, r.Client, client.ObjectKeyFromObject(s.Cluster), a.Facts(m).ProviderID, a.Spec().ControllerName)
 	}
 	if err := Release(ctx, r.Client, r.APIReader, a, s.Host, m.GetName(), ID(m, keys.ClaimID), w.OnRelease); err != nil {
 		return ctrl.Result{}, err
 	}
 	log.Info("Released host")
-	controllerutil.RemoveFinalizer(m, a.Finalizer())
+	controllerutil.RemoveFinalizer(m, a.Spec().Finalizer)
 	return ctrl.Result{}, nil
 }

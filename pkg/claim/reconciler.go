@@ -88,7 +88,7 @@ func (s *Scope[M, H]) ClaimID(keys Keys) string { return string(ID(s.Machine, ke
 
 // consumerIndex is the field index of hosts by the claim identity of their consumer.
 func (r *Reconciler[M, H]) consumerIndex() string {
-	return "claim.yonder.dev/" + r.Adapter.MachineKind() + "-claim-id"
+	return "claim.yonder.dev/" + r.Adapter.Spec().MachineKind + "-claim-id"
 }
 
 // SetupWithManager registers the reconciler, the host index by consumer and the watches: the
@@ -106,19 +106,19 @@ func (r *Reconciler[M, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	log := ctrl.LoggerFrom(ctx)
 	gvk, err := mgr.GetClient().GroupVersionKindFor(a.NewMachine())
 	if err != nil {
-		return fmt.Errorf("failed to find the kind of %s: %w", a.MachineKind(), err)
+		return fmt.Errorf("failed to find the kind of %s: %w", a.Spec().MachineKind, err)
 	}
 	list, err := mgr.GetScheme().New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	if err != nil {
-		return fmt.Errorf("failed to find the list kind of %s: %w", a.MachineKind(), err)
+		return fmt.Errorf("failed to find the list kind of %s: %w", a.Spec().MachineKind, err)
 	}
 	machines, ok := list.(client.ObjectList)
 	if !ok {
-		return fmt.Errorf("%sList is not a list", a.MachineKind())
+		return fmt.Errorf("%sList is not a list", a.Spec().MachineKind)
 	}
 	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), machines, mgr.GetScheme())
 	if err != nil {
-		return fmt.Errorf("failed to create the Cluster mapper of %ss: %w", a.MachineKind(), err)
+		return fmt.Errorf("failed to create the Cluster mapper of %ss: %w", a.Spec().MachineKind, err)
 	}
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -127,7 +127,7 @@ func (r *Reconciler[M, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(gvk)), builder.WithPredicates(filter)).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			builder.WithPredicates(filter, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
-		Watches(a.NewHost(), handler.EnqueueRequestsFromMapFunc(r.hostToMachines), builder.WithPredicates(a.HostPredicates()...)).
+		Watches(a.NewHost(), handler.EnqueueRequestsFromMapFunc(r.hostToMachines), builder.WithPredicates(a.Spec().HostPredicates...)).
 		Complete(r)
 }
 
@@ -158,13 +158,13 @@ func (r *Reconciler[M, H]) hostToMachines(ctx context.Context, o client.Object) 
 	if !r.Adapter.Available(h) {
 		return nil
 	}
-	ms, err := r.Adapter.ListMachines(ctx, r.Client, h.GetNamespace())
+	ms, err := List(ctx, r.Client, r.Adapter.NewMachine(), client.InNamespace(h.GetNamespace()))
 	if err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
 	for _, m := range ms {
-		if m.GetAnnotations()[r.Adapter.Keys().Host] == "" && m.GetDeletionTimestamp().IsZero() &&
+		if m.GetAnnotations()[r.Adapter.Spec().Keys.Host] == "" && m.GetDeletionTimestamp().IsZero() &&
 			(r.WatchFilterValue == "" || m.GetLabels()[clusterv1.WatchLabel] == r.WatchFilterValue) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(m)})
 		}
@@ -186,7 +186,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, metav1.ObjectMeta{Namespace: m.GetNamespace(), OwnerReferences: m.GetOwnerReferences()})
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to get owner Machine of %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+		return ctrl.Result{}, fmt.Errorf("failed to get owner Machine of %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	if machine == nil {
 		log.V(4).Info("Waiting for the Machine owner reference")
@@ -203,15 +203,15 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
 	if m.GetDeletionTimestamp().IsZero() {
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, m, a.Finalizer()); err != nil || added {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, m, a.Spec().Finalizer); err != nil || added {
 			return ctrl.Result{}, err
 		}
-	} else if !controllerutil.ContainsFinalizer(m, a.Finalizer()) {
+	} else if !controllerutil.ContainsFinalizer(m, a.Spec().Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	helper, err := patch.NewHelper(m, r.Client)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, m); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
@@ -234,10 +234,10 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 // conditions this controller owns.
 func (r *Reconciler[M, H]) patch(ctx context.Context, helper *patch.Helper, m M) error {
 	a := r.Adapter
-	keys, conds := a.Keys(), a.Conditions()
+	keys, conds := a.Spec().Keys, a.Spec().Conditions
 	ann := m.GetAnnotations()
 	claimed := ann[keys.Host] != "" || ann[keys.ReservedHost] != ""
-	if claimed && (!a.Provisioned(m) || !m.GetDeletionTimestamp().IsZero()) {
+	if claimed && (!a.Facts(m).Provisioned || !m.GetDeletionTimestamp().IsZero()) {
 		if ann == nil {
 			ann = map[string]string{}
 		}
@@ -253,12 +253,12 @@ func (r *Reconciler[M, H]) patch(ctx context.Context, helper *patch.Helper, m M)
 	if conditions.Has(m, conds.Claimed) || conditions.Has(m, conds.Provisioned) {
 		if err := conditions.SetSummaryCondition(m, m, clusterv1.ReadyCondition,
 			conditions.ForConditionTypes(summarised), conditions.IgnoreTypesIfMissing(summarised)); err != nil {
-			return fmt.Errorf("failed to summarise conditions of %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+			return fmt.Errorf("failed to summarise conditions of %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 		}
 	}
 	owned := []string{conds.Claimed, conds.Provisioned, conds.Released, clusterv1.ReadyCondition, clusterv1.PausedCondition}
 	if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: owned}); err != nil {
-		return fmt.Errorf("failed to patch %s %s: %w", a.MachineKind(), klog.KObj(m), err)
+		return fmt.Errorf("failed to patch %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	return nil
 }

@@ -2,12 +2,13 @@
 // host-inventory providers (YonderSSHCluster, YonderMetalCluster): the control plane endpoint is passed
 // through as given (the control plane is external, see YonderControlPlane), failure domains come from the
 // host inventory (and, where the kind has them, from spec), and the infrastructure is provisioned at once:
-// the hosts exist already. Each provider supplies a small Adapter.
+// the hosts exist already. Each provider supplies its kind names and host inventory; its cluster kind implements Cluster.
 package infracluster
 
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,47 +37,53 @@ import (
 // MaxFailureDomains bounds status.failureDomains.
 const MaxFailureDomains = 100
 
-// Cluster is an infrastructure cluster object.
+// Cluster is an infrastructure cluster object whose failure domains come from a host inventory: it says
+// which hosts (and which extra failure domains) it offers, and records what the reconciler computed.
 type Cluster interface {
 	client.Object
 	conditions.Setter
-}
-
-// Adapter is what a provider supplies: its cluster kind and where its failure domains come from.
-type Adapter[C Cluster, H client.Object] interface {
-	claim.Inventory[H]
-	// ClusterKind is the kind of C.
-	ClusterKind() string
-	// NewCluster returns an empty cluster to read into.
-	NewCluster() C
-	// ListClusters lists the clusters of a namespace.
-	ListClusters(ctx context.Context, r client.Reader, namespace string) ([]C, error)
-	// HostSelector returns spec.hostSelector: the hosts whose failure domains the cluster offers.
-	HostSelector(c C) *metav1.LabelSelector
-	// SpecFailureDomains returns failure domains the cluster's spec names besides the inventory's.
-	SpecFailureDomains(c C) []string
+	// InventoryFailureDomains returns spec.hostSelector (the hosts whose failure domains the cluster
+	// offers) and the failure domains the spec names besides the inventory's.
+	InventoryFailureDomains() (hostSelector *metav1.LabelSelector, extra []string)
 	// SetProvisioned writes status.failureDomains and status.initialization.provisioned.
-	SetProvisioned(c C, failureDomains []clusterv1.FailureDomain)
-	// Reasons returns the reasons of the Ready condition: failure domains computed, selector invalid.
-	Reasons() (computed, invalidSelector string)
+	SetProvisioned(failureDomains []clusterv1.FailureDomain)
 }
 
-// Reconciler reconciles the infrastructure clusters of one provider through its Adapter.
+// Spec is a provider's infrastructure cluster kind and the reasons of its Ready condition.
+type Spec struct {
+	// ClusterKind is the kind of the clusters.
+	ClusterKind string
+	// ComputedReason: the failure domains were computed (Ready=True).
+	ComputedReason string
+	// InvalidHostSelectorReason: spec.hostSelector does not parse (Ready=False).
+	InvalidHostSelectorReason string
+}
+
+// Reconciler reconciles the infrastructure clusters of one provider: clusters of kind C over hosts of
+// kind H.
 type Reconciler[C Cluster, H client.Object] struct {
 	Client client.Client
 	// WatchFilterValue limits reconciliation to Cluster API objects labelled
 	// cluster.x-k8s.io/watch-filter=<value> (hosts are inventory and need no such label).
 	WatchFilterValue string
-	Adapter          Adapter[C, H]
+	// Inventory is the provider's view of its hosts.
+	Inventory claim.Inventory[H]
+	// Spec names the kind and its reasons.
+	Spec Spec
+}
+
+// newCluster returns an empty C.
+func (r *Reconciler[C, H]) newCluster() C {
+	var zero C
+	return reflect.New(reflect.TypeOf(zero).Elem()).Interface().(C) //nolint:forcetypeassert // C is a pointer type
 }
 
 // SetupWithManager registers the reconciler.
 func (r *Reconciler[C, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	log := ctrl.LoggerFrom(ctx)
-	a := r.Adapter
-	gvk, err := mgr.GetClient().GroupVersionKindFor(a.NewCluster())
+	gvk, err := mgr.GetClient().GroupVersionKindFor(r.newCluster())
 	if err != nil {
-		return fmt.Errorf("failed to find the kind of %s: %w", a.ClusterKind(), err)
+		return fmt.Errorf("failed to find the kind of %s: %w", r.Spec.ClusterKind, err)
 	}
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
 	// Only new, deleted and relabelled hosts, and hosts whose spec changed, can change the failure
@@ -86,17 +93,17 @@ func (r *Reconciler[C, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		UpdateFunc: func(event.UpdateEvent) bool { return false }, GenericFunc: func(event.GenericEvent) bool { return false },
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(a.NewCluster(), builder.WithPredicates(filter)).
+		For(r.newCluster(), builder.WithPredicates(filter)).
 		WithOptions(opts).
 		Watches(&clusterv1.Cluster{},
-			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, gvk, mgr.GetClient(), a.NewCluster())),
+			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, gvk, mgr.GetClient(), r.newCluster())),
 			builder.WithPredicates(filter, predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
-		Watches(a.NewHost(), handler.EnqueueRequestsFromMapFunc(r.hostToClusters), builder.WithPredicates(hostChanges)).
+		Watches(r.Inventory.NewHost(), handler.EnqueueRequestsFromMapFunc(r.hostToClusters), builder.WithPredicates(hostChanges)).
 		Complete(r)
 }
 
 func (r *Reconciler[C, H]) hostToClusters(ctx context.Context, o client.Object) []reconcile.Request {
-	cs, err := r.Adapter.ListClusters(ctx, r.Client, o.GetNamespace())
+	cs, err := claim.List(ctx, r.Client, r.newCluster(), client.InNamespace(o.GetNamespace()))
 	if err != nil {
 		return nil
 	}
@@ -111,9 +118,8 @@ func (r *Reconciler[C, H]) hostToClusters(ctx context.Context, o client.Object) 
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler[C, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
-	a := r.Adapter
 	log := ctrl.LoggerFrom(ctx)
-	c := a.NewCluster()
+	c := r.newCluster()
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -122,7 +128,7 @@ func (r *Reconciler[C, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, fmt.Errorf("failed to get owner Cluster of %s %s: %w", a.ClusterKind(), klog.KObj(c), err)
+		return ctrl.Result{}, fmt.Errorf("failed to get owner Cluster of %s %s: %w", r.Spec.ClusterKind, klog.KObj(c), err)
 	}
 	if cluster == nil {
 		log.V(4).Info("Waiting for the Cluster owner reference")
@@ -131,14 +137,14 @@ func (r *Reconciler[C, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	ctx = ctrl.LoggerInto(ctx, log.WithValues("Cluster", klog.KObj(cluster)))
 	h, err := patch.NewHelper(c, r.Client)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.ClusterKind(), klog.KObj(c), err)
+		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", r.Spec.ClusterKind, klog.KObj(c), err)
 	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, c); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
 	defer func() {
 		if err := h.Patch(ctx, c, patch.WithOwnedConditions{Conditions: []string{clusterv1.ReadyCondition, clusterv1.PausedCondition}}); err != nil {
-			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch %s %s: %w", a.ClusterKind(), klog.KObj(c), err)})
+			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch %s %s: %w", r.Spec.ClusterKind, klog.KObj(c), err)})
 		}
 	}()
 	if !c.GetDeletionTimestamp().IsZero() {
@@ -150,25 +156,25 @@ func (r *Reconciler[C, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 
 // reconcileNormal computes the failure domains and marks the infrastructure provisioned.
 func (r *Reconciler[C, H]) reconcileNormal(ctx context.Context, c C) error {
-	a := r.Adapter
-	computed, invalid := a.Reasons()
-	sel, err := metav1.LabelSelectorAsSelector(a.HostSelector(c))
+	spec := r.Spec
+	selector, extra := c.InventoryFailureDomains()
+	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
-		conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: invalid, Message: err.Error()})
+		conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionFalse, Reason: spec.InvalidHostSelectorReason, Message: err.Error()})
 		return nil
 	}
-	hosts, err := a.ListHosts(ctx, r.Client, client.InNamespace(c.GetNamespace()))
+	hosts, err := claim.List(ctx, r.Client, r.Inventory.NewHost(), client.InNamespace(c.GetNamespace()))
 	if err != nil {
-		return fmt.Errorf("failed to list %ss in namespace %s: %w", a.HostKind(), c.GetNamespace(), err)
+		return fmt.Errorf("failed to list %ss in namespace %s: %w", r.Inventory.HostKind(), c.GetNamespace(), err)
 	}
-	names := claim.FailureDomains(a, hosts, sel, a.SpecFailureDomains(c), MaxFailureDomains)
+	names := claim.FailureDomains(r.Inventory, hosts, sel, extra, MaxFailureDomains)
 	fds := make([]clusterv1.FailureDomain, 0, len(names))
 	for _, n := range names {
 		// Hosts are workers: no domain is offered to control plane machines.
 		fds = append(fds, clusterv1.FailureDomain{Name: n, ControlPlane: ptr.To(false)})
 	}
-	a.SetProvisioned(c, fds)
-	conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: computed,
-		Message: fmt.Sprintf("%d failure domains from spec and the %s inventory", len(fds), a.HostKind())})
+	c.SetProvisioned(fds)
+	conditions.Set(c, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: spec.ComputedReason,
+		Message: fmt.Sprintf("%d failure domains from spec and the %s inventory", len(fds), r.Inventory.HostKind())})
 	return nil
 }

@@ -81,3 +81,50 @@ func InfrastructureCluster[T client.Object](kind schema.GroupKind, selector func
 		},
 	}
 }
+
+// Fixed is a field of spec S that cannot change once set on an object.
+type Fixed[S any] struct {
+	// Path is the field's path below spec.
+	Path string
+	// Get reads the field (or the fields that change together).
+	Get func(s *S) any
+	// Message says what to do instead.
+	Message string
+}
+
+// MachineSpec describes the spec S of an infrastructure machine kind for InfrastructureMachine and
+// InfrastructureMachineTemplate.
+type MachineSpec[S any] struct {
+	// Validate checks a spec at path p (a machine's spec, a template's spec.template.spec).
+	Validate func(s *S, p *field.Path) field.ErrorList
+	// Fixed are what a machine was given and chosen by: they cannot change under a Machine (CAPI
+	// replaces Machines instead).
+	Fixed []Fixed[S]
+	// ProviderID returns spec.providerID, immutable once set.
+	ProviderID func(s *S) string
+}
+
+// InfrastructureMachine returns the webhook of an infrastructure machine kind T whose spec is spec(m):
+// the spec is valid, its fixed fields do not change, providerID is set once.
+func InfrastructureMachine[T client.Object, S any](kind schema.GroupKind, spec func(T) *S, m MachineSpec[S]) *Validator[T] {
+	p := field.NewPath("spec")
+	return &Validator[T]{
+		Kind:     kind,
+		Validate: func(obj T) field.ErrorList { return m.Validate(spec(obj), p) },
+		Change: func(_ context.Context, old, obj T) field.ErrorList {
+			var errs field.ErrorList
+			for _, f := range m.Fixed {
+				errs = append(errs, Unchanged(f.Get(spec(old)), f.Get(spec(obj)), p.Child(f.Path), f.Message)...)
+			}
+			return append(errs, SetOnce(m.ProviderID(spec(old)), m.ProviderID(spec(obj)), p.Child("providerID"))...)
+		},
+	}
+}
+
+// InfrastructureMachineTemplate returns the webhook of the template kind T of an infrastructure machine
+// whose spec.template.spec is spec(t): the spec is valid, the template immutable.
+func InfrastructureMachineTemplate[T client.Object, S any](kind schema.GroupKind, spec func(T) *S, m MachineSpec[S]) *Validator[T] {
+	return Template(kind, func(t T) any { return spec(t) }, func(t T) field.ErrorList {
+		return m.Validate(spec(t), field.NewPath("spec", "template", "spec"))
+	}, "create a new template and point the MachineDeployment at it")
+}

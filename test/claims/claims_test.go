@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yonder-dev/yonder/test/harness"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -176,12 +178,7 @@ func restartCycles(t *testing.T, p provider) {
 	scale(g, md, 3)
 	g.Eventually(func(g Gomega) {
 		ensureNodes(g, wlc, p, ns)
-		list := &clusterv1.MachineList{}
-		g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-		g.Expect(list.Items).To(HaveLen(3))
-		for _, m := range list.Items {
-			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-		}
+		harness.ExpectMachinesRunning(g, env, ns, 3)
 		g.Expect(p.machines(g, ns)).To(HaveLen(3))
 		g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(3))
 		checkHolders(g, p, inv, ns)

@@ -8,7 +8,6 @@ import (
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,16 +27,6 @@ import (
 type metalProvider struct{}
 
 func (*metalProvider) name() string { return "metal" }
-func (*metalProvider) crds() []string {
-	return []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"}
-}
-func (*metalProvider) webhookManifest() string {
-	return "infrastructure-baremetal/config/webhook/manifests.yaml"
-}
-func (*metalProvider) addToScheme() []func(*runtime.Scheme) error {
-	return []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme}
-}
-func (*metalProvider) setupWebhooks(mgr ctrl.Manager) error { return setup.SetupWebhooks(mgr) }
 
 // start implements provider. The bare-metal provider polls nothing: slow changes nothing.
 func (*metalProvider) start(t *testing.T, o startOptions) *harness.Provider {

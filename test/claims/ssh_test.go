@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,16 +30,6 @@ import (
 type sshProvider struct{}
 
 func (*sshProvider) name() string { return "ssh" }
-func (*sshProvider) crds() []string {
-	return []string{"infrastructure-ssh/config/crd/bases"}
-}
-func (*sshProvider) webhookManifest() string {
-	return "infrastructure-ssh/config/webhook/manifests.yaml"
-}
-func (*sshProvider) addToScheme() []func(*runtime.Scheme) error {
-	return []func(*runtime.Scheme) error{infrav1.AddToScheme}
-}
-func (*sshProvider) setupWebhooks(mgr ctrl.Manager) error { return setup.SetupWebhooks(mgr) }
 
 func (*sshProvider) start(t *testing.T, o startOptions) *harness.Provider {
 	so := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,

@@ -7,7 +7,6 @@ package claims_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -15,9 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -36,42 +33,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(90 * time.Second)
-	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-	var (
-		crds, manifests []string
-		schemes         []func(*runtime.Scheme) error
-	)
-	for _, p := range providers {
-		crds = append(crds, p.crds()...)
-		manifests = append(manifests, p.webhookManifest())
-		schemes = append(schemes, p.addToScheme()...)
-	}
-	code := envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths: crds, WebhookManifestPaths: manifests, AddToScheme: schemes,
-		// Webhooks are served by the environment's manager; each provider's reconcilers run in managers of
-		// their own that the tests stop and start like crashing controllers.
-		Setup: func(_ context.Context, e *envtest.Environment) error {
-			for _, p := range providers {
-				if err := p.setupWebhooks(e.Manager); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}, func(e *envtest.Environment) { env = e })
-	wl.Stop()
-	os.Exit(code)
+	harness.Main(m, 90*time.Second, 100*time.Millisecond, harness.Providers("ssh", "metal"), func(e *envtest.Environment) { env = e }, wl)
 }
 
 // provider is one infrastructure provider under test: how to give it hosts, run it, and read its
 // machines and hosts in one shape.
 type provider interface {
 	name() string
-	crds() []string
-	webhookManifest() string
-	addToScheme() []func(*runtime.Scheme) error
-	setupWebhooks(mgr ctrl.Manager) error
 
 	// newInventory returns the hosts of one test in namespace ns.
 	newInventory(t *testing.T, ns string) inventory

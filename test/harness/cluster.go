@@ -90,3 +90,25 @@ func genericControlPlane(o ClusterOptions) *unstructured.Unstructured {
 	_ = unstructured.SetNestedMap(cp.Object, map[string]any{}, "spec")
 	return cp
 }
+
+// ExpectMachinesRunning asserts that namespace ns holds want Machines, all Running.
+func ExpectMachinesRunning(g gomega.Gomega, c client.Client, ns string, want int) {
+	list := &clusterv1.MachineList{}
+	g.Expect(c.List(context.Background(), list, client.InNamespace(ns))).To(gomega.Succeed())
+	g.Expect(list.Items).To(gomega.HaveLen(want))
+	for _, m := range list.Items {
+		g.Expect(m.Status.Phase).To(gomega.Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+	}
+}
+
+// Scale sets the replicas of MachineDeployment md.
+func Scale(g gomega.Gomega, c client.Client, md *clusterv1.MachineDeployment, n int32) {
+	g.Eventually(func() error {
+		cur := &clusterv1.MachineDeployment{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(md), cur); err != nil {
+			return err
+		}
+		cur.Spec.Replicas = &n
+		return c.Update(context.Background(), cur)
+	}).Should(gomega.Succeed())
+}

@@ -5,6 +5,7 @@ package sshhosts
 
 import (
 	"context"
+	"testing"
 
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/labnet"
@@ -25,4 +26,21 @@ var NewClientKey = hosts.NewClientKey
 // Start starts count hosts named <prefix>-<i> on n, all authorizing clientKeyPEM; they stop when n closes.
 func Start(ctx context.Context, n *labnet.Network, prefix string, count int, clientKeyPEM []byte) ([]*Host, error) {
 	return hosts.Start(ctx, n, prefix, count, hosts.Options{ClientKeyPEM: clientKeyPEM, PrivateDirs: PrivateDirs})
+}
+
+// StartForTest starts count hosts named <prefix>-<i> on a lab network of their own, all authorizing one
+// fresh client key (returned as OpenSSH PEM); they go away with the test. It fails the test when they
+// cannot start.
+func StartForTest(t testing.TB, prefix string, count int) ([]*Host, []byte) {
+	t.Helper()
+	n := labnet.NewForTest(t)
+	keyPEM, _, err := NewClientKey()
+	if err != nil {
+		t.Fatalf("failed to create a client key: %v", err)
+	}
+	hs, err := Start(context.Background(), n, prefix, count, keyPEM)
+	if err != nil {
+		t.Fatalf("failed to start test hosts: %v", err)
+	}
+	return hs, keyPEM
 }

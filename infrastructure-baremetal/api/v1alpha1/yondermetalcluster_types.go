@@ -81,6 +81,19 @@ func (c *YonderMetalCluster) GetConditions() []metav1.Condition { return c.Statu
 // SetConditions sets the conditions.
 func (c *YonderMetalCluster) SetConditions(conds []metav1.Condition) { c.Status.Conditions = conds }
 
+// InventoryFailureDomains returns spec.hostSelector, the hosts whose failure domains the cluster
+// offers, and the failure domains the spec names besides theirs.
+func (c *YonderMetalCluster) InventoryFailureDomains() (*metav1.LabelSelector, []string) {
+	return c.Spec.HostSelector.LabelSelector(), c.Spec.FailureDomains
+}
+
+// SetProvisioned records the failure domains and that the cluster infrastructure is provisioned.
+func (c *YonderMetalCluster) SetProvisioned(failureDomains []clusterv1.FailureDomain) {
+	c.Status.FailureDomains = failureDomains
+	provisioned := true
+	c.Status.Initialization.Provisioned = &provisioned
+}
+
 // +kubebuilder:object:root=true
 
 // YonderMetalClusterList is a list of YonderMetalClusters.

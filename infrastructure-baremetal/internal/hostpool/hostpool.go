@@ -5,12 +5,8 @@
 package hostpool
 
 import (
-	"context"
-	"fmt"
-
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/pkg/claim"
@@ -29,19 +25,6 @@ func (Pool) HostKind() string { return "BareMetalHost" }
 
 // NewHost implements claim.Inventory.
 func (Pool) NewHost() *metal3v1.BareMetalHost { return &metal3v1.BareMetalHost{} }
-
-// ListHosts implements claim.Inventory.
-func (Pool) ListHosts(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]*metal3v1.BareMetalHost, error) {
-	l := &metal3v1.BareMetalHostList{}
-	if err := r.List(ctx, l, opts...); err != nil {
-		return nil, fmt.Errorf("failed to list BareMetalHosts: %w", err)
-	}
-	out := make([]*metal3v1.BareMetalHost, len(l.Items))
-	for i := range l.Items {
-		out[i] = &l.Items[i]
-	}
-	return out, nil
-}
 
 // ConsumerOf implements claim.Inventory: only claims of YonderMetalMachines count (a Metal3Machine's
 // claim makes the host unavailable, but it is not ours).

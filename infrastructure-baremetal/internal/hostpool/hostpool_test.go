@@ -99,3 +99,11 @@ func TestCandidatesFailureDomainThenSpread(t *testing.T) {
 }
 
 func claimID(s string) types.UID { return types.UID(s) }
+
+// The claim reasons this provider's API names are the values the shared claim reconciler writes.
+func TestAPIReasonsAreTheClaimReasons(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(infrav1.YonderMetalMachineHostClaimedReason).To(Equal(claim.ClaimedReason))
+	g.Expect(infrav1.YonderMetalMachineNoHostAvailableReason).To(Equal(claim.NoHostAvailableReason))
+	g.Expect(infrav1.YonderMetalMachineInvalidHostSelectorReason).To(Equal(claim.InvalidHostSelectorReason))
+}

@@ -107,7 +107,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		g.Expect(err).NotTo(HaveOccurred())
 		wall, cpu := time.Since(t0), cpuTime()-cpu0
 		req := sim.TotalRequests() - reqBefore
-		proc.stop()
+		proc.Stop()
 
 		b.ReportMetric(wall.Seconds(), "s-to-available")
 		b.ReportMetric(created.Seconds(), "s-writing-inventory")

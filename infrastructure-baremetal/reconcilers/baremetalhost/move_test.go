@@ -42,7 +42,7 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 	rv := sec.ResourceVersion
 
 	// The move: the controller is stopped (clusterctl pauses), the object comes back without status.
-	proc.stop()
+	proc.Stop()
 	cur := getHost(g, h)
 	cur.Status = metal3v1.BareMetalHostStatus{}
 	g.Expect(env.Status().Update(ctx, cur)).To(Succeed())

@@ -53,7 +53,7 @@ func TestRestartAtEveryTransition(t *testing.T) {
 		if key := transitionKey(cur); key != last {
 			seen = append(seen, key)
 			last = key
-			proc.stop()
+			proc.Stop()
 			restarts++
 			proc = startController(t, newReconciler(), ns)
 		}

@@ -3,7 +3,6 @@ package baremetalhost_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,12 +17,11 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/yonder-dev/yonder/pkg/manager"
+	"github.com/yonder-dev/yonder/test/harness"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -33,7 +31,6 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
-	"github.com/yonder-dev/yonder/pkg/managercache"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
@@ -41,56 +38,19 @@ import (
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-	os.Exit(envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:      []string{"infrastructure-baremetal/config/crd/metal3"},
-		AddToScheme:            []func(*runtime.Scheme) error{metal3v1.AddToScheme},
-		WithoutCAPIControllers: true,
-	}, func(e *envtest.Environment) { env = e }))
+	harness.Main(m, 60*time.Second, 100*time.Millisecond, harness.Metal3Only(), func(e *envtest.Environment) { env = e })
 }
 
-// controllerProc is one run of the host controller in its own manager, so a test can kill it (cancel:
-// in-flight Redfish calls and API writes are cut off) and start a fresh one, as after a crash.
-type controllerProc struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func startController(t testing.TB, r *baremetalhost.Reconciler, namespaces ...string) *controllerProc {
+// startController runs the host controller in a manager of its own, limited to namespaces, so a test
+// can kill it (in-flight Redfish calls and API writes are cut off) and start a fresh one, as after a
+// crash.
+func startController(t testing.TB, r *baremetalhost.Reconciler, namespaces ...string) *harness.Provider {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, manager.Options{
-		Scheme:                 env.GetScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Client:                 managercache.ClientOptions(),
+	return harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
+		r.Client = mgr.GetClient()
+		r.Namespaces = namespaces
+		return r.SetupWithManager(ctx, mgr, manager.Controllers{SkipNameValidation: true}.Options(controllerConcurrency))
 	})
-	if err != nil {
-		t.Fatalf("failed to create manager: %v", err)
-	}
-	r.Client = mgr.GetClient()
-	r.Namespaces = namespaces
-	ctx, cancel := context.WithCancel(context.Background())
-	skip := true
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip, MaxConcurrentReconciles: controllerConcurrency}); err != nil {
-		cancel()
-		t.Fatalf("failed to set up the host controller: %v", err)
-	}
-	p := &controllerProc{cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- mgr.Start(ctx) }()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *controllerProc) stop() {
-	if p.cancel == nil {
-		return
-	}
-	p.cancel()
-	if err := <-p.done; err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(os.Stderr, "host controller manager stopped with: %v\n", err)
-	}
-	p.cancel = nil
 }
 
 // testReconciler has short timers so failure paths finish in seconds.

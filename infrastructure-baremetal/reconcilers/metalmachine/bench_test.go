@@ -3,35 +3,24 @@ package metalmachine_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/yonder-dev/yonder/test/harness"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 )
-
-type countingTransport struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.rt.RoundTrip(r)
-}
 
 // parallel runs f(i) for i in [0,n) on 10 workers.
 func parallel(n int, f func(i int)) {
@@ -81,9 +70,7 @@ func BenchmarkClaim200Of1000(b *testing.B) {
 		b.Logf("registered %d hosts in %s", hosts, time.Since(t0).Round(time.Millisecond))
 
 		// Baseline: the essential writes, no controller.
-		var baseReq atomic.Int64
-		baseCfg := rest.CopyConfig(env.Config)
-		baseCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: &baseReq} }
+		baseCfg, baseReq := harness.CountRequests(env.Config)
 		baseCfg.QPS, baseCfg.Burst = 200, 400
 		bc, err := client.New(baseCfg, client.Options{Scheme: env.GetScheme()})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -114,9 +101,7 @@ func BenchmarkClaim200Of1000(b *testing.B) {
 		// The provider, with the real CAPI controllers creating the Machines.
 		cluster := newCluster(b, g, ns, "bench")
 		data := dataSecret(g, ns, "bench-join", cluster.Name)
-		var provReq atomic.Int64
-		cfg := rest.CopyConfig(env.Config)
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: &provReq} }
+		cfg, provReq := harness.CountRequests(env.Config)
 		p := startProviderWithConfig(b, cfg, testOptions())
 		t0 = time.Now()
 		newMachineDeployment(g, ns, "bench", cluster, data.Name, int32(machines), map[string]string{"pool": "bench"})

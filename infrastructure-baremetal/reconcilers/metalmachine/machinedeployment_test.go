@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/yonder-dev/yonder/test/harness"
+
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -76,12 +78,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	machinesRunning := func(want int) {
 		g.Eventually(func(g Gomega) {
 			ensureNodes(g, wlc, ns)
-			list := &clusterv1.MachineList{}
-			g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(want))
-			for _, m := range list.Items {
-				g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-			}
+			harness.ExpectMachinesRunning(g, env, ns, want)
 			g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
 			for _, m := range metalMachines(g, ns) {
 				g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))

@@ -15,16 +15,19 @@ import (
 	"github.com/yonder-dev/yonder/pkg/claim"
 )
 
+// scope is one reconcile of one machine.
+type scope = claim.Scope[*infrav1.YonderMetalMachine, *metal3v1.BareMetalHost]
+
 // Provision implements claim.Adapter: the host gets the image and the Machine's bootstrap data (one
 // update), and the machine follows the host until it reports "provisioned".
 func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m, host := s.Machine, s.Host
-	if _, ok := host.Annotations[metal3v1.PausedAnnotation]; ok && !a.Provisioned(m) {
+	if _, ok := host.Annotations[metal3v1.PausedAnnotation]; ok && !a.Facts(m).Provisioned {
 		setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineHostPausedReason,
 			fmt.Sprintf("BareMetalHost %s carries %s; remove it to continue", host.Name, metal3v1.PausedAnnotation))
 		return ctrl.Result{}, nil
 	}
-	if !a.Provisioned(m) {
+	if !a.Facts(m).Provisioned {
 		data := s.DataSecretName()
 		if handOff(m, data, host.DeepCopy()) {
 			ctrl.LoggerFrom(ctx).Info("Handing image and bootstrap data to host")
@@ -42,7 +45,7 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, nil
 	}
 	if st != metal3v1.StateProvisioned {
-		if !a.Provisioned(m) {
+		if !a.Facts(m).Provisioned {
 			setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineHostProvisioningReason,
 				fmt.Sprintf("BareMetalHost %s is %q", host.Name, st))
 		}

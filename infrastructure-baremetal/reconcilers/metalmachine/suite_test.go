@@ -2,7 +2,6 @@ package metalmachine_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,18 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(90 * time.Second)
-	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-	code := envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:    []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"},
-		WebhookManifestPaths: []string{"infrastructure-baremetal/config/webhook/manifests.yaml"},
-		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme},
-		// Webhooks are served by the environment's manager; the provider's reconcilers run in their own
-		// manager (startProvider) so tests can stop and restart them like a crashing controller.
-		Setup: func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
-	}, func(e *envtest.Environment) { env = e })
-	wl.Stop()
-	os.Exit(code)
+	harness.Main(m, 90*time.Second, 100*time.Millisecond, harness.Providers("metal"), func(e *envtest.Environment) { env = e }, wl)
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"context"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -11,22 +10,32 @@ import (
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondermetalmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondermetalmachines,versions=v1alpha1,name=validation.yondermetalmachine.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondermetalmachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondermetalmachinetemplates,versions=v1alpha1,name=validation.yondermetalmachinetemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 
-// YonderMetalMachine validates YonderMetalMachines: the spec (validateMachineSpec), and what the host was
-// given and chosen by cannot change under a Machine (CAPI replaces Machines instead); providerID is
-// immutable once set.
+// machineSpec is what is checked of a YonderMetalMachine's spec (validateMachineSpec); what the host was
+// given and chosen by is fixed once the machine exists; providerID is set once.
+var machineSpec = webhooks.MachineSpec[infrav1.YonderMetalMachineSpec]{
+	Validate: validateMachineSpec,
+	Fixed: []webhooks.Fixed[infrav1.YonderMetalMachineSpec]{
+		{Path: "hostSelector", Get: func(s *infrav1.YonderMetalMachineSpec) any { return s.HostSelector }, Message: "is immutable"},
+		{Path: "image", Get: func(s *infrav1.YonderMetalMachineSpec) any { return []any{s.Image, s.CustomDeploy} },
+			Message: "image and customDeploy are immutable: roll out a new YonderMetalMachineTemplate instead"},
+	},
+	ProviderID: func(s *infrav1.YonderMetalMachineSpec) string { return s.ProviderID },
+}
+
+// YonderMetalMachine validates YonderMetalMachines.
 func YonderMetalMachine() *webhooks.Validator[*infrav1.YonderMetalMachine] {
-	p := field.NewPath("spec")
-	return &webhooks.Validator[*infrav1.YonderMetalMachine]{
-		Kind:     kind("YonderMetalMachine"),
-		Validate: func(m *infrav1.YonderMetalMachine) field.ErrorList { return validateMachineSpec(&m.Spec, p) },
-		Change: func(_ context.Context, old, m *infrav1.YonderMetalMachine) field.ErrorList {
-			errs := webhooks.Unchanged(old.Spec.HostSelector, m.Spec.HostSelector, p.Child("hostSelector"), "is immutable")
-			errs = append(errs, webhooks.Unchanged([]any{old.Spec.Image, old.Spec.CustomDeploy}, []any{m.Spec.Image, m.Spec.CustomDeploy}, p.Child("image"),
-				"image and customDeploy are immutable: roll out a new YonderMetalMachineTemplate instead")...)
-			return append(errs, webhooks.SetOnce(old.Spec.ProviderID, m.Spec.ProviderID, p.Child("providerID"))...)
-		},
-	}
+	return webhooks.InfrastructureMachine(kind("YonderMetalMachine"), func(m *infrav1.YonderMetalMachine) *infrav1.YonderMetalMachineSpec { return &m.Spec }, machineSpec)
+}
+
+// YonderMetalMachineTemplate validates YonderMetalMachineTemplates: the machine spec, and the template is
+// immutable.
+func YonderMetalMachineTemplate() *webhooks.Validator[*infrav1.YonderMetalMachineTemplate] {
+	return webhooks.InfrastructureMachineTemplate(kind("YonderMetalMachineTemplate"),
+		func(t *infrav1.YonderMetalMachineTemplate) *infrav1.YonderMetalMachineSpec {
+			return &t.Spec.Template.Spec
+		}, machineSpec)
 }
 
 // validateMachineSpec checks what the API server's schema cannot: the image/customDeploy choice and

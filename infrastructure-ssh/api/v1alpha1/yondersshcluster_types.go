@@ -72,6 +72,19 @@ func (c *YonderSSHCluster) GetConditions() []metav1.Condition { return c.Status.
 // SetConditions sets the conditions.
 func (c *YonderSSHCluster) SetConditions(conds []metav1.Condition) { c.Status.Conditions = conds }
 
+// InventoryFailureDomains returns spec.hostSelector, the hosts whose failure domains the cluster
+// offers, and the failure domains the spec names besides theirs.
+func (c *YonderSSHCluster) InventoryFailureDomains() (*metav1.LabelSelector, []string) {
+	return c.Spec.HostSelector.LabelSelector(), nil
+}
+
+// SetProvisioned records the failure domains and that the cluster infrastructure is provisioned.
+func (c *YonderSSHCluster) SetProvisioned(failureDomains []clusterv1.FailureDomain) {
+	c.Status.FailureDomains = failureDomains
+	provisioned := true
+	c.Status.Initialization.Provisioned = &provisioned
+}
+
 // +kubebuilder:object:root=true
 
 // YonderSSHClusterList is a list of YonderSSHClusters.

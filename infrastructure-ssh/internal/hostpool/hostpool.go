@@ -4,11 +4,7 @@
 package hostpool
 
 import (
-	"context"
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sigs.k8s.io/cluster-api/util/conditions"
 
@@ -29,19 +25,6 @@ func (Pool) HostKind() string { return "YonderSSHHost" }
 
 // NewHost implements claim.Inventory.
 func (Pool) NewHost() *infrav1.YonderSSHHost { return &infrav1.YonderSSHHost{} }
-
-// ListHosts implements claim.Inventory.
-func (Pool) ListHosts(ctx context.Context, r client.Reader, opts ...client.ListOption) ([]*infrav1.YonderSSHHost, error) {
-	l := &infrav1.YonderSSHHostList{}
-	if err := r.List(ctx, l, opts...); err != nil {
-		return nil, fmt.Errorf("failed to list YonderSSHHosts: %w", err)
-	}
-	out := make([]*infrav1.YonderSSHHost, len(l.Items))
-	for i := range l.Items {
-		out[i] = &l.Items[i]
-	}
-	return out, nil
-}
 
 // ConsumerOf implements claim.Inventory. A consumer-uid label without a consumerRef (a claim half
 // cleared by hand) still counts as a claim by that identity, so the host is not handed out again.

@@ -94,3 +94,11 @@ func TestConsumerRoundTrip(t *testing.T) {
 	g.Expect(Pool{}.ConsumerOf(x)).To(BeNil())
 	g.Expect(Pool{}.Available(x)).To(BeTrue())
 }
+
+// The claim reasons this provider's API names are the values the shared claim reconciler writes.
+func TestAPIReasonsAreTheClaimReasons(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(infrav1.YonderSSHMachineHostClaimedReason).To(Equal(claim.ClaimedReason))
+	g.Expect(infrav1.YonderSSHMachineNoHostAvailableReason).To(Equal(claim.NoHostAvailableReason))
+	g.Expect(infrav1.YonderSSHMachineInvalidHostSelectorReason).To(Equal(claim.InvalidHostSelectorReason))
+}

@@ -2,33 +2,26 @@ package sshcluster_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	os.Exit(envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:    []string{"infrastructure-ssh/config/crd/bases"},
-		WebhookManifestPaths: []string{"infrastructure-ssh/config/webhook/manifests.yaml"},
-		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme},
-		Setup: func(ctx context.Context, e *envtest.Environment) error {
-			if err := setup.SetupWebhooks(e.Manager); err != nil {
-				return err
-			}
-			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: time.Hour})
-		},
-	}, func(e *envtest.Environment) { env = e }))
+	o := harness.Providers("ssh")
+	webhooks := o.Setup
+	o.Setup = func(ctx context.Context, e *envtest.Environment) error {
+		if err := webhooks(ctx, e); err != nil {
+			return err
+		}
+		return setup.SetupReconcilers(ctx, e.Manager, setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: time.Hour})
+	}
+	harness.Main(m, 60*time.Second, 200*time.Millisecond, o, func(e *envtest.Environment) { env = e })
 }

@@ -13,7 +13,6 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
@@ -24,11 +23,7 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "host").Name
-	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshhosts.Start(ctx, n, "hh", 1, keyPEM)
-	g.Expect(err).NotTo(HaveOccurred())
+	hs, keyPEM := sshhosts.StartForTest(t, "hh", 1)
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
 	h := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tofu"},
 		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
@@ -78,7 +73,7 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 
 	// Nobody listening: Unreachable.
 	dead := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dead"},
-		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: n.Gateway.String(), Port: 2, CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
+		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), Port: 2, CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
 			HostKey: sshexec.FormatHostKey(hs[0].HostKey)}}}
 	g.Expect(env.Create(ctx, dead)).To(Succeed())
 	g.Eventually(func(g Gomega) {

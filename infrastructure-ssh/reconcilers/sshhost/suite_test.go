@@ -2,36 +2,33 @@ package sshhost_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/envtest"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 var env *envtest.Environment
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	os.Exit(envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:      []string{"infrastructure-ssh/config/crd/bases"},
-		WebhookManifestPaths:   []string{"infrastructure-ssh/config/webhook/manifests.yaml"},
-		AddToScheme:            []func(*runtime.Scheme) error{infrav1.AddToScheme},
-		WithoutCAPIControllers: true,
-		Setup: func(ctx context.Context, e *envtest.Environment) error {
-			if err := setup.SetupWebhooks(e.Manager); err != nil {
-				return err
-			}
-			return setup.SetupReconcilers(ctx, e.Manager, setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: time.Second,
-				Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}})
-		},
-	}, func(e *envtest.Environment) { env = e }))
+	o := harness.Providers("ssh")
+	o.WithoutCAPIControllers = true
+	o.Setup = withReconcilers(o.Setup, setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: time.Second,
+		Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}})
+	harness.Main(m, 60*time.Second, 200*time.Millisecond, o, func(e *envtest.Environment) { env = e })
+}
+
+// withReconcilers runs the provider's reconcilers in the environment's manager, after its webhooks.
+func withReconcilers(webhooks func(context.Context, *envtest.Environment) error, o setup.Options) func(context.Context, *envtest.Environment) error {
+	return func(ctx context.Context, e *envtest.Environment) error {
+		if err := webhooks(ctx, e); err != nil {
+			return err
+		}
+		return setup.SetupReconcilers(ctx, e.Manager, o)
+	}
 }

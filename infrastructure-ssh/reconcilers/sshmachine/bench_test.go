@@ -4,21 +4,20 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/yonder-dev/yonder/test/harness"
 
 	. "github.com/onsi/gomega"
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -74,16 +73,6 @@ func measure(f func()) usage {
 	c0, ch0, t0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN), time.Now()
 	f()
 	return usage{wall: time.Since(t0), cpu: rusage(syscall.RUSAGE_SELF) - c0, childCPU: rusage(syscall.RUSAGE_CHILDREN) - ch0, peakRSSKiB: peakRSSKiB()}
-}
-
-type countingTransport struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.rt.RoundTrip(r)
 }
 
 // BenchmarkProvisionMachinesOnSimulatedHosts: a MachineDeployment of 200 (YONDER_BENCH_MACHINES)
@@ -159,10 +148,8 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 			Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address, Port: int32(h.Port), User: "root",
 				CredentialsSecretRef: infrav1.SecretReference{Name: "key"}, HostKey: sshexec.FormatHostKey(h.HostKey)}}})).To(Succeed())
 	}
-	var requests atomic.Int64
-	rc := rest.CopyConfig(env.Config)
+	rc, requests := harness.CountRequests(env.Config)
 	rc.QPS, rc.Burst = 200, 400
-	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, n: &requests} }
 	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, PollInterval: time.Second, RetryInterval: time.Second}
 	p := startProviderWithConfig(b, rc, o)
 	defer p.Stop()

@@ -25,11 +25,14 @@ import (
 	"github.com/yonder-dev/yonder/pkg/claim"
 )
 
+// scope is one reconcile of one machine.
+type scope = claim.Scope[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost]
+
 // Provision implements claim.Adapter: the Machine's bootstrap data runs on the claimed host over SSH,
 // as a run the host records, until it wrote the sentinel; then the machine is provisioned.
 func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m := s.Machine
-	if a.Provisioned(m) && m.Spec.ProviderID != "" {
+	if a.Facts(m).Provisioned && m.Spec.ProviderID != "" {
 		return ctrl.Result{}, nil
 	}
 	if b := m.Status.Bootstrap; b != nil && b.Phase == infrav1.BootstrapPhaseFailed {

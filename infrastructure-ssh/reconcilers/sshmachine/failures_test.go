@@ -16,7 +16,6 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
-	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
@@ -53,11 +52,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "fail").Name
-	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshhosts.Start(ctx, n, "fm", 5, keyPEM)
-	g.Expect(err).NotTo(HaveOccurred())
+	hs, keyPEM := sshhosts.StartForTest(t, "fm", 5)
 	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
 	// fm-0 pins another host's key; fm-1 uses a key the host does not authorize.
 	patchHost(g, ns, "fm-0", func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = sshexec.FormatHostKey(hs[1].HostKey) })
@@ -67,7 +62,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	patchHost(g, ns, "fm-1", func(h *infrav1.YonderSSHHost) { h.Spec.CredentialsSecretRef.Name = "other" })
 	// fm-dead: nothing listens there.
 	dead := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fm-dead", Labels: map[string]string{"yonder.dev/host": "fm-dead"}},
-		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: n.Gateway.String(), Port: 2, User: "root",
+		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), Port: 2, User: "root",
 			CredentialsSecretRef: infrav1.SecretReference{Name: "ssh-fm-0"}, HostKey: sshexec.FormatHostKey(hs[0].HostKey)}}}
 	g.Expect(env.Create(ctx, dead)).To(Succeed())
 

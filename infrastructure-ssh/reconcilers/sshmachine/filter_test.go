@@ -13,7 +13,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
@@ -25,11 +24,7 @@ func TestPauseAndWatchFilter(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "pause").Name
-	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshhosts.Start(ctx, n, "pz", 1, keyPEM)
-	g.Expect(err).NotTo(HaveOccurred())
+	hs, keyPEM := sshhosts.StartForTest(t, "pz", 1)
 	registerHosts(g, ns, hs, keyPEM, nil, nil)
 	p := startProvider(t, testOptions())
 	cluster := newCluster(t, g, ns, "pz")

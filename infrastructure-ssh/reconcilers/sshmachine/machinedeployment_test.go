@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/yonder-dev/yonder/test/harness"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -17,7 +19,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
@@ -97,11 +98,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "md").Name
-	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshhosts.Start(ctx, n, "md", 3, keyPEM)
-	g.Expect(err).NotTo(HaveOccurred())
+	hs, keyPEM := sshhosts.StartForTest(t, "md", 3)
 	for _, h := range hs {
 		_, err := h.Output(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
 		g.Expect(err).NotTo(HaveOccurred())
@@ -148,12 +145,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	machinesRunning := func(want int) {
 		g.Eventually(func(g Gomega) {
 			ensureNodes(g, wlc, ns)
-			list := &clusterv1.MachineList{}
-			g.Expect(env.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(want))
-			for _, m := range list.Items {
-				g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-			}
+			harness.ExpectMachinesRunning(g, env, ns, want)
 			claims := checkClaims(g, ns, false)
 			g.Expect(claims).To(HaveLen(want))
 			seenHosts := map[string]bool{}

@@ -5,11 +5,9 @@
 package sshmachine
 
 import (
-	"context"
-	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -30,12 +28,6 @@ const SSHTimeout = 5 * time.Minute
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-
-type (
-	// Reconciler reconciles YonderSSHMachines.
-	Reconciler = claim.Reconciler[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost]
-	scope      = claim.Scope[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost]
-)
 
 // Adapter is the SSH provider's part of the claim reconciler: the hand-off is the bootstrap run over
 // SSH, the withdrawal the host's cleanup.
@@ -59,10 +51,10 @@ type Adapter struct {
 var _ claim.Adapter[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost] = &Adapter{}
 
 // New returns the YonderSSHMachine reconciler: the claim reconciler with a as its adapter.
-func New(c client.Client, apiReader client.Reader, watchFilterValue string, a *Adapter) *Reconciler {
+func New(c client.Client, apiReader client.Reader, watchFilterValue string, a *Adapter) *claim.Reconciler[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost] {
 	a.Client = c
 	a.defaults()
-	return &Reconciler{Client: c, APIReader: apiReader, WatchFilterValue: watchFilterValue, Adapter: a}
+	return &claim.Reconciler[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost]{Client: c, APIReader: apiReader, WatchFilterValue: watchFilterValue, Adapter: a}
 }
 
 func (a *Adapter) defaults() {
@@ -83,72 +75,26 @@ func (a *Adapter) defaults() {
 	}
 }
 
-// MachineKind implements claim.Adapter.
-func (a *Adapter) MachineKind() string { return hostpool.ConsumerKind }
-
-// Finalizer implements claim.Adapter.
-func (a *Adapter) Finalizer() string { return infrav1.MachineFinalizer }
-
-// ControllerName implements claim.Adapter.
-func (a *Adapter) ControllerName() string { return a.Name }
+// Spec implements claim.Adapter. Only spec, label and annotation changes of hosts wake machines (claims,
+// releases, keys); the host controller's frequent status writes would wake them for nothing.
+func (a *Adapter) Spec() claim.Spec {
+	return claim.Spec{
+		MachineKind: hostpool.ConsumerKind, Finalizer: infrav1.MachineFinalizer, ControllerName: a.Name,
+		Keys:       claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
+		Conditions: claim.Conditions{Claimed: infrav1.YonderSSHMachineHostClaimedCondition, Provisioned: infrav1.YonderSSHMachineBootstrapExecutedCondition, Released: infrav1.YonderSSHMachineHostCleanedCondition, HostLostReason: infrav1.YonderSSHMachineHostDeletedReason},
+		NoHostHint: "a host is free once it has a pinned host key, no consumer and no " + infrav1.NeedsCleanupAnnotation +
+			" annotation; register more hosts, or release or clean existing ones",
+		HostPredicates: []predicate.Predicate{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})},
+	}
+}
 
 // NewMachine implements claim.Adapter.
 func (a *Adapter) NewMachine() *infrav1.YonderSSHMachine { return &infrav1.YonderSSHMachine{} }
 
-// ListMachines implements claim.Adapter.
-func (a *Adapter) ListMachines(ctx context.Context, r client.Reader, namespace string) ([]*infrav1.YonderSSHMachine, error) {
-	l := &infrav1.YonderSSHMachineList{}
-	if err := r.List(ctx, l, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("failed to list YonderSSHMachines in namespace %s: %w", namespace, err)
-	}
-	out := make([]*infrav1.YonderSSHMachine, len(l.Items))
-	for i := range l.Items {
-		out[i] = &l.Items[i]
-	}
-	return out, nil
+// Facts implements claim.Adapter.
+func (a *Adapter) Facts(m *infrav1.YonderSSHMachine) claim.Facts {
+	return claim.Facts{HostSelector: m.Spec.HostSelector.LabelSelector(), Provisioned: ptr.Deref(m.Status.Initialization.Provisioned, false), ProviderID: m.Spec.ProviderID}
 }
-
-// Keys implements claim.Adapter.
-func (a *Adapter) Keys() claim.Keys {
-	return claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation}
-}
-
-// Conditions implements claim.Adapter.
-func (a *Adapter) Conditions() claim.Conditions {
-	return claim.Conditions{
-		Claimed:                   infrav1.YonderSSHMachineHostClaimedCondition,
-		Provisioned:               infrav1.YonderSSHMachineBootstrapExecutedCondition,
-		Released:                  infrav1.YonderSSHMachineHostCleanedCondition,
-		ClaimedReason:             infrav1.YonderSSHMachineHostClaimedReason,
-		NoHostAvailableReason:     infrav1.YonderSSHMachineNoHostAvailableReason,
-		InvalidHostSelectorReason: infrav1.YonderSSHMachineInvalidHostSelectorReason,
-		HostLostReason:            infrav1.YonderSSHMachineHostDeletedReason,
-	}
-}
-
-// NoHostHint implements claim.Adapter.
-func (a *Adapter) NoHostHint() string {
-	return "a host is free once it has a pinned host key, no consumer and no " + infrav1.NeedsCleanupAnnotation + " annotation; register more hosts, or release or clean existing ones"
-}
-
-// HostPredicates implements claim.Adapter: only spec, label and annotation changes of hosts matter here
-// (claims, releases, keys); the host controller's frequent status writes would wake machines for nothing.
-func (a *Adapter) HostPredicates() []predicate.Predicate {
-	return []predicate.Predicate{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})}
-}
-
-// HostSelector implements claim.Adapter.
-func (a *Adapter) HostSelector(m *infrav1.YonderSSHMachine) *metav1.LabelSelector {
-	return m.Spec.HostSelector.LabelSelector()
-}
-
-// Provisioned implements claim.Adapter.
-func (a *Adapter) Provisioned(m *infrav1.YonderSSHMachine) bool {
-	return m.Status.Initialization.Provisioned != nil && *m.Status.Initialization.Provisioned
-}
-
-// ProviderID implements claim.Adapter.
-func (a *Adapter) ProviderID(m *infrav1.YonderSSHMachine) string { return m.Spec.ProviderID }
 
 // RecordHost implements claim.Adapter.
 func (a *Adapter) RecordHost(m *infrav1.YonderSSHMachine, h *infrav1.YonderSSHHost) {

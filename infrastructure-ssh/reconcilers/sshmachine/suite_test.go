@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,18 +34,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	SetDefaultEventuallyTimeout(90 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	code := envtest.Run(m, envtest.Options{
-		CRDDirectoryPaths:    []string{"infrastructure-ssh/config/crd/bases"},
-		WebhookManifestPaths: []string{"infrastructure-ssh/config/webhook/manifests.yaml"},
-		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme},
-		// Webhooks are served by the environment's manager; the provider's reconcilers run in their own
-		// manager (startProvider) so tests can stop and restart them like a crashing controller.
-		Setup: func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
-	}, func(e *envtest.Environment) { env = e })
-	wl.Stop()
-	os.Exit(code)
+	harness.Main(m, 90*time.Second, 200*time.Millisecond, harness.Providers("ssh"), func(e *envtest.Environment) { env = e }, wl)
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.

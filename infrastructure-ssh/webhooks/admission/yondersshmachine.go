@@ -1,8 +1,6 @@
 package admission
 
 import (
-	"context"
-
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
@@ -10,19 +8,28 @@ import (
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondersshmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondersshmachines,versions=v1alpha1,name=validation.yondersshmachine.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cluster-x-k8s-io-v1alpha1-yondersshmachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cluster.x-k8s.io,resources=yondersshmachinetemplates,versions=v1alpha1,name=validation.yondersshmachinetemplate.infrastructure.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
 
-// YonderSSHMachine validates YonderSSHMachines: the host selector parses and is immutable (CAPI replaces
-// Machines instead); providerID is immutable once set.
+// machineSpec is what is checked of a YonderSSHMachine's spec: the host selector parses and is fixed once
+// the machine exists; providerID is set once.
+var machineSpec = webhooks.MachineSpec[infrav1.YonderSSHMachineSpec]{
+	Validate: func(s *infrav1.YonderSSHMachineSpec, p *field.Path) field.ErrorList {
+		return webhooks.HostSelector(s.HostSelector.LabelSelector(), p.Child("hostSelector"))
+	},
+	Fixed: []webhooks.Fixed[infrav1.YonderSSHMachineSpec]{
+		{Path: "hostSelector", Get: func(s *infrav1.YonderSSHMachineSpec) any { return s.HostSelector }, Message: "is immutable"},
+	},
+	ProviderID: func(s *infrav1.YonderSSHMachineSpec) string { return s.ProviderID },
+}
+
+// YonderSSHMachine validates YonderSSHMachines.
 func YonderSSHMachine() *webhooks.Validator[*infrav1.YonderSSHMachine] {
-	p := field.NewPath("spec")
-	return &webhooks.Validator[*infrav1.YonderSSHMachine]{
-		Kind: kind("YonderSSHMachine"),
-		Validate: func(m *infrav1.YonderSSHMachine) field.ErrorList {
-			return webhooks.HostSelector(m.Spec.HostSelector.LabelSelector(), p.Child("hostSelector"))
-		},
-		Change: func(_ context.Context, old, m *infrav1.YonderSSHMachine) field.ErrorList {
-			return append(webhooks.Unchanged(old.Spec.HostSelector, m.Spec.HostSelector, p.Child("hostSelector"), "is immutable"),
-				webhooks.SetOnce(old.Spec.ProviderID, m.Spec.ProviderID, p.Child("providerID"))...)
-		},
-	}
+	return webhooks.InfrastructureMachine(kind("YonderSSHMachine"), func(m *infrav1.YonderSSHMachine) *infrav1.YonderSSHMachineSpec { return &m.Spec }, machineSpec)
+}
+
+// YonderSSHMachineTemplate validates YonderSSHMachineTemplates: the machine spec, and the template is
+// immutable.
+func YonderSSHMachineTemplate() *webhooks.Validator[*infrav1.YonderSSHMachineTemplate] {
+	return webhooks.InfrastructureMachineTemplate(kind("YonderSSHMachineTemplate"),
+		func(t *infrav1.YonderSSHMachineTemplate) *infrav1.YonderSSHMachineSpec { return &t.Spec.Template.Spec }, machineSpec)
 }

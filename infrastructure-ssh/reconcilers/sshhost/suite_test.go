@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"

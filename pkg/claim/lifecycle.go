@@ -77,8 +77,8 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 		return ctrl.Result{}, nil
 	}
 	if !found {
-		if res, ok := r.readyToClaim(s); !ok {
-			return res, nil
+		if !r.readyToClaim(s) {
+			return ctrl.Result{}, nil
 		}
 		var out outcome
 		if host, out, err = r.claim(ctx, s); err != nil || out == noHost {
@@ -106,19 +106,19 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 // readyToClaim reports whether a host may be claimed for the machine: its Cluster's infrastructure is
 // provisioned and its bootstrap data exists (no host is held idle while the bootstrap provider works).
 // The Cluster and Machine watches wake the machine when that changes.
-func (r *Reconciler[M, H]) readyToClaim(s *Scope[M, H]) (ctrl.Result, bool) {
+func (r *Reconciler[M, H]) readyToClaim(s *Scope[M, H]) bool {
 	conds := r.Adapter.Spec().Conditions
 	m := s.Machine
 	if !ptr.Deref(s.Cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		SetCondition(m, conds.Claimed, metav1.ConditionFalse, clusterv1.WaitingForClusterInfrastructureReadyReason, "Waiting for the Cluster's infrastructure to be provisioned")
-		return ctrl.Result{}, false
+		return false
 	}
 	if s.DataSecretName() == "" {
 		SetCondition(m, conds.Claimed, metav1.ConditionFalse, clusterv1.WaitingForBootstrapDataReason, "Waiting for the bootstrap provider to set Machine.spec.bootstrap.dataSecretName")
 		SetCondition(m, conds.Provisioned, metav1.ConditionFalse, clusterv1.WaitingForBootstrapDataReason, "Waiting for bootstrap data")
-		return ctrl.Result{}, false
+		return false
 	}
-	return ctrl.Result{}, true
+	return true
 }
 
 // outcome is how a claim attempt ended.

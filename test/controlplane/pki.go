@@ -1,59 +1,36 @@
 package controlplane
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/yonder-dev/yonder/test/testpki"
 )
 
 // pki holds the certificates of one control plane: a single CA signs the serving cert, the client
 // certs of the components and (through kube-controller-manager) the kubelets' certs, as kubeadm does.
 type pki struct {
-	dir    string
-	caCert *x509.Certificate
-	caKey  crypto.Signer
-	CAPEM  []byte
+	dir   string
+	ca    *testpki.CA
+	CAPEM []byte
 }
 
 func newPKI(dir string) (*pki, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("yonder-test-ca", 0)
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "yonder-test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("failed to create CA: %w", err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{dir: dir, caCert: cert, caKey: key, CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-	if err := p.write("ca.crt", p.CAPEM); err != nil {
+	p := &pki{dir: dir, ca: ca, CAPEM: ca.CertPEM}
+	if err := p.write("ca.crt", ca.CertPEM); err != nil {
 		return nil, err
 	}
-	keyPEM, err := encodeKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return p, p.write("ca.key", keyPEM)
+	return p, p.write("ca.key", ca.KeyPEM)
 }
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
@@ -65,36 +42,12 @@ func (p *pki) write(name string, data []byte) error {
 	return nil
 }
 
-// issue signs a leaf certificate and writes <name>.crt and <name>.key; it returns both PEMs.
+// issue signs a leaf certificate (client, and server when server) and writes <name>.crt and
+// <name>.key; it returns both PEMs.
 func (p *pki) issue(name, cn string, orgs []string, server bool, ips []net.IP, dnsNames []string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err = p.ca.Issue(testpki.Leaf{CommonName: cn, Organization: orgs, IPs: ips, DNSNames: dnsNames, Client: true, Server: server})
 	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		IPAddresses:  ips,
-		DNSNames:     dnsNames,
-	}
-	if server {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to sign %s: %w", name, err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if keyPEM, err = encodeKey(key); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("failed to issue %s: %w", name, err)
 	}
 	if err := p.write(name+".crt", certPEM); err != nil {
 		return nil, nil, err
@@ -116,12 +69,4 @@ func (p *pki) serviceAccountKeys() error {
 		return err
 	}
 	return p.write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
-}
-
-func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }

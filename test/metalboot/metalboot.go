@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
+
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -96,11 +98,8 @@ func Build(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(root, "bin", "yonder-agent"), "./hostruntime/cmd/yonder-agent")
-	build.Dir = testbins.RepoRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("failed to build the static yonder-agent for the initramfs: %s: %w", out, err)
+	if err := gobuild.Build(ctx, filepath.Join(root, "bin", "yonder-agent"), gobuild.Options{Static: true, Strip: true}, "./hostruntime/cmd/yonder-agent"); err != nil {
+		return fmt.Errorf("failed to build the static yonder-agent for the initramfs: %w", err)
 	}
 	copies := map[string]string{"/bin/busybox": filepath.Join(root, "bin", "busybox")}
 	mods, err := filepath.Glob(filepath.Join(kdir, "modules", "*"))

@@ -12,19 +12,14 @@ package redfishsim
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"sort"
@@ -32,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/yonder-dev/yonder/test/testpki"
 )
 
 // PowerDriver carries out power changes of one system. bootTarget is "Pxe" when the one-time boot
@@ -167,26 +164,12 @@ func Start(opts Options) (*Server, error) {
 // RotateCertificate replaces the server's certificate with a fresh self-signed one, as a BMC does after a
 // factory reset or a firmware update — or as an impostor would.
 func (s *Server) RotateCertificate() error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("failed to generate the emulator's key: %w", err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "redfishsim"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := testpki.SelfSigned(testpki.Leaf{CommonName: "redfishsim", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		Server: true, Validity: 24 * time.Hour})
 	if err != nil {
 		return fmt.Errorf("failed to create the emulator's certificate: %w", err)
 	}
-	s.cert.Store(&tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key})
+	s.cert.Store(cert)
 	return nil
 }
 

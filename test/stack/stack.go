@@ -58,6 +58,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -412,14 +414,8 @@ func (s *Stack) build(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", b.out}, pkgs...)...)
-			cmd.Dir = root
-			cmd.Env = os.Environ()
-			if b.env != "" {
-				cmd.Env = append(cmd.Env, b.env)
-			}
-			if out, err := cmd.CombinedOutput(); err != nil {
-				addErr(fmt.Errorf("failed to build %s: %s: %w", strings.Join(pkgs, " "), out, err))
+			if err := gobuild.Build(ctx, b.out, gobuild.Options{Static: b.env != ""}, pkgs...); err != nil {
+				addErr(err)
 			}
 		}()
 	}

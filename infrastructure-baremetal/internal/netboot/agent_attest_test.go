@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
+
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +21,6 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 	"github.com/yonder-dev/yonder/test/labnet"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 // The boot step as a booted host runs it: `yonder-agent attest`, inside the host's network namespace,
@@ -28,11 +29,7 @@ import (
 func TestYonderAgentAttestCommand(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	agentBin := filepath.Join(t.TempDir(), "yonder-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "./hostruntime/cmd/yonder-agent")
-	build.Dir = testbins.RepoRoot()
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	agentBin := gobuild.ForTest(t, "./hostruntime/cmd/yonder-agent", gobuild.Options{})
 
 	n := labnet.NewForTest(t)
 	host, err := n.Attach(ctx, "attest-cli")

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
+
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +24,6 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/test/envtest"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 var env *envtest.Environment
@@ -47,11 +48,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "yonder-net-controller")
-	build := exec.Command("go", "build", "-o", bin, "./network/cmd/yonder-net-controller")
-	build.Dir = testbins.RepoRoot()
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	bin := gobuild.ForTest(t, "./network/cmd/yonder-net-controller", gobuild.Options{})
 
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["env"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
@@ -102,7 +99,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 			g.Expect(n.Spec.PodCIDRs).To(HaveLen(1))
 		}
 	}
-	_, err = testenv.CreateNode(ctx, env.Client, "hq-1", map[string]string{"loc": "hq"}, "", true)
+	_, err := testenv.CreateNode(ctx, env.Client, "hq-1", map[string]string{"loc": "hq"}, "", true)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(labelled("hq-1")).Should(Succeed())
 

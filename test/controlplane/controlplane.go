@@ -86,20 +86,9 @@ type ControlPlane struct {
 // Start brings the control plane up and waits until the apiserver is ready (and, when started, the
 // controller-manager has created the default service account, a sign that its controllers run).
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, rerr error) {
-	bins := map[string]string{}
-	need := []string{"etcd", "kube-apiserver"}
-	if opts.WithControllerManager {
-		need = append(need, "kube-controller-manager")
-	}
-	if opts.WithScheduler {
-		need = append(need, "kube-scheduler")
-	}
-	for _, b := range need {
-		p, err := testbins.Path(b)
-		if err != nil {
-			return nil, err
-		}
-		bins[b] = p
+	bins, err := binaries(opts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Name == "" {
 		opts.Name = "workload"
@@ -131,27 +120,55 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rerr error) {
 	}
 	cp.Port = opts.Port
 	cp.Endpoint = "https://" + net.JoinHostPort(opts.BindAddress.String(), strconv.Itoa(opts.Port))
-
 	pkiDir := filepath.Join(cp.Dir, "pki")
-	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
+	if err := cp.writePKI(pkiDir, opts); err != nil {
 		return nil, err
+	}
+	return cp, cp.startComponents(ctx, bins, pkiDir, opts)
+}
+
+// binaries finds the component binaries opts needs.
+func binaries(opts Options) (map[string]string, error) {
+	bins := map[string]string{}
+	need := []string{"etcd", "kube-apiserver"}
+	if opts.WithControllerManager {
+		need = append(need, "kube-controller-manager")
+	}
+	if opts.WithScheduler {
+		need = append(need, "kube-scheduler")
+	}
+	for _, b := range need {
+		p, err := testbins.Path(b)
+		if err != nil {
+			return nil, err
+		}
+		bins[b] = p
+	}
+	return bins, nil
+}
+
+// writePKI writes the control plane's certificates, service account keys and the components'
+// kubeconfigs, as kubeadm lays them out.
+func (cp *ControlPlane) writePKI(pkiDir string, opts Options) error {
+	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
+		return err
 	}
 	p, err := newPKI(pkiDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cp.CACertPEM = p.CAPEM
 	serviceIP := net.ParseIP("10.96.0.1")
 	if _, _, err := p.issue("apiserver", "kube-apiserver", nil, true,
 		[]net.IP{net.IP(opts.BindAddress.AsSlice()), net.ParseIP("127.0.0.1"), serviceIP},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}); err != nil {
-		return nil, err
+		return err
 	}
 	if _, _, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false, nil, nil); err != nil {
-		return nil, err
+		return err
 	}
 	if err := p.serviceAccountKeys(); err != nil {
-		return nil, err
+		return err
 	}
 	kubeconfigs := map[string][2]string{
 		"admin":                   {"kubernetes-admin", "system:masters"},
@@ -165,50 +182,51 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, rerr error) {
 		}
 		certPEM, keyPEM, err := p.issue(name, subj[0], orgs, false, nil, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		data, err := cp.kubeconfig(subj[0], certPEM, keyPEM)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		path := filepath.Join(cp.Dir, name+".kubeconfig")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return nil, err
+			return err
 		}
 		if name == "admin" {
 			cp.AdminKubeconfig, cp.AdminKubeconfigPath = data, path
 		}
 	}
-	if cp.Config, err = clientcmd.RESTConfigFromKubeConfig(cp.AdminKubeconfig); err != nil {
-		return nil, err
-	}
+	cp.Config, err = clientcmd.RESTConfigFromKubeConfig(cp.AdminKubeconfig)
+	return err
+}
 
+// startComponents starts etcd, the apiserver and the components opts asks for.
+func (cp *ControlPlane) startComponents(ctx context.Context, bins map[string]string, pkiDir string, opts Options) error {
 	logDir := filepath.Join(cp.Dir, "logs")
 	if err := cp.startEtcd(ctx, bins["etcd"], logDir); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.startAPIServer(ctx, bins["kube-apiserver"], logDir, pkiDir, opts); err != nil {
-		return nil, err
+		return err
 	}
 	if opts.WithControllerManager {
 		if err := cp.startControllerManager(ctx, bins["kube-controller-manager"], logDir, pkiDir, opts); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if opts.WithScheduler {
-		args := map[string]string{
-			"kubeconfig":                filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
-			"authentication-kubeconfig": filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
-			"authorization-kubeconfig":  filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
-			"leader-elect":              "false",
-			"bind-address":              "127.0.0.1",
-			"secure-port":               "0",
-		}
-		if _, err := cp.start("kube-scheduler", bins["kube-scheduler"], logDir, args); err != nil {
-			return nil, err
-		}
+	if !opts.WithScheduler {
+		return nil
 	}
-	return cp, nil
+	args := map[string]string{
+		"kubeconfig":                filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
+		"authentication-kubeconfig": filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
+		"authorization-kubeconfig":  filepath.Join(cp.Dir, "kube-scheduler.kubeconfig"),
+		"leader-elect":              "false",
+		"bind-address":              "127.0.0.1",
+		"secure-port":               "0",
+	}
+	_, err := cp.start("kube-scheduler", bins["kube-scheduler"], logDir, args)
+	return err
 }
 
 func (cp *ControlPlane) startEtcd(ctx context.Context, bin, logDir string) error {

@@ -115,6 +115,60 @@ func setupLogging() {
 // Start starts the management cluster and the manager, and returns once webhooks answer.
 func Start(ctx context.Context, opts Options) (_ *Environment, rerr error) {
 	setupLogging()
+	te, err := apiServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		_ = te.Stop()
+		return nil, fmt.Errorf("failed to start the management kube-apiserver and etcd from %s (rebuild with `make test-bins` if a binary is broken): %w", te.BinaryAssetsDirectory, err)
+	}
+	env := &Environment{Config: cfg, testEnv: te, done: make(chan error, 1)}
+	defer func() {
+		if rerr != nil {
+			_ = te.Stop()
+		}
+	}()
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme:  te.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   setup.ManagerCacheOptions(te.Scheme, ControllerName, "", 10*time.Minute),
+		Client:  setup.ManagerClientOptions(),
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host:    te.WebhookInstallOptions.LocalServingHost,
+			Port:    te.WebhookInstallOptions.LocalServingPort,
+			CertDir: te.WebhookInstallOptions.LocalServingCertDir,
+		}),
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the management manager: %w", err)
+	}
+	env.Manager, env.Client = mgr, mgr.GetClient()
+	mgrCtx, cancel := context.WithCancel(ctx)
+	env.cancel = cancel
+	if err := setupCAPI(mgrCtx, env, !opts.WithoutCAPIControllers); err != nil {
+		cancel()
+		return nil, err
+	}
+	if opts.Setup != nil {
+		if err := opts.Setup(mgrCtx, env); err != nil {
+			cancel()
+			return nil, fmt.Errorf("failed to set up the caller's reconcilers: %w", err)
+		}
+	}
+	go func() { env.done <- mgr.Start(mgrCtx) }()
+	if err := env.waitForWebhooks(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	return env, nil
+}
+
+// apiServer describes the management apiserver and etcd: the binaries of hack/test-bins.sh, CAPI's CRDs
+// and webhooks with the caller's, and a scheme with CAPI's types and the caller's.
+func apiServer(opts Options) (*crenvtest.Environment, error) {
 	binDir, err := testbins.Dir()
 	if err != nil {
 		return nil, err
@@ -134,7 +188,6 @@ func Start(ctx context.Context, opts Options) (_ *Environment, rerr error) {
 			return nil, fmt.Errorf("failed to build scheme: %w", err)
 		}
 	}
-
 	crdDirs := []string{filepath.Join(capiDir, "core", "config", "crd", "bases")}
 	for _, d := range opts.CRDDirectoryPaths {
 		crdDirs = append(crdDirs, resolve(d))
@@ -147,7 +200,6 @@ func Start(ctx context.Context, opts Options) (_ *Environment, rerr error) {
 	if err != nil {
 		return nil, err
 	}
-
 	te := &crenvtest.Environment{
 		BinaryAssetsDirectory: binDir,
 		ErrorIfCRDPathMissing: true,
@@ -159,53 +211,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, rerr error) {
 	te.ControlPlane.GetAPIServer().Configure().
 		// Network namespaces (lab hosts) have no default route to guess an address from.
 		Set("advertise-address", "127.0.0.1")
-	cfg, err := te.Start()
-	if err != nil {
-		_ = te.Stop()
-		return nil, fmt.Errorf("failed to start the management kube-apiserver and etcd from %s (rebuild with `make test-bins` if a binary is broken): %w", binDir, err)
-	}
-	env := &Environment{Config: cfg, testEnv: te, done: make(chan error, 1)}
-	defer func() {
-		if rerr != nil {
-			_ = te.Stop()
-		}
-	}()
-
-	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   setup.ManagerCacheOptions(scheme, ControllerName, "", 10*time.Minute),
-		Client:  setup.ManagerClientOptions(),
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host:    te.WebhookInstallOptions.LocalServingHost,
-			Port:    te.WebhookInstallOptions.LocalServingPort,
-			CertDir: te.WebhookInstallOptions.LocalServingCertDir,
-		}),
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("failed to create the management manager: %w", err)
-	}
-	env.Manager, env.Client = mgr, mgr.GetClient()
-
-	mgrCtx, cancel := context.WithCancel(ctx)
-	env.cancel = cancel
-	if err := setupCAPI(mgrCtx, env, !opts.WithoutCAPIControllers); err != nil {
-		cancel()
-		return nil, err
-	}
-	if opts.Setup != nil {
-		if err := opts.Setup(mgrCtx, env); err != nil {
-			cancel()
-			return nil, fmt.Errorf("failed to set up the caller's reconcilers: %w", err)
-		}
-	}
-	go func() { env.done <- mgr.Start(mgrCtx) }()
-	if err := env.waitForWebhooks(ctx); err != nil {
-		cancel()
-		return nil, err
-	}
-	return env, nil
+	return te, nil
 }
 
 // setupCAPI registers CAPI's webhooks and, when asked, its core reconcilers, the way the CAPI manager

@@ -9,8 +9,7 @@ import (
 )
 
 func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *system, rest []string) {
-	id := sys.spec.ID
-	base := "/redfish/v1/Systems/" + id
+	base := "/redfish/v1/Systems/" + sys.spec.ID
 	switch {
 	case len(rest) == 0 && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, s.systemJSON(sys))
@@ -18,7 +17,24 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *sys
 		s.patchBoot(w, r, sys)
 	case len(rest) == 2 && rest[0] == "Actions" && rest[1] == "ComputerSystem.Reset" && r.Method == http.MethodPost:
 		s.reset(w, r, sys)
-	case len(rest) == 1 && rest[0] == "Processors":
+	case len(rest) >= 1 && rest[0] == "Processors":
+		s.processors(w, base, sys, rest[1:])
+	case len(rest) >= 1 && rest[0] == "Memory":
+		s.memory(w, base, sys, rest[1:])
+	case len(rest) >= 1 && rest[0] == "EthernetInterfaces":
+		s.ethernetInterfaces(w, base, sys, rest[1:])
+	case len(rest) >= 1 && rest[0] == "Storage":
+		s.storage(w, base, sys, rest[1:])
+	case len(rest) == 2 && rest[0] == "PCIeDevices":
+		pcieDevice(w, base, sys, rest[1])
+	default:
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no resource at "+r.URL.Path)
+	}
+}
+
+// processors serves the processor collection (rest empty) and its CPUs and GPUs.
+func (s *Server) processors(w http.ResponseWriter, base string, sys *system, rest []string) {
+	if len(rest) == 0 {
 		ids := []string{}
 		for i := range sys.spec.CPUs {
 			ids = append(ids, fmt.Sprintf("CPU%d", i))
@@ -27,71 +43,87 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *sys
 			ids = append(ids, fmt.Sprintf("GPU%d", i))
 		}
 		s.collection(w, base+"/Processors", "ProcessorCollection", ids)
-	case len(rest) == 2 && rest[0] == "Processors":
-		var idx int
-		if _, err := fmt.Sscanf(rest[1], "CPU%d", &idx); err == nil && idx < len(sys.spec.CPUs) {
-			c := sys.spec.CPUs[idx]
-			is := "x86-64"
-			if !c.InstructionSetX864 {
-				is = "ARM-A64"
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[1], "@odata.type": "#Processor.v1_13_0.Processor",
-				"Id": rest[1], "Name": "Processor", "ProcessorType": "CPU", "ProcessorArchitecture": "x86", "InstructionSet": is,
-				"Manufacturer": "Emulated", "Model": c.Model, "MaxSpeedMHz": c.MaxSpeedMHz, "TotalCores": c.Cores, "TotalThreads": c.Threads,
-				"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
-			return
+		return
+	}
+	var idx int
+	if _, err := fmt.Sscanf(rest[0], "CPU%d", &idx); len(rest) == 1 && err == nil && idx < len(sys.spec.CPUs) {
+		c := sys.spec.CPUs[idx]
+		is := "x86-64"
+		if !c.InstructionSetX864 {
+			is = "ARM-A64"
 		}
-		if _, err := fmt.Sscanf(rest[1], "GPU%d", &idx); err == nil && idx < len(sys.spec.GPUs) {
-			g := sys.spec.GPUs[idx]
-			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[1], "@odata.type": "#Processor.v1_13_0.Processor",
-				"Id": rest[1], "Name": "GPU", "ProcessorType": "GPU", "Manufacturer": g.Vendor, "Model": g.Model,
-				"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
-			return
-		}
-		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such processor")
-	case len(rest) == 1 && rest[0] == "Memory":
+		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[0], "@odata.type": "#Processor.v1_13_0.Processor",
+			"Id": rest[0], "Name": "Processor", "ProcessorType": "CPU", "ProcessorArchitecture": "x86", "InstructionSet": is,
+			"Manufacturer": "Emulated", "Model": c.Model, "MaxSpeedMHz": c.MaxSpeedMHz, "TotalCores": c.Cores, "TotalThreads": c.Threads,
+			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+		return
+	}
+	if _, err := fmt.Sscanf(rest[0], "GPU%d", &idx); len(rest) == 1 && err == nil && idx < len(sys.spec.GPUs) {
+		g := sys.spec.GPUs[idx]
+		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Processors/" + rest[0], "@odata.type": "#Processor.v1_13_0.Processor",
+			"Id": rest[0], "Name": "GPU", "ProcessorType": "GPU", "Manufacturer": g.Vendor, "Model": g.Model,
+			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+		return
+	}
+	writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such processor")
+}
+
+// memory serves the memory collection (rest empty) and its DIMMs.
+func (s *Server) memory(w http.ResponseWriter, base string, sys *system, rest []string) {
+	if len(rest) == 0 {
 		ids := []string{}
 		for i := range sys.spec.DIMMsMiB {
 			ids = append(ids, fmt.Sprintf("DIMM%d", i))
 		}
 		s.collection(w, base+"/Memory", "MemoryCollection", ids)
-	case len(rest) == 2 && rest[0] == "Memory":
-		var idx int
-		if _, err := fmt.Sscanf(rest[1], "DIMM%d", &idx); err != nil || idx >= len(sys.spec.DIMMsMiB) {
-			writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such DIMM")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Memory/" + rest[1], "@odata.type": "#Memory.v1_11_0.Memory",
-			"Id": rest[1], "Name": "DIMM", "MemoryType": "DRAM", "CapacityMiB": sys.spec.DIMMsMiB[idx],
-			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
-	case len(rest) == 1 && rest[0] == "EthernetInterfaces":
+		return
+	}
+	var idx int
+	if _, err := fmt.Sscanf(rest[0], "DIMM%d", &idx); len(rest) != 1 || err != nil || idx >= len(sys.spec.DIMMsMiB) {
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such DIMM")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Memory/" + rest[0], "@odata.type": "#Memory.v1_11_0.Memory",
+		"Id": rest[0], "Name": "DIMM", "MemoryType": "DRAM", "CapacityMiB": sys.spec.DIMMsMiB[idx],
+		"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+}
+
+// ethernetInterfaces serves the interface collection (rest empty) and its interfaces.
+func (s *Server) ethernetInterfaces(w http.ResponseWriter, base string, sys *system, rest []string) {
+	if len(rest) == 0 {
 		ids := []string{}
 		for _, n := range sys.spec.NICs {
 			ids = append(ids, n.ID)
 		}
 		s.collection(w, base+"/EthernetInterfaces", "EthernetInterfaceCollection", ids)
-	case len(rest) == 2 && rest[0] == "EthernetInterfaces":
-		for _, n := range sys.spec.NICs {
-			if n.ID == rest[1] {
-				writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/EthernetInterfaces/" + n.ID, "@odata.type": "#EthernetInterface.v1_6_0.EthernetInterface",
-					"Id": n.ID, "Name": "Ethernet interface", "MACAddress": n.MAC, "PermanentMACAddress": n.MAC, "SpeedMbps": n.SpeedMbps,
-					"LinkStatus": "LinkUp", "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
-				return
-			}
+		return
+	}
+	for _, n := range sys.spec.NICs {
+		if len(rest) == 1 && n.ID == rest[0] {
+			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/EthernetInterfaces/" + n.ID, "@odata.type": "#EthernetInterface.v1_6_0.EthernetInterface",
+				"Id": n.ID, "Name": "Ethernet interface", "MACAddress": n.MAC, "PermanentMACAddress": n.MAC, "SpeedMbps": n.SpeedMbps,
+				"LinkStatus": "LinkUp", "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
+			return
 		}
-		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such interface")
-	case len(rest) == 1 && rest[0] == "Storage":
+	}
+	writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such interface")
+}
+
+// storage serves the storage collection (rest empty), its one controller and its drives.
+func (s *Server) storage(w http.ResponseWriter, base string, sys *system, rest []string) {
+	switch {
+	case len(rest) == 0:
 		s.collection(w, base+"/Storage", "StorageCollection", []string{"1"})
-	case len(rest) == 2 && rest[0] == "Storage" && rest[1] == "1":
+	case len(rest) == 1 && rest[0] == "1":
 		drives := []any{}
 		for _, d := range sys.spec.Disks {
 			drives = append(drives, link(base+"/Storage/1/Drives/"+d.ID))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Storage/1", "@odata.type": "#Storage.v1_9_0.Storage",
 			"Id": "1", "Name": "Storage", "Drives": drives, "Drives@odata.count": len(drives), "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
-	case len(rest) == 4 && rest[0] == "Storage" && rest[1] == "1" && rest[2] == "Drives":
+	case len(rest) == 3 && rest[0] == "1" && rest[1] == "Drives":
 		for _, d := range sys.spec.Disks {
-			if d.ID == rest[3] {
+			if d.ID == rest[2] {
 				writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/Storage/1/Drives/" + d.ID, "@odata.type": "#Drive.v1_12_0.Drive",
 					"Id": d.ID, "Name": d.ID, "Model": d.Model, "Manufacturer": d.Vendor, "SerialNumber": d.Serial, "CapacityBytes": d.SizeBytes,
 					"MediaType": d.MediaType, "Identifiers": []any{map[string]any{"DurableName": d.WWN, "DurableNameFormat": "NAA"}},
@@ -100,19 +132,22 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *sys
 			}
 		}
 		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such drive")
-	case len(rest) == 2 && rest[0] == "PCIeDevices":
-		var idx int
-		if _, err := fmt.Sscanf(rest[1], "GPU%d", &idx); err != nil || idx >= len(sys.spec.GPUs) {
-			writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such PCIe device")
-			return
-		}
-		g := sys.spec.GPUs[idx]
-		writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/PCIeDevices/" + rest[1], "@odata.type": "#PCIeDevice.v1_9_0.PCIeDevice",
-			"Id": rest[1], "Name": g.Model, "Manufacturer": g.Vendor, "Model": g.Model, "DeviceType": "SingleFunction",
-			"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
 	default:
-		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no resource at "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such storage resource")
 	}
+}
+
+// pcieDevice serves the GPU published as PCIe device id.
+func pcieDevice(w http.ResponseWriter, base string, sys *system, id string) {
+	var idx int
+	if _, err := fmt.Sscanf(id, "GPU%d", &idx); err != nil || idx >= len(sys.spec.GPUs) {
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no such PCIe device")
+		return
+	}
+	g := sys.spec.GPUs[idx]
+	writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/PCIeDevices/" + id, "@odata.type": "#PCIeDevice.v1_9_0.PCIeDevice",
+		"Id": id, "Name": g.Model, "Manufacturer": g.Vendor, "Model": g.Model, "DeviceType": "SingleFunction",
+		"Status": map[string]any{"State": "Enabled", "Health": "OK"}})
 }
 
 func (s *Server) systemJSON(sys *system) map[string]any {

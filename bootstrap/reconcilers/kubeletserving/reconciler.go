@@ -82,7 +82,6 @@ func ours(m *clusterv1.Machine) bool {
 
 // Reconcile approves the pending kubelet-serving CSRs of one Cluster's Yonder Machines.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
 	cluster := &clusterv1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -91,40 +90,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		!ptr.Deref(cluster.Status.Initialization.ControlPlaneInitialized, false) {
 		return ctrl.Result{}, nil
 	}
-	machines := &clusterv1.MachineList{}
-	if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to list Machines of Cluster %s: %w", klog.KObj(cluster), err)
-	}
-	byNode := map[string]*clusterv1.Machine{}
-	hasOurs := false
-	for i := range machines.Items {
-		m := &machines.Items[i]
-		if !ours(m) {
-			continue
-		}
-		hasOurs = true
-		if m.Status.NodeRef.IsDefined() {
-			byNode[m.Status.NodeRef.Name] = m
-		}
-	}
-	if !hasOurs {
+	byNode, hasOurs, err := r.machinesByNode(ctx, cluster)
+	if err != nil || !hasOurs {
 		// Not a Cluster with Yonder workers: do not open a watch on its CSRs.
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, err
 	}
 	key := client.ObjectKeyFromObject(cluster)
-	err := r.ClusterCache.Watch(ctx, key, clustercache.NewWatcher(clustercache.WatcherOptions{
-		Name:    "kubeletserving-watch-csrs",
-		Watcher: r.controller,
-		Kind:    &certificatesv1.CertificateSigningRequest{},
-		EventHandler: handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
-			return []ctrl.Request{{NamespacedName: key}}
-		}),
-		Predicates: []predicate.Predicate{predicate.NewPredicateFuncs(func(o client.Object) bool {
-			csr, ok := o.(*certificatesv1.CertificateSigningRequest)
-			return ok && IsPendingServing(csr)
-		})},
-	}))
-	if err != nil {
+	if err := r.watchCSRs(ctx, key); err != nil {
 		if errors.Is(err, clustercache.ErrClusterNotConnected) {
 			return ctrl.Result{}, nil
 		}
@@ -141,9 +113,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := reader.List(ctx, csrs); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list CSRs of Cluster %s: %w", klog.KObj(cluster), err)
 	}
+	return ctrl.Result{}, r.approve(ctx, key, csrs.Items, byNode)
+}
+
+// machinesByNode returns the Cluster's Yonder Machines by the name of their Node, and whether the
+// Cluster has Yonder Machines at all.
+func (r *Reconciler) machinesByNode(ctx context.Context, cluster *clusterv1.Cluster) (map[string]*clusterv1.Machine, bool, error) {
+	machines := &clusterv1.MachineList{}
+	if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		return nil, false, fmt.Errorf("failed to list Machines of Cluster %s: %w", klog.KObj(cluster), err)
+	}
+	byNode := map[string]*clusterv1.Machine{}
+	hasOurs := false
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		if !ours(m) {
+			continue
+		}
+		hasOurs = true
+		if m.Status.NodeRef.IsDefined() {
+			byNode[m.Status.NodeRef.Name] = m
+		}
+	}
+	return byNode, hasOurs, nil
+}
+
+// watchCSRs watches the pending kubelet-serving CSRs of the workload cluster of the Cluster key.
+func (r *Reconciler) watchCSRs(ctx context.Context, key client.ObjectKey) error {
+	return r.ClusterCache.Watch(ctx, key, clustercache.NewWatcher(clustercache.WatcherOptions{
+		Name:    "kubeletserving-watch-csrs",
+		Watcher: r.controller,
+		Kind:    &certificatesv1.CertificateSigningRequest{},
+		EventHandler: handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
+			return []ctrl.Request{{NamespacedName: key}}
+		}),
+		Predicates: []predicate.Predicate{predicate.NewPredicateFuncs(func(o client.Object) bool {
+			csr, ok := o.(*certificatesv1.CertificateSigningRequest)
+			return ok && IsPendingServing(csr)
+		})},
+	}))
+}
+
+// approve approves the pending kubelet-serving CSRs of Nodes of byNode that pass Check.
+func (r *Reconciler) approve(ctx context.Context, key client.ObjectKey, csrs []certificatesv1.CertificateSigningRequest, byNode map[string]*clusterv1.Machine) error {
+	log := ctrl.LoggerFrom(ctx)
 	var wl client.Client
-	for i := range csrs.Items {
-		csr := &csrs.Items[i]
+	for i := range csrs {
+		csr := &csrs[i]
 		if !IsPendingServing(csr) {
 			continue
 		}
@@ -157,8 +173,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			continue
 		}
 		if wl == nil {
+			var err error
 			if wl, err = r.ClusterCache.GetUncachedClient(ctx, key); err != nil {
-				return ctrl.Result{}, err
+				return err
 			}
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
@@ -167,9 +184,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			LastUpdateTime: metav1.Now(),
 		})
 		if err := wl.SubResource("approval").Update(ctx, csr); err != nil {
-			return ctrl.Result{}, fmt.Errorf("failed to approve CSR %s: %w", csr.Name, err)
+			return fmt.Errorf("failed to approve CSR %s: %w", csr.Name, err)
 		}
 		log.Info("Approved kubelet-serving CSR", "csr", csr.Name, "Machine", klog.KObj(m))
 	}
-	return ctrl.Result{}, nil
+	return nil
 }

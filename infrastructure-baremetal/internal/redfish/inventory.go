@@ -24,10 +24,19 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 		SerialNumber: s.SerialNumber,
 		BIOSVersion:  s.BiosVersion,
 	}
+	for _, read := range []func(*schemas.ComputerSystem, *Inventory) error{c.readProcessors, c.readMemory, c.readNICs, c.readDisks, c.readPCIeGPUs} {
+		if err := read(s, inv); err != nil {
+			return nil, err
+		}
+	}
+	return inv, nil
+}
 
+// readProcessors reads CPUs (threads, sockets, model, speed) and GPUs published as processors.
+func (c *gofishClient) readProcessors(s *schemas.ComputerSystem, inv *Inventory) error {
 	procs, err := s.Processors()
 	if err != nil {
-		return nil, c.classify("read processors from", err)
+		return c.classify("read processors from", err)
 	}
 	for _, p := range procs {
 		if absent(p.Status) {
@@ -62,10 +71,14 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 			inv.CPU.Model = s.ProcessorSummary.Model
 		}
 	}
+	return nil
+}
 
+// readMemory adds up the present DIMMs (or takes the summary).
+func (c *gofishClient) readMemory(s *schemas.ComputerSystem, inv *Inventory) error {
 	mem, err := s.Memory()
 	if err != nil {
-		return nil, c.classify("read memory from", err)
+		return c.classify("read memory from", err)
 	}
 	for _, m := range mem {
 		if absent(m.Status) {
@@ -76,10 +89,14 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 	if inv.MemoryMiB == 0 && s.MemorySummary.TotalSystemMemoryGiB != nil {
 		inv.MemoryMiB = int(*s.MemorySummary.TotalSystemMemoryGiB * 1024)
 	}
+	return nil
+}
 
+// readNICs reads one NIC per MAC address.
+func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error {
 	nics, err := s.EthernetInterfaces()
 	if err != nil {
-		return nil, c.classify("read Ethernet interfaces from", err)
+		return c.classify("read Ethernet interfaces from", err)
 	}
 	for _, n := range nics {
 		if absent(n.Status) {
@@ -95,15 +112,20 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 		}
 		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: deref(n.SpeedMbps) / 1000})
 	}
+	return nil
+}
 
+// readDisks reads the drives of every storage controller, or the SimpleStorage devices of BMCs without
+// any.
+func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) error {
 	storages, err := s.Storage()
 	if err != nil {
-		return nil, c.classify("read storage from", err)
+		return c.classify("read storage from", err)
 	}
 	for _, st := range storages {
 		drives, err := st.Drives()
 		if err != nil {
-			return nil, c.classify("read drives of storage "+st.ID+" from", err)
+			return c.classify("read drives of storage "+st.ID+" from", err)
 		}
 		for _, d := range drives {
 			if absent(d.Status) {
@@ -119,38 +141,43 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 			inv.Disks = append(inv.Disks, disk)
 		}
 	}
-
-	if len(storages) == 0 {
-		// Older BMCs (and DMTF's rack-server mockup) publish disks only through SimpleStorage.
-		simple, err := s.SimpleStorage()
-		if err != nil {
-			return nil, c.classify("read simple storage from", err)
-		}
-		for _, st := range simple {
-			for i, d := range st.Devices {
-				if absent(d.Status) {
-					continue
-				}
-				inv.Disks = append(inv.Disks, Disk{Name: fmt.Sprintf("%s-%d", st.ID, i), Model: d.Model, Vendor: d.Manufacturer,
-					SizeBytes: clampInt64(deref(d.CapacityBytes))})
-			}
-		}
+	if len(storages) > 0 {
+		return nil
 	}
-
-	// GPUs that a BMC publishes only as PCIe devices (older schemas have no GPU processors).
-	if len(inv.GPUs) == 0 {
-		devs, err := s.PCIeDevices()
-		if err != nil {
-			return nil, c.classify("read PCIe devices from", err)
-		}
-		for _, d := range devs {
-			if absent(d.Status) || !looksLikeGPU(d) {
+	// Older BMCs (and DMTF's rack-server mockup) publish disks only through SimpleStorage.
+	simple, err := s.SimpleStorage()
+	if err != nil {
+		return c.classify("read simple storage from", err)
+	}
+	for _, st := range simple {
+		for i, d := range st.Devices {
+			if absent(d.Status) {
 				continue
 			}
-			inv.GPUs = append(inv.GPUs, GPU{Name: d.ID, Vendor: d.Manufacturer, Model: d.Model})
+			inv.Disks = append(inv.Disks, Disk{Name: fmt.Sprintf("%s-%d", st.ID, i), Model: d.Model, Vendor: d.Manufacturer,
+				SizeBytes: clampInt64(deref(d.CapacityBytes))})
 		}
 	}
-	return inv, nil
+	return nil
+}
+
+// readPCIeGPUs reads GPUs that a BMC publishes only as PCIe devices (older schemas have no GPU
+// processors).
+func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) error {
+	if len(inv.GPUs) > 0 {
+		return nil
+	}
+	devs, err := s.PCIeDevices()
+	if err != nil {
+		return c.classify("read PCIe devices from", err)
+	}
+	for _, d := range devs {
+		if absent(d.Status) || !looksLikeGPU(d) {
+			continue
+		}
+		inv.GPUs = append(inv.GPUs, GPU{Name: d.ID, Vendor: d.Manufacturer, Model: d.Model})
+	}
+	return nil
 }
 
 func absent(st schemas.Status) bool {

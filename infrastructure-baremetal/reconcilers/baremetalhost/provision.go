@@ -27,7 +27,6 @@ import (
 //     no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all.
 func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
-	log := ctrl.LoggerFrom(ctx)
 	if h.Spec.Image == nil || h.Spec.Image.URL == "" || !h.Spec.Online {
 		// The consumer withdrew the image (or wants the host off) before it was provisioned.
 		s.transition(metal3v1.StateDeprovisioning)
@@ -39,10 +38,23 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.setError(metal3v1.ProvisioningError, msg, false)
 		return ctrl.Result{}, nil
 	}
-	// 1. user data.
+	for _, step := range []func(context.Context, *scope) (ctrl.Result, bool, error){
+		r.checkUserData, r.attemptOutcome, r.serveBoot, r.resumeBoot, r.startAttempt,
+	} {
+		if res, done, err := step(ctx, s); err != nil || done {
+			return res, err
+		}
+	}
+	return r.awaitAttempt(ctx, s)
+}
+
+// checkUserData is step 1: the host's user data Secret exists (it is what attestation releases); done
+// when it does not.
+func (r *Reconciler) checkUserData(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	h := s.host
 	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, "spec.userData names no Secret: the host would have no bootstrap data to receive")
-		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, true, nil
 	}
 	ns := h.Spec.UserData.Namespace
 	if ns == "" {
@@ -52,86 +64,111 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		msg := fmt.Sprintf("spec.userData names Secret %s/%s in another namespace: it must be in %s", ns, h.Spec.UserData.Name, h.Namespace)
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, true, nil
 	}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: h.Spec.UserData.Name}, &corev1.Secret{}); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, fmt.Errorf("failed to read user data Secret of %s: %w", h.Name, err)
+			return ctrl.Result{}, true, fmt.Errorf("failed to read user data Secret of %s: %w", h.Name, err)
 		}
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, fmt.Sprintf("user data Secret %s/%s does not exist yet", ns, h.Spec.UserData.Name))
-		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, true, nil
 	}
+	return ctrl.Result{}, false, nil
+}
 
-	// 4 first: a recorded outcome of the current attempt decides.
-	if s.state.BootRequestedAt != nil {
-		if rec := readAttestation(h); rec != nil && !rec.At.Before(s.state.BootRequestedAt) {
-			if rec.Success && rec.Reason == "BootstrapDataReleased" {
-				return r.provisioned(ctx, s)
-			}
-			if !rec.Success {
-				return r.attestationFailed(ctx, s, rec)
-			}
-		}
+// attemptOutcome is step 4, checked first: a recorded outcome of the current attempt decides.
+func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	if s.state.BootRequestedAt == nil {
+		return ctrl.Result{}, false, nil
 	}
+	rec := readAttestation(s.host)
+	if rec == nil || rec.At.Before(s.state.BootRequestedAt) {
+		return ctrl.Result{}, false, nil
+	}
+	if rec.Success && rec.Reason == "BootstrapDataReleased" {
+		res, err := r.provisioned(ctx, s)
+		return res, true, err
+	}
+	if !rec.Success {
+		res, err := r.attestationFailed(ctx, s, rec)
+		return res, true, err
+	}
+	return ctrl.Result{}, false, nil
+}
 
-	// 2. boot services (rebuilt on every pass: the table is in memory and a restart empties it).
-	bh, err := bootHost(h, r.Boot)
+// serveBoot is step 2: the boot services know the host (rebuilt on every pass: the table is in memory
+// and a restart empties it).
+func (r *Reconciler) serveBoot(_ context.Context, s *scope) (ctrl.Result, bool, error) {
+	bh, err := bootHost(s.host, r.Boot)
 	if err != nil {
 		msg := err.Error()
-		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, msg)
+		setCondition(s.host, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, true, nil
 	}
 	r.NetBoot.Set(bh)
+	return ctrl.Result{}, false, nil
+}
 
-	// 3. one PXE boot per attempt.
-	if s.state.BootRequestedAt != nil && s.state.BootSentAt == nil {
-		// The pass that recorded this attempt did not record its power action: it was stopped in between
-		// (or its last write failed). A host that is off is not booting, so the boot was never sent and is
-		// sent now as the same attempt, its timeout counted from now. A host that is on may be booting from
-		// it: it is left alone and the attempt runs to its outcome or timeout, never a second cycle.
-		sys, err := s.bmc.System(ctx)
-		if err != nil {
-			return r.powerFailed(s, err.Error())
-		}
-		if sys.PoweredOn {
-			s.state.BootSentAt = s.state.BootRequestedAt
-		} else {
-			log.Info("Resuming a PXE boot request that was recorded but not sent", "attempt", s.state.Attempt)
-			s.state.BootRequestedAt = now()
-			// As for a new attempt, the status (provisioning state: the boot server releases bootstrap data
-			// only to a host whose status says provisioning) is written before the host boots.
-			if err := r.persist(ctx, s); err != nil {
-				return ctrl.Result{}, err
-			}
-			if res, err := r.sendBoot(ctx, s, false); err != nil || s.state.BootRequestedAt == nil {
-				return res, err
-			}
-		}
+// resumeBoot is step 3 for an attempt whose pass recorded it but not its power action: it was stopped in
+// between (or its last write failed). A host that is off is not booting, so the boot was never sent and
+// is sent now as the same attempt, its timeout counted from now. A host that is on may be booting from
+// it: it is left alone and the attempt runs to its outcome or timeout, never a second cycle.
+func (r *Reconciler) resumeBoot(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	if s.state.BootRequestedAt == nil || s.state.BootSentAt != nil {
+		return ctrl.Result{}, false, nil
 	}
-	if s.state.BootRequestedAt == nil {
-		if s.state.Attempt >= r.MaxProvisionAttempts {
-			// Out of attempts (the error says why): wait for the consumer to withdraw or change the image.
-			return ctrl.Result{}, nil
-		}
-		if s.state.RetryAt != nil && time.Now().Before(s.state.RetryAt.Time) {
-			return ctrl.Result{RequeueAfter: time.Until(s.state.RetryAt.Time)}, nil
-		}
-		// Record the attempt before acting on it: a controller killed after the power cycle must not
-		// cycle the host again when it restarts (it waits for this attempt's outcome or timeout instead).
-		s.state.Attempt++
-		s.state.BootRequestedAt = now()
-		s.state.RetryAt = nil
-		// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
-		delete(h.Annotations, AttestationAnnotation)
-		s.state.BootSentAt = nil
-		if err := r.persist(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
-		if res, err := r.sendBoot(ctx, s, true); err != nil || s.state.BootRequestedAt == nil {
-			return res, err
-		}
+	sys, err := s.bmc.System(ctx)
+	if err != nil {
+		res, err := r.powerFailed(s, err.Error())
+		return res, true, err
 	}
+	if sys.PoweredOn {
+		s.state.BootSentAt = s.state.BootRequestedAt
+		return ctrl.Result{}, false, nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Resuming a PXE boot request that was recorded but not sent", "attempt", s.state.Attempt)
+	s.state.BootRequestedAt = now()
+	// As for a new attempt, the status (provisioning state: the boot server releases bootstrap data only
+	// to a host whose status says provisioning) is written before the host boots.
+	if err := r.persist(ctx, s); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	res, err := r.sendBoot(ctx, s, false)
+	return res, err != nil || s.state.BootRequestedAt == nil, err
+}
+
+// startAttempt is step 3 for a new attempt: one PXE boot per attempt, recorded before it is sent.
+func (r *Reconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	if s.state.BootRequestedAt != nil {
+		return ctrl.Result{}, false, nil
+	}
+	if s.state.Attempt >= r.MaxProvisionAttempts {
+		// Out of attempts (the error says why): wait for the consumer to withdraw or change the image.
+		return ctrl.Result{}, true, nil
+	}
+	if s.state.RetryAt != nil && time.Now().Before(s.state.RetryAt.Time) {
+		return ctrl.Result{RequeueAfter: time.Until(s.state.RetryAt.Time)}, true, nil
+	}
+	// Record the attempt before acting on it: a controller killed after the power cycle must not cycle
+	// the host again when it restarts (it waits for this attempt's outcome or timeout instead).
+	s.state.Attempt++
+	s.state.BootRequestedAt = now()
+	s.state.RetryAt = nil
+	// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
+	delete(s.host.Annotations, AttestationAnnotation)
+	s.state.BootSentAt = nil
+	if err := r.persist(ctx, s); err != nil {
+		return ctrl.Result{}, true, err
+	}
+	res, err := r.sendBoot(ctx, s, true)
+	return res, err != nil || s.state.BootRequestedAt == nil, err
+}
+
+// awaitAttempt is step 4: wait for the boot server's attestation record until ProvisionTimeout, then
+// retry with backoff, MaxProvisionAttempts in all.
+func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
 	waited := time.Since(s.state.BootRequestedAt.Time)
 	if waited < r.ProvisionTimeout {
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWaitingForPXEBootReason,
@@ -139,13 +176,12 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 				s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout))
 		return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
 	}
-
 	// Timed out: the host never PXE-booted, or never reached the attestation API.
 	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
 		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
 	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostPXEBootTimeoutReason, msg)
 	s.setError(metal3v1.ProvisioningError, msg, true)
-	log.Info("PXE boot timed out", "attempt", s.state.Attempt)
+	ctrl.LoggerFrom(ctx).Info("PXE boot timed out", "attempt", s.state.Attempt)
 	s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
 	if s.state.Attempt >= r.MaxProvisionAttempts {
 		// Out of attempts: power off and stay in error until the image changes or is removed.

@@ -61,35 +61,9 @@ var (
 
 // Parse parses cloud-config user data.
 func Parse(data []byte, opts Options) (*Config, error) {
-	text := string(data)
-	lines := strings.SplitN(text, "\n", 3)
-	jinja := false
-	if len(lines) > 0 && strings.HasPrefix(strings.TrimSpace(lines[0]), "## template:") {
-		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[0]), "## template:")) != "jinja" {
-			return nil, &UnsupportedError{Items: []string{"template " + strings.TrimSpace(lines[0])}}
-		}
-		jinja = true
-		text = strings.Join(lines[1:], "\n")
-	}
-	if !strings.HasPrefix(strings.TrimLeft(text, " \t\r\n"), "#cloud-config") {
-		return nil, &UnsupportedError{Items: []string{"data that is not #cloud-config (scripts, MIME multipart and ignition are not executed)"}}
-	}
-	if jinja {
-		var bad []string
-		text = jinjaExpr.ReplaceAllStringFunc(text, func(m string) string {
-			expr := strings.TrimSpace(jinjaExpr.FindStringSubmatch(m)[1])
-			if hostnameNames[expr] && opts.Hostname != "" {
-				return opts.Hostname
-			}
-			bad = append(bad, "jinja expression {{ "+expr+" }}")
-			return m
-		})
-		if strings.Contains(text, "{%") {
-			bad = append(bad, "jinja statements {% … %}")
-		}
-		if len(bad) > 0 {
-			return nil, &UnsupportedError{Items: bad}
-		}
+	text, err := renderTemplate(string(data), opts)
+	if err != nil {
+		return nil, err
 	}
 	raw := map[string]any{}
 	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
@@ -108,32 +82,92 @@ func Parse(data []byte, opts Options) (*Config, error) {
 				return nil, fmt.Errorf("failed to parse write_files: %w", err)
 			}
 		case "runcmd":
-			items, ok := v.([]any)
-			if !ok {
-				return nil, errors.New("failed to parse runcmd: not a list")
-			}
-			for i, it := range items {
-				switch c := it.(type) {
-				case string:
-					cfg.RunCmd = append(cfg.RunCmd, c)
-				case []any:
-					parts := make([]string, 0, len(c))
-					for _, p := range c {
-						parts = append(parts, shellQuote(fmt.Sprint(p)))
-					}
-					cfg.RunCmd = append(cfg.RunCmd, strings.Join(parts, " "))
-				case bool, float64, int64, int:
-					// YAML reads `- true` as a boolean; cloud-init runs it as the command it spells.
-					cfg.RunCmd = append(cfg.RunCmd, fmt.Sprint(c))
-				default:
-					return nil, fmt.Errorf("failed to parse runcmd[%d]: neither a string nor a list", i)
-				}
+			if cfg.RunCmd, err = parseRunCmd(v); err != nil {
+				return nil, err
 			}
 		default:
 			unsupported = append(unsupported, "key "+k)
 		}
 	}
-	for i, f := range cfg.WriteFiles {
+	more, err := checkWriteFiles(cfg.WriteFiles)
+	if err != nil {
+		return nil, err
+	}
+	if unsupported = append(unsupported, more...); len(unsupported) > 0 {
+		sort.Strings(unsupported)
+		return nil, &UnsupportedError{Items: unsupported}
+	}
+	return cfg, nil
+}
+
+// renderTemplate checks that text is #cloud-config and renders a jinja template header's hostname
+// expressions (the only ones CABPK's data uses); anything else jinja is unsupported.
+func renderTemplate(text string, opts Options) (string, error) {
+	lines := strings.SplitN(text, "\n", 3)
+	jinja := false
+	if len(lines) > 0 && strings.HasPrefix(strings.TrimSpace(lines[0]), "## template:") {
+		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[0]), "## template:")) != "jinja" {
+			return "", &UnsupportedError{Items: []string{"template " + strings.TrimSpace(lines[0])}}
+		}
+		jinja = true
+		text = strings.Join(lines[1:], "\n")
+	}
+	if !strings.HasPrefix(strings.TrimLeft(text, " \t\r\n"), "#cloud-config") {
+		return "", &UnsupportedError{Items: []string{"data that is not #cloud-config (scripts, MIME multipart and ignition are not executed)"}}
+	}
+	if !jinja {
+		return text, nil
+	}
+	var bad []string
+	text = jinjaExpr.ReplaceAllStringFunc(text, func(m string) string {
+		expr := strings.TrimSpace(jinjaExpr.FindStringSubmatch(m)[1])
+		if hostnameNames[expr] && opts.Hostname != "" {
+			return opts.Hostname
+		}
+		bad = append(bad, "jinja expression {{ "+expr+" }}")
+		return m
+	})
+	if strings.Contains(text, "{%") {
+		bad = append(bad, "jinja statements {% … %}")
+	}
+	if len(bad) > 0 {
+		return "", &UnsupportedError{Items: bad}
+	}
+	return text, nil
+}
+
+// parseRunCmd reads runcmd: strings run as shell lines, lists as quoted argument vectors.
+func parseRunCmd(v any) ([]string, error) {
+	items, ok := v.([]any)
+	if !ok {
+		return nil, errors.New("failed to parse runcmd: not a list")
+	}
+	var out []string
+	for i, it := range items {
+		switch c := it.(type) {
+		case string:
+			out = append(out, c)
+		case []any:
+			parts := make([]string, 0, len(c))
+			for _, p := range c {
+				parts = append(parts, shellQuote(fmt.Sprint(p)))
+			}
+			out = append(out, strings.Join(parts, " "))
+		case bool, float64, int64, int:
+			// YAML reads `- true` as a boolean; cloud-init runs it as the command it spells.
+			out = append(out, fmt.Sprint(c))
+		default:
+			return nil, fmt.Errorf("failed to parse runcmd[%d]: neither a string nor a list", i)
+		}
+	}
+	return out, nil
+}
+
+// checkWriteFiles validates write_files entries; it returns the features they use that are not
+// executed.
+func checkWriteFiles(files []WriteFile) ([]string, error) {
+	var unsupported []string
+	for i, f := range files {
 		if f.Path == "" || !path.IsAbs(f.Path) {
 			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q is not absolute", i, f.Path)
 		}
@@ -150,11 +184,7 @@ func Parse(data []byte, opts Options) (*Config, error) {
 			unsupported = append(unsupported, "write_files[].defer")
 		}
 	}
-	if len(unsupported) > 0 {
-		sort.Strings(unsupported)
-		return nil, &UnsupportedError{Items: unsupported}
-	}
-	return cfg, nil
+	return unsupported, nil
 }
 
 // decode returns the file content in clear.

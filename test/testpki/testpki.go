@@ -104,7 +104,9 @@ func KeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
 
-func certPEM(der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}) }
+func certPEM(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
 
 // sign makes a fresh key and a certificate template for l and signs it with signer.
 func sign(l Leaf, signer func(*x509.Certificate, *ecdsa.PrivateKey) ([]byte, error)) ([]byte, *ecdsa.PrivateKey, error) {

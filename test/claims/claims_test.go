@@ -202,79 +202,15 @@ func killedAtEveryHostWrite(t *testing.T, p provider) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "crash-"+p.name()).Name
-	inv := p.newInventory(t, ns)
-	inv.add(t, g, "x", "crash", 3)
+	k := &killer{t: t, g: g, p: p, ns: ns, inv: p.newInventory(t, ns)}
+	k.inv.add(t, g, "x", "crash", 3)
 	first := p.start(t, startOptions{})
 	cluster := p.cluster(t, g, ns, "crash")
 	first.Stop()
-	has := func(step string) bool { return slices.Contains(p.steps(), step) }
-	die := func(step string, after bool) {
-		t.Helper()
-		cc := newCrashingClient(p, step, after)
-		pr := p.start(t, startOptions{client: func(c client.Client) client.Client { cc.Client = c; return cc }})
-		select {
-		case <-cc.fired:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the provider never reached the %s (after: %t)", step, after)
-		}
-		pr.Stop()
-		t.Logf("killed at the %s (after: %t)", step, after)
-		checkClaims(g, p, ns, false)
-		checkProvisionedOnce(g, inv)
-	}
-
 	md := newMachineDeployment(g, p, ns, "crash", cluster, dataSecret(g, ns, "crash-join", cluster.Name, bootstrapData), 1, "crash")
-	die("claim", false)
-	g.Expect(checkClaims(g, p, ns, false)).To(BeEmpty())
-	m := p.machines(g, ns)[0]
-	g.Expect(m.Reserved).NotTo(BeEmpty(), "the choice was recorded before the claim")
-	g.Expect(m.ClaimID).To(Equal(m.UID), "the claim identity was recorded with the choice")
-
-	die("claim", true)
-	g.Expect(checkClaims(g, p, ns, false)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the claim resumed with the reserved host")
-	g.Expect(p.machines(g, ns)[0].Host).To(BeEmpty(), "the machine did not record it before dying")
-
-	inv.holdProvisioning(true)
-	if has("handoff") {
-		die("handoff", true)
-	}
-	// Killed while the host provisions: a fresh provider picks up the same host.
-	pr := p.start(t, startOptions{})
-	g.Eventually(func(g Gomega) {
-		mm := p.machines(g, ns)[0]
-		g.Expect(mm.Host).To(Equal(m.Reserved))
-		g.Expect(mm.BlockMove).To(BeTrue(), "clusterctl move waits while the host provisions")
-		g.Expect(mm.Provisioned).To(BeFalse())
-	}).Should(Succeed())
-	pr.Stop()
-	checkClaims(g, p, ns, false)
-	checkProvisionedOnce(g, inv)
-	inv.holdProvisioning(false)
-	pr = p.start(t, startOptions{})
-	g.Eventually(func(g Gomega) {
-		mm := p.machines(g, ns)[0]
-		g.Expect(mm.Provisioned).To(BeTrue())
-		g.Expect(mm.ProviderID).To(HaveSuffix("://" + ns + "/" + m.Reserved))
-		g.Expect(mm.BlockMove).To(BeFalse())
-	}).Should(Succeed())
-	pr.Stop()
-
-	scale(g, md, 0)
-	if has("withdraw") {
-		die("withdraw", true)
-		g.Expect(checkClaims(g, p, ns, true)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the host stays claimed while it is withdrawn from")
-	}
-	die("release", true)
-	g.Expect(p.machines(g, ns)).To(HaveLen(1), "the finalizer was not removed before dying")
-
-	p.start(t, startOptions{})
-	g.Eventually(func(g Gomega) {
-		g.Expect(p.machines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, p, ns, false)).To(BeEmpty())
-		for _, h := range p.hosts(g, ns) {
-			inv.checkFree(g, h.Name)
-		}
-	}).Should(Succeed())
+	m := k.claim()
+	k.provision(m)
+	k.release(md, m)
 	scale(g, md, 2)
 	g.Eventually(func(g Gomega) {
 		ms := p.machines(g, ns)
@@ -283,7 +219,100 @@ func killedAtEveryHostWrite(t *testing.T, p provider) {
 			g.Expect(mm.Provisioned).To(BeTrue())
 		}
 		g.Expect(checkClaims(g, p, ns, false)).To(HaveLen(2))
-		checkHolders(g, p, inv, ns)
+		checkHolders(g, p, k.inv, ns)
+	}).Should(Succeed())
+}
+
+// killer kills one provider's controllers at its host writes.
+type killer struct {
+	t   *testing.T
+	g   *WithT
+	p   provider
+	ns  string
+	inv inventory
+}
+
+// die runs the provider until it reaches step (and performs it, when after), kills it there and checks
+// the invariants.
+func (k *killer) die(step string, after bool) {
+	k.t.Helper()
+	cc := newCrashingClient(k.p, step, after)
+	pr := k.p.start(k.t, startOptions{client: func(c client.Client) client.Client { cc.Client = c; return cc }})
+	select {
+	case <-cc.fired:
+	case <-time.After(60 * time.Second):
+		k.t.Fatalf("the provider never reached the %s (after: %t)", step, after)
+	}
+	pr.Stop()
+	k.t.Logf("killed at the %s (after: %t)", step, after)
+	checkClaims(k.g, k.p, k.ns, false)
+	checkProvisionedOnce(k.g, k.inv)
+}
+
+func (k *killer) has(step string) bool { return slices.Contains(k.p.steps(), step) }
+
+// claim kills the provider right before and right after the claim: the reservation and the claim
+// identity were recorded first, and the claim resumes with the reserved host.
+func (k *killer) claim() machineView {
+	g := k.g
+	k.die("claim", false)
+	g.Expect(checkClaims(g, k.p, k.ns, false)).To(BeEmpty())
+	m := k.p.machines(g, k.ns)[0]
+	g.Expect(m.Reserved).NotTo(BeEmpty(), "the choice was recorded before the claim")
+	g.Expect(m.ClaimID).To(Equal(m.UID), "the claim identity was recorded with the choice")
+	k.die("claim", true)
+	g.Expect(checkClaims(g, k.p, k.ns, false)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the claim resumed with the reserved host")
+	g.Expect(k.p.machines(g, k.ns)[0].Host).To(BeEmpty(), "the machine did not record it before dying")
+	return m
+}
+
+// provision kills the provider after the hand-off (where it is a host write) and while the host
+// provisions; a fresh provider picks up the same host and provisions it once.
+func (k *killer) provision(m machineView) {
+	g := k.g
+	k.inv.holdProvisioning(true)
+	if k.has("handoff") {
+		k.die("handoff", true)
+	}
+	pr := k.p.start(k.t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		mm := k.p.machines(g, k.ns)[0]
+		g.Expect(mm.Host).To(Equal(m.Reserved))
+		g.Expect(mm.BlockMove).To(BeTrue(), "clusterctl move waits while the host provisions")
+		g.Expect(mm.Provisioned).To(BeFalse())
+	}).Should(Succeed())
+	pr.Stop()
+	checkClaims(g, k.p, k.ns, false)
+	checkProvisionedOnce(g, k.inv)
+	k.inv.holdProvisioning(false)
+	pr = k.p.start(k.t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		mm := k.p.machines(g, k.ns)[0]
+		g.Expect(mm.Provisioned).To(BeTrue())
+		g.Expect(mm.ProviderID).To(HaveSuffix("://" + k.ns + "/" + m.Reserved))
+		g.Expect(mm.BlockMove).To(BeFalse())
+	}).Should(Succeed())
+	pr.Stop()
+}
+
+// release kills the provider after the withdrawal (where it is a host write) and after the release,
+// before the finalizer goes; a fresh provider lets the machine go and every host is free and clean.
+func (k *killer) release(md *clusterv1.MachineDeployment, m machineView) {
+	g := k.g
+	scale(g, md, 0)
+	if k.has("withdraw") {
+		k.die("withdraw", true)
+		g.Expect(checkClaims(g, k.p, k.ns, true)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the host stays claimed while it is withdrawn from")
+	}
+	k.die("release", true)
+	g.Expect(k.p.machines(g, k.ns)).To(HaveLen(1), "the finalizer was not removed before dying")
+	k.p.start(k.t, startOptions{})
+	g.Eventually(func(g Gomega) {
+		g.Expect(k.p.machines(g, k.ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, k.p, k.ns, false)).To(BeEmpty())
+		for _, h := range k.p.hosts(g, k.ns) {
+			k.inv.checkFree(g, h.Name)
+		}
 	}).Should(Succeed())
 }
 

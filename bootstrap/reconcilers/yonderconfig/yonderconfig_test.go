@@ -42,7 +42,43 @@ func TestMachineDeploymentOfThreeGetsContractDataSecrets(t *testing.T) {
 	ctx := context.Background()
 	cluster := newCluster(ctx, t, g, "md")
 	ns := cluster.Namespace
+	md := newGPUMachineDeployment(ctx, g, cluster)
 
+	// CAPI copies each config's status.dataSecretName into its Machine.
+	machines := &clusterv1.MachineList{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md.Name})).To(Succeed())
+		g.Expect(machines.Items).To(HaveLen(3))
+		for _, m := range machines.Items {
+			g.Expect(m.Spec.Bootstrap.DataSecretName).NotTo(BeNil())
+		}
+	}).Should(Succeed())
+
+	cs := workloadClient(g)
+	tokens := map[string]bool{}
+	for _, m := range machines.Items {
+		cfg, s := checkContractSecret(ctx, g, cluster, &m)
+		ac := checkGPUPoolAgentConfig(g, s, &m)
+		checkBootstrapToken(ctx, g, cs, s, ac, tokens)
+		// The token never appears in the YonderConfig.
+		raw, err := json.Marshal(cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(raw)).NotTo(ContainSubstring(strings.Split(ac.BootstrapToken, ".")[1]))
+	}
+	g.Expect(tokens).To(HaveLen(3))
+
+	// Our CRDs carry the contract label; data Secrets are moved with their YonderConfig through the ownerRef.
+	for _, n := range []string{"yonderconfigs.bootstrap.cluster.x-k8s.io", "yonderconfigtemplates.bootstrap.cluster.x-k8s.io"} {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: n}, crd)).To(Succeed())
+		g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"))
+	}
+}
+
+// newGPUMachineDeployment creates a YonderConfigTemplate asking for a GPU pool (labels, taints, kubelet
+// args, site, rootfs, files, commands), a generic infrastructure template and a MachineDeployment of 3.
+func newGPUMachineDeployment(ctx context.Context, g *WithT, cluster *clusterv1.Cluster) *clusterv1.MachineDeployment {
+	ns := cluster.Namespace
 	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "extra"}, Data: map[string][]byte{"motd": []byte("hello from a secret")}})).To(Succeed())
 	tmpl := &bootstrapv1.YonderConfigTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workers"},
@@ -94,97 +130,84 @@ func TestMachineDeploymentOfThreeGetsContractDataSecrets(t *testing.T) {
 	}
 	g.Expect(env.Create(ctx, md)).To(Succeed())
 
-	// CAPI copies each config's status.dataSecretName into its Machine.
-	machines := &clusterv1.MachineList{}
-	g.Eventually(func(g Gomega) {
-		g.Expect(env.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md.Name})).To(Succeed())
-		g.Expect(machines.Items).To(HaveLen(3))
-		for _, m := range machines.Items {
-			g.Expect(m.Spec.Bootstrap.DataSecretName).NotTo(BeNil())
-		}
-	}).Should(Succeed())
+	return md
+}
 
-	cs := workloadClient(g)
-	tokens := map[string]bool{}
-	for _, m := range machines.Items {
-		cfgName := m.Spec.Bootstrap.ConfigRef.Name
-		cfg := getConfig(ctx, g, ns, cfgName)
-		g.Expect(cfg.Status.DataSecretName).To(Equal(cfgName))
-		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(HaveValue(BeTrue()))
-		g.Expect(conditions.IsTrue(cfg, bootstrapv1.YonderConfigDataSecretAvailableCondition)).To(BeTrue())
-		g.Expect(conditions.IsTrue(cfg, clusterv1.ReadyCondition)).To(BeTrue())
-		g.Expect(*m.Spec.Bootstrap.DataSecretName).To(Equal(cfgName))
+// checkContractSecret asserts the bootstrap contract for m's YonderConfig and data Secret:
+// deterministic name, value + format, cluster-name label, controller ownerRef, the conditions.
+func checkContractSecret(ctx context.Context, g *WithT, cluster *clusterv1.Cluster, m *clusterv1.Machine) (*bootstrapv1.YonderConfig, *corev1.Secret) {
+	ns := cluster.Namespace
+	cfgName := m.Spec.Bootstrap.ConfigRef.Name
+	cfg := getConfig(ctx, g, ns, cfgName)
+	g.Expect(cfg.Status.DataSecretName).To(Equal(cfgName))
+	g.Expect(cfg.Status.Initialization.DataSecretCreated).To(HaveValue(BeTrue()))
+	g.Expect(conditions.IsTrue(cfg, bootstrapv1.YonderConfigDataSecretAvailableCondition)).To(BeTrue())
+	g.Expect(conditions.IsTrue(cfg, clusterv1.ReadyCondition)).To(BeTrue())
+	g.Expect(*m.Spec.Bootstrap.DataSecretName).To(Equal(cfgName))
+	s := dataSecret(ctx, g, ns, cfgName)
+	g.Expect(s.Type).To(Equal(clusterv1.ClusterSecretType))
+	g.Expect(s.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, cluster.Name))
+	g.Expect(string(s.Data["format"])).To(Equal("cloud-config"))
+	g.Expect(metav1.GetControllerOf(s)).To(PointTo(MatchFields(IgnoreExtras, Fields{"Kind": Equal("YonderConfig"), "Name": Equal(cfgName)})))
+	return cfg, s
+}
 
-		// The contract: deterministic name, value + format, cluster-name label, controller ownerRef.
-		s := dataSecret(ctx, g, ns, cfgName)
-		g.Expect(s.Type).To(Equal(clusterv1.ClusterSecretType))
-		g.Expect(s.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, cluster.Name))
-		g.Expect(string(s.Data["format"])).To(Equal("cloud-config"))
-		g.Expect(metav1.GetControllerOf(s)).To(PointTo(MatchFields(IgnoreExtras, Fields{"Kind": Equal("YonderConfig"), "Name": Equal(cfgName)})))
+// checkGPUPoolAgentConfig asserts that the data is cloud-init with only write_files and runcmd (Parse is
+// strict) and that its AgentConfig round-trips and carries what the pool asked for.
+func checkGPUPoolAgentConfig(g *WithT, s *corev1.Secret, m *clusterv1.Machine) *agentv1.AgentConfig {
+	ci, err := cloudinit.Parse(s.Data["value"])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ci.RunCmd).To(Equal([][]string{{"/bin/sh", cloudinit.InstallScriptPath}, {cloudinit.AgentPath, "bootstrap", "--config", agentv1.DefaultPath}}))
+	installer := ci.WriteFiles[0]
+	g.Expect(installer.Content).To(ContainSubstring(defaultAgent.URL))
+	g.Expect(installer.Content).To(ContainSubstring(defaultAgent.SHA256))
+	g.Expect(ci.WriteFiles[1].Permissions).To(Equal("0600"))
 
-		// The data is cloud-init with only write_files and runcmd (Parse is strict).
-		ci, err := cloudinit.Parse(s.Data["value"])
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(ci.RunCmd).To(Equal([][]string{{"/bin/sh", cloudinit.InstallScriptPath}, {cloudinit.AgentPath, "bootstrap", "--config", agentv1.DefaultPath}}))
-		installer := ci.WriteFiles[0]
-		g.Expect(installer.Content).To(ContainSubstring(defaultAgent.URL))
-		g.Expect(installer.Content).To(ContainSubstring(defaultAgent.SHA256))
-		g.Expect(ci.WriteFiles[1].Permissions).To(Equal("0600"))
+	ac, err := ci.AgentConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	again, err := agentv1.Encode(ac)
+	g.Expect(err).NotTo(HaveOccurred())
+	back, err := agentv1.Decode(again)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(back).To(Equal(ac))
+	g.Expect(ac.NodeName).To(Equal(m.Name))
+	g.Expect(ac.KubernetesVersion).To(Equal("v1.36.3"))
+	g.Expect(ac.APIServer.Endpoint).To(Equal(workload.Endpoint))
+	g.Expect(ac.APIServer.CACertificate).To(Equal(string(workload.CACertPEM)))
+	g.Expect(ac.Labels).To(Equal(map[string]string{"yonder.dev/pool": "gpu"}))
+	g.Expect(ac.Taints).To(Equal([]agentv1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}))
+	g.Expect(ac.KubeletExtraArgs).To(Equal([]agentv1.Arg{{Name: "max-pods", Value: "64"}}))
+	g.Expect(ac.Site).To(Equal("edge-a"))
+	g.Expect(ac.GPU.Mode).To(Equal(agentv1.GPUModeAuto))
+	g.Expect(ac.Files).To(ContainElement(agentv1.File{Path: "/etc/motd", Content: "hello from a secret", Permissions: "0644"}))
+	g.Expect(ac.PreCommands).To(Equal([]string{"echo pre"}))
 
-		// The AgentConfig round-trips and carries what the pool asked for.
-		ac, err := ci.AgentConfig()
-		g.Expect(err).NotTo(HaveOccurred())
-		again, err := agentv1.Encode(ac)
-		g.Expect(err).NotTo(HaveOccurred())
-		back, err := agentv1.Decode(again)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(back).To(Equal(ac))
-		g.Expect(ac.NodeName).To(Equal(m.Name))
-		g.Expect(ac.KubernetesVersion).To(Equal("v1.36.3"))
-		g.Expect(ac.APIServer.Endpoint).To(Equal(workload.Endpoint))
-		g.Expect(ac.APIServer.CACertificate).To(Equal(string(workload.CACertPEM)))
-		g.Expect(ac.Labels).To(Equal(map[string]string{"yonder.dev/pool": "gpu"}))
-		g.Expect(ac.Taints).To(Equal([]agentv1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}))
-		g.Expect(ac.KubeletExtraArgs).To(Equal([]agentv1.Arg{{Name: "max-pods", Value: "64"}}))
-		g.Expect(ac.Site).To(Equal("edge-a"))
-		g.Expect(ac.GPU.Mode).To(Equal(agentv1.GPUModeAuto))
-		g.Expect(ac.Files).To(ContainElement(agentv1.File{Path: "/etc/motd", Content: "hello from a secret", Permissions: "0644"}))
-		g.Expect(ac.PreCommands).To(Equal([]string{"echo pre"}))
+	return ac
+}
 
-		// Each token is distinct, exists in the workload cluster in the standard format and authenticates.
-		g.Expect(tokens).NotTo(HaveKey(ac.BootstrapToken))
-		tokens[ac.BootstrapToken] = true
-		id := strings.Split(ac.BootstrapToken, ".")[0]
-		g.Expect(s.Annotations).To(HaveKeyWithValue(bootstrapv1.TokenIDAnnotation, id))
-		ts, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(ts.Type).To(Equal(corev1.SecretType("bootstrap.kubernetes.io/token")))
-		g.Expect(string(ts.Data["usage-bootstrap-authentication"])).To(Equal("true"))
-		exp, err := time.Parse(time.RFC3339, string(ts.Data["expiration"]))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(exp).To(BeTemporally(">", time.Now().Add(5*time.Minute)))
-		tokenCfg := rest.AnonymousClientConfig(workload.Config)
-		tokenCfg.BearerToken = ac.BootstrapToken
-		bootstrapper, err := kubernetes.NewForConfig(tokenCfg)
-		g.Expect(err).NotTo(HaveOccurred())
-		review, err := bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(review.Status.UserInfo.Username).To(Equal("system:bootstrap:" + id))
-		g.Expect(review.Status.UserInfo.Groups).To(ContainElement("system:bootstrappers"))
+// checkBootstrapToken asserts that the token is distinct (tokens records it), exists in the workload
+// cluster in the standard format and authenticates as a bootstrapper.
+func checkBootstrapToken(ctx context.Context, g *WithT, cs *kubernetes.Clientset, s *corev1.Secret, ac *agentv1.AgentConfig, tokens map[string]bool) {
+	g.Expect(tokens).NotTo(HaveKey(ac.BootstrapToken))
+	tokens[ac.BootstrapToken] = true
+	id := strings.Split(ac.BootstrapToken, ".")[0]
+	g.Expect(s.Annotations).To(HaveKeyWithValue(bootstrapv1.TokenIDAnnotation, id))
+	ts, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ts.Type).To(Equal(corev1.SecretType("bootstrap.kubernetes.io/token")))
+	g.Expect(string(ts.Data["usage-bootstrap-authentication"])).To(Equal("true"))
+	exp, err := time.Parse(time.RFC3339, string(ts.Data["expiration"]))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exp).To(BeTemporally(">", time.Now().Add(5*time.Minute)))
+	tokenCfg := rest.AnonymousClientConfig(workload.Config)
+	tokenCfg.BearerToken = ac.BootstrapToken
+	bootstrapper, err := kubernetes.NewForConfig(tokenCfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	review, err := bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(review.Status.UserInfo.Username).To(Equal("system:bootstrap:" + id))
+	g.Expect(review.Status.UserInfo.Groups).To(ContainElement("system:bootstrappers"))
 
-		// The token never appears in the YonderConfig.
-		raw, err := json.Marshal(cfg)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(string(raw)).NotTo(ContainSubstring(strings.Split(ac.BootstrapToken, ".")[1]))
-	}
-	g.Expect(tokens).To(HaveLen(3))
-
-	// Our CRDs carry the contract label; data Secrets are moved with their YonderConfig through the ownerRef.
-	for _, n := range []string{"yonderconfigs.bootstrap.cluster.x-k8s.io", "yonderconfigtemplates.bootstrap.cluster.x-k8s.io"} {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(env.Get(ctx, client.ObjectKey{Name: n}, crd)).To(Succeed())
-		g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"))
-	}
 }
 
 // Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one is.

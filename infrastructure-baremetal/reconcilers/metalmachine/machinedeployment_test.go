@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/yonder-dev/yonder/test/bmhsim"
 	"github.com/yonder-dev/yonder/test/harness"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -75,20 +76,40 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	}).Should(Succeed())
 	sim.SetHold(false)
 
-	machinesRunning := func(want int) {
-		g.Eventually(func(g Gomega) {
-			ensureNodes(g, wlc, ns)
-			harness.ExpectMachinesRunning(g, env, ns, want)
-			g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
-			for _, m := range metalMachines(g, ns) {
-				g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))
-				g.Expect(m.Annotations).NotTo(HaveKey(clusterctlv1.BlockMoveAnnotation))
-				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
-			}
-		}).Should(Succeed())
-	}
-	machinesRunning(3)
+	machinesRunning(g, wlc, ns, 3)
+	checkHandedOff(g, ns, data.Name, other)
+	checkScaleDownReleasesWhenAvailable(g, sim, md, wlc, ns)
 
+	scale(g, md, 0)
+	g.Eventually(func(g Gomega) {
+		g.Expect(metalMachines(g, ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+	}).Should(Succeed())
+	for h, byConsumer := range sim.Provisionings() {
+		for uid, n := range byConsumer {
+			g.Expect(n).To(Equal(1), "host %s provisioned %d times for consumer %s", h, n, uid)
+		}
+	}
+}
+
+// machinesRunning waits until ns holds want Running Machines with providerID
+// yonder-metal://<namespace>/<host>, Ready and movable.
+func machinesRunning(g *WithT, wlc client.Client, ns string, want int) {
+	g.Eventually(func(g Gomega) {
+		ensureNodes(g, wlc, ns)
+		harness.ExpectMachinesRunning(g, env, ns, want)
+		g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
+		for _, m := range metalMachines(g, ns) {
+			g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))
+			g.Expect(m.Annotations).NotTo(HaveKey(clusterctlv1.BlockMoveAnnotation))
+			g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
+		}
+	}).Should(Succeed())
+}
+
+// checkHandedOff asserts that the 3 machines hold hosts of distinct failure domains, each handed the
+// image, the Machine's bootstrap data Secret and online=true, and that unusable hosts were skipped.
+func checkHandedOff(g *WithT, ns, data string, other *corev1.ObjectReference) {
 	domains := map[string]bool{}
 	for _, m := range metalMachines(g, ns) {
 		h := host(g, ns, m.Status.HostRef)
@@ -100,7 +121,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(h.Spec.Image.Checksum).To(Equal(testImage().Checksum))
 		g.Expect(string(h.Spec.Image.ChecksumType)).To(Equal("md5"))
 		g.Expect(h.Spec.Image.DiskFormat).To(HaveValue(Equal("qcow2")))
-		g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data.Name, Namespace: ns}))
+		g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data, Namespace: ns}))
 		g.Expect(h.Spec.Online).To(BeTrue())
 		g.Expect(h.Spec.AutomatedCleaningMode).To(Equal(metal3v1.CleaningModeMetadata))
 		g.Expect(m.Status.Addresses).To(ContainElement(clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: h.Name}))
@@ -111,8 +132,11 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(host(g, ns, name).Spec.ConsumerRef).To(BeNil(), "host %s must be skipped", name)
 	}
 	g.Expect(host(g, ns, "c-taken").Spec.ConsumerRef).To(Equal(other))
+}
 
-	// Scale down: the surplus hosts are deprovisioned first and released only once available again.
+// checkScaleDownReleasesWhenAvailable scales md to 1: the surplus hosts are deprovisioned first and
+// released only once available again, cleared of what they were handed; no host is deleted.
+func checkScaleDownReleasesWhenAvailable(g *WithT, sim *bmhsim.Simulator, md *clusterv1.MachineDeployment, wlc client.Client, ns string) {
 	sim.SetHold(true)
 	sim.SetHoldDeprovision(true)
 	scale(g, md, 1)
@@ -127,7 +151,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(deprovisioning).To(Equal(2))
 	}).Should(Succeed())
 	sim.SetHoldDeprovision(false)
-	machinesRunning(1)
+	machinesRunning(g, wlc, ns, 1)
 	g.Eventually(func(g Gomega) {
 		free := 0
 		for _, h := range hostList(g, ns) {
@@ -143,17 +167,6 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		g.Expect(free).To(Equal(5))
 	}).Should(Succeed())
 	g.Expect(hostList(g, ns)).To(HaveLen(10), "BareMetalHosts are never deleted")
-
-	scale(g, md, 0)
-	g.Eventually(func(g Gomega) {
-		g.Expect(metalMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
-	}).Should(Succeed())
-	for h, byConsumer := range sim.Provisionings() {
-		for uid, n := range byConsumer {
-			g.Expect(n).To(Equal(1), "host %s provisioned %d times for consumer %s", h, n, uid)
-		}
-	}
 }
 
 // A host that fails to provision: its errorMessage reaches the YonderMetalMachine as HostError (an

@@ -52,20 +52,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "fail").Name
-	hs, keyPEM := sshhosts.StartForTest(t, "fm", 5)
-	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
-	// fm-0 pins another host's key; fm-1 uses a key the host does not authorize.
-	patchHost(g, ns, "fm-0", func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = sshexec.FormatHostKey(hs[1].HostKey) })
-	otherPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}, Data: map[string][]byte{hostconn.PrivateKeyKey: otherPEM}})).To(Succeed())
-	patchHost(g, ns, "fm-1", func(h *infrav1.YonderSSHHost) { h.Spec.CredentialsSecretRef.Name = "other" })
-	// fm-dead: nothing listens there.
-	dead := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fm-dead", Labels: map[string]string{"yonder.dev/host": "fm-dead"}},
-		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), Port: 2, User: "root",
-			CredentialsSecretRef: infrav1.SecretReference{Name: "ssh-fm-0"}, HostKey: sshexec.FormatHostKey(hs[0].HostKey)}}}
-	g.Expect(env.Create(ctx, dead)).To(Succeed())
-
+	hs := failingHosts(t, g, ns)
 	o := testOptions()
 	startProvider(t, o)
 	cluster := newCluster(t, g, ns, "fail")
@@ -81,6 +68,58 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	newMachine(g, ns, cluster.Name, "nohost", "none", good.Name)
 	newMachine(g, ns, cluster.Name, "gone", "fm-4", good.Name)
 
+	checkFailureReasons(ctx, g, ns)
+
+	// fm-4 goes away after provisioning: cleanup on delete is retried, then waits for the operator.
+	g.Expect(hs[4].Stop()).To(Succeed())
+	for _, name := range []string{"mismatch", "badcreds", "unreachable", "runcmd", "unsupported", "nohost", "gone"} {
+		g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		m := &infrav1.YonderSSHMachine{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, m)).To(Succeed())
+		c := condition(m, infrav1.YonderSSHMachineHostCleanedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.YonderSSHMachineCleanupFailedReason))
+		g.Expect(c.Message).To(ContainSubstring("Retries exhausted"))
+		g.Expect(c.Message).To(ContainSubstring(infrav1.SkipCleanupAnnotation))
+		g.Expect(m.Status.CleanupAttempts).To(BeEquivalentTo(o.CleanupRetries))
+	}).Should(Succeed())
+	// Every other Machine is gone and its host released.
+	g.Eventually(func(g Gomega) {
+		names := []string{}
+		for _, m := range sshMachines(g, ns) {
+			names = append(names, m.Name)
+		}
+		g.Expect(names).To(ConsistOf("gone"))
+		claims := checkClaims(g, ns, false)
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims).To(ContainElement("fm-4"))
+	}).Should(Succeed())
+
+	checkSkipCleanupEscapeHatch(ctx, g, ns, cluster.Name, good.Name)
+}
+
+// failingHosts starts 5 hosts fm-0…fm-4 and registers them with a way each to fail: fm-0 pins another
+// host's key, fm-1 uses a key the host does not authorize, fm-dead is a host where nothing listens.
+func failingHosts(t *testing.T, g *WithT, ns string) []*sshhosts.Host {
+	ctx := context.Background()
+	hs, keyPEM := sshhosts.StartForTest(t, "fm", 5)
+	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
+	patchHost(g, ns, "fm-0", func(h *infrav1.YonderSSHHost) { h.Spec.HostKey = sshexec.FormatHostKey(hs[1].HostKey) })
+	otherPEM, _, err := sshhosts.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}, Data: map[string][]byte{hostconn.PrivateKeyKey: otherPEM}})).To(Succeed())
+	patchHost(g, ns, "fm-1", func(h *infrav1.YonderSSHHost) { h.Spec.CredentialsSecretRef.Name = "other" })
+	dead := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fm-dead", Labels: map[string]string{"yonder.dev/host": "fm-dead"}},
+		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: hs[0].Address.String(), Port: 2, User: "root",
+			CredentialsSecretRef: infrav1.SecretReference{Name: "ssh-fm-0"}, HostKey: sshexec.FormatHostKey(hs[0].HostKey)}}}
+	g.Expect(env.Create(ctx, dead)).To(Succeed())
+	return hs
+}
+
+// checkFailureReasons asserts each failing machine's reason (and what its status and message say).
+func checkFailureReasons(ctx context.Context, g *WithT, ns string) {
 	g.Eventually(reasonOf(ns, "mismatch", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.HostKeyMismatchReason))
 	g.Eventually(reasonOf(ns, "badcreds", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.SSHAuthFailedReason))
 	g.Eventually(reasonOf(ns, "unreachable", infrav1.YonderSSHMachineBootstrapExecutedCondition)).Should(Equal(infrav1.SSHUnreachableReason))
@@ -111,34 +150,11 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fm-0"}, h)).To(Succeed())
 		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.YonderSSHHostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
 	}).Should(Succeed())
+}
 
-	// fm-4 goes away after provisioning: cleanup on delete is retried, then waits for the operator.
-	g.Expect(hs[4].Stop()).To(Succeed())
-	for _, name := range []string{"mismatch", "badcreds", "unreachable", "runcmd", "unsupported", "nohost", "gone"} {
-		g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
-	}
-	g.Eventually(func(g Gomega) {
-		m := &infrav1.YonderSSHMachine{}
-		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, m)).To(Succeed())
-		c := condition(m, infrav1.YonderSSHMachineHostCleanedCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(infrav1.YonderSSHMachineCleanupFailedReason))
-		g.Expect(c.Message).To(ContainSubstring("Retries exhausted"))
-		g.Expect(c.Message).To(ContainSubstring(infrav1.SkipCleanupAnnotation))
-		g.Expect(m.Status.CleanupAttempts).To(BeEquivalentTo(o.CleanupRetries))
-	}).Should(Succeed())
-	// Every other Machine is gone and its host released.
-	g.Eventually(func(g Gomega) {
-		names := []string{}
-		for _, m := range sshMachines(g, ns) {
-			names = append(names, m.Name)
-		}
-		g.Expect(names).To(ConsistOf("gone"))
-		claims := checkClaims(g, ns, false)
-		g.Expect(claims).To(HaveLen(1))
-		g.Expect(claims).To(ContainElement("fm-4"))
-	}).Should(Succeed())
-
+// checkSkipCleanupEscapeHatch releases machine "gone" without cleanup: the host stays out of the pool
+// until marked clean.
+func checkSkipCleanupEscapeHatch(ctx context.Context, g *WithT, ns, cluster, data string) {
 	// The escape hatch: release without cleanup; the host stays out of the pool until marked clean.
 	g.Eventually(func() error {
 		m := &infrav1.YonderSSHMachine{}
@@ -156,7 +172,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 		g.Expect(h.Annotations).To(HaveKeyWithValue(infrav1.NeedsCleanupAnnotation, "gone"))
 		g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseError))
 	}).Should(Succeed())
-	newMachine(g, ns, cluster.Name, "after", "fm-4", good.Name)
+	newMachine(g, ns, cluster, "after", "fm-4", data)
 	g.Eventually(reasonOf(ns, "after", infrav1.YonderSSHMachineHostClaimedCondition)).Should(Equal(infrav1.YonderSSHMachineNoHostAvailableReason))
 	g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}})).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(sshMachines(g, ns)).To(BeEmpty()) }).Should(Succeed())

@@ -110,74 +110,11 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	wlc, err := workload(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	data := dataSecret(g, ns, "edge-join", cluster.Name, cabpkJoinData(workload(t).Endpoint))
+	md := newMachineDeployment(g, ns, "workers", cluster, data.Name, "edge")
 
-	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
-		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
-			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "edge"}}}}}}
-	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
-	labels := map[string]string{"pool": "edge"}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workers"},
-		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To[int32](0),
-			Selector: metav1.LabelSelector{MatchLabels: labels},
-			Template: clusterv1.MachineTemplateSpec{
-				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
-				Spec: clusterv1.MachineSpec{
-					ClusterName: cluster.Name, Version: "v1.36.3",
-					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data.Name)},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name},
-				},
-			},
-		},
-	}
-	g.Expect(env.Create(ctx, md)).To(Succeed())
-	scale := func(n int32) {
-		g.Eventually(func() error {
-			cur := &clusterv1.MachineDeployment{}
-			if err := env.Get(ctx, client.ObjectKeyFromObject(md), cur); err != nil {
-				return err
-			}
-			cur.Spec.Replicas = ptr.To(n)
-			return env.Update(ctx, cur)
-		}).Should(Succeed())
-	}
-	machinesRunning := func(want int) {
-		g.Eventually(func(g Gomega) {
-			ensureNodes(g, wlc, ns)
-			harness.ExpectMachinesRunning(g, env, ns, want)
-			claims := checkClaims(g, ns, false)
-			g.Expect(claims).To(HaveLen(want))
-			seenHosts := map[string]bool{}
-			for _, m := range sshMachines(g, ns) {
-				g.Expect(m.Spec.ProviderID).To(Equal("yonder-ssh://" + ns + "/" + m.Status.HostRef))
-				g.Expect(seenHosts).NotTo(HaveKey(m.Status.HostRef))
-				seenHosts[m.Status.HostRef] = true
-				g.Expect(condition(&m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Status).To(Equal(metav1.ConditionTrue))
-				g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
-				g.Expect(m.Annotations).NotTo(HaveKey("clusterctl.cluster.x-k8s.io/block-move"))
-			}
-		}).Should(Succeed())
-	}
-
-	scale(3)
-	machinesRunning(3)
-	// The CABPK-shaped data really ran on each host: files with their modes and encodings, the join
-	// config rendered for that host, kubeadm called as CABPK calls it, the sentinel written.
-	for _, h := range hs {
-		out, err := h.Output(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
-			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /var/lib/yonder-ssh/kubeadm.args /run/cluster-api/bootstrap-success.complete && "+
-			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
-		g.Expect(err).NotTo(HaveOccurred(), out)
-		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
-		// The host was told its providerID before the bootstrap ran (yonder-agent reads it from there).
-		out, err = h.Output(ctx, "cat /etc/yonder/provider-id")
-		g.Expect(err).NotTo(HaveOccurred(), out)
-		g.Expect(out).To(Equal("yonder-ssh://" + ns + "/" + h.Name + "\n"))
-		// The bootstrap script (it holds the join token) is removed once the run finished.
-		out, _ = h.Output(ctx, "ls /var/lib/yonder-ssh/runs/*/")
-		g.Expect(out).NotTo(ContainSubstring("bootstrap.sh"))
-	}
+	harness.Scale(g, env, md, 3)
+	machinesRunning(g, wlc, ns, 3)
+	checkCABPKDataRan(ctx, g, ns, hs)
 	// Hosts report their claim, phase and facts.
 	g.Eventually(func(g Gomega) {
 		for _, h := range hostList(g, ns) {
@@ -189,25 +126,110 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 		}
 	}).Should(Succeed())
 
-	scale(1)
-	machinesRunning(1)
+	harness.Scale(g, env, md, 1)
+	machinesRunning(g, wlc, ns, 1)
+	checkReleasedHostsClean(ctx, g, ns, hs, 2)
+
+	harness.Scale(g, env, md, 3)
+	machinesRunning(g, wlc, ns, 3)
+	for _, h := range hs {
+		out, err := h.Output(ctx, "cat /run/cluster-api/bootstrap-success.complete")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.TrimSpace(out)).To(Equal("success"))
+	}
+
+	harness.Scale(g, env, md, 0)
+	g.Eventually(func(g Gomega) {
+		g.Expect(sshMachines(g, ns)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+	}).Should(Succeed())
+}
+
+// newMachineDeployment creates a YonderSSHMachineTemplate selecting hosts labelled pool=<pool> and a
+// MachineDeployment of no replicas from it.
+func newMachineDeployment(g *WithT, ns, name string, cluster *clusterv1.Cluster, data, pool string) *clusterv1.MachineDeployment {
+	ctx := context.Background()
+	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool},
+		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
+			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": pool}}}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	labels := map[string]string{"pool": pool}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: cluster.Name, Replicas: ptr.To[int32](0),
+			Selector: metav1.LabelSelector{MatchLabels: labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: cluster.Name, Version: "v1.36.3",
+					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data)},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name},
+				},
+			},
+		},
+	}
+	g.Expect(env.Create(ctx, md)).To(Succeed())
+	return md
+}
+
+// machinesRunning waits until ns holds want Running Machines, each on its own host with providerID
+// yonder-ssh://<namespace>/<host>, bootstrapped, Ready and movable.
+func machinesRunning(g *WithT, wlc client.Client, ns string, want int) {
+	g.Eventually(func(g Gomega) {
+		ensureNodes(g, wlc, ns)
+		harness.ExpectMachinesRunning(g, env, ns, want)
+		g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
+		seenHosts := map[string]bool{}
+		for _, m := range sshMachines(g, ns) {
+			g.Expect(m.Spec.ProviderID).To(Equal("yonder-ssh://" + ns + "/" + m.Status.HostRef))
+			g.Expect(seenHosts).NotTo(HaveKey(m.Status.HostRef))
+			seenHosts[m.Status.HostRef] = true
+			g.Expect(condition(&m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(condition(&m, clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(m.Annotations).NotTo(HaveKey("clusterctl.cluster.x-k8s.io/block-move"))
+		}
+	}).Should(Succeed())
+}
+
+// checkCABPKDataRan asserts that the CABPK-shaped data really ran on each host: files with their modes
+// and encodings, the join config rendered for that host, kubeadm called as CABPK calls it, the sentinel
+// written, the providerID told to the host first, and the script (it holds the join token) removed.
+func checkCABPKDataRan(ctx context.Context, g *WithT, ns string, hs []*sshhosts.Host) {
+	for _, h := range hs {
+		out, err := h.Output(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
+			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /var/lib/yonder-ssh/kubeadm.args /run/cluster-api/bootstrap-success.complete && "+
+			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
+		// The host was told its providerID before the bootstrap ran (yonder-agent reads it from there).
+		out, err = h.Output(ctx, "cat /etc/yonder/provider-id")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(Equal("yonder-ssh://" + ns + "/" + h.Name + "\n"))
+		out, _ = h.Output(ctx, "ls /var/lib/yonder-ssh/runs/*/")
+		g.Expect(out).NotTo(ContainSubstring("bootstrap.sh"))
+	}
+}
+
+// checkReleasedHostsClean asserts that want hosts are free, cleaned (the cleanup commands ran, no run
+// record, sentinel or providerID left) and Available.
+func checkReleasedHostsClean(ctx context.Context, g *WithT, ns string, hs []*sshhosts.Host, want int) {
 	released := 0
 	for _, h := range hostList(g, ns) {
 		if h.Spec.ConsumerRef != nil {
 			continue
 		}
 		released++
-		var sh *sshhosts.Host
-		for _, x := range hs {
-			if x.Name == h.Name {
-				sh = x
+		for _, sh := range hs {
+			if sh.Name != h.Name {
+				continue
 			}
+			out, err := sh.Output(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel; test ! -e /etc/yonder/provider-id && echo no-provider-id")
+			g.Expect(err).NotTo(HaveOccurred(), out)
+			g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\nno-provider-id\n"))
 		}
-		out, err := sh.Output(ctx, "cat /var/lib/yonder-ssh/cleanups; ls -A /etc/kubernetes /var/lib/yonder-ssh/runs; test ! -e /run/cluster-api/bootstrap-success.complete && echo no-sentinel; test ! -e /etc/yonder/provider-id && echo no-provider-id")
-		g.Expect(err).NotTo(HaveOccurred(), out)
-		g.Expect(out).To(Equal("cleaned\n/etc/kubernetes:\n\n/var/lib/yonder-ssh/runs:\nno-sentinel\nno-provider-id\n"))
 	}
-	g.Expect(released).To(Equal(2))
+	g.Expect(released).To(Equal(want))
 	g.Eventually(func(g Gomega) {
 		avail := 0
 		for _, h := range hostList(g, ns) {
@@ -215,20 +237,6 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 				avail++
 			}
 		}
-		g.Expect(avail).To(Equal(2))
-	}).Should(Succeed())
-
-	scale(3)
-	machinesRunning(3)
-	for _, h := range hs {
-		out, err := h.Output(ctx, "cat /run/cluster-api/bootstrap-success.complete")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(strings.TrimSpace(out)).To(Equal("success"))
-	}
-
-	scale(0)
-	g.Eventually(func(g Gomega) {
-		g.Expect(sshMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+		g.Expect(avail).To(Equal(want))
 	}).Should(Succeed())
 }

@@ -47,7 +47,7 @@ func (f *flags) options() (setup.Options, error) {
 		Controllers:        f.manager.Controllers(),
 		MachineConcurrency: f.machineConc, HostConcurrency: f.hostConc, ClusterConcurrency: f.clusterConc,
 		ProbeInterval: f.probeInterval, PollInterval: f.pollInterval, RetryInterval: f.retryInterval,
-		CleanupRetries: int32(f.cleanupRetries), //nolint:gosec // bounded above
+		CleanupRetries: int32(f.cleanupRetries),
 	}, nil
 }
 

@@ -34,6 +34,7 @@ func startMachineProvider(t *testing.T) {
 // newCluster creates a Cluster on a YonderMetalCluster whose control plane is the workload apiserver (a
 // generic control plane object marked initialized stands in for the control plane provider).
 func newCluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
+	t.Helper()
 	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
 		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
@@ -48,10 +49,10 @@ func TestQEMUMachineDeploymentClaimsAndReleasesHost(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	start := time.Now()
-	l := newMetalLab(t, ctx, artifactsAgent, 8*time.Minute, 512)
+	l := newMetalLab(ctx, t, artifactsAgent, 8*time.Minute, 512)
 	prepared := time.Since(start)
 	l.host.Labels["pool"] = "qemu"
-	registered := l.register(t, g)
+	registered := l.register(g)
 
 	startMachineProvider(t)
 	cluster := newCluster(t, g, l.ns, "metal")

@@ -124,7 +124,7 @@ type metalLab struct {
 }
 
 // newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
-func newMetalLab(t *testing.T, ctx context.Context, artifacts func(t *testing.T, dir string) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
+func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
 	t.Helper()
 	g := NewWithT(t)
 	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup", "/usr/lib/ipxe/virtio-net.rom"} {
@@ -230,7 +230,7 @@ func (l *metalLab) claim(g Gomega) {
 	})
 }
 
-func (l *metalLab) register(t *testing.T, g Gomega) time.Duration {
+func (l *metalLab) register(g Gomega) time.Duration {
 	start := time.Now()
 	g.Expect(env.Create(context.Background(), l.host)).To(Succeed())
 	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, time.Minute, 100*time.Millisecond).
@@ -239,6 +239,7 @@ func (l *metalLab) register(t *testing.T, g Gomega) time.Duration {
 }
 
 func artifactsPlaceholder(t *testing.T, dir string) inventory.BootConfig {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("not a kernel"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +255,8 @@ func artifactsPlaceholder(t *testing.T, dir string) inventory.BootConfig {
 func TestQEMUHostNeverAttests(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	l := newMetalLab(t, ctx, artifactsPlaceholder, 60*time.Second, 256)
-	registered := l.register(t, g)
+	l := newMetalLab(ctx, t, artifactsPlaceholder, 60*time.Second, 256)
+	registered := l.register(g)
 
 	start := time.Now()
 	l.claim(g)
@@ -309,9 +310,9 @@ func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	start := time.Now()
-	l := newMetalLab(t, ctx, artifactsAgent, 8*time.Minute, 512)
+	l := newMetalLab(ctx, t, artifactsAgent, 8*time.Minute, 512)
 	prepared := time.Since(start)
-	registered := l.register(t, g)
+	registered := l.register(g)
 
 	start = time.Now()
 	l.claim(g)

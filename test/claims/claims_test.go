@@ -65,7 +65,7 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 			p.start(t, startOptions{slow: true})
 			p.start(t, startOptions{slow: true})
 			cluster := p.cluster(t, g, ns, "twin")
-			data := dataSecret(g, ns, "twin-join", cluster.Name, bootstrapData)
+			data := dataSecret(g, ns, "twin-join", cluster.Name)
 			stop := watchInvariants(p, ns)
 
 			newMachineDeployment(g, p, ns, "twin", cluster, data, 6, "twin")
@@ -132,6 +132,7 @@ var killPoints = []killPoint{
 }
 
 func restartCycles(t *testing.T, p provider) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "restart-"+p.name()).Name
@@ -142,11 +143,11 @@ func restartCycles(t *testing.T, p provider) {
 	first.Stop()
 	wlc, err := workload(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name, bootstrapData), 0, "rs")
+	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name), 0, "rs")
 
 	seed := time.Now().UnixNano()
 	t.Logf("random seed %d", seed)
-	rnd := rand.New(rand.NewPCG(uint64(seed), 0)) //nolint:gosec // the kill points need no unpredictability
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
 	replicas := []int32{3, 1, 4, 0, 2, 5, 1, 3}
 	const cycles = 24
 	prev := int32(0)
@@ -199,6 +200,7 @@ func TestControllerKilledAtEveryHostWriteNeverLeaksOrDoubleClaims(t *testing.T) 
 }
 
 func killedAtEveryHostWrite(t *testing.T, p provider) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "crash-"+p.name()).Name
@@ -207,7 +209,7 @@ func killedAtEveryHostWrite(t *testing.T, p provider) {
 	first := p.start(t, startOptions{})
 	cluster := p.cluster(t, g, ns, "crash")
 	first.Stop()
-	md := newMachineDeployment(g, p, ns, "crash", cluster, dataSecret(g, ns, "crash-join", cluster.Name, bootstrapData), 1, "crash")
+	md := newMachineDeployment(g, p, ns, "crash", cluster, dataSecret(g, ns, "crash-join", cluster.Name), 1, "crash")
 	m := k.claim()
 	k.provision(m)
 	k.release(md, m)
@@ -330,7 +332,7 @@ func TestMovedMachineKeepsItsClaim(t *testing.T) {
 			inv.add(t, g, "mv", "move", 2)
 			pr := p.start(t, startOptions{})
 			cluster := p.cluster(t, g, ns, "move")
-			newMachine(g, p, ns, "mv", cluster, dataSecret(g, ns, "mv-join", cluster.Name, bootstrapData), "move")
+			newMachine(g, p, ns, "mv", cluster, dataSecret(g, ns, "mv-join", cluster.Name), "move")
 			var before machineView
 			g.Eventually(func(g Gomega) {
 				ms := p.machines(g, ns)

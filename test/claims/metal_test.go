@@ -30,6 +30,7 @@ func (*metalProvider) name() string { return "metal" }
 
 // start implements provider. The bare-metal provider polls nothing: slow changes nothing.
 func (*metalProvider) start(t *testing.T, o startOptions) *harness.Provider {
+	t.Helper()
 	so := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
 	return harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
 		if o.client != nil {
@@ -40,6 +41,7 @@ func (*metalProvider) start(t *testing.T, o startOptions) *harness.Provider {
 }
 
 func (*metalProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
+	t.Helper()
 	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
 		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
@@ -126,6 +128,7 @@ type metalInventory struct {
 }
 
 func (*metalProvider) newInventory(t *testing.T, ns string) inventory {
+	t.Helper()
 	return &metalInventory{ns: ns, sim: bmhsim.Start(t, env.Client, env.GetAPIReader(), ns)}
 }
 

@@ -32,6 +32,7 @@ type sshProvider struct{}
 func (*sshProvider) name() string { return "ssh" }
 
 func (*sshProvider) start(t *testing.T, o startOptions) *harness.Provider {
+	t.Helper()
 	so := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,
 		PollInterval: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond, CleanupRetries: 3}
 	if o.slow {
@@ -46,6 +47,7 @@ func (*sshProvider) start(t *testing.T, o startOptions) *harness.Provider {
 }
 
 func (*sshProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
+	t.Helper()
 	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
 		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }
@@ -127,6 +129,7 @@ type sshInventory struct {
 }
 
 func (*sshProvider) newInventory(t *testing.T, ns string) inventory {
+	t.Helper()
 	key, _, err := sshhosts.NewClientKey()
 	if err != nil {
 		t.Fatalf("failed to create a client key: %v", err)
@@ -155,6 +158,7 @@ func removeHosts(ctx context.Context, ns string) {
 // add starts n sshd hosts and registers them, with pinned host keys and a cleanup that removes what
 // the bootstrap data recorded.
 func (s *sshInventory) add(t *testing.T, g Gomega, prefix, pool string, n int) {
+	t.Helper()
 	ctx := context.Background()
 	hs, err := sshhosts.Start(ctx, s.net, prefix, n, s.key)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -165,7 +169,7 @@ func (s *sshInventory) add(t *testing.T, g Gomega, prefix, pool string, n int) {
 		g.Expect(env.Create(ctx, &infrav1.YonderSSHHost{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: h.Name, Labels: map[string]string{"pool": pool}},
 			Spec: infrav1.YonderSSHHostSpec{
-				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address.String(), Port: int32(h.Port), User: "root", //nolint:gosec // a port
+				SSHEndpoint: infrav1.SSHEndpoint{Address: h.Address.String(), Port: int32(h.Port), User: "root",
 					CredentialsSecretRef: infrav1.SecretReference{Name: secret.Name}, HostKey: sshhostsKey(h)},
 				Cleanup: infrav1.CleanupSpec{Commands: []string{"rm -f /var/lib/yonder-ssh/joined"}},
 			},

@@ -160,12 +160,13 @@ func checkHolders(g Gomega, p provider, inv inventory, ns string) {
 	}
 }
 
-// dataSecret creates a bootstrap data Secret (value + format) as a bootstrap provider does.
-func dataSecret(g Gomega, ns, name, cluster, value string) string {
+// dataSecret creates a bootstrap data Secret (value + format) as a bootstrap provider does, holding
+// bootstrapData.
+func dataSecret(g Gomega, ns, name, cluster string) string {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: cluster}},
 		Type:       clusterv1.ClusterSecretType,
-		Data:       map[string][]byte{"value": []byte(value), "format": []byte("cloud-config")},
+		Data:       map[string][]byte{"value": []byte(bootstrapData), "format": []byte("cloud-config")},
 	}
 	g.Expect(env.Create(context.Background(), s)).To(Succeed())
 	return s.Name

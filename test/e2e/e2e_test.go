@@ -170,6 +170,7 @@ func TestScenarios(t *testing.T) {
 }
 
 func testQuickStart(t *testing.T) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

@@ -124,6 +124,7 @@ func usedHosts(ms []clusterv1.Machine) map[string]bool {
 // testScale: 1 (scenario 1) → 0 → 3 → 5 → 2. At 5 every host runs a node, so the host released at 0
 // (and every other released one) is provably claimed, bootstrapped and joined again.
 func testScale(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	md := quickCluster + "-md-0"
 	before, err := machines(ctx, quickCluster)
@@ -194,6 +195,7 @@ func kubeletPIDs(h *hosts.Host) ([]int, error) {
 // testRemediation freezes one node's kubelet: its Node goes NotReady, the MachineHealthCheck marks the
 // Machine, CAPI replaces it, and the host is cleaned and released.
 func testRemediation(t *testing.T) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	// The template's MachineHealthCheck remediates while at most 40% are unhealthy: 1 of 3, not 1 of 2.
@@ -285,6 +287,7 @@ func nodeLabels(ctx context.Context, ms []clusterv1.Machine, key string) (map[st
 // Machine, the new Nodes carry the label, and the old Machines' hosts are cleaned and recycled. Then the
 // Cluster is deleted and every host must come back free and clean.
 func testRollout(t *testing.T) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()
@@ -429,6 +432,7 @@ func noLeakedClaims(ctx context.Context, t *testing.T) {
 // testChaos scales 3 → 5 → 3 while every manager (CAPI, bootstrap, control plane, ssh) is killed with
 // SIGKILL at a random moment of each step and restarted: everything converges and no claim leaks.
 func testChaos(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	md := quickCluster + "-md-0"
 	for _, n := range []int{5, 3} {

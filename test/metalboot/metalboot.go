@@ -33,6 +33,8 @@ const AttestedMarker = "YONDER: attested, "
 
 // initScript is the initramfs's /init: drivers for the virtio NIC (the TPM TIS driver is built into
 // Debian's kernel), DHCP with busybox udhcpc, then `yonder-agent attest` with the VM's TPM.
+//
+//nolint:dupword // "mount -t proc proc" names the filesystem type, then the device
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
@@ -120,10 +122,7 @@ func Build(ctx context.Context, dir string) error {
 			return fmt.Errorf("failed to write %s of the initramfs: %w", name, err)
 		}
 	}
-	if err := writeInitramfs(root, filepath.Join(dir, Initrd)); err != nil {
-		return err
-	}
-	return nil
+	return writeInitramfs(root, filepath.Join(dir, Initrd))
 }
 
 func copyFile(from, to string) error {

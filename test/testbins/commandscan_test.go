@@ -529,7 +529,8 @@ func shellCommands(script string) []string {
 			// single-quoted text is data
 			inWord = true
 			word.WriteString("'")
-			for i++; i < len(rs) && rs[i] != '\''; i++ {
+			for i++; i < len(rs) && rs[i] != '\''; {
+				i++
 			}
 		case c == '"':
 			// double-quoted text is data, except the commands of $( … ) inside it
@@ -690,7 +691,8 @@ func matchParen(rs []rune, open int) int {
 				return i
 			}
 		case '\'':
-			for i++; i < len(rs) && rs[i] != '\''; i++ {
+			for i++; i < len(rs) && rs[i] != '\''; {
+				i++
 			}
 		}
 	}

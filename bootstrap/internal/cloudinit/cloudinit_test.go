@@ -77,7 +77,7 @@ func TestRenderRejectsBadSources(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("#cloud-config\nwrite_files: []\nruncmd: []\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /etc/yonder/agent-config.yaml\n  encoding: b64\n  content: e30=\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
 			return

@@ -18,6 +18,7 @@ import (
 )
 
 func request(t *testing.T, tmpl *x509.CertificateRequest) []byte {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

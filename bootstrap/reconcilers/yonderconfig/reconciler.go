@@ -202,7 +202,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}()
 	s := &scope{config: cfg, machine: machine, cluster: cluster}
 	if !cfg.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+		r.reconcileDelete(ctx, s)
+		return ctrl.Result{}, nil
 	}
 	return r.reconcileNormal(ctx, s)
 }
@@ -245,7 +246,7 @@ func (r *Reconciler) checkInterval(cfg *bootstrapv1.YonderConfig) time.Duration 
 }
 
 // reconcileDelete removes the Machine's token (best effort: it expires anyway) and the finalizer.
-func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) {
 	if id := r.tokenID(ctx, s.config); id != "" {
 		if wl, err := r.ClusterCache.GetUncachedClient(ctx, client.ObjectKeyFromObject(s.cluster)); err == nil {
 			if err := token.Delete(ctx, wl, id); err != nil {
@@ -254,7 +255,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		}
 	}
 	controllerutil.RemoveFinalizer(s.config, bootstrapv1.ConfigFinalizer)
-	return nil
 }
 
 // tokenID reads the token id recorded on the data Secret ("" when there is none).

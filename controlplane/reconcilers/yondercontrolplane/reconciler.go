@@ -46,7 +46,6 @@ import (
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconciler reconciles YonderControlPlane.
-
 type Reconciler struct {
 	// Client reads and writes the management cluster (Secrets are read live).
 	Client client.Client

@@ -372,7 +372,7 @@ func (r *Responder) respondProxy(req *dhcpv4.DHCPv4, peer *net.UDPAddr, proxyPor
 }
 
 // destination follows RFC 2131 4.1: relay agent, then an addressed client, then broadcast.
-func (r *Responder) destination(req, rep *dhcpv4.DHCPv4, peer *net.UDPAddr) *net.UDPAddr {
+func (r *Responder) destination(req, rep *dhcpv4.DHCPv4, _ *net.UDPAddr) *net.UDPAddr {
 	if req.GatewayIPAddr != nil && !req.GatewayIPAddr.IsUnspecified() {
 		return &net.UDPAddr{IP: req.GatewayIPAddr, Port: r.cfg.RelayPort}
 	}

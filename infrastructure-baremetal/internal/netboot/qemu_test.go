@@ -105,6 +105,7 @@ func startVMLab(t *testing.T, cfg netboot.Config) *vmLab {
 // boot starts a SeaBIOS VM whose NIC ROM is iPXE; it is stopped by pid (iPXE cannot power off) when the
 // test ends.
 func (l *vmLab) boot(t *testing.T) time.Time {
+	t.Helper()
 	return l.bootWith(t, "virtio-net-pci,disable-legacy=on,netdev=n0,mac="+l.mac.String()+",romfile="+ipxeROM)
 }
 

@@ -86,8 +86,7 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 		return ctrl.Result{}, false, nil
 	}
 	if rec.Success && rec.Reason == "BootstrapDataReleased" {
-		res, err := r.provisioned(ctx, s)
-		return res, true, err
+		return r.provisioned(ctx, s), true, nil
 	}
 	if !rec.Success {
 		res, err := r.attestationFailed(ctx, s, rec)
@@ -232,7 +231,7 @@ func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 }
 
-func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, error) {
+func (r *Reconciler) provisioned(ctx context.Context, s *scope) ctrl.Result {
 	h := s.host
 	img := h.Spec.Image.DeepCopy()
 	s.state.Image = img
@@ -247,7 +246,7 @@ func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, er
 	// The host is running its image: its next boot must not be served a provisioning script.
 	r.forgetBoot(h)
 	ctrl.LoggerFrom(ctx).Info("Host provisioned")
-	return ctrl.Result{RequeueAfter: r.PowerPollInterval}, nil
+	return ctrl.Result{RequeueAfter: r.PowerPollInterval}
 }
 
 // attestationFailed powers the host off and keeps it in error: a host that fails attestation may run

@@ -144,7 +144,7 @@ func TestAttestationFailure(t *testing.T) {
 	g.Eventually(func() []string { _, _, errs := hosts.snapshot("s1"); return errs }).Should(HaveLen(1), "the second TPM's boot was refused")
 	_, data, _ := hosts.snapshot("s1")
 	g.Expect(data).To(Equal([]string{"first"}), "nothing released to the other TPM")
-	g.Consistently(func(g Gomega) int { b, _, _ := hosts.snapshot("s1"); return b }, "3s").Should(Equal(2), "no automatic retry after a refused attestation")
+	g.Consistently(func() int { b, _, _ := hosts.snapshot("s1"); return b }, "3s").Should(Equal(2), "no automatic retry after a refused attestation")
 
 	// Releasing the host clears the error; it is available (and will fail again until an operator re-pins).
 	release(g, h)

@@ -174,7 +174,7 @@ func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 }
 
 // add registers a host and gives it a fresh TPM (call again to swap the TPM: a changed machine).
-func (p *pxeHosts) add(id, mac string) {
+func (p *pxeHosts) add(id, mac string) { //nolint:unparam // the driver serves any number of systems; the tests boot one
 	dir, err := os.MkdirTemp("", "ybmh-tpm-")
 	if err != nil {
 		p.t.Fatal(err)
@@ -255,7 +255,7 @@ func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 	return (&wire.Client{Server: server}).Attest(ctx, ticket, keys)
 }
 
-func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
+func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) { //nolint:unparam // see add
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pxeBoots[id], append([]string(nil), p.data[id]...), append([]string(nil), p.errs[id]...)

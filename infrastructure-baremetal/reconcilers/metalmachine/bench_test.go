@@ -121,7 +121,7 @@ func BenchmarkClaim200Of1000(b *testing.B) {
 		}, 20*time.Minute, time.Second).Should(Succeed())
 		provWall := time.Since(t0)
 		p.Stop()
-		claims := checkClaims(g, ns, false)
+		claims := checkClaims(g, ns)
 		g.Expect(claims).To(HaveLen(machines))
 		perFD := map[string]int{}
 		for _, h := range hostList(g, ns) {

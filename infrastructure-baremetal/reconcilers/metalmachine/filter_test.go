@@ -35,6 +35,6 @@ func TestWatchFilterLeavesOtherShardsAlone(t *testing.T) {
 
 	startProvider(t, testOptions())
 	g.Eventually(func(g Gomega) {
-		g.Expect(checkClaims(g, ns, false)).To(HaveLen(1))
+		g.Expect(checkClaims(g, ns)).To(HaveLen(1))
 	}).Should(Succeed())
 }

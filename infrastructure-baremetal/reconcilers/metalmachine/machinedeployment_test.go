@@ -83,7 +83,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	scale(g, md, 0)
 	g.Eventually(func(g Gomega) {
 		g.Expect(metalMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns)).To(BeEmpty())
 	}).Should(Succeed())
 	for h, byConsumer := range sim.Provisionings() {
 		for uid, n := range byConsumer {
@@ -98,7 +98,7 @@ func machinesRunning(g *WithT, wlc client.Client, ns string, want int) {
 	g.Eventually(func(g Gomega) {
 		ensureNodes(g, wlc, ns)
 		harness.ExpectMachinesRunning(g, env, ns, want)
-		g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
+		g.Expect(checkClaims(g, ns)).To(HaveLen(want))
 		for _, m := range metalMachines(g, ns) {
 			g.Expect(m.Spec.ProviderID).To(Equal("yonder-metal://" + ns + "/" + m.Status.HostRef))
 			g.Expect(m.Annotations).NotTo(HaveKey(clusterctlv1.BlockMoveAnnotation))

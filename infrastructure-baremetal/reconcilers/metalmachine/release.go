@@ -18,7 +18,7 @@ type withdrawal = claim.Withdrawal[*metal3v1.BareMetalHost]
 // Withdraw implements claim.Adapter: the image, user data and custom deploy are withdrawn and the host
 // asked to power off; the host controller deprovisions (cleans) it, and it is released once it is
 // available again. A paused host or one in error keeps the claim until it recovers.
-func (a *Adapter) Withdraw(ctx context.Context, s *scope) (withdrawal, ctrl.Result, error) {
+func (a *Adapter) Withdraw(ctx context.Context, s *scope) (claim.Withdrawal[*metal3v1.BareMetalHost], ctrl.Result, error) {
 	m, host := s.Machine, s.Host
 	if hostpool.Withdraw(host.DeepCopy()) {
 		ctrl.LoggerFrom(ctx).Info("Deprovisioning host")

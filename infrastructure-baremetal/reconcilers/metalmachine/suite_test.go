@@ -156,9 +156,9 @@ func host(g Gomega, ns, name string) *metal3v1.BareMetalHost {
 	return h
 }
 
-// checkClaims asserts the inventory invariants: no YonderMetalMachine holds more than one host and (unless
-// allowDeleted) every claim by a YonderMetalMachine names a live one. It returns consumer UID → host.
-func checkClaims(g Gomega, ns string, allowDeleted bool) map[string]string {
+// checkClaims asserts the inventory invariants: no YonderMetalMachine holds more than one host and every
+// claim by a YonderMetalMachine names a live one. It returns consumer UID → host.
+func checkClaims(g Gomega, ns string) map[string]string {
 	live := map[string]bool{}
 	for _, m := range metalMachines(g, ns) {
 		live[string(m.UID)] = true
@@ -171,9 +171,7 @@ func checkClaims(g Gomega, ns string, allowDeleted bool) map[string]string {
 		}
 		g.Expect(byConsumer).NotTo(HaveKey(string(ref.UID)), "machine %s claims hosts %s and %s", ref.Name, byConsumer[string(ref.UID)], h.Name)
 		byConsumer[string(ref.UID)] = h.Name
-		if !allowDeleted {
-			g.Expect(live).To(HaveKey(string(ref.UID)), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
-		}
+		g.Expect(live).To(HaveKey(string(ref.UID)), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
 	}
 	return byConsumer
 }

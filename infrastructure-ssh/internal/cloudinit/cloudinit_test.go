@@ -77,7 +77,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  content: x\nruncmd:\n- echo\n"))
 	f.Add([]byte("## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.local_hostname }}\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		cfg, err := Parse(data, Options{Hostname: "h"})
 		if err == nil {
 			_ = cfg.Script()

@@ -103,6 +103,7 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 }
 
 func benchOnce(b *testing.B, count int) (usage, usage) {
+	b.Helper()
 	g := NewWithT(b)
 	ctx := context.Background()
 	keyPEM, signer, err := sshhosts.NewClientKey()
@@ -195,7 +196,7 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	})
 	prov.requests = requests.Load()
 	prov.execs = simP.Execs - execs0
-	g.Expect(checkClaims(g, ns, false)).To(HaveLen(count))
+	g.Expect(checkClaims(g, ns)).To(HaveLen(count))
 	// Leave nothing behind for the next iteration.
 	g.Expect(env.Delete(ctx, md)).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(sshMachines(g, ns)).To(BeEmpty()) }, 15*time.Minute, time.Second).Should(Succeed())

@@ -92,7 +92,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 			names = append(names, m.Name)
 		}
 		g.Expect(names).To(ConsistOf("gone"))
-		claims := checkClaims(g, ns, false)
+		claims := checkClaims(g, ns)
 		g.Expect(claims).To(HaveLen(1))
 		g.Expect(claims).To(ContainElement("fm-4"))
 	}).Should(Succeed())
@@ -103,6 +103,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 // failingHosts starts 5 hosts fm-0…fm-4 and registers them with a way each to fail: fm-0 pins another
 // host's key, fm-1 uses a key the host does not authorize, fm-dead is a host where nothing listens.
 func failingHosts(t *testing.T, g *WithT, ns string) []*sshhosts.Host {
+	t.Helper()
 	ctx := context.Background()
 	hs, keyPEM := sshhosts.StartForTest(t, "fm", 5)
 	registerHosts(g, ns, hs, keyPEM, nil, []string{"rm -rf /etc/kubernetes/*"})
@@ -166,7 +167,7 @@ func checkSkipCleanupEscapeHatch(ctx context.Context, g *WithT, ns, cluster, dat
 	}).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(sshMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns)).To(BeEmpty())
 		h := &infrav1.YonderSSHHost{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fm-4"}, h)).To(Succeed())
 		g.Expect(h.Annotations).To(HaveKeyWithValue(infrav1.NeedsCleanupAnnotation, "gone"))

@@ -56,7 +56,7 @@ func TestPauseAndWatchFilter(t *testing.T) {
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "paused"}, m)).To(Succeed())
 		g.Expect(m.Status.Conditions).To(ContainElement(And(HaveField("Type", clusterv1.PausedCondition), HaveField("Status", metav1.ConditionTrue))))
 	}).Should(Succeed())
-	g.Consistently(func(g Gomega) { g.Expect(checkClaims(g, ns, false)).To(BeEmpty()) }, 2*time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) { g.Expect(checkClaims(g, ns)).To(BeEmpty()) }, 2*time.Second).Should(Succeed())
 
 	g.Eventually(func() error {
 		m := &infrav1.YonderSSHMachine{}
@@ -70,6 +70,6 @@ func TestPauseAndWatchFilter(t *testing.T) {
 	g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "paused"}})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(sshMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns)).To(BeEmpty())
 	}).Should(Succeed())
 }

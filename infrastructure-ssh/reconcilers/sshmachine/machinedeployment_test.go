@@ -141,7 +141,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	harness.Scale(g, env, md, 0)
 	g.Eventually(func(g Gomega) {
 		g.Expect(sshMachines(g, ns)).To(BeEmpty())
-		g.Expect(checkClaims(g, ns, false)).To(BeEmpty())
+		g.Expect(checkClaims(g, ns)).To(BeEmpty())
 	}).Should(Succeed())
 }
 
@@ -179,7 +179,7 @@ func machinesRunning(g *WithT, wlc client.Client, ns string, want int) {
 	g.Eventually(func(g Gomega) {
 		ensureNodes(g, wlc, ns)
 		harness.ExpectMachinesRunning(g, env, ns, want)
-		g.Expect(checkClaims(g, ns, false)).To(HaveLen(want))
+		g.Expect(checkClaims(g, ns)).To(HaveLen(want))
 		seenHosts := map[string]bool{}
 		for _, m := range sshMachines(g, ns) {
 			g.Expect(m.Spec.ProviderID).To(Equal("yonder-ssh://" + ns + "/" + m.Status.HostRef))

@@ -62,11 +62,10 @@ func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 }
 
 // registerHosts creates a credentials Secret and one YonderSSHHost per host, with pinned host keys.
-func registerHosts(g *WithT, ns string, hs []*sshhosts.Host, keyPEM []byte, labels map[string]string, cleanup []string) []*infrav1.YonderSSHHost {
+func registerHosts(g *WithT, ns string, hs []*sshhosts.Host, keyPEM []byte, labels map[string]string, cleanup []string) {
 	ctx := context.Background()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-" + hs[0].Name}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}}
 	g.Expect(env.Create(ctx, secret)).To(Succeed())
-	var out []*infrav1.YonderSSHHost
 	for _, h := range hs {
 		obj := &infrav1.YonderSSHHost{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name, Labels: map[string]string{"yonder.dev/host": h.Name}},
@@ -80,9 +79,7 @@ func registerHosts(g *WithT, ns string, hs []*sshhosts.Host, keyPEM []byte, labe
 			obj.Labels[k] = v
 		}
 		g.Expect(env.Create(ctx, obj)).To(Succeed())
-		out = append(out, obj)
 	}
-	return out
 }
 
 // dataSecret creates a bootstrap data Secret (value + format) as a bootstrap provider does.
@@ -127,7 +124,7 @@ func ensureNodes(g Gomega, wlc client.Client, ns string) {
 
 // checkClaims asserts the inventory invariants: every claim names a live YonderSSHMachine, and no
 // YonderSSHMachine holds more than one host.
-func checkClaims(g Gomega, ns string, allowDeleted bool) map[string]string {
+func checkClaims(g Gomega, ns string) map[string]string {
 	live := map[string]bool{}
 	for _, m := range sshMachines(g, ns) {
 		live[string(m.UID)] = true
@@ -141,9 +138,7 @@ func checkClaims(g Gomega, ns string, allowDeleted bool) map[string]string {
 		}
 		g.Expect(byConsumer).NotTo(HaveKey(ref.UID), "machine %s claims hosts %s and %s", ref.Name, byConsumer[ref.UID], h.Name)
 		byConsumer[ref.UID] = h.Name
-		if !allowDeleted {
-			g.Expect(live).To(HaveKey(ref.UID), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
-		}
+		g.Expect(live).To(HaveKey(ref.UID), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
 	}
 	return byConsumer
 }

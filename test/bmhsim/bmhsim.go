@@ -97,6 +97,7 @@ type Simulator struct {
 // Start runs the simulator for namespace ns until the test ends: it reads hosts through r (uncached)
 // and writes their status through c.
 func Start(t testing.TB, c client.Client, r client.Reader, ns string) *Simulator {
+	t.Helper()
 	s := &Simulator{c: c, r: r, ns: ns, fail: map[string]string{}, provisioned: map[string]map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -220,7 +220,10 @@ func scale(g Gomega, md *clusterv1.MachineDeployment, n int32) {
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane { return wl.Get(t) }
+func workload(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	return wl.Get(t)
+}
 
 // ensureNodes stands in for the kubelets: for every provisioned machine it creates, in the workload
 // cluster, the Node a joining kubelet would register with that providerID.

@@ -17,6 +17,7 @@ import (
 
 // rsaPublic is a TPMT_PUBLIC for tmpl carrying a fresh RSA key (no TPM needed).
 func rsaPublic(t testing.TB, tmpl tpm2.TPMTPublic) []byte {
+	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)

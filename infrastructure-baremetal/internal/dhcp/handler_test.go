@@ -49,113 +49,112 @@ func discover(t *testing.T, mac net.HardwareAddr, mods ...dhcpv4.Modifier) *dhcp
 	return d
 }
 
-func TestResponder(t *testing.T) {
-	pxe := dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001"))
-	arch := func(a iana.Arch) dhcpv4.Modifier { return dhcpv4.WithOption(dhcpv4.OptClientArch(a)) }
-	cases := []struct {
-		name      string
-		proxy     bool
-		proxyPort bool
-		req       func(t *testing.T) *dhcpv4.DHCPv4
-		outcome   dhcp.Outcome
-		check     func(g Gomega, rep *dhcp.Reply)
-	}{
-		{name: "unknown MAC is ignored", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+// pxe marks a request as a PXE client's.
+var pxe = dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001"))
+
+func arch(a iana.Arch) dhcpv4.Modifier { return dhcpv4.WithOption(dhcpv4.OptClientArch(a)) }
+
+// responderCases are what the Responder answers to which request.
+var responderCases = []struct {
+	name      string
+	proxy     bool
+	proxyPort bool
+	req       func(t *testing.T) *dhcpv4.DHCPv4
+	outcome   dhcp.Outcome
+	check     func(g Gomega, rep *dhcp.Reply)
+}{
+	{name: "unknown MAC is ignored", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, unknownMAC, pxe)
+	},
+		outcome: dhcp.OutcomeUnknownMAC},
+	{name: "discover gets the reservation, broadcast", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, knownMAC)
+	},
+		outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
+			g.Expect(rep.Packet.YourIPAddr.String()).To(Equal("192.0.2.50"))
+			g.Expect(rep.To.String()).To(Equal("255.255.255.255:68"))
+			g.Expect(rep.Packet.BootFileName).To(BeEmpty())
+		}},
+	{name: "relayed discover goes back to the relay with the host's own subnet",
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
 			t.Helper()
-			return discover(t, unknownMAC, pxe)
-		},
-			outcome: dhcp.OutcomeUnknownMAC},
-		{name: "discover gets the reservation, broadcast", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+			d := discover(t, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}, pxe, arch(iana.EFI_X86_64))
+			d.GatewayIPAddr = net.IPv4(198, 51, 100, 1)
+			d.HopCount = 1
+			return d
+		}, outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
+			g.Expect(rep.To.String()).To(Equal("198.51.100.1:67"))
+			g.Expect(rep.Packet.GatewayIPAddr.String()).To(Equal("198.51.100.1"))
+			g.Expect(rep.Packet.SubnetMask().String()).To(Equal("ffffffc0"))
+			g.Expect(rep.Packet.Router()[0].String()).To(Equal("198.51.100.1"))
+			g.Expect(rep.Packet.BootFileName).To(Equal("ipxe.efi"))
+		}},
+	{name: "request for another address is NAKed", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		d := discover(t, knownMAC)
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithTransactionID(d.TransactionID), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(192, 0, 2, 99))))
+		return r
+	}, outcome: dhcp.OutcomeNak},
+	{name: "request for another server is ignored", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(192, 0, 2, 77))))
+		return r
+	}, outcome: dhcp.OutcomeNotForUs},
+	{name: "renewing client is answered by unicast", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithClientIP(net.IPv4(192, 0, 2, 50)))
+		return r
+	}, outcome: dhcp.OutcomeAck, check: func(g Gomega, rep *dhcp.Reply) {
+		g.Expect(rep.To.String()).To(Equal("192.0.2.50:68"))
+	}},
+	{name: "release gets no reply", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease))
+		return r
+	}, outcome: dhcp.OutcomeNoReply},
+	{name: "proxyDHCP ignores non-PXE clients", proxy: true,
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
 			t.Helper()
 			return discover(t, knownMAC)
+		}, outcome: dhcp.OutcomeNotPXE},
+	{name: "proxyDHCP offers boot options without an address", proxy: true,
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
+			t.Helper()
+			return discover(t, knownMAC, pxe, arch(iana.INTEL_X86PC))
 		},
-			outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
-				g.Expect(rep.Packet.YourIPAddr.String()).To(Equal("192.0.2.50"))
-				g.Expect(rep.To.String()).To(Equal("255.255.255.255:68"))
-				g.Expect(rep.Packet.BootFileName).To(BeEmpty())
-			}},
-		{name: "relayed discover goes back to the relay with the host's own subnet",
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				t.Helper()
-
-				d := discover(t, net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}, pxe, arch(iana.EFI_X86_64))
-				d.GatewayIPAddr = net.IPv4(198, 51, 100, 1)
-				d.HopCount = 1
-				return d
-			}, outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
-				g.Expect(rep.To.String()).To(Equal("198.51.100.1:67"))
-				g.Expect(rep.Packet.GatewayIPAddr.String()).To(Equal("198.51.100.1"))
-				g.Expect(rep.Packet.SubnetMask().String()).To(Equal("ffffffc0"))
-				g.Expect(rep.Packet.Router()[0].String()).To(Equal("198.51.100.1"))
-				g.Expect(rep.Packet.BootFileName).To(Equal("ipxe.efi"))
-			}},
-		{name: "request for another address is NAKed", req: func(t *testing.T) *dhcpv4.DHCPv4 {
-			t.Helper()
-
-			d := discover(t, knownMAC)
-			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
-				dhcpv4.WithTransactionID(d.TransactionID), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(192, 0, 2, 99))))
-			return r
-		}, outcome: dhcp.OutcomeNak},
-		{name: "request for another server is ignored", req: func(t *testing.T) *dhcpv4.DHCPv4 {
-			t.Helper()
-
-			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
-				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(192, 0, 2, 77))))
-			return r
-		}, outcome: dhcp.OutcomeNotForUs},
-		{name: "renewing client is answered by unicast", req: func(t *testing.T) *dhcpv4.DHCPv4 {
-			t.Helper()
-
-			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
-				dhcpv4.WithClientIP(net.IPv4(192, 0, 2, 50)))
-			return r
-		}, outcome: dhcp.OutcomeAck, check: func(g Gomega, rep *dhcp.Reply) {
-			g.Expect(rep.To.String()).To(Equal("192.0.2.50:68"))
+		outcome: dhcp.OutcomeProxyOffer, check: func(g Gomega, rep *dhcp.Reply) {
+			g.Expect(rep.Packet.YourIPAddr.IsUnspecified()).To(BeTrue())
+			g.Expect(rep.Packet.BootFileName).To(Equal("undionly.kpxe"))
+			g.Expect(rep.Packet.ClassIdentifier()).To(Equal("PXEClient"))
+			g.Expect(rep.Packet.Options.Get(dhcpv4.OptionVendorSpecificInformation)).To(Equal([]byte{6, 1, 8, 255}))
+			g.Expect(rep.Packet.IPAddressLeaseTime(0)).To(BeZero())
 		}},
-		{name: "release gets no reply", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+	{name: "proxyDHCP boot request on 4011 is answered to the sender", proxy: true, proxyPort: true,
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
 			t.Helper()
-
-			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease))
+			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), pxe,
+				dhcpv4.WithClientIP(net.IPv4(203, 0, 113, 9)), dhcpv4.WithUserClass("iPXE", false))
 			return r
-		}, outcome: dhcp.OutcomeNoReply},
-		{name: "proxyDHCP ignores non-PXE clients", proxy: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				t.Helper()
-				return discover(t, knownMAC)
-			}, outcome: dhcp.OutcomeNotPXE},
-		{name: "proxyDHCP offers boot options without an address", proxy: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				t.Helper()
-				return discover(t, knownMAC, pxe, arch(iana.INTEL_X86PC))
-			},
-			outcome: dhcp.OutcomeProxyOffer, check: func(g Gomega, rep *dhcp.Reply) {
-				g.Expect(rep.Packet.YourIPAddr.IsUnspecified()).To(BeTrue())
-				g.Expect(rep.Packet.BootFileName).To(Equal("undionly.kpxe"))
-				g.Expect(rep.Packet.ClassIdentifier()).To(Equal("PXEClient"))
-				g.Expect(rep.Packet.Options.Get(dhcpv4.OptionVendorSpecificInformation)).To(Equal([]byte{6, 1, 8, 255}))
-				g.Expect(rep.Packet.IPAddressLeaseTime(0)).To(BeZero())
-			}},
-		{name: "proxyDHCP boot request on 4011 is answered to the sender", proxy: true, proxyPort: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				t.Helper()
-
-				r, _ := dhcpv4.New(dhcpv4.WithHwAddr(knownMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), pxe,
-					dhcpv4.WithClientIP(net.IPv4(203, 0, 113, 9)), dhcpv4.WithUserClass("iPXE", false))
-				return r
-			}, outcome: dhcp.OutcomeProxyAck, check: func(g Gomega, rep *dhcp.Reply) {
-				g.Expect(rep.To.String()).To(Equal("203.0.113.9:4011"))
-				g.Expect(rep.Packet.BootFileNameOption()).To(Equal("http://192.0.2.1:8080/ipxe/52:54:00:12:34:56"))
-			}},
-		{name: "option 175 alone identifies iPXE", req: func(t *testing.T) *dhcpv4.DHCPv4 {
-			t.Helper()
-
-			return discover(t, knownMAC, dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(175), []byte{19, 1, 1}))
-		}, outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
-			g.Expect(rep.Packet.BootFileName).To(Equal("http://192.0.2.1:8080/ipxe/52:54:00:12:34:56"))
-			g.Expect(rep.Packet.Options.Get(dhcpv4.GenericOptionCode(175))).To(Equal([]byte{176, 1, 1}))
+		}, outcome: dhcp.OutcomeProxyAck, check: func(g Gomega, rep *dhcp.Reply) {
+			g.Expect(rep.To.String()).To(Equal("203.0.113.9:4011"))
+			g.Expect(rep.Packet.BootFileNameOption()).To(Equal("http://192.0.2.1:8080/ipxe/52:54:00:12:34:56"))
 		}},
-	}
+	{name: "option 175 alone identifies iPXE", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, knownMAC, dhcpv4.WithGeneric(dhcpv4.GenericOptionCode(175), []byte{19, 1, 1}))
+	}, outcome: dhcp.OutcomeOffer, check: func(g Gomega, rep *dhcp.Reply) {
+		g.Expect(rep.Packet.BootFileName).To(Equal("http://192.0.2.1:8080/ipxe/52:54:00:12:34:56"))
+		g.Expect(rep.Packet.Options.Get(dhcpv4.GenericOptionCode(175))).To(Equal([]byte{176, 1, 1}))
+	}},
+}
+
+func TestResponder(t *testing.T) {
+	cases := responderCases
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -167,6 +167,7 @@ type pxeHosts struct {
 }
 
 func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
+	t.Helper()
 	p := &pxeHosts{t: t, lab: lab, macs: map[string]string{}, tpms: map[string]*swtpm.TPM{},
 		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{}}
 	t.Cleanup(p.wg.Wait)

@@ -36,19 +36,24 @@ func TestMain(m *testing.M) {
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane { return wl.Get(t) }
+func workload(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	return wl.Get(t)
+}
 
 func testOptions() setup.Options {
 	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
 }
 
 func startProvider(t testing.TB, o setup.Options) *harness.Provider {
+	t.Helper()
 	return startProviderWithConfig(t, env.Config, o)
 }
 
 // startProviderWithConfig starts the provider's reconcilers in a manager of their own, with its own
 // rest config (e.g. one that counts requests).
 func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
+	t.Helper()
 	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
 }
 
@@ -56,6 +61,7 @@ func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *h
 // infrastructure is provisioned by a provider run just for that, so tests that start and stop providers
 // themselves begin with a ready Cluster.
 func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
+	t.Helper()
 	p := startProvider(t, testOptions())
 	defer p.Stop()
 	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
@@ -72,6 +78,7 @@ func registerHosts(g Gomega, ns string, specs ...hostSpec) {
 
 // simulateHostController starts the host controller simulator for namespace ns until the test ends.
 func simulateHostController(t testing.TB, ns string) *bmhsim.Simulator {
+	t.Helper()
 	return bmhsim.Start(t, env.Client, env.GetAPIReader(), ns)
 }
 

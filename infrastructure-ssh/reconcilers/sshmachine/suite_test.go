@@ -38,7 +38,10 @@ func TestMain(m *testing.M) {
 }
 
 // workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane { return wl.Get(t) }
+func workload(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	return wl.Get(t)
+}
 
 func testOptions() setup.Options {
 	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,
@@ -47,16 +50,19 @@ func testOptions() setup.Options {
 
 // startProvider starts the provider's reconcilers in a manager of their own.
 func startProvider(t testing.TB, o setup.Options) *harness.Provider {
+	t.Helper()
 	return startProviderWithConfig(t, env.Config, o)
 }
 
 // startProviderWithConfig starts the provider with its own rest config (e.g. counting requests).
 func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
+	t.Helper()
 	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
 }
 
 // newCluster creates a Cluster on a YonderSSHCluster whose control plane is the workload apiserver.
 func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
+	t.Helper()
 	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
 		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
 }

@@ -119,41 +119,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 	roots, intermediates := swtpmRoots(t)
 	e := newEnv(t, attest.Config{PCRs: []int{0, 1, 2, 3, 4, 5, 6, 7, 14}, EKRoots: roots, EKIntermediates: intermediates})
 
-	t.Run("first boot enrols the TPM and releases the data exactly once", func(t *testing.T) {
-		g := NewWithT(t)
-		ticket := e.svc.IssueTicket(host)
-		ch, err := e.client.Start(ctx, ticket, tpmA.keys)
-		g.Expect(err).NotTo(HaveOccurred())
-		ans, err := wire.Answer(tpmA.keys, ch)
-		g.Expect(err).NotTo(HaveOccurred())
-		token, err := e.client.Verify(ctx, ans)
-		g.Expect(err).NotTo(HaveOccurred())
-		enr, err := e.store.Enrolment(ctx, host)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(enr).NotTo(BeNil())
-		g.Expect(enr.EKPublic).To(Equal(tpm2.Marshal(tpmA.keys.EK.Public)))
-		g.Expect(enr.EKCertificate).To(Equal(tpmA.keys.EKCertificate))
-		g.Expect(enr.PCRs).To(HaveLen(9))
-
-		envl, err := e.client.Fetch(ctx, token)
-		g.Expect(err).NotTo(HaveOccurred())
-		data, err := tpmA.keys.Open(envl)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(string(data)).To(ContainSubstring("join token"))
-		g.Expect(string(envl.Ciphertext)).NotTo(ContainSubstring("join token"))
-
-		_, err = e.client.Fetch(ctx, token)
-		g.Expect(refusal(err)).To(Equal(wire.ReasonAlreadyReleased), "second fetch of the data")
-		g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(410))
-
-		_, err = e.client.Start(ctx, ticket, tpmA.keys)
-		g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownTicket), "the boot ticket is single-use")
-		reasons := []string{}
-		for _, r := range e.store.Results(host) {
-			reasons = append(reasons, r.Reason)
-		}
-		g.Expect(reasons).To(Equal([]string{attest.ReasonEnrolled, attest.ReasonReleased, wire.ReasonAlreadyReleased}))
-	})
+	t.Run("first boot enrols the TPM and releases the data exactly once", func(t *testing.T) { firstBootEnrols(ctx, t, e, tpmA) })
 
 	t.Run("a later boot of the same TPM attests against the enrolment", func(t *testing.T) {
 		g := NewWithT(t)
@@ -163,31 +129,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 		g.Expect(testutil.ToFloat64(e.metrics.Results.WithLabelValues(attest.ReasonAttested))).To(Equal(1.0))
 	})
 
-	t.Run("replayed nonce", func(t *testing.T) {
-		g := NewWithT(t)
-		ticket := e.svc.IssueTicket(host)
-		ch1, err := e.client.Start(ctx, ticket, tpmA.keys)
-		g.Expect(err).NotTo(HaveOccurred())
-		old, err := wire.Answer(tpmA.keys, ch1)
-		g.Expect(err).NotTo(HaveOccurred())
-		_, err = e.client.Verify(ctx, old)
-		g.Expect(err).NotTo(HaveOccurred())
-
-		// An attacker who recorded that exchange replays its quote in a new session (with a new ticket).
-		ch2, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
-		g.Expect(err).NotTo(HaveOccurred())
-		fresh, err := wire.Answer(tpmA.keys, ch2)
-		g.Expect(err).NotTo(HaveOccurred())
-		replay := *old
-		replay.Session, replay.Secret = ch2.Session, fresh.Secret
-		_, err = e.client.Verify(ctx, &replay)
-		g.Expect(refusal(err)).To(Equal(wire.ReasonNonceReplayed))
-		g.Expect(e.store.LastReason(host)).To(Equal(wire.ReasonNonceReplayed))
-
-		// The same answer submitted twice: the session is gone after its first answer.
-		_, err = e.client.Verify(ctx, old)
-		g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownSession))
-	})
+	t.Run("replayed nonce", func(t *testing.T) { replayedNonceRefused(ctx, t, e, tpmA) })
 
 	t.Run("different TPM", func(t *testing.T) {
 		g := NewWithT(t)
@@ -217,6 +159,72 @@ func TestAttestationWithSwtpm(t *testing.T) {
 		_, err := other.client.Attest(ctx, other.svc.IssueTicket(host), tpmA.keys)
 		g.Expect(refusal(err)).To(Equal(wire.ReasonEKCertificateUntrusted))
 	})
+}
+
+// firstBootEnrols attests a TPM that is not enrolled yet: it is enrolled, the data is released once, the ticket is spent.
+func firstBootEnrols(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
+	t.Helper()
+	g := NewWithT(t)
+	ticket := e.svc.IssueTicket(host)
+	ch, err := e.client.Start(ctx, ticket, tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	ans, err := wire.Answer(tpmA.keys, ch)
+	g.Expect(err).NotTo(HaveOccurred())
+	token, err := e.client.Verify(ctx, ans)
+	g.Expect(err).NotTo(HaveOccurred())
+	enr, err := e.store.Enrolment(ctx, host)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enr).NotTo(BeNil())
+	g.Expect(enr.EKPublic).To(Equal(tpm2.Marshal(tpmA.keys.EK.Public)))
+	g.Expect(enr.EKCertificate).To(Equal(tpmA.keys.EKCertificate))
+	g.Expect(enr.PCRs).To(HaveLen(9))
+
+	envl, err := e.client.Fetch(ctx, token)
+	g.Expect(err).NotTo(HaveOccurred())
+	data, err := tpmA.keys.Open(envl)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(string(envl.Ciphertext)).NotTo(ContainSubstring("join token"))
+
+	_, err = e.client.Fetch(ctx, token)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonAlreadyReleased), "second fetch of the data")
+	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(410))
+
+	_, err = e.client.Start(ctx, ticket, tpmA.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownTicket), "the boot ticket is single-use")
+	reasons := []string{}
+	for _, r := range e.store.Results(host) {
+		reasons = append(reasons, r.Reason)
+	}
+	g.Expect(reasons).To(Equal([]string{attest.ReasonEnrolled, attest.ReasonReleased, wire.ReasonAlreadyReleased}))
+}
+
+// replayedNonceRefused replays a recorded quote in a new session and an answer twice: both are refused.
+func replayedNonceRefused(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
+	t.Helper()
+	g := NewWithT(t)
+	ticket := e.svc.IssueTicket(host)
+	ch1, err := e.client.Start(ctx, ticket, tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	old, err := wire.Answer(tpmA.keys, ch1)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.client.Verify(ctx, old)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// An attacker who recorded that exchange replays its quote in a new session (with a new ticket).
+	ch2, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	fresh, err := wire.Answer(tpmA.keys, ch2)
+	g.Expect(err).NotTo(HaveOccurred())
+	replay := *old
+	replay.Session, replay.Secret = ch2.Session, fresh.Secret
+	_, err = e.client.Verify(ctx, &replay)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonNonceReplayed))
+	g.Expect(e.store.LastReason(host)).To(Equal(wire.ReasonNonceReplayed))
+
+	// The same answer submitted twice: the session is gone after its first answer.
+	_, err = e.client.Verify(ctx, old)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownSession))
 }
 
 // TestRacingFirstBootsOnOneTicket: two TPMs start sessions with the same ticket before the host is enrolled;

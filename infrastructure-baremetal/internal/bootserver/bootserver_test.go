@@ -61,7 +61,6 @@ func TestBootServerWithCurl(t *testing.T) {
 		out, err := exec.Command("nsenter", append([]string{"--net=" + client.NamespacePath, "curl", "-sS"}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	sum := sha256.Sum256(kernel)
 
 	t.Run("per-host iPXE script with a fresh one-time ticket", func(t *testing.T) {
 		g := NewWithT(t)
@@ -81,6 +80,25 @@ func TestBootServerWithCurl(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(out).To(Equal("404"))
 	})
+	checkArtifacts(t, curl, base, kernel)
+	t.Run("attestation API is mounted and refuses with a reason", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := curl("-X", "POST", "-d", `{"ticket":"nope","ekPublic":"AA==","akPublic":"AA=="}`, base+"/attestation/v1/start")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"UnknownTicket"`))
+		out, err = curl(base + "/bootstrap/v1/some-token")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"UnknownReleaseToken"`))
+	})
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(metrics.Bytes.WithLabelValues("artifacts"))).To(BeNumerically(">=", len(kernel)))
+}
+
+// checkArtifacts downloads the kernel artifact as firmware and curl do: whole with its sha256 headers,
+// by range and resumed; and tries to get out of the artifacts directory.
+func checkArtifacts(t *testing.T, curl func(args ...string) (string, error), base string, kernel []byte) {
+	t.Helper()
+	sum := sha256.Sum256(kernel)
 	t.Run("artifact with sha256 headers", func(t *testing.T) {
 		g := NewWithT(t)
 		dst := filepath.Join(t.TempDir(), "k")
@@ -120,15 +138,4 @@ func TestBootServerWithCurl(t *testing.T) {
 			g.Expect(out).To(Or(HaveSuffix("404"), HaveSuffix("400")), p)
 		}
 	})
-	t.Run("attestation API is mounted and refuses with a reason", func(t *testing.T) {
-		g := NewWithT(t)
-		out, err := curl("-X", "POST", "-d", `{"ticket":"nope","ekPublic":"AA==","akPublic":"AA=="}`, base+"/attestation/v1/start")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(out).To(ContainSubstring(`"reason":"UnknownTicket"`))
-		out, err = curl(base + "/bootstrap/v1/some-token")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(out).To(ContainSubstring(`"reason":"UnknownReleaseToken"`))
-	})
-	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
-	g.Expect(testutil.ToFloat64(metrics.Bytes.WithLabelValues("artifacts"))).To(BeNumerically(">=", len(kernel)))
 }

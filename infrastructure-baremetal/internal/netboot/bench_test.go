@@ -134,55 +134,9 @@ func BenchmarkArtifactTransfers(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	tsrv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tconn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = tsrv.Serve(ctx, tconn) }()
-	bs, err := bootserver.New(bootserver.Config{BaseURL: "http://127.0.0.1", ArtifactsDir: dir, Lookup: inventory.NewStatic()}, logr.Discard(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	hln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	hsrv := &http.Server{Handler: bs.Handler()}
-	go func() { _ = hsrv.Serve(hln) }()
-	defer func() { _ = hsrv.Close() }()
+	tftpAddr, httpAddr := artifactServers(b, dir)
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-
-	parallel := func(f func(i int) (int64, error)) (float64, error) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var total int64
-		var firstErr error
-		start := time.Now()
-		for i := range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := f(i)
-				mu.Lock()
-				defer mu.Unlock()
-				total += n
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-			}()
-		}
-		wg.Wait()
-		if firstErr == nil && total != int64(clients)*int64(size) {
-			firstErr = fmt.Errorf("moved %d bytes, want %d", total, int64(clients)*int64(size))
-		}
-		return float64(total) / time.Since(start).Seconds() / (1 << 20), firstErr
-	}
+	parallel := func(f func(i int) (int64, error)) (float64, error) { return transferRate(clients, size, f) }
 	copyDir := b.TempDir()
 	var base, tftpRate, httpRate float64
 	b.ResetTimer()
@@ -206,7 +160,7 @@ func BenchmarkArtifactTransfers(b *testing.B) {
 		}
 		base += r
 		r, err = parallel(func(int) (int64, error) {
-			c, err := tftplib.NewClient(tconn.LocalAddr().String())
+			c, err := tftplib.NewClient(tftpAddr)
 			if err != nil {
 				return 0, err
 			}
@@ -223,7 +177,7 @@ func BenchmarkArtifactTransfers(b *testing.B) {
 		}
 		tftpRate += r
 		r, err = parallel(func(int) (int64, error) {
-			rsp, err := httpClient.Get("http://" + hln.Addr().String() + "/artifacts/artifact.img")
+			rsp, err := httpClient.Get("http://" + httpAddr + "/artifacts/artifact.img")
 			if err != nil {
 				return 0, err
 			}
@@ -242,4 +196,62 @@ func BenchmarkArtifactTransfers(b *testing.B) {
 	b.ReportMetric(httpRate/n, "http-MiB/s")
 	b.ReportMetric(tftpRate/base, "tftp/copy")
 	b.ReportMetric(httpRate/base, "http/copy")
+}
+
+// artifactServers serves dir over TFTP and HTTP on loopback until the benchmark ends; it returns their
+// addresses.
+func artifactServers(b *testing.B, dir string) (tftpAddr, httpAddr string) {
+	b.Helper()
+	tsrv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tconn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go func() { _ = tsrv.Serve(ctx, tconn) }()
+	bs, err := bootserver.New(bootserver.Config{BaseURL: "http://127.0.0.1", ArtifactsDir: dir, Lookup: inventory.NewStatic()}, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hsrv := &http.Server{Handler: bs.Handler()}
+	go func() { _ = hsrv.Serve(hln) }()
+	b.Cleanup(func() { _ = hsrv.Close() })
+
+	return tconn.LocalAddr().String(), hln.Addr().String()
+}
+
+// transferRate runs f for each of clients concurrent transfers of size bytes and returns the aggregate
+// rate in MiB/s.
+func transferRate(clients, size int, f func(i int) (int64, error)) (float64, error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var total int64
+	var firstErr error
+	start := time.Now()
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := f(i)
+			mu.Lock()
+			defer mu.Unlock()
+			total += n
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil && total != int64(clients)*int64(size) {
+		firstErr = fmt.Errorf("moved %d bytes, want %d", total, int64(clients)*int64(size))
+	}
+	return float64(total) / time.Since(start).Seconds() / (1 << 20), firstErr
 }

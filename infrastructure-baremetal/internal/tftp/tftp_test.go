@@ -70,30 +70,7 @@ func TestRealTFTPClients(t *testing.T) {
 		c.Dir = out
 		return c
 	}
-	cases := []struct {
-		name string
-		cmd  func(dst string) *exec.Cmd
-		size int
-	}{
-		{name: "busybox tftp, default 512-byte blocks", size: len(payload),
-			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", "undionly.kpxe", "-l", dst, gw) }},
-		{name: "busybox tftp, blksize 1428", size: len(payload),
-			cmd: func(dst string) *exec.Cmd {
-				return inNS("busybox", "tftp", "-b", "1428", "-g", "-r", "/undionly.kpxe", "-l", dst, gw)
-			}},
-		{name: "tftp-hpa with tsize and blksize", size: len(payload),
-			cmd: func(dst string) *exec.Cmd {
-				c := inNS("tftp", "-v", gw)
-				c.Stdin = strings.NewReader("binary\ntsize\nblksize 1468\nget undionly.kpxe " + dst + "\nquit\n")
-				return c
-			}},
-		{name: "curl tftp:// (sends tsize + blksize)", size: len(payload),
-			cmd: func(dst string) *exec.Cmd {
-				return inNS("curl", "-sS", "--fail", "--tftp-blksize", "1024", "-o", dst, "tftp://"+gw+"/undionly.kpxe")
-			}},
-		{name: "backslash path from firmware", size: 4096,
-			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", `efi\ipxe.efi`, "-l", dst, gw) }},
-	}
+	cases := tftpClients(inNS, gw, len(payload))
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -111,27 +88,72 @@ func TestRealTFTPClients(t *testing.T) {
 		})
 	}
 
-	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) {
-		g := NewWithT(t)
-		// Unconnected: the OACK comes from the transfer's own port, not port 69.
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr.IP})
-		g.Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = c.Close() }()
-		_, err = c.WriteToUDP([]byte("\x00\x01undionly.kpxe\x00octet\x00tsize\x000\x00blksize\x001456\x00"), addr)
-		g.Expect(err).NotTo(HaveOccurred())
-		buf := make([]byte, 1500)
-		g.Expect(c.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
-		n, from, err := c.ReadFromUDP(buf)
-		g.Expect(err).NotTo(HaveOccurred())
-		oack := string(buf[:n])
-		g.Expect(oack).To(HavePrefix("\x00\x06"))
-		g.Expect(oack).To(ContainSubstring(fmt.Sprintf("tsize\x00%d\x00", len(payload))))
-		g.Expect(oack).To(ContainSubstring("blksize\x001456\x00"))
-		// Abort with error 8 (option negotiation), as OVMF does after its size probe.
-		_, err = c.WriteToUDP([]byte("\x00\x05\x00\x08\x00"), from)
-		g.Expect(err).NotTo(HaveOccurred())
-	})
+	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) { checkSizeProbe(t, addr, len(payload)) })
+	checkRefusals(t, inNS, gw, out, dir)
+	g := NewWithT(t)
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 5))
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("refused"))).To(BeNumerically(">=", 3))
+}
 
+// tftpClient is a real TFTP client's download of a file of size bytes to dst.
+type tftpClient struct {
+	name string
+	cmd  func(dst string) *exec.Cmd
+	size int
+}
+
+// tftpClients are the clients a boot network meets: busybox (default and large blocks), tftp-hpa with
+// tsize and blksize, curl, and firmware's backslash paths; inNS runs a command in the client's namespace.
+func tftpClients(inNS func(args ...string) *exec.Cmd, gw string, size int) []tftpClient {
+	return []tftpClient{
+		{name: "busybox tftp, default 512-byte blocks", size: size,
+			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", "undionly.kpxe", "-l", dst, gw) }},
+		{name: "busybox tftp, blksize 1428", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("busybox", "tftp", "-b", "1428", "-g", "-r", "/undionly.kpxe", "-l", dst, gw)
+			}},
+		{name: "tftp-hpa with tsize and blksize", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				c := inNS("tftp", "-v", gw)
+				c.Stdin = strings.NewReader("binary\ntsize\nblksize 1468\nget undionly.kpxe " + dst + "\nquit\n")
+				return c
+			}},
+		{name: "curl tftp:// (sends tsize + blksize)", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("curl", "-sS", "--fail", "--tftp-blksize", "1024", "-o", dst, "tftp://"+gw+"/undionly.kpxe")
+			}},
+		{name: "backslash path from firmware", size: 4096,
+			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", `efi\ipxe.efi`, "-l", dst, gw) }},
+	}
+}
+
+// checkSizeProbe sends UEFI firmware's size probe (tsize, blksize) and aborts it as OVMF does.
+func checkSizeProbe(t *testing.T, addr *net.UDPAddr, size int) {
+	t.Helper()
+	g := NewWithT(t)
+	// Unconnected: the OACK comes from the transfer's own port, not port 69.
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: addr.IP})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = c.Close() }()
+	_, err = c.WriteToUDP([]byte("\x00\x01undionly.kpxe\x00octet\x00tsize\x000\x00blksize\x001456\x00"), addr)
+	g.Expect(err).NotTo(HaveOccurred())
+	buf := make([]byte, 1500)
+	g.Expect(c.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
+	n, from, err := c.ReadFromUDP(buf)
+	g.Expect(err).NotTo(HaveOccurred())
+	oack := string(buf[:n])
+	g.Expect(oack).To(HavePrefix("\x00\x06"))
+	g.Expect(oack).To(ContainSubstring(fmt.Sprintf("tsize\x00%d\x00", size)))
+	g.Expect(oack).To(ContainSubstring("blksize\x001456\x00"))
+	// Abort with error 8 (option negotiation), as OVMF does after its size probe.
+	_, err = c.WriteToUDP([]byte("\x00\x05\x00\x08\x00"), from)
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// checkRefusals asserts that paths outside the root, symlinks out of it, directories and missing files
+// are refused, and so are writes.
+func checkRefusals(t *testing.T, inNS func(args ...string) *exec.Cmd, gw, out, dir string) {
+	t.Helper()
 	for _, name := range []string{"../../../../etc/passwd", "/../etc/passwd", "..\\..\\etc\\passwd", "escape", "efi", "missing"} {
 		t.Run("refuses "+name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -152,9 +174,6 @@ func TestRealTFTPClients(t *testing.T) {
 		g.Expect(err).To(HaveOccurred(), string(b))
 		g.Expect(filepath.Join(dir, "uploaded")).NotTo(BeAnExistingFile())
 	})
-	g := NewWithT(t)
-	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 5))
-	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("refused"))).To(BeNumerically(">=", 3))
 }
 
 func TestCleanPath(t *testing.T) {

@@ -85,21 +85,7 @@ func TestEmulator(t *testing.T) {
 			g.Expect(inv.Disks[0].WWN).To(Equal("0x5000000000000001"))
 			g.Expect(inv.GPUs).To(Equal([]redfish.GPU{{Name: "GPU0", Vendor: "NVIDIA", Model: "H100"}}))
 
-			sys, err := c.System(ctx)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(sys.PoweredOn).To(BeFalse())
-			g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
-			sys, err = c.System(ctx)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(sys.BootOverride).To(Equal("Pxe"))
-			pxeBefore := sim.State("node-1").PXEBoots
-			g.Expect(c.Power(ctx, redfish.PowerCycle)).To(Succeed())
-			st := sim.State("node-1")
-			g.Expect(st.PoweredOn).To(BeTrue())
-			g.Expect(st.PXEBoots).To(Equal(pxeBefore + 1))
-			g.Expect(st.Override).To(BeEmpty(), "a one-time override is consumed by the boot")
-			g.Expect(c.Power(ctx, redfish.PowerOff)).To(Succeed())
-			g.Expect(sim.State("node-1").PoweredOn).To(BeFalse())
+			checkOneTimePXEBoot(ctx, g, c, sim)
 			c.Close()
 			g.Expect(sim.Sessions()).To(BeZero(), "Close logs the session out")
 		})
@@ -140,6 +126,26 @@ func TestEmulator(t *testing.T) {
 		_, err = c.System(ctx)
 		g.Expect(err).To(MatchError(ContainSubstring("has 2 systems")))
 	})
+}
+
+// checkOneTimePXEBoot arms the one-time PXE override, cycles the power (the emulator counts a PXE boot
+// and consumes the override) and powers off.
+func checkOneTimePXEBoot(ctx context.Context, g *WithT, c redfish.Client, sim *redfishsim.Server) {
+	sys, err := c.System(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sys.PoweredOn).To(BeFalse())
+	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
+	sys, err = c.System(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sys.BootOverride).To(Equal("Pxe"))
+	pxeBefore := sim.State("node-1").PXEBoots
+	g.Expect(c.Power(ctx, redfish.PowerCycle)).To(Succeed())
+	st := sim.State("node-1")
+	g.Expect(st.PoweredOn).To(BeTrue())
+	g.Expect(st.PXEBoots).To(Equal(pxeBefore + 1))
+	g.Expect(st.Override).To(BeEmpty(), "a one-time override is consumed by the boot")
+	g.Expect(c.Power(ctx, redfish.PowerOff)).To(Succeed())
+	g.Expect(sim.State("node-1").PoweredOn).To(BeFalse())
 }
 
 // mockup serves DMTF's public-rackmount1 documents read-only; sessions, PATCH and actions are answered

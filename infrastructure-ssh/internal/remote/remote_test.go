@@ -27,12 +27,7 @@ func target(h *sshhosts.Host) sshexec.Target {
 func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	n := labnet.NewForTest(t)
-	keyPEM, _, err := sshhosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := sshhosts.Start(ctx, n, "rm", 2, keyPEM)
-	g.Expect(err).NotTo(HaveOccurred())
-
+	hs, _ := sshhosts.StartForTest(t, "rm", 2)
 	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = e.Close() }()
@@ -83,10 +78,16 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g.Expect(s).To(Equal(remote.RunState{}))
 	g.Expect(remote.Cleanup(ctx, e, "run-1", []string{"false"})).To(MatchError(ContainSubstring("cleanup command failed")))
 
+	checkConnectionErrors(ctx, g, hs)
+}
+
+// checkConnectionErrors asserts that the connection errors a controller must tell apart are typed (host
+// key mismatch, refused key, nobody listening, no key to trust) and that a bastion reaches a host.
+func checkConnectionErrors(ctx context.Context, g *WithT, hs []*sshhosts.Host) {
 	// Host key mismatch: host 0 pinned with host 1's key.
 	bad := target(hs[0])
 	bad.HostKey = hs[1].HostKey
-	_, err = sshexec.SSHDialer{}.Dial(ctx, bad)
+	_, err := sshexec.SSHDialer{}.Dial(ctx, bad)
 	var mm *sshexec.HostKeyMismatchError
 	g.Expect(err).To(BeAssignableToTypeOf(mm))
 	// Refused key.

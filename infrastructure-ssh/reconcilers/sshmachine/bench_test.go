@@ -20,8 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-
 	"github.com/yonder-dev/yonder/pkg/manager"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
@@ -105,11 +103,15 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 func benchOnce(b *testing.B, count int) (usage, usage) {
 	b.Helper()
 	g := NewWithT(b)
-	ctx := context.Background()
 	keyPEM, signer, err := sshhosts.NewClientKey()
 	g.Expect(err).NotTo(HaveOccurred())
+	return benchBaseline(b, g, count, signer), benchProvider(b, g, count, keyPEM, signer)
+}
 
-	// Baseline: drive the bootstrap directly.
+// benchBaseline bootstraps count fresh simulated hosts directly, on 10 workers.
+func benchBaseline(b *testing.B, g *WithT, count int, signer ssh.Signer) usage {
+	b.Helper()
+	ctx := context.Background()
 	simB, err := sshsim.Start(count, signer.PublicKey(), b.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = simB.Close() }()
@@ -135,8 +137,14 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 		wg.Wait()
 	})
 	base.execs = simB.Execs
+	return base
+}
 
-	// The provider, with the real CAPI controllers.
+// benchProvider provisions a MachineDeployment of count on count fresh simulated hosts with the provider
+// and the real CAPI controllers.
+func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.Signer) usage {
+	b.Helper()
+	ctx := context.Background()
 	simP, err := sshsim.Start(count, signer.PublicKey(), b.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = simP.Close() }()
@@ -162,28 +170,11 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 			g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseAvailable))
 		}
 	}, 5*time.Minute).Should(Succeed())
-	tmpl := &infrav1.YonderSSHMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
-		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
-			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "bench"}}}}}}
-	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
-	labels := map[string]string{"pool": "bench"}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
-		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To(int32(count)),
-			Selector: metav1.LabelSelector{MatchLabels: labels},
-			Template: clusterv1.MachineTemplateSpec{
-				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
-				Spec: clusterv1.MachineSpec{ClusterName: cluster.Name, Version: "v1.36.3",
-					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data.Name)},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name}},
-			},
-		},
-	}
+	md := newMachineDeployment(g, ns, "bench", cluster, data.Name, "bench")
 	requests.Store(0)
 	execs0 := simP.Execs
 	prov := measure(func() {
-		g.Expect(env.Create(ctx, md)).To(Succeed())
+		harness.Scale(g, env, md, int32(count))
 		g.Eventually(func(g Gomega) int {
 			n := 0
 			for _, m := range sshMachines(g, ns) {
@@ -200,7 +191,7 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	// Leave nothing behind for the next iteration.
 	g.Expect(env.Delete(ctx, md)).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(sshMachines(g, ns)).To(BeEmpty()) }, 15*time.Minute, time.Second).Should(Succeed())
-	return base, prov
+	return prov
 }
 
 // bootstrapDirect is what the provider does for one host, without Kubernetes: connect, start the run,

@@ -45,19 +45,7 @@ func BenchmarkDHCPDiscoverOffer(b *testing.B) {
 	defer func() { _ = relay.Close() }()
 	port := relay.LocalAddr().(*net.UDPAddr).Port
 	srvIP := netip.MustParseAddr("127.0.0.2")
-	srv, err := dhcp.NewServer(dhcp.Config{ServerIP: srvIP, HTTPBase: "http://127.0.0.2:8080",
-		ListenAddr: netip.AddrPortFrom(srvIP, uint16(port)), RelayPort: port}, inv, logr.Discard(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ls, err := srv.Listen()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, ls) }()
-	defer func() { cancel(); <-done }()
+	serveDHCP(b, inv, srvIP, port)
 
 	packets := make([][]byte, hosts)
 	for i, mac := range macs {
@@ -70,39 +58,8 @@ func BenchmarkDHCPDiscoverOffer(b *testing.B) {
 	var elapsed time.Duration
 	b.ResetTimer()
 	for range b.N {
-		sent := make([]time.Time, hosts)
-		lat := make([]time.Duration, 0, hosts)
-		slots := make(chan struct{}, inFlight)
-		recvDone := make(chan error, 1)
-		go func() {
-			buf := make([]byte, 1500)
-			for len(lat) < hosts {
-				_ = relay.SetReadDeadline(time.Now().Add(2 * time.Second))
-				n, _, err := relay.ReadFromUDP(buf)
-				if err != nil {
-					recvDone <- fmt.Errorf("after %d offers: %w", len(lat), err)
-					return
-				}
-				i := int(buf[4])<<24 | int(buf[5])<<16 | int(buf[6])<<8 | int(buf[7]) // xid
-				if n > 240 && i < hosts {
-					lat = append(lat, time.Since(sent[i]))
-					<-slots
-				}
-			}
-			recvDone <- nil
-		}()
-		start := time.Now()
-		for i := range hosts {
-			slots <- struct{}{}
-			sent[i] = time.Now()
-			if _, err := relay.WriteToUDP(packets[i], to); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := <-recvDone; err != nil {
-			b.Fatalf("lost offers (%d in flight): %v", inFlight, err)
-		}
-		elapsed += time.Since(start)
+		lat, took := discoverAll(b, relay, to, packets, inFlight)
+		elapsed += took
 		all = append(all, lat...)
 	}
 	b.StopTimer()
@@ -110,6 +67,66 @@ func BenchmarkDHCPDiscoverOffer(b *testing.B) {
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "offers/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+}
+
+// serveDHCP runs the DHCP server for inv on srvIP:port (answering relays on port) until the benchmark
+// ends.
+func serveDHCP(b *testing.B, inv inventory.Lookup, srvIP netip.Addr, port int) {
+	b.Helper()
+	srv, err := dhcp.NewServer(dhcp.Config{ServerIP: srvIP, HTTPBase: "http://127.0.0.2:8080",
+		ListenAddr: netip.AddrPortFrom(srvIP, uint16(port)), RelayPort: port}, inv, logr.Discard(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ls, err := srv.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, ls) }()
+	b.Cleanup(func() { cancel(); <-done })
+
+}
+
+// discoverAll sends one DISCOVER per packet through relay to the server with up to inFlight outstanding
+// and returns each offer's latency and the time it all took.
+func discoverAll(b *testing.B, relay *net.UDPConn, to *net.UDPAddr, packets [][]byte, inFlight int) ([]time.Duration, time.Duration) {
+	b.Helper()
+	hosts := len(packets)
+	sent := make([]time.Time, hosts)
+	lat := make([]time.Duration, 0, hosts)
+	slots := make(chan struct{}, inFlight)
+	recvDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 1500)
+		for len(lat) < hosts {
+			_ = relay.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, _, err := relay.ReadFromUDP(buf)
+			if err != nil {
+				recvDone <- fmt.Errorf("after %d offers: %w", len(lat), err)
+				return
+			}
+			i := int(buf[4])<<24 | int(buf[5])<<16 | int(buf[6])<<8 | int(buf[7]) // xid
+			if n > 240 && i < hosts {
+				lat = append(lat, time.Since(sent[i]))
+				<-slots
+			}
+		}
+		recvDone <- nil
+	}()
+	start := time.Now()
+	for i := range hosts {
+		slots <- struct{}{}
+		sent[i] = time.Now()
+		if _, err := relay.WriteToUDP(packets[i], to); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-recvDone; err != nil {
+		b.Fatalf("lost offers (%d in flight): %v", inFlight, err)
+	}
+	return lat, time.Since(start)
 }
 
 func envInt(name string, def int) int {

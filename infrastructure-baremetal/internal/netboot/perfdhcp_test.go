@@ -70,35 +70,7 @@ func BenchmarkDHCPPerfdhcpVersusKea(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
-	macs := filepath.Join(dir, "macs.txt")
-	inv := inventory.NewStatic()
-	var macLines []string
-	var reservations []map[string]string
-	for i := range 10000 {
-		mac := net.HardwareAddr{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
-		addr := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
-		inv.Set(inventory.Host{Name: fmt.Sprintf("metal/h%d", i), MAC: mac, Address: addr, PrefixLen: 16})
-		macLines = append(macLines, mac.String())
-		reservations = append(reservations, map[string]string{"hw-address": mac.String(), "ip-address": addr.String()})
-	}
-	if err := os.WriteFile(macs, []byte(strings.Join(macLines, "\n")+"\n"), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	keaLog := filepath.Join(dir, "kea.log")
-	keaConf, _ := json.Marshal(map[string]any{"Dhcp4": map[string]any{
-		"interfaces-config":            map[string]any{"interfaces": []string{n.Bridge + "/" + keaIP}, "dhcp-socket-type": "udp"},
-		"lease-database":               map[string]any{"type": "memfile", "persist": false},
-		"valid-lifetime":               3600,
-		"host-reservation-identifiers": []string{"hw-address"},
-		"subnet4": []any{map[string]any{"id": 1, "subnet": "198.18.0.0/16", "relay": map[string]any{"ip-addresses": []string{relayIP}},
-			"reservations": reservations, "reservations-out-of-pool": true}},
-		"loggers": []any{map[string]any{"name": "kea-dhcp4", "severity": "INFO",
-			"output_options": []any{map[string]any{"output": keaLog}}}},
-	}})
-	keaConfPath := filepath.Join(dir, "kea.json")
-	if err := os.WriteFile(keaConfPath, keaConf, 0o600); err != nil {
-		b.Fatal(err)
-	}
+	macs, keaConfPath, keaLog, inv := perfdhcpInventory(b, dir, n.Bridge, keaIP, relayIP)
 
 	var ours, kea perfdhcpResult
 	b.ResetTimer()
@@ -122,26 +94,7 @@ func BenchmarkDHCPPerfdhcpVersusKea(b *testing.B) {
 		ours.avgDelayMs += r.avgDelayMs
 		ours.dropsPct += r.dropsPct
 
-		k := exec.Command("kea-dhcp4", "-c", keaConfPath)
-		k.Env = append(os.Environ(), "KEA_PIDFILE_DIR="+dir, "KEA_LOCKFILE_DIR="+dir)
-		k.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := k.Start(); err != nil {
-			b.Fatal(err)
-		}
-		stopped := false
-		b.Cleanup(func() {
-			if !stopped { // stop this kea by its pid if the benchmark failed before it did
-				_ = syscall.Kill(k.Process.Pid, syscall.SIGKILL)
-				_ = k.Wait()
-			}
-		})
-		NewWithT(b).Eventually(func() string { log, _ := os.ReadFile(keaLog); return string(log) }, 30*time.Second, 100*time.Millisecond).
-			Should(ContainSubstring("DHCP4_STARTED"), "kea-dhcp4 started")
-		r = runPerfdhcp(b, relayIP, keaIP, macs, 20000)
-		_ = syscall.Kill(k.Process.Pid, syscall.SIGTERM)
-		_ = k.Wait()
-		stopped = true
-		_ = os.Remove(keaLog)
+		r = runKea(b, dir, keaConfPath, keaLog, relayIP, keaIP, macs)
 		kea.rate += r.rate
 		kea.avgDelayMs += r.avgDelayMs
 		kea.dropsPct += r.dropsPct
@@ -155,4 +108,67 @@ func BenchmarkDHCPPerfdhcpVersusKea(b *testing.B) {
 	b.ReportMetric(kea.avgDelayMs/nf, "kea-avg-ms")
 	b.ReportMetric(ours.dropsPct/nf, "yonder-drop-%")
 	b.ReportMetric(kea.dropsPct/nf, "kea-drop-%")
+}
+
+// perfdhcpInventory writes 10,000 host reservations for our server (inv), for Kea (its configuration,
+// answering relayIP on bridge/keaIP) and for perfdhcp (one MAC a line).
+func perfdhcpInventory(b *testing.B, dir, bridge, keaIP, relayIP string) (macs, keaConfPath, keaLog string, inv *inventory.Static) {
+	b.Helper()
+	macs = filepath.Join(dir, "macs.txt")
+	inv = inventory.NewStatic()
+	var macLines []string
+	var reservations []map[string]string
+	for i := range 10000 {
+		mac := net.HardwareAddr{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
+		addr := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		inv.Set(inventory.Host{Name: fmt.Sprintf("metal/h%d", i), MAC: mac, Address: addr, PrefixLen: 16})
+		macLines = append(macLines, mac.String())
+		reservations = append(reservations, map[string]string{"hw-address": mac.String(), "ip-address": addr.String()})
+	}
+	if err := os.WriteFile(macs, []byte(strings.Join(macLines, "\n")+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	keaLog = filepath.Join(dir, "kea.log")
+	keaConf, _ := json.Marshal(map[string]any{"Dhcp4": map[string]any{
+		"interfaces-config":            map[string]any{"interfaces": []string{bridge + "/" + keaIP}, "dhcp-socket-type": "udp"},
+		"lease-database":               map[string]any{"type": "memfile", "persist": false},
+		"valid-lifetime":               3600,
+		"host-reservation-identifiers": []string{"hw-address"},
+		"subnet4": []any{map[string]any{"id": 1, "subnet": "198.18.0.0/16", "relay": map[string]any{"ip-addresses": []string{relayIP}},
+			"reservations": reservations, "reservations-out-of-pool": true}},
+		"loggers": []any{map[string]any{"name": "kea-dhcp4", "severity": "INFO",
+			"output_options": []any{map[string]any{"output": keaLog}}}},
+	}})
+	keaConfPath = filepath.Join(dir, "kea.json")
+	if err := os.WriteFile(keaConfPath, keaConf, 0o600); err != nil {
+		b.Fatal(err)
+	}
+
+	return macs, keaConfPath, keaLog, inv
+}
+
+// runKea starts kea-dhcp4 with keaConfPath, drives it with perfdhcp and stops it.
+func runKea(b *testing.B, dir, keaConfPath, keaLog, relayIP, keaIP, macs string) perfdhcpResult {
+	b.Helper()
+	k := exec.Command("kea-dhcp4", "-c", keaConfPath)
+	k.Env = append(os.Environ(), "KEA_PIDFILE_DIR="+dir, "KEA_LOCKFILE_DIR="+dir)
+	k.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := k.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stopped := false
+	b.Cleanup(func() {
+		if !stopped { // stop this kea by its pid if the benchmark failed before it did
+			_ = syscall.Kill(k.Process.Pid, syscall.SIGKILL)
+			_ = k.Wait()
+		}
+	})
+	NewWithT(b).Eventually(func() string { log, _ := os.ReadFile(keaLog); return string(log) }, 30*time.Second, 100*time.Millisecond).
+		Should(ContainSubstring("DHCP4_STARTED"), "kea-dhcp4 started")
+	r := runPerfdhcp(b, relayIP, keaIP, macs, 20000)
+	_ = syscall.Kill(k.Process.Pid, syscall.SIGTERM)
+	_ = k.Wait()
+	stopped = true
+	_ = os.Remove(keaLog)
+	return r
 }

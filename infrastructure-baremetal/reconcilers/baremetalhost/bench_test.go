@@ -47,32 +47,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 			sim.AddSystem(redfishsim.DefaultSystem(fmt.Sprintf("s%04d", j), fmt.Sprintf("52:54:01:00:%02x:%02x", j>>8, j&0xff)))
 		}
 
-		// Baseline: the Redfish calls alone.
-		addrs := make(chan string, n)
-		for j := 0; j < n; j++ {
-			addrs <- sim.Address(fmt.Sprintf("s%04d", j))
-		}
-		close(addrs)
-		reqBefore := sim.TotalRequests()
-		cpu0, t0 := cpuTime(), time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		for w := 0; w < 10; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for a := range addrs {
-					errs <- directInspect(ctx, a)
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			g.Expect(err).NotTo(HaveOccurred())
-		}
-		baseWall, baseCPU := time.Since(t0), cpuTime()-cpu0
-		baseReq := sim.TotalRequests() - reqBefore
+		baseWall, baseCPU, baseReq := inspectBaseline(g, sim, n)
 
 		// The controller.
 		ns := env.CreateNamespace(ctx, b, "bmh-bench").Name
@@ -80,7 +55,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		r := testReconciler(nil)
 		r.PowerPollInterval = time.Hour // measure registration and inspection, not the power poll
 		// The inventory is written first, then the controller starts: the figure is the controller's.
-		t0 = time.Now()
+		t0 := time.Now()
 		for j := 0; j < n; j++ {
 			id := fmt.Sprintf("s%04d", j)
 			newHost(g, ns, "h"+id, sim, id, fmt.Sprintf("52:54:01:00:%02x:%02x", j>>8, j&0xff), bmcPass)
@@ -88,8 +63,9 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		created := time.Since(t0)
 		controllerConcurrency = 10
 		defer func() { controllerConcurrency = 4 }()
-		reqBefore = sim.TotalRequests()
-		cpu0, t0 = cpuTime(), time.Now()
+		reqBefore := sim.TotalRequests()
+		cpu0 := cpuTime()
+		t0 = time.Now()
 		proc := startController(b, r, ns)
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 			list := &metal3v1.BareMetalHostList{}
@@ -143,4 +119,37 @@ func directInspect(ctx context.Context, address string) error {
 	}
 	_, err = c.Inventory(ctx)
 	return err
+}
+
+// inspectBaseline makes the Redfish calls of registration and inspection alone for n systems, on 10
+// workers; it returns the wall time, the CPU time and the requests.
+func inspectBaseline(g *WithT, sim *redfishsim.Server, n int) (time.Duration, time.Duration, int64) {
+	ctx := context.Background()
+	addrs := make(chan string, n)
+	for j := 0; j < n; j++ {
+		addrs <- sim.Address(fmt.Sprintf("s%04d", j))
+	}
+	close(addrs)
+	reqBefore := sim.TotalRequests()
+	cpu0, t0 := cpuTime(), time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range addrs {
+				errs <- directInspect(ctx, a)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	baseWall, baseCPU := time.Since(t0), cpuTime()-cpu0
+	baseReq := sim.TotalRequests() - reqBefore
+
+	return baseWall, baseCPU, baseReq
 }

@@ -448,234 +448,283 @@ var commandName = regexp.MustCompile(`^(/[A-Za-z0-9_./+-]+|[A-Za-z_][A-Za-z0-9_.
 // comments and here-documents are data. Functions the script defines are left out. It is a scanner for
 // this repository's scripts, not a shell parser: what it cannot tell, it leaves out.
 func shellCommands(script string) []string {
-	var (
-		out      []string
-		funcs    = map[string]bool{}
-		word     strings.Builder
-		atCmd    = true // the next word is in command position
-		wrapper  bool   // the last command was nsenter, env, timeout…: its options come before its command
-		inCase   int    // depth of case … esac: a word closed by ')' there is a pattern
-		checking bool   // after `command`: `-v X` names a command the script needs
-		inWord   bool
-		heredocs []string
-		rs       = []rune(script)
-	)
-	flush := func() {
-		if !inWord {
-			return
-		}
-		w := word.String()
-		word.Reset()
-		inWord = false
-		if checking {
-			if w == "-v" {
-				return
-			}
-			checking = false
-			if commandName.MatchString(w) {
-				out = append(out, w)
-			}
-			atCmd = false
-			return
-		}
-		if !atCmd {
-			return
-		}
-		if wrapper && (strings.HasPrefix(w, "-") || strings.Contains(w, "=") || isNumber(w)) {
-			return // an option of the wrapper; the command comes next
-		}
-		wrapper = false
-		switch {
-		case strings.Contains(w, "=") && !strings.HasPrefix(w, "="): // VAR=value cmd
-			return
-		case shellBuiltins[w]:
-			if w == "command" {
-				checking = true // `command -v X`: the script needs X
-			}
-			if w == "case" {
-				inCase++
-			} else if w == "esac" && inCase > 0 {
-				inCase--
-			}
-			// keywords keep the command position (if cmd, then cmd, ! cmd, time cmd); the others take arguments
-			switch w {
-			case "if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "exec", "command":
-			default:
-				atCmd = false
-			}
-			return
-		}
-		atCmd = false
-		if commandName.MatchString(w) {
-			out = append(out, w)
-			if argvWrappers[w] {
-				atCmd, wrapper = true, true // nsenter/env/timeout … run their argument
-			}
-		}
+	s := &shellScan{rs: []rune(script), funcs: map[string]bool{}, atCmd: true}
+	for ; s.i < len(s.rs); s.i++ {
+		s.step()
 	}
-	for i := 0; i < len(rs); i++ {
-		c := rs[i]
-		next := rune(0)
-		if i+1 < len(rs) {
-			next = rs[i+1]
-		}
-		switch {
-		case c == '#' && !inWord:
-			for i < len(rs) && rs[i] != '\n' {
-				i++
-			}
-			i--
-		case c == '\'':
-			// single-quoted text is data
-			inWord = true
-			word.WriteString("'")
-			for i++; i < len(rs) && rs[i] != '\''; {
-				i++
-			}
-		case c == '"':
-			// double-quoted text is data, except the commands of $( … ) inside it
-			inWord = true
-			word.WriteString("\"")
-			depth := 0
-			for i++; i < len(rs) && (rs[i] != '"' || depth > 0); i++ {
-				if rs[i] == '\\' {
-					i++
-					continue
-				}
-				if rs[i] == '$' && i+1 < len(rs) && rs[i+1] == '(' {
-					end := matchParen(rs, i+1)
-					if i+2 < len(rs) && rs[i+2] == '(' { // $(( arithmetic ))
-						i = end
-						continue
-					}
-					saved := atCmd
-					out = append(out, shellCommands(string(rs[i+2:end]))...)
-					atCmd = saved
-					i = end
-				}
-			}
-		case c == '\\':
-			inWord = true
-			i++
-		case c == '$' && next == '{':
-			// ${var…} is part of the word, whatever it holds (${1:?usage: x <y>})
-			depth := 0
-			for ; i < len(rs); i++ {
-				if rs[i] == '{' {
-					depth++
-				} else if rs[i] == '}' {
-					if depth--; depth == 0 {
-						break
-					}
-				}
-			}
-			inWord = true
-			word.WriteString("X")
-		case c == '(' && inWord && strings.HasSuffix(word.String(), "="):
-			// an array assignment: NAME=(a b c) holds words, not commands
-			i = matchParen(rs, i)
-			word.WriteString("X")
-		case c == '$' && next == '(':
-			end := matchParen(rs, i+1)
-			if i+2 < len(rs) && rs[i+2] == '(' { // $(( arithmetic ))
-				i = end
-				inWord = true
-				continue
-			}
-			out = append(out, shellCommands(string(rs[i+2:end]))...)
-			i = end
-			inWord = true
-			word.WriteString("X")
-		case c == '<' && next == '(':
-			flush()
-			end := matchParen(rs, i+1)
-			out = append(out, shellCommands(string(rs[i+2:end]))...)
-			i = end
-		case c == '<' && next == '<' && i+2 < len(rs) && rs[i+2] != '<':
-			flush()
-			j := i + 2
-			if j < len(rs) && rs[j] == '-' {
-				j++
-			}
-			for j < len(rs) && rs[j] == ' ' {
-				j++
-			}
-			k := j
-			for k < len(rs) && !strings.ContainsRune(" \t\n;|&<>", rs[k]) {
-				k++
-			}
-			heredocs = append(heredocs, strings.Trim(string(rs[j:k]), `'"`))
-			i = k - 1
-		case c == '\n':
-			flush()
-			atCmd, wrapper = true, false
-			for _, tag := range heredocs {
-				// skip the here-document body up to its terminator line
-				for i+1 < len(rs) {
-					end := strings.IndexRune(string(rs[i+1:]), '\n')
-					line := ""
-					if end < 0 {
-						line = string(rs[i+1:])
-						i = len(rs)
-					} else {
-						line = string(rs[i+1 : i+1+end])
-						i += 1 + end
-					}
-					if strings.TrimSpace(line) == tag {
-						break
-					}
-				}
-			}
-			heredocs = nil
-		case c == '(' && next == ')' && inWord: // name() { … }: a function, not a command
-			funcs[word.String()] = true
-			word.Reset()
-			inWord = false
-			i++
-		case c == ';' || c == '|' || c == '&' || c == '(' || c == '`':
-			flush()
-			if c == '&' && (next == '>' || i > 0 && rs[i-1] == '>') {
-				continue // &> and >& redirections
-			}
-			atCmd, wrapper = true, false
-		case c == ')':
-			if inCase > 0 && inWord && atCmd { // a case pattern: `--flag)`, `*)`; a command follows
-				word.Reset()
-				inWord = false
-				continue
-			}
-			flush()
-		case c == '>' || c == '<':
-			// a redirection: its target is not a command
-			flush()
-			saved := atCmd
-			j := i + 1
-			for j < len(rs) && (rs[j] == '>' || rs[j] == '<' || rs[j] == '&' || rs[j] == '|') {
-				j++
-			}
-			for j < len(rs) && rs[j] == ' ' {
-				j++
-			}
-			for j < len(rs) && !strings.ContainsRune(" \t\n;|&<>)", rs[j]) {
-				j++
-			}
-			i = j - 1
-			atCmd = saved
-		case c == ' ' || c == '\t':
-			flush()
-		default:
-			inWord = true
-			word.WriteRune(c)
-		}
-	}
-	flush()
+	s.flush()
 	var res []string
-	for _, c := range out {
-		if !funcs[c] && !shellBuiltins[c] {
+	for _, c := range s.out {
+		if !s.funcs[c] && !shellBuiltins[c] {
 			res = append(res, c)
 		}
 	}
 	return res
+}
+
+// shellScan is shellCommands' state while it reads a script, one rune at a time.
+type shellScan struct {
+	rs       []rune
+	i        int // the rune being read
+	out      []string
+	funcs    map[string]bool
+	word     strings.Builder
+	atCmd    bool // the next word is in command position
+	wrapper  bool // the last command was nsenter, env, timeout…: its options come before its command
+	inCase   int  // depth of case … esac: a word closed by ')' there is a pattern
+	checking bool // after `command`: `-v X` names a command the script needs
+	inWord   bool
+	heredocs []string
+}
+
+// step reads the rune at s.i and what belongs to it, leaving s.i at the last rune it used.
+func (s *shellScan) step() {
+	rs, i := s.rs, s.i
+	c := rs[i]
+	next := rune(0)
+	if i+1 < len(rs) {
+		next = rs[i+1]
+	}
+	switch {
+	case c == '#' && !s.inWord:
+		for s.i < len(rs) && rs[s.i] != '\n' {
+			s.i++
+		}
+		s.i--
+	case c == '\'':
+		// single-quoted text is data
+		s.inWord = true
+		s.word.WriteString("'")
+		for s.i++; s.i < len(rs) && rs[s.i] != '\''; {
+			s.i++
+		}
+	case c == '"':
+		s.doubleQuoted()
+	case c == '\\':
+		s.inWord = true
+		s.i++
+	case c == '$' && next == '{':
+		s.parameter()
+	case c == '(' && s.inWord && strings.HasSuffix(s.word.String(), "="):
+		// an array assignment: NAME=(a b c) holds words, not commands
+		s.i = matchParen(rs, i)
+		s.word.WriteString("X")
+	case c == '$' && next == '(':
+		s.substitution()
+	case c == '<' && next == '(':
+		s.flush()
+		end := matchParen(rs, i+1)
+		s.out = append(s.out, shellCommands(string(rs[i+2:end]))...)
+		s.i = end
+	case c == '<' && next == '<' && i+2 < len(rs) && rs[i+2] != '<':
+		s.heredoc()
+	case c == '\n':
+		s.newline()
+	case c == '(' && next == ')' && s.inWord: // name() { … }: a function, not a command
+		s.funcs[s.word.String()] = true
+		s.word.Reset()
+		s.inWord = false
+		s.i++
+	case c == ';' || c == '|' || c == '&' || c == '(' || c == '`':
+		s.flush()
+		if c == '&' && (next == '>' || i > 0 && rs[i-1] == '>') {
+			return // &> and >& redirections
+		}
+		s.atCmd, s.wrapper = true, false
+	case c == ')':
+		if s.inCase > 0 && s.inWord && s.atCmd { // a case pattern: `--flag)`, `*)`; a command follows
+			s.word.Reset()
+			s.inWord = false
+			return
+		}
+		s.flush()
+	case c == '>' || c == '<':
+		s.redirection()
+	case c == ' ' || c == '\t':
+		s.flush()
+	default:
+		s.inWord = true
+		s.word.WriteRune(c)
+	}
+}
+
+// doubleQuoted reads "…": data, except the commands of $( … ) inside it.
+func (s *shellScan) doubleQuoted() {
+	rs := s.rs
+	s.inWord = true
+	s.word.WriteString("\"")
+	for s.i++; s.i < len(rs) && rs[s.i] != '"'; s.i++ {
+		if rs[s.i] == '\\' {
+			s.i++
+			continue
+		}
+		if rs[s.i] == '$' && s.i+1 < len(rs) && rs[s.i+1] == '(' {
+			end := matchParen(rs, s.i+1)
+			if s.i+2 < len(rs) && rs[s.i+2] == '(' { // $(( arithmetic ))
+				s.i = end
+				continue
+			}
+			saved := s.atCmd
+			s.out = append(s.out, shellCommands(string(rs[s.i+2:end]))...)
+			s.atCmd = saved
+			s.i = end
+		}
+	}
+}
+
+// parameter reads ${var…}, which is part of the word, whatever it holds (${1:?usage: x <y>}).
+func (s *shellScan) parameter() {
+	rs := s.rs
+	depth := 0
+	for ; s.i < len(rs); s.i++ {
+		if rs[s.i] == '{' {
+			depth++
+		} else if rs[s.i] == '}' {
+			if depth--; depth == 0 {
+				break
+			}
+		}
+	}
+	s.inWord = true
+	s.word.WriteString("X")
+}
+
+// substitution reads $( … ), whose commands the script runs, or $(( … )), which is arithmetic.
+func (s *shellScan) substitution() {
+	rs, i := s.rs, s.i
+	end := matchParen(rs, i+1)
+	if i+2 < len(rs) && rs[i+2] == '(' { // $(( arithmetic ))
+		s.i = end
+		s.inWord = true
+		return
+	}
+	s.out = append(s.out, shellCommands(string(rs[i+2:end]))...)
+	s.i = end
+	s.inWord = true
+	s.word.WriteString("X")
+}
+
+// heredoc reads <<TAG or <<-TAG; the body is skipped at the end of the line.
+func (s *shellScan) heredoc() {
+	rs := s.rs
+	s.flush()
+	j := s.i + 2
+	if j < len(rs) && rs[j] == '-' {
+		j++
+	}
+	for j < len(rs) && rs[j] == ' ' {
+		j++
+	}
+	k := j
+	for k < len(rs) && !strings.ContainsRune(" \t\n;|&<>", rs[k]) {
+		k++
+	}
+	s.heredocs = append(s.heredocs, strings.Trim(string(rs[j:k]), `'"`))
+	s.i = k - 1
+}
+
+// newline ends a command, and skips the bodies of the here-documents the line began.
+func (s *shellScan) newline() {
+	rs := s.rs
+	s.flush()
+	s.atCmd, s.wrapper = true, false
+	for _, tag := range s.heredocs {
+		// skip the here-document body up to its terminator line
+		for s.i+1 < len(rs) {
+			end := strings.IndexRune(string(rs[s.i+1:]), '\n')
+			line := ""
+			if end < 0 {
+				line = string(rs[s.i+1:])
+				s.i = len(rs)
+			} else {
+				line = string(rs[s.i+1 : s.i+1+end])
+				s.i += 1 + end
+			}
+			if strings.TrimSpace(line) == tag {
+				break
+			}
+		}
+	}
+	s.heredocs = nil
+}
+
+// redirection reads a redirection: its target is not a command.
+func (s *shellScan) redirection() {
+	rs := s.rs
+	s.flush()
+	saved := s.atCmd
+	j := s.i + 1
+	for j < len(rs) && (rs[j] == '>' || rs[j] == '<' || rs[j] == '&' || rs[j] == '|') {
+		j++
+	}
+	for j < len(rs) && rs[j] == ' ' {
+		j++
+	}
+	for j < len(rs) && !strings.ContainsRune(" \t\n;|&<>)", rs[j]) {
+		j++
+	}
+	s.i = j - 1
+	s.atCmd = saved
+}
+
+// flush ends the word being read and decides whether it names a command.
+func (s *shellScan) flush() {
+	if !s.inWord {
+		return
+	}
+	w := s.word.String()
+	s.word.Reset()
+	s.inWord = false
+	if s.checking {
+		if w == "-v" {
+			return
+		}
+		s.checking = false
+		if commandName.MatchString(w) {
+			s.out = append(s.out, w)
+		}
+		s.atCmd = false
+		return
+	}
+	if !s.atCmd {
+		return
+	}
+	if s.wrapper && (strings.HasPrefix(w, "-") || strings.Contains(w, "=") || isNumber(w)) {
+		return // an option of the wrapper; the command comes next
+	}
+	s.wrapper = false
+	switch {
+	case strings.Contains(w, "=") && !strings.HasPrefix(w, "="): // VAR=value cmd
+		return
+	case shellBuiltins[w]:
+		s.builtin(w)
+		return
+	}
+	s.atCmd = false
+	if commandName.MatchString(w) {
+		s.out = append(s.out, w)
+		if argvWrappers[w] {
+			s.atCmd, s.wrapper = true, true // nsenter/env/timeout … run their argument
+		}
+	}
+}
+
+// builtin notes a keyword or builtin in command position.
+func (s *shellScan) builtin(w string) {
+	if w == "command" {
+		s.checking = true // `command -v X`: the script needs X
+	}
+	if w == "case" {
+		s.inCase++
+	} else if w == "esac" && s.inCase > 0 {
+		s.inCase--
+	}
+	// keywords keep the command position (if cmd, then cmd, ! cmd, time cmd); the others take arguments
+	switch w {
+	case "if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "exec", "command":
+	default:
+		s.atCmd = false
+	}
 }
 
 // matchParen returns the index of the ')' closing the '(' at open (or the end of the text).

@@ -58,8 +58,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/yonder-dev/yonder/test/gobuild"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -71,6 +69,7 @@ import (
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/controlplane"
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/labnet"

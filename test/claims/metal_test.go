@@ -8,15 +8,14 @@ import (
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
+	"github.com/yonder-dev/yonder/pkg/claim"
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/bmhsim"
 	"github.com/yonder-dev/yonder/test/harness"
@@ -64,16 +63,15 @@ func (*metalProvider) machine(g Gomega, ns, name, pool string) clusterv1.Contrac
 	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachine", Name: name}
 }
 
+// metalKeys are the annotations the provider's machines keep their claim in.
+var metalKeys = claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation}
+
 func (*metalProvider) machines(g Gomega, ns string) []machineView {
 	l := &infrav1.YonderMetalMachineList{}
 	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	out := make([]machineView, 0, len(l.Items))
 	for _, m := range l.Items {
-		_, block := m.Annotations[clusterctlv1.BlockMoveAnnotation]
-		out = append(out, machineView{Name: m.Name, UID: string(m.UID), ClaimID: claimID(m.Annotations[infrav1.ClaimIDAnnotation], string(m.UID)),
-			Host: m.Annotations[infrav1.HostAnnotation], Reserved: m.Annotations[infrav1.ReservedHostAnnotation], ProviderID: m.Spec.ProviderID,
-			HostRef: m.Status.HostRef, Provisioned: ptr.Deref(m.Status.Initialization.Provisioned, false), Deleting: !m.DeletionTimestamp.IsZero(),
-			BlockMove: block, Conditions: m.Status.Conditions, Labels: m.Labels})
+		out = append(out, viewOf(&m, metalKeys, m.Spec.ProviderID, m.Status.HostRef, m.Status.Initialization.Provisioned, m.Status.Conditions))
 	}
 	return out
 }

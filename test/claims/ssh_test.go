@@ -9,17 +9,15 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/pkg/claim"
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/harness"
 	"github.com/yonder-dev/yonder/test/labnet"
@@ -67,16 +65,15 @@ func (*sshProvider) machine(g Gomega, ns, name, pool string) clusterv1.ContractV
 	return clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: name}
 }
 
+// sshKeys are the annotations the provider's machines keep their claim in.
+var sshKeys = claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation}
+
 func (*sshProvider) machines(g Gomega, ns string) []machineView {
 	l := &infrav1.YonderSSHMachineList{}
 	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	out := make([]machineView, 0, len(l.Items))
 	for _, m := range l.Items {
-		_, block := m.Annotations[clusterctlv1.BlockMoveAnnotation]
-		out = append(out, machineView{Name: m.Name, UID: string(m.UID), ClaimID: claimID(m.Annotations[infrav1.ClaimIDAnnotation], string(m.UID)),
-			Host: m.Annotations[infrav1.HostAnnotation], Reserved: m.Annotations[infrav1.ReservedHostAnnotation], ProviderID: m.Spec.ProviderID,
-			HostRef: m.Status.HostRef, Provisioned: ptr.Deref(m.Status.Initialization.Provisioned, false), Deleting: !m.DeletionTimestamp.IsZero(),
-			BlockMove: block, Conditions: m.Status.Conditions, Labels: m.Labels})
+		out = append(out, viewOf(&m, sshKeys, m.Spec.ProviderID, m.Status.HostRef, m.Status.Initialization.Provisioned, m.Status.Conditions))
 	}
 	return out
 }
@@ -222,34 +219,4 @@ func (s *sshInventory) checkFree(g Gomega, name string) {
 // sshhostsKey is h's host key in authorized_keys format, as spec.hostKey pins it.
 func sshhostsKey(h *sshhosts.Host) string {
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(h.HostKey)))
-}
-
-// claimID is the claim identity a machine reports: its annotation, or its UID before it claimed.
-func claimID(annotation, uid string) string {
-	if annotation != "" {
-		return annotation
-	}
-	return uid
-}
-
-// movedMeta is the metadata clusterctl move recreates an object with: name, labels, annotations, owner
-// references and finalizers (no UID, no resourceVersion).
-func movedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels, Annotations: m.Annotations,
-		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}
-}
-
-// recreate deletes the object ns/name without its finalizers running and creates moved(old) instead.
-func recreate(g Gomega, obj client.Object, ns, name string, moved func(old client.Object) client.Object) {
-	ctx := context.Background()
-	key := client.ObjectKey{Namespace: ns, Name: name}
-	g.Expect(env.GetAPIReader().Get(ctx, key, obj)).To(Succeed())
-	next := moved(obj.DeepCopyObject().(client.Object)) //nolint:forcetypeassert // a copy of obj
-	obj.SetFinalizers(nil)
-	g.Expect(env.Update(ctx, obj)).To(Succeed())
-	g.Expect(client.IgnoreNotFound(env.Delete(ctx, obj))).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, key, obj.DeepCopyObject().(client.Object)))
-	}).Should(BeTrue()) //nolint:forcetypeassert // a copy of obj
-	g.Expect(env.Create(ctx, next)).To(Succeed())
 }

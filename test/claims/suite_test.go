@@ -18,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
+	"github.com/yonder-dev/yonder/pkg/claim"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/harness"
@@ -180,24 +182,8 @@ const bootstrapData = "#cloud-config\nruncmd:\n- sleep 0.3\n- while [ -e " + hol
 
 // newMachineDeployment creates a MachineDeployment of replicas over a template selecting pool.
 func newMachineDeployment(g Gomega, p provider, ns, name string, cluster *clusterv1.Cluster, data string, replicas int32, pool string) *clusterv1.MachineDeployment {
-	labels := map[string]string{"md": name}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To(replicas),
-			Selector: metav1.LabelSelector{MatchLabels: labels},
-			Template: clusterv1.MachineTemplateSpec{
-				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
-				Spec: clusterv1.MachineSpec{
-					ClusterName: cluster.Name, Version: "v1.36.3",
-					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data)},
-					InfrastructureRef: p.machineTemplate(g, ns, name, pool),
-				},
-			},
-		},
-	}
-	g.Expect(env.Create(context.Background(), md)).To(Succeed())
-	return md
+	return harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: name, Cluster: cluster.Name,
+		Replicas: replicas, Labels: map[string]string{"md": name}, DataSecret: data, Infrastructure: p.machineTemplate(g, ns, name, pool)})
 }
 
 // newMachine creates one Machine of cluster on an infrastructure machine selecting pool.
@@ -237,4 +223,44 @@ func ensureNodes(g Gomega, wlc client.Client, p provider, ns string) {
 			g.Expect(err).NotTo(HaveOccurred())
 		}
 	}
+}
+
+// viewOf is machine m as the claim sees it, read through the provider's annotation keys.
+func viewOf(m client.Object, keys claim.Keys, providerID, hostRef string, provisioned *bool, conditions []metav1.Condition) machineView {
+	a := m.GetAnnotations()
+	_, block := a[clusterctlv1.BlockMoveAnnotation]
+	return machineView{Name: m.GetName(), UID: string(m.GetUID()), ClaimID: claimID(a[keys.ClaimID], string(m.GetUID())),
+		Host: a[keys.Host], Reserved: a[keys.ReservedHost], ProviderID: providerID, HostRef: hostRef,
+		Provisioned: ptr.Deref(provisioned, false), Deleting: !m.GetDeletionTimestamp().IsZero(), BlockMove: block,
+		Conditions: conditions, Labels: m.GetLabels()}
+}
+
+// claimID is the claim identity a machine reports: its annotation, or its UID before it claimed.
+func claimID(annotation, uid string) string {
+	if annotation != "" {
+		return annotation
+	}
+	return uid
+}
+
+// movedMeta is the metadata clusterctl move recreates an object with: name, labels, annotations, owner
+// references and finalizers (no UID, no resourceVersion).
+func movedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels, Annotations: m.Annotations,
+		OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers}
+}
+
+// recreate deletes the object ns/name without its finalizers running and creates moved(old) instead.
+func recreate(g Gomega, obj client.Object, ns, name string, moved func(old client.Object) client.Object) {
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	g.Expect(env.GetAPIReader().Get(ctx, key, obj)).To(Succeed())
+	next := moved(obj.DeepCopyObject().(client.Object)) //nolint:forcetypeassert // a copy of obj
+	obj.SetFinalizers(nil)
+	g.Expect(env.Update(ctx, obj)).To(Succeed())
+	g.Expect(client.IgnoreNotFound(env.Delete(ctx, obj))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, key, obj.DeepCopyObject().(client.Object)))
+	}).Should(BeTrue()) //nolint:forcetypeassert // a copy of obj
+	g.Expect(env.Create(ctx, next)).To(Succeed())
 }

@@ -112,3 +112,39 @@ func Scale(g gomega.Gomega, c client.Client, md *clusterv1.MachineDeployment, n 
 		return c.Update(context.Background(), cur)
 	}).Should(gomega.Succeed())
 }
+
+// MachineDeploymentOptions describe a MachineDeployment of workers.
+type MachineDeploymentOptions struct {
+	// Namespace and Name of the MachineDeployment; Cluster is the name of its Cluster.
+	Namespace, Name, Cluster string
+	// Replicas is the desired number of Machines.
+	Replicas int32
+	// Labels select the MachineDeployment's Machines and are set on them.
+	Labels map[string]string
+	// DataSecret names the bootstrap data Secret every Machine uses (no bootstrap provider runs).
+	DataSecret string
+	// Infrastructure is the infrastructure machine template.
+	Infrastructure clusterv1.ContractVersionedObjectReference
+}
+
+// MachineDeployment creates the MachineDeployment o describes, its Machines at the workload's Kubernetes
+// version (v1.36.3).
+func MachineDeployment(g gomega.Gomega, c client.Client, o MachineDeploymentOptions) *clusterv1.MachineDeployment {
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: o.Cluster, Replicas: &o.Replicas,
+			Selector: metav1.LabelSelector{MatchLabels: o.Labels},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: o.Labels},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: o.Cluster, Version: "v1.36.3",
+					Bootstrap:         clusterv1.Bootstrap{DataSecretName: &o.DataSecret},
+					InfrastructureRef: o.Infrastructure,
+				},
+			},
+		},
+	}
+	g.Expect(c.Create(context.Background(), md)).To(gomega.Succeed())
+	return md
+}

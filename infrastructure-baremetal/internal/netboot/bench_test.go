@@ -73,8 +73,14 @@ func BenchmarkDHCPDiscoverOffer(b *testing.B) {
 // ends.
 func serveDHCP(b *testing.B, inv inventory.Lookup, srvIP netip.Addr, port int) {
 	b.Helper()
-	srv, err := dhcp.NewServer(dhcp.Config{ServerIP: srvIP, HTTPBase: "http://127.0.0.2:8080",
-		ListenAddr: netip.AddrPortFrom(srvIP, uint16(port)), RelayPort: port}, inv, logr.Discard(), nil)
+	b.Cleanup(startDHCP(b, dhcp.Config{ServerIP: srvIP, HTTPBase: "http://127.0.0.2:8080",
+		ListenAddr: netip.AddrPortFrom(srvIP, uint16(port)), RelayPort: port}, inv))
+}
+
+// startDHCP starts the DHCP server cfg describes for inv and returns what stops it.
+func startDHCP(b *testing.B, cfg dhcp.Config, inv inventory.Lookup) (stop func()) {
+	b.Helper()
+	srv, err := dhcp.NewServer(cfg, inv, logr.Discard(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,8 +91,7 @@ func serveDHCP(b *testing.B, inv inventory.Lookup, srvIP netip.Addr, port int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ctx, ls) }()
-	b.Cleanup(func() { cancel(); <-done })
-
+	return func() { cancel(); <-done }
 }
 
 // discoverAll sends one DISCOVER per packet through relay to the server with up to inFlight outstanding

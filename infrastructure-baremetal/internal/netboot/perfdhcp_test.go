@@ -1,7 +1,6 @@
 package netboot_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
@@ -75,21 +73,10 @@ func BenchmarkDHCPPerfdhcpVersusKea(b *testing.B) {
 	var ours, kea perfdhcpResult
 	b.ResetTimer()
 	for range b.N {
-		srv, err := dhcp.NewServer(dhcp.Config{ServerIP: n.Gateway, HTTPBase: "http://" + n.Gateway.String() + ":8080",
-			ListenAddr: netip.AddrPortFrom(n.Gateway, 67)}, inv, logr.Discard(), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ls, err := srv.Listen()
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = srv.Serve(ctx, ls) }()
+		stop := startDHCP(b, dhcp.Config{ServerIP: n.Gateway, HTTPBase: "http://" + n.Gateway.String() + ":8080",
+			ListenAddr: netip.AddrPortFrom(n.Gateway, 67)}, inv)
 		r := runPerfdhcp(b, relayIP, n.Gateway.String(), macs, 20000)
-		cancel()
-		<-done
+		stop()
 		ours.rate += r.rate
 		ours.avgDelayMs += r.avgDelayMs
 		ours.dropsPct += r.dropsPct

@@ -110,25 +110,9 @@ func newMachineDeployment(g Gomega, ns, name string, cluster *clusterv1.Cluster,
 
 // newMachineDeploymentFrom creates a MachineDeployment of replicas from an existing template.
 func newMachineDeploymentFrom(g Gomega, ns, name string, cluster *clusterv1.Cluster, data string, replicas int32, tmpl string) *clusterv1.MachineDeployment {
-	ctx := context.Background()
-	labels := map[string]string{"md": name}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To(replicas),
-			Selector: metav1.LabelSelector{MatchLabels: labels},
-			Template: clusterv1.MachineTemplateSpec{
-				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
-				Spec: clusterv1.MachineSpec{
-					ClusterName: cluster.Name, Version: "v1.36.3",
-					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data)},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl},
-				},
-			},
-		},
-	}
-	g.Expect(env.Create(ctx, md)).To(Succeed())
-	return md
+	return harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: name, Cluster: cluster.Name,
+		Replicas: replicas, Labels: map[string]string{"md": name}, DataSecret: data,
+		Infrastructure: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl}})
 }
 
 func scale(g Gomega, md *clusterv1.MachineDeployment, n int32) {

@@ -13,7 +13,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -153,24 +152,9 @@ func newMachineDeployment(g *WithT, ns, name string, cluster *clusterv1.Cluster,
 		Spec: infrav1.YonderSSHMachineTemplateSpec{Template: infrav1.YonderSSHMachineTemplateResource{
 			Spec: infrav1.YonderSSHMachineSpec{HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": pool}}}}}}
 	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
-	labels := map[string]string{"pool": pool}
-	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: clusterv1.MachineDeploymentSpec{
-			ClusterName: cluster.Name, Replicas: ptr.To[int32](0),
-			Selector: metav1.LabelSelector{MatchLabels: labels},
-			Template: clusterv1.MachineTemplateSpec{
-				ObjectMeta: clusterv1.ObjectMeta{Labels: labels},
-				Spec: clusterv1.MachineSpec{
-					ClusterName: cluster.Name, Version: "v1.36.3",
-					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To(data)},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name},
-				},
-			},
-		},
-	}
-	g.Expect(env.Create(ctx, md)).To(Succeed())
-	return md
+	return harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: name, Cluster: cluster.Name,
+		Labels: map[string]string{"pool": pool}, DataSecret: data,
+		Infrastructure: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachineTemplate", Name: tmpl.Name}})
 }
 
 // machinesRunning waits until ns holds want Running Machines, each on its own host with providerID

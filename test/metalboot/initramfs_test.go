@@ -17,14 +17,14 @@ func TestInitramfsUnpacksToTheSameTree(t *testing.T) {
 	root := t.TempDir()
 	g.Expect(os.MkdirAll(filepath.Join(root, "bin"), 0o755)).To(Succeed())
 	g.Expect(os.MkdirAll(filepath.Join(root, "lib", "modules"), 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(root, "init"), []byte("#!/bin/busybox sh\necho hi\n"), 0o755)).To(Succeed()) //nolint:gosec // an executable of the tree
+	g.Expect(os.WriteFile(filepath.Join(root, "init"), []byte("#!/bin/busybox sh\necho hi\n"), 0o755)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(root, "lib", "modules", "order"), []byte("virtio\n"), 0o644)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(root, "bin", "odd"), []byte("abc"), 0o600)).To(Succeed()) // 3 bytes: data padding
 	g.Expect(os.Symlink("busybox", filepath.Join(root, "bin", "sh"))).To(Succeed())
 	dst := filepath.Join(t.TempDir(), "initrd")
 	g.Expect(writeInitramfs(root, dst)).To(Succeed())
 
-	f, err := os.Open(dst) //nolint:gosec // the test's own file
+	f, err := os.Open(dst)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = f.Close() }()
 	zr, err := gzip.NewReader(f)

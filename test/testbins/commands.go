@@ -25,7 +25,7 @@ var (
 )
 
 func scriptList(flag string) (map[string]bool, error) {
-	out, err := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "test-bins.sh"), flag).Output() //nolint:gosec // the repository's own script
+	out, err := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "test-bins.sh"), flag).Output()
 	if err != nil {
 		return nil, fmt.Errorf("failed to run hack/test-bins.sh %s: %w", flag, err)
 	}
@@ -135,7 +135,7 @@ func owningPackage(path string) (string, error) {
 	}
 	var lastErr error
 	for _, c := range candidates {
-		out, err := exec.Command("dpkg-query", "-S", c).Output() //nolint:gosec // a path LookPath found
+		out, err := exec.Command("dpkg-query", "-S", c).Output()
 		if err != nil {
 			lastErr = err
 			continue
@@ -156,7 +156,7 @@ func owningPackage(path string) (string, error) {
 
 // basePackage reports whether a package is on every Debian system: Essential, or Priority required.
 func basePackage(pkg string) (bool, error) {
-	out, err := exec.Command("dpkg-query", "-W", "-f=${Essential} ${Priority}", pkg).Output() //nolint:gosec // a package name dpkg gave
+	out, err := exec.Command("dpkg-query", "-W", "-f=${Essential} ${Priority}", pkg).Output()
 	if err != nil {
 		return false, fmt.Errorf("failed to ask dpkg about package %s: %w", pkg, err)
 	}

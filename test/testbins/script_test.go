@@ -73,7 +73,7 @@ func newScriptEnv(t *testing.T, packages string, installed ...string) *scriptEnv
 		}
 	}
 	for name, text := range map[string]string{"dpkg-query": dpkgQueryStandIn, "apt-get": aptGetStandIn, "id": idStandIn, "go": goStandIn} {
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil { //nolint:gosec // stand-in executables
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +101,7 @@ func (e *scriptEnv) write(name, text string) {
 // run runs hack/test-bins.sh with args; it returns stderr and the exit status.
 func (e *scriptEnv) run(args ...string) (string, int) {
 	e.t.Helper()
-	cmd := exec.Command("bash", append([]string{filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh")}, args...)...) //nolint:gosec // the repository's script
+	cmd := exec.Command("bash", append([]string{filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh")}, args...)...)
 	cmd.Env = e.env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

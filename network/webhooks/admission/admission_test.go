@@ -58,6 +58,14 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		{name: "full mesh with gateway pools", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
 			Sites: []string{"cloud", "edge"}, Topology: netv1.TopologyFullMesh, GatewayPools: []string{"cloud-gw"}}},
 			want: []string{"spec.gatewayPools: Forbidden"}},
+		{name: "full mesh relayed always", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
+			Sites: []string{"cloud", "edge"}, Topology: netv1.TopologyFullMesh, Relay: netv1.RelayAlways}},
+			want: []string{"spec.relay: Forbidden", "only Gateway topology links are relayed"}},
+		{name: "reachability outside the enum (schema)", obj: site("edge", netv1.SiteSpec{Reachability: "Sometimes"}),
+			want: []string{"spec.reachability", "Unsupported value"}},
+		{name: "relay policy outside the enum (schema)", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
+			Sites: []string{"cloud", "edge"}, Relay: "Maybe"}},
+			want: []string{"spec.relay", "Unsupported value"}},
 		{name: "protocol outside the enum (schema)", obj: site("edge", netv1.SiteSpec{Tunnel: netv1.TunnelSpec{InterSite: "Carrier-Pigeon"}}),
 			want: []string{"spec.tunnel.interSite", "Unsupported value"}},
 	}

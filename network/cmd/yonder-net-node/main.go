@@ -31,7 +31,7 @@ import (
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 func main() {
@@ -59,8 +59,8 @@ func run(args []string) error {
 	fs.StringVar(&o.UnderlayDev, "underlay-device", "eth0", "the underlay interface")
 	fs.StringVar(&o.Endpoint, "endpoint", "", "address peers dial (default: the underlay device's first IPv4 address)")
 	fs.StringVar(&o.ExternalEndpoint, "external-endpoint", "", "address other Sites dial (public or NATed; default: --endpoint)")
-	fs.IntVar(&o.WGPort, "wireguard-port", engine.DefaultWireGuardPort, "WireGuard listen port")
-	fs.IntVar(&o.ProbePort, "probe-port", engine.DefaultProbePort, "health probe UDP port")
+	fs.IntVar(&o.WGPort, "wireguard-port", desired.DefaultWireGuardPort, "WireGuard listen port")
+	fs.IntVar(&o.ProbePort, "probe-port", desired.DefaultProbePort, "health probe UDP port")
 	fs.BoolVar(&o.WireGuardL3, "wireguard-l3", false, "carry pod traffic directly over WireGuard (no VXLAN inside) on links where both Sites have one active gateway; set on every node alike")
 	fs.BoolVar(&o.Kernel, "kernel-wireguard", true, "use the kernel's WireGuard when available (else embedded wireguard-go)")
 	fs.StringVar(&attach, "ebpf-attach", "", "force tcx or clsact (default: tcx when the kernel has it)")

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 // DaemonState is what the daemon reports for the status.
@@ -182,7 +182,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 	if err := s.reader().Get(ctx, client.ObjectKey{Name: site}, plan); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	in := engine.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
+	in := desired.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
 	slices, err := s.slices(ctx, client.MatchingLabels{netv1.SiteLabel: site})
 	if err != nil {
 		return err
@@ -218,7 +218,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 	return s.status(ctx, nn, plan.Generation, isCandidate(in))
 }
 
-func isCandidate(in engine.Input) bool {
+func isCandidate(in desired.Input) bool {
 	for _, sl := range in.Slices {
 		if sl.Site != in.Site {
 			continue

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -75,7 +75,7 @@ func TestPublishAndReadPlan(t *testing.T) {
 	g.Expect(s.SyncOnce(ctx)).To(Succeed())
 	b, err := os.ReadFile(input)
 	g.Expect(err).NotTo(HaveOccurred())
-	var in engine.Input
+	var in desired.Input
 	g.Expect(yaml.Unmarshal(b, &in)).To(Succeed())
 	g.Expect(in.Site).To(Equal("dps1"))
 	g.Expect(in.PodCIDRs).To(Equal([]string{"10.61.1.0/24"}))
@@ -157,7 +157,7 @@ func TestWatchesDriveSyncs(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		var in engine.Input
+		var in desired.Input
 		if err := yaml.Unmarshal(b, &in); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,8 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/kernel"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/keys"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/probe"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/wgdev"
@@ -35,9 +36,9 @@ import (
 type Options struct {
 	Node        string
 	StateDir    string
-	InputFile   string // the node's view of the plan (engine.Input as YAML/JSON), re-read when it changes
+	InputFile   string // the node's view of the plan (desired.Input as YAML/JSON), re-read when it changes
 	PublishFile string // where the NodeNetworkSpec is written (the API publisher reads it)
-	Devices     engine.Devices
+	Devices     kernel.Devices
 	UnderlayDev string
 	Endpoint    string // address peers dial; default: the underlay device's first IPv4 address
 	// ExternalEndpoint is the address remote Sites dial (public/NATed); default: Endpoint.
@@ -49,7 +50,7 @@ type Options struct {
 	CNIConfDir       string
 	Attach           bpf.Attachment // "" = detect
 	// WireGuardL3 carries pod traffic directly over WireGuard where both Sites of a link have one active
-	// gateway (engine.Features.WireGuardL3); every gateway must set the same value.
+	// gateway (desired.Features.WireGuardL3); every gateway must set the same value.
 	WireGuardL3 bool
 	Log         *slog.Logger
 }
@@ -60,7 +61,7 @@ type Daemon struct {
 	mtu    int // of the WireGuard devices
 	dp     *bpf.Datapath
 	attach bpf.Attachment
-	ap     *engine.Applier
+	ap     *kernel.Applier
 	prober *probe.Prober
 	// tunnels are the tunnel link types the kernel can create (detected at start).
 	tunnels []netv1.Protocol
@@ -73,8 +74,8 @@ type Daemon struct {
 	wgs   [2]*wgdev.Device
 	rot   rotation
 
-	input     *engine.Input
-	desired   engine.Desired
+	input     *desired.Input
+	desired   desired.State
 	down      map[string]bool
 	failovers uint64
 	applied   int64
@@ -91,12 +92,12 @@ type Status struct {
 	Attachment bpf.Attachment   `json:"ebpfAttachment"`
 	// KernelTunnelTypes are the tunnel link types the kernel can create.
 	KernelTunnelTypes []netv1.Protocol           `json:"kernelTunnelTypes"`
-	Hops              []engine.NextHop           `json:"hops"`
-	Routes            []engine.Route             `json:"routes"`
+	Hops              []desired.NextHop          `json:"hops"`
+	Routes            []desired.Route            `json:"routes"`
 	Probes            map[string]probe.PeerState `json:"probes"`
 	Down              []string                   `json:"down"`
 	Failovers         uint64                     `json:"failovers"`
-	Writes            engine.Writes              `json:"writes"`
+	Writes            kernel.Writes              `json:"writes"`
 	MapPrefixes       int                        `json:"mapPrefixes"`
 	MapGroups         int                        `json:"mapGroups"`
 	Counters          [5]uint64                  `json:"ebpfCounters"`
@@ -135,16 +136,16 @@ func New(opt Options) (*Daemon, error) {
 		opt.Log = slog.Default()
 	}
 	d := &Daemon{opt: opt, down: map[string]bool{}, kick: make(chan struct{}, 1)}
-	if err := engine.Setup(opt.Devices); err != nil {
+	if err := kernel.Setup(opt.Devices); err != nil {
 		return nil, err
 	}
-	if err := engine.Clamp(SlotDevice(opt.Devices.WireGuard, 0), SlotDevice(opt.Devices.WireGuard, 1)); err != nil {
+	if err := kernel.Clamp(SlotDevice(opt.Devices.WireGuard, 0), SlotDevice(opt.Devices.WireGuard, 1)); err != nil {
 		return nil, err
 	}
-	d.tunnels = engine.KernelTunnelTypes()
+	d.tunnels = kernel.KernelTunnelTypes()
 	d.mtu = 1420
 	if l, err := netlink.LinkByName(opt.UnderlayDev); err == nil {
-		d.mtu = l.Attrs().MTU - engine.WireGuardOverhead
+		d.mtu = l.Attrs().MTU - desired.WireGuardOverhead
 	}
 	if err := d.openSlots(); err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ func New(opt Options) (*Daemon, error) {
 	if d.dp, err = bpf.Load(); err != nil {
 		return nil, err
 	}
-	d.ap = &engine.Applier{Dev: opt.Devices, BPF: d.dp, Log: opt.Log}
+	d.ap = &kernel.Applier{Dev: opt.Devices, BPF: d.dp, Log: opt.Log}
 	opt.Log.Info("Dataplane ready", "node", opt.Node, "wireguard", d.wgs[d.slots.Current].Kind, "slot", d.slots.Current,
 		"kernelTunnels", d.tunnels, "publicKey", d.keys[d.slots.Current].PublicKey().String())
 	return d, nil
@@ -167,7 +168,7 @@ func (d *Daemon) Publication() (netv1.NodeNetworkSpec, error) {
 	d.mu.Unlock()
 	spec := netv1.NodeNetworkSpec{
 		PublicKey: cur.PublicKey().String(), WireGuardSlot: int32(slots.Current), //nolint:gosec // 0 or 1
-		Ports:     netv1.Ports{WireGuard: int32(d.opt.WGPort), VXLAN: engine.DefaultVXLANPort, Probe: int32(d.opt.ProbePort)}, //nolint:gosec // ports fit in 16 bits
+		Ports:     netv1.Ports{WireGuard: int32(d.opt.WGPort), VXLAN: desired.DefaultVXLANPort, Probe: int32(d.opt.ProbePort)}, //nolint:gosec // ports fit in 16 bits
 		Protocols: []netv1.Protocol{netv1.ProtocolWireGuard, netv1.ProtocolVXLAN},
 	}
 	if slots.Rotating() {
@@ -319,12 +320,12 @@ func (d *Daemon) reconcile() {
 		down[k] = true
 	}
 	own := d.ownWireGuard()
-	feat := engine.Features{WireGuardL3: d.opt.WireGuardL3, Rotating: d.slots.Rotating() || d.rot.drain != nil}
+	feat := desired.Features{WireGuardL3: d.opt.WireGuardL3, Rotating: d.slots.Rotating() || d.rot.drain != nil}
 	d.mu.Unlock()
 	if in == nil {
 		return
 	}
-	des, err := engine.ComputeWith(*in, down, feat)
+	des, err := desired.ComputeWith(*in, down, feat)
 	if err == nil {
 		err = d.ap.Apply(des, own)
 	}
@@ -361,14 +362,14 @@ func (d *Daemon) reconcile() {
 			continue
 		}
 		addr := h.Underlay
-		if h.Via == engine.ViaWireGuard {
+		if h.Via == desired.ViaWireGuard {
 			addr = h.WGAddr
 		}
 		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
 	}
 	// Members currently down stay monitored (they are absent from des.Routes' groups).
 	if in != nil {
-		all, _ := engine.Compute(*in, nil)
+		all, _ := desired.Compute(*in, nil)
 		// Peers that left the plan are no longer down (nor probed).
 		for k := range d.down {
 			if _, ok := all.Hops[k]; !ok {
@@ -386,7 +387,7 @@ func (d *Daemon) reconcile() {
 				seen[m] = true
 				h := all.Hops[m]
 				addr := h.Underlay
-				if h.Via == engine.ViaWireGuard {
+				if h.Via == desired.ViaWireGuard {
 					addr = h.WGAddr
 				}
 				targets = append(targets, probe.Target{Key: m, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
@@ -411,12 +412,12 @@ func firstOr(s []string) string {
 	return s[0]
 }
 
-func readInput(path string) (*engine.Input, error) {
+func readInput(path string) (*desired.Input, error) {
 	b, err := os.ReadFile(path) //nolint:gosec // the operator-configured input file
 	if err != nil {
 		return nil, fmt.Errorf("failed to read input %s: %w", path, err)
 	}
-	in := &engine.Input{}
+	in := &desired.Input{}
 	if err := yaml.Unmarshal(b, in); err != nil {
 		return nil, fmt.Errorf("failed to parse input %s: %w", path, err)
 	}

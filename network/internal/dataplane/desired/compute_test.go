@@ -1,4 +1,4 @@
-package engine
+package desired
 
 import (
 	"net/netip"
@@ -36,7 +36,7 @@ func input(node, cidr string) Input {
 		}}
 }
 
-func routes(d Desired) map[string][]string {
+func routes(d State) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range d.Routes {
 		out[r.Prefix.String()] = r.Members
@@ -114,7 +114,7 @@ func TestComputeNeedsIPv4PodCIDR(t *testing.T) {
 
 func TestComputeWireGuardL3(t *testing.T) {
 	g := NewWithT(t)
-	l3 := func(d Desired) bool {
+	l3 := func(d State) bool {
 		for _, r := range d.Routes {
 			if r.Prefix.String() == "10.20.0.0/16" {
 				return r.L3

@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
 	fs.BoolVar(&useAPI, "api", os.Getenv("KUBERNETES_SERVICE_HOST") != "", "publish the NodeNetwork and read the route plan from the API (else --input is written by someone else)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --api (default: in-cluster)")
+	fs.DurationVar(&o.ResyncInterval, "resync-interval", daemon.DefaultResyncInterval, "apply the whole dataplane again this often, repairing what was changed behind the daemon's back (a failed apply is retried sooner, with backoff)")
 	fs.DurationVar(&resync, "api-resync", 10*time.Minute, "safety resync with the API (changes arrive through watches)")
 	if len(args) > 0 && args[0] == "debug" {
 		return debug(args[1:])

@@ -212,15 +212,19 @@ func (d *Daemon) rotationStep() {
 	}
 	d.mu.Unlock()
 	if switched {
-		// Routes move to the new slot before peers learn of the switch.
-		d.reconcile()
+		// Routes move to the new slot before peers learn of the switch (a failure is retried by the loop).
+		if d.reconcile() != nil {
+			d.dirty = true
+		}
 		if err := d.publish(); err != nil {
 			d.opt.Log.Error("Publishing switched key", "err", err)
 		}
 	}
 	if closed {
 		// The Applier no longer sees it; the device goes with its address and peers.
-		d.reconcile()
+		if d.reconcile() != nil {
+			d.dirty = true
+		}
 		if err := drained.Close(true); err != nil {
 			d.opt.Log.Error("Removing drained WireGuard slot", "device", drained.Name, "err", err)
 		}

@@ -98,6 +98,9 @@ type Daemon struct {
 	// reach is the published reachability verdict (nil: none yet); checkers the peers asked for it.
 	reach    *netv1.NodeReachability
 	checkers []netip.AddrPort
+	// redialed is when the WireGuard session with a peer this node dials from behind NAT was last
+	// forgotten because its probes failed (hop key → time).
+	redialed map[string]time.Time
 
 	// The loop's own state (only its goroutine touches it).
 	dirty      bool
@@ -112,7 +115,7 @@ func New(opt Options) (*Daemon, error) {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	d := &Daemon{opt: opt, down: map[string]bool{}, kick: make(chan struct{}, 1)}
+	d := &Daemon{opt: opt, down: map[string]bool{}, redialed: map[string]time.Time{}, kick: make(chan struct{}, 1)}
 	if err := kernel.Setup(opt.Devices); err != nil {
 		return nil, err
 	}
@@ -180,6 +183,9 @@ func (d *Daemon) step(now time.Time) {
 	case <-d.kick:
 		d.dirty = true
 	default:
+	}
+	if d.redialDue(now) {
+		d.dirty = true
 	}
 	if !now.Before(d.nextResync) {
 		d.dirty, d.nextResync = true, now.Add(d.resyncInterval())
@@ -258,6 +264,7 @@ func (d *Daemon) onProbe(key string, up bool) {
 	d.mu.Lock()
 	if up {
 		delete(d.down, key)
+		delete(d.redialed, key)
 	} else {
 		d.down[key] = true
 		d.failovers++

@@ -11,8 +11,9 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/dataplane/probe"
 )
 
-// maxCheckers is how many peers at other Sites a node asks to check its reachability.
-const maxCheckers = 3
+// maxCheckers is how many peers at other Sites a node asks to check its reachability (each check is one
+// small datagram per round; several, because a peer listed as dialable may not be reachable from here).
+const maxCheckers = 8
 
 // reconcile computes the desired dataplane from the current input and the probes' view, applies it and
 // the CNI config, and points the probes and reachability checks at what it applied. A failure is
@@ -23,6 +24,9 @@ func (d *Daemon) reconcile() error {
 		return nil
 	}
 	st, err := desired.ComputeWith(*in, down, feat)
+	if err == nil {
+		err = d.ap.Redial(own, d.redials(st, down, time.Now()))
+	}
 	if err == nil {
 		err = d.ap.Apply(st, own)
 	}
@@ -41,6 +45,40 @@ func (d *Daemon) reconcile() error {
 	d.applied++
 	d.monitor(*in, st)
 	return nil
+}
+
+// redialEvery is how often the session with a dialled peer whose probes fail is forgotten again.
+const redialEvery = 5 * time.Second
+
+// redials are the public keys of the reachable peers this node dials from behind NAT whose probes fail and
+// that were not redialed in the last redialEvery: their sessions are forgotten so the next packet starts a
+// handshake. Without that, a peer that lost its session (its userspace device restarted) would wait for
+// WireGuard's own retry (~15 s), and it cannot dial back.
+func (d *Daemon) redials(st desired.State, down map[string]bool, now time.Time) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var keys []string
+	for k, h := range st.Hops {
+		if !down[k] || !h.Initiate || h.Via != desired.ViaWireGuard || now.Sub(d.redialed[k]) < redialEvery {
+			continue
+		}
+		d.redialed[k] = now
+		keys = append(keys, h.PublicKey)
+		d.opt.Log.Info("Redialing a peer that stopped answering", "peer", k)
+	}
+	return keys
+}
+
+// redialDue reports whether a failing dialled peer is due for another redial.
+func (d *Daemon) redialDue(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := range d.down {
+		if h, ok := d.desired.Hops[k]; ok && h.Initiate && h.Via == desired.ViaWireGuard && now.Sub(d.redialed[k]) >= redialEvery {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshot copies what one reconcile reads, under the lock.

@@ -55,6 +55,28 @@ type Applier struct {
 	Writes Writes
 }
 
+// Redial forgets the WireGuard sessions with the given peers (public keys) on every device of own, so the
+// next Apply adds them afresh and the next packet starts a handshake. Invalid keys are skipped.
+func (a *Applier) Redial(own OwnWireGuard, publicKeys []string) error {
+	var keys []wgtypes.Key
+	for _, k := range publicKeys {
+		if pk, err := wgtypes.ParseKey(k); err == nil {
+			keys = append(keys, pk)
+		}
+	}
+	devs := []*wgdev.Device{own.Send}
+	if own.Other != nil {
+		devs = append(devs, own.Other)
+	}
+	for _, d := range devs {
+		if err := d.RemovePeers(keys); err != nil {
+			return err
+		}
+		a.Writes.Peers += len(keys)
+	}
+	return nil
+}
+
 // OwnWireGuard is the node's side of WireGuard for one Apply. Send carries traffic to the peers: their
 // addresses are routed to it, with its slot's address as source. Other, while a key rotation brings up the
 // next slot or the previous slot drains, has the same peers and its own slot's address but no routes, so

@@ -50,7 +50,6 @@ type reachState struct {
 	sentAt []time.Time
 }
 
-
 // SetCheckers sets the peers (at other Sites, probe addresses) this node asks to check its reachability.
 // An empty set stops the checks; the verdict stays.
 func (p *Prober) SetCheckers(cs []netip.AddrPort) {

@@ -53,9 +53,9 @@ type NATSites struct {
 // natNode describes one node of NATSites.
 type natNode struct {
 	name, site, podCIDR, lan, net string
-	wan                          string // a second leg on the WAN (p's gateways)
-	gw                           bool
-	via                          string // default route (the NAT router)
+	wan                           string // a second leg on the WAN (p's gateways)
+	gw                            bool
+	via                           string // default route (the NAT router)
 }
 
 var natNodes = []natNode{

@@ -90,7 +90,7 @@ func (d *Daemon) publish() error {
 func reachabilityFile(stateDir string) string { return filepath.Join(stateDir, "reachability.json") }
 
 func loadReachability(stateDir string) (*netv1.NodeReachability, error) {
-	b, err := os.ReadFile(reachabilityFile(stateDir)) //nolint:gosec // the daemon's own state file
+	b, err := os.ReadFile(reachabilityFile(stateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

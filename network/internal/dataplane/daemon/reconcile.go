@@ -195,7 +195,7 @@ func probeAddr(p netv1.Peer, planPort int32) (netip.AddrPort, bool) {
 	}
 	for _, e := range p.Endpoints {
 		if a, err := netip.ParseAddr(e.Address); err == nil && a.Is4() && e.Type == netv1.EndpointExternal {
-			return netip.AddrPortFrom(a, uint16(port)), true //nolint:gosec // ports fit in 16 bits
+			return netip.AddrPortFrom(a, uint16(port)), true
 		}
 	}
 	return netip.AddrPort{}, false

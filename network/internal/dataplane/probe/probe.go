@@ -207,7 +207,7 @@ func header(typ byte, seq uint32, now time.Time, extra int) []byte {
 	binary.BigEndian.PutUint32(b[0:], magic)
 	b[4] = typ
 	binary.BigEndian.PutUint32(b[8:], seq)
-	binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano())) //nolint:gosec // a timestamp
+	binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano()))
 	return b
 }
 

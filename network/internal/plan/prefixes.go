@@ -8,17 +8,7 @@ import (
 // sitePrefixes are the destinations of a Site: its pools, pod CIDRs of its nodes outside them (nodes that
 // moved in keep their CIDR), its node CIDRs and the routed CIDRs of the pools the link uses.
 func sitePrefixes(si *siteInfo, filter map[string]bool) []string {
-	set := map[string]bool{}
-	for _, p := range si.site.Spec.PodCIDRPools {
-		add(set, p.CIDR)
-	}
-	for _, n := range si.nodes {
-		for _, c := range n.PodCIDRs {
-			if !si.alloc.Contains(c) {
-				add(set, c)
-			}
-		}
-	}
+	set := podPrefixes(si)
 	for _, c := range si.site.Spec.NodeCIDRs {
 		add(set, c)
 	}
@@ -32,13 +22,14 @@ func sitePrefixes(si *siteInfo, filter map[string]bool) []string {
 	return sortedPrefixes(set)
 }
 
-func nonMasquerade(si *siteInfo) []string {
+// podPrefixes are a Site's pod destinations: its pools and the pod CIDRs of its nodes outside them. Only
+// CIDRs outside the pools: the pools cover the rest, and listing every node's block would rewrite the plan
+// whenever a node joins.
+func podPrefixes(si *siteInfo) map[string]bool {
 	set := map[string]bool{}
 	for _, p := range si.site.Spec.PodCIDRPools {
 		add(set, p.CIDR)
 	}
-	// Only CIDRs outside the pools: the pools cover the rest, and listing every node's block would rewrite
-	// the plan whenever a node joins.
 	for _, n := range si.nodes {
 		for _, c := range n.PodCIDRs {
 			if !si.alloc.Contains(c) {
@@ -46,6 +37,13 @@ func nonMasquerade(si *siteInfo) []string {
 			}
 		}
 	}
+	return set
+}
+
+// nonMasquerade are the destinations a Site's pods reach without SNAT: its own pod destinations, its
+// spec.nonMasqueradeCIDRs and every link's prefixes.
+func nonMasquerade(si *siteInfo) []string {
+	set := podPrefixes(si)
 	for _, c := range si.site.Spec.NonMasqueradeCIDRs {
 		add(set, c)
 	}

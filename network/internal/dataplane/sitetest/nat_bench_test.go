@@ -17,12 +17,7 @@ import (
 func BenchmarkLinkKinds(b *testing.B) {
 	s := NewNATSites(b)
 	lab := s.Lab
-	v1, v2 := lab.AddNS("v1"), lab.AddNS("v2")
-	lab.MustIP(v1, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v2)
-	lab.MustIP(v1, "addr", "add", "10.99.0.1/24", "dev", "eth0")
-	lab.MustIP(v2, "addr", "add", "10.99.0.2/24", "dev", "eth0")
-	lab.MustIP(v1, "link", "set", "eth0", "up")
-	lab.MustIP(v2, "link", "set", "eth0", "up")
+	v1, v2 := vethBaseline(lab)
 	q1, n1, m1, p1 := s.Nodes["q1"], s.Nodes["n1"], s.Nodes["m1"], s.Nodes["p1"]
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -35,16 +30,7 @@ func BenchmarkLinkKinds(b *testing.B) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, p := range [][2]*Node{{q1, p1}, {n1, p1}, {n1, m1}} {
-		for {
-			if _, err := lab.Exec(p[0].Pod, "ping", "-c", "1", "-W", "1", p[1].PodIP.String()); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("no path %s → %s", p[0].Name, p[1].Name)
-			}
-		}
-	}
+	waitPaths(b, lab, deadline, [][2]*Node{{q1, p1}, {n1, p1}, {n1, m1}})
 	var veth, direct, nat, relay, vethRTT, directRTT, natRTT, relayRTT, directCPU, natCPU, relayCPU float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

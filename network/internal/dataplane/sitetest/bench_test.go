@@ -89,6 +89,30 @@ func waitPaths(b *testing.B, lab *topo.Lab, deadline time.Time, pairs [][2]*Node
 	}
 }
 
+// benchWireGuardL3Path switches s to --wireguard-l3 and measures the gateway pod → gateway pod path b.N
+// times: Gbit/s, CPU%/Gbit and ping RTT, summed.
+func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64) {
+	b.StopTimer()
+	useWireGuardL3(s)
+	ga1, gb1 := s.Nodes["ga1"], s.Nodes["gb1"]
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := s.Lab.Exec(ga1.Pod, "ping", "-c", "1", "-W", "1", gb1.PodIP.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no L3 path %s → %s", ga1.Name, gb1.Name)
+		}
+	}
+	b.StartTimer()
+	for i := 0; i < b.N; i++ {
+		g, c := iperf(b, s.Lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		gbps, cpu = gbps+g, cpu+c
+		rttSum += rtt(b, s.Lab, ga1.Pod, gb1.PodIP.String())
+	}
+	return gbps, cpu, rttSum
+}
+
 var rttRe = regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`)
 
 // rtt is the average ping round trip in microseconds.
@@ -152,24 +176,7 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 		}
 	}
 	// The same pod path with --wireguard-l3 (one active gateway per Site): TCP straight into WireGuard.
-	b.StopTimer()
-	useWireGuardL3(s)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := lab.Exec(ga1.Pod, "ping", "-c", "1", "-W", "1", gb1.PodIP.String()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no L3 path %s → %s", ga1.Name, gb1.Name)
-		}
-	}
-	b.StartTimer()
-	var l3, l3CPU, l3RTT float64
-	for i := 0; i < b.N; i++ {
-		g, c := iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
-		l3, l3CPU = l3+g, l3CPU+c
-		l3RTT += rtt(b, lab, ga1.Pod, gb1.PodIP.String())
-	}
+	l3, l3CPU, l3RTT := benchWireGuardL3Path(b, s)
 	n := float64(b.N)
 	b.ReportMetric(l3/n, "wireguard-l3-path-Gbit/s")
 	b.ReportMetric(l3/veth, "wireguard-l3-path-x-veth")

@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/stack"
 )
@@ -96,7 +98,10 @@ func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, natS
 		running = append(running, fmt.Sprintf("%s on %s (%s, %s)", p.name, p.node, p.site, p.ip))
 	}
 	step("pod check: %s running (%.1fs)", strings.Join(running, ", "), time.Since(t0).Seconds())
-	kinds := linkKinds(ctx, s.WorkloadClient)
+	kinds, err := linkKinds(ctx, s.Workload.Config)
+	if err != nil {
+		return nil, err
+	}
 	for _, pair := range checkPairs(sites, natSites) {
 		for _, dir := range [][2]*checkPod{{pods[pair[0]], pods[pair[1]]}, {pods[pair[1]], pods[pair[0]]}} {
 			lines, err := exchange(ctx, s.WorkloadClient, cs, dir[0], dir[1], kinds[pairKey(pair[0], pair[1])], timeout, step)
@@ -164,13 +169,17 @@ func pairKey(a, b string) [2]string {
 }
 
 // linkKinds describes every SitePeering link as status shows it: "Direct", "NATInitiated (site-c behind
-// NAT)", "Relayed via site-a"; empty when unknown.
-func linkKinds(ctx context.Context, c client.Client) map[[2]string]string {
-	out := map[[2]string]string{}
+// NAT)", "Relayed via site-a". It reads with the plugin's scheme (the network add-on's API), not the stack's.
+func linkKinds(ctx context.Context, cfg *rest.Config) (map[[2]string]string, error) {
+	c, err := client.New(cfg, client.Options{Scheme: cli.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the workload client: %w", err)
+	}
 	sps := &netv1.SitePeeringList{}
 	if err := c.List(ctx, sps); err != nil {
-		return out
+		return nil, fmt.Errorf("failed to list SitePeerings for the pod check: %w", err)
 	}
+	out := map[[2]string]string{}
 	for _, sp := range sps.Items {
 		for _, l := range sp.Status.Links {
 			if len(l.Sites) == 2 {
@@ -178,7 +187,7 @@ func linkKinds(ctx context.Context, c client.Client) map[[2]string]string {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // describeKind is a link's kind with who is behind NAT or the relay.

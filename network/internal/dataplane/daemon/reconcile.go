@@ -48,7 +48,7 @@ func (d *Daemon) reconcile() error {
 }
 
 // redialEvery is how often the session with a dialled peer whose probes fail is forgotten again.
-const redialEvery = 5 * time.Second
+const redialEvery = 2 * time.Second
 
 // redials are the public keys of the reachable peers this node dials from behind NAT whose probes fail and
 // that were not redialed in the last redialEvery: their sessions are forgotten so the next packet starts a

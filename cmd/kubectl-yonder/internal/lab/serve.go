@@ -37,6 +37,10 @@ const ClusterName = "lab"
 // siteName is the name of site i: site-a, site-b, …
 func siteName(i int) string { return "site-" + string("abcdefghijklmnopqrstuvwxyz"[i%26]) }
 
+// behindNAT says which sites are behind NAT: the third and fourth (site-c, site-d). site-a shares the
+// management bridge and site-b is routed through its gateway; both accept connections.
+func behindNAT(i int) bool { return i >= 2 }
+
 // Serve runs the lab in this process: it brings everything up, prints the next commands and ReadyMarker,
 // then holds the lab until ctx ends or SIGINT/SIGTERM arrives, and tears it all down.
 func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr error) {
@@ -85,6 +89,9 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 		}
 		step("network add-on images %v built (go run ./hack/images) in %.1fs; every node imports them", networkImages, time.Since(t0).Seconds())
 	}
+	if err := ensureInotifyInstances(l.HostsPerSite*l.Sites, step); err != nil {
+		return err
+	}
 	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, ExtraImages: images, MetalHosts: metalHosts(l), Log: step})
 	var remotes []*remoteSite
 	if err != nil {
@@ -123,18 +130,22 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	step("site %s: %d hosts on the management bridge %s (%s)", sites[0].Name, l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
 	for i := 1; i < l.Sites; i++ {
 		t0 := time.Now()
-		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, remotes)
+		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, behindNAT(i), remotes)
 		if err != nil {
 			return err
 		}
 		remotes = append(remotes, r)
 		st.Bridges = append(st.Bridges, r.net.Bridge)
-		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + " (gateway)", Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
+		role, how := " (gateway)", "reachable only through gateway"
+		if r.nat {
+			role, how = " (NAT gateway)", "behind NAT gateway"
+		}
+		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + role, Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
 		for _, h := range r.hosts {
 			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: r.name, Address: h.Address.String(), Namespace: h.Namespace})
 		}
-		step("site %s: %d hosts on bridge %s (%s), reachable only through gateway %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
-			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
+		step("site %s: %d hosts on bridge %s (%s), %s %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
+			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, how, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
 	}
 	if err := writeAccess(ctx, l.Dir, s, st); err != nil {
 		return err
@@ -170,12 +181,16 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 			return err
 		}
 		step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
-		if err := installNetwork(ctx, s, nodes, netTimeout, step); err != nil {
+		natSites := map[string]bool{}
+		for _, r := range remotes {
+			natSites[r.name] = r.nat
+		}
+		if err := installNetwork(ctx, s, nodes, natSites, netTimeout, step); err != nil {
 			return err
 		}
 		step("network ready in %.1fs", time.Since(t0).Seconds())
 		if l.Sites > 1 && workers > 1 {
-			res, err := podCheck(ctx, s, nodes, netTimeout, step)
+			res, err := podCheck(ctx, s, nodes, natSites, netTimeout, step)
 			if err != nil {
 				return err
 			}

@@ -24,7 +24,7 @@ import (
 
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/pkg/ociarchive"
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -77,24 +77,18 @@ func (s *Stack) serveArtifacts() error {
 	if err != nil {
 		return fmt.Errorf("failed to read busybox-static (run hack/test-bins.sh --packages): %w", err)
 	}
-	for name, img := range map[string]ociarchive.Image{
-		"image/pause": {Name: PauseImage, Files: ociarchive.Busybox(bb, "sh", "sleep"),
-			Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}},
-		"image/busybox": {Name: BusyboxImage, Files: ociarchive.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
+	for name, img := range map[string]struct {
+		ref  string
+		spec ociimage.Image
+	}{
+		"image/pause": {PauseImage, ociimage.Pause(bb)},
+		"image/busybox": {BusyboxImage, ociimage.Image{Files: ociimage.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
 			// The lab's cross-site pod check: an HTTP server and client, ping, nc.
 			"httpd", "ping", "nc", "mkdir", "timeout"),
-			Cmd: []string{"/bin/sh"}},
+			Cmd: []string{"/bin/sh"}}},
 	} {
 		p := filepath.Join(s.binDir, strings.ReplaceAll(name, "/", "-")+".oci.tar")
-		f, err := os.Create(p) //nolint:gosec // inside the stack directory
-		if err != nil {
-			return err
-		}
-		if err := ociarchive.Write(f, img); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("failed to write image %s: %w", name, err)
-		}
-		if err := f.Close(); err != nil {
+		if err := ociimage.WriteArchiveFile(p, img.ref, img.spec); err != nil {
 			return err
 		}
 		if err := add(name, p); err != nil {

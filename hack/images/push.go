@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -62,21 +60,12 @@ func pushArchive(a, from, to string, t http.RoundTripper) error {
 }
 
 func transport(caFile string) (http.RoundTripper, error) {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
 	if caFile == "" {
-		return t, nil
+		return ociimage.Transport(nil)
 	}
 	pem, err := os.ReadFile(caFile) //nolint:gosec // the operator's CA file
 	if err != nil {
 		return nil, err
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-	}
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return t, nil
+	return ociimage.Transport(pem)
 }

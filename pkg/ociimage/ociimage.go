@@ -7,15 +7,20 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -408,4 +413,22 @@ func writeFrom(p string, r io.Reader) error {
 	}
 	_, err = io.Copy(out, r)
 	return errors.Join(err, out.Close())
+}
+
+// Transport is go-containerregistry's default HTTP transport, trusting caPEM (a registry's private CA)
+// besides the system roots; no caPEM: the system roots alone.
+func Transport(caPEM []byte) (http.RoundTripper, error) {
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	if len(caPEM) == 0 {
+		return t, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("the registry CA is not a PEM certificate")
+	}
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t, nil
 }

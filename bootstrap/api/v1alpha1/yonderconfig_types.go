@@ -125,10 +125,10 @@ type Rootfs struct {
 // unless spec.agent is set, yonder-agent (<repository>/yonder-agent, fetched by its sha256).
 type Images struct {
 	// repository is the prefix of Yonder's images, e.g. ghcr.io/yonder-dev or a mirror such as
-	// registry.example:5000/yonder. Default: the manager's --image-repository.
+	// registry.example:5000/yonder. Empty: the manager's --image-repository.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`
 	Repository string `json:"repository,omitempty"`
 	// pullSecretName is a kubernetes.io/dockerconfigjson Secret in this namespace with credentials for the
 	// repository's registry; the host and the node's containerd use them too. Empty: anonymous.

@@ -8,13 +8,14 @@ package images
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -122,7 +123,7 @@ func NodeImage(ctx context.Context, repository, version string, reg *agentv1.Reg
 	if err != nil {
 		return "", &UserError{fmt.Sprintf("Node image %s is not a valid reference: %v", ref, err)}
 	}
-	t, err := Transport(reg.CACertificate)
+	t, err := ociimage.Transport([]byte(reg.CACertificate))
 	if err != nil {
 		return "", &UserError{err.Error()}
 	}
@@ -161,21 +162,4 @@ func AgentURL(repository, sha256 string) (string, error) {
 		return "", &UserError{fmt.Sprintf("Image repository %q is not valid: %v", repository, err)}
 	}
 	return "https://" + repo.RegistryStr() + "/v2/" + repo.RepositoryStr() + "/blobs/sha256:" + sha256, nil
-}
-
-// Transport trusts the system roots plus caPEM.
-func Transport(caPEM string) (http.RoundTripper, error) {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
-	if caPEM == "" {
-		return t, nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-		return nil, errors.New("the registry CA Secret's ca.crt is not a PEM certificate")
-	}
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return t, nil
 }

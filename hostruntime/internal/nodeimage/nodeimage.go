@@ -8,7 +8,6 @@ package nodeimage
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 
 	"github.com/google/go-containerregistry/pkg/v1/match"
 
@@ -62,7 +63,7 @@ func Pull(ctx context.Context, s Source) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := Transport(s.CACertificate)
+	t, err := ociimage.Transport([]byte(s.CACertificate))
 	if err != nil {
 		return nil, err
 	}
@@ -101,23 +102,6 @@ func explain(ref string, err error) error {
 		return fmt.Errorf("the registry's TLS certificate for image %s is not trusted: set the registry's CA (YonderConfig spec.images.caSecretName): %w", ref, err)
 	}
 	return fmt.Errorf("failed to fetch image %s: %w", ref, err)
-}
-
-// Transport is an HTTP transport trusting the system roots plus caPEM.
-func Transport(caPEM string) (http.RoundTripper, error) {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
-	if caPEM == "" {
-		return t, nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-		return nil, errors.New("the registry CA certificate is not PEM")
-	}
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return t, nil
 }
 
 // Extract unpacks the image's layers (whiteouts applied) into dir with the host's tar, keeping owners,

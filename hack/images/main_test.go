@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
 	"github.com/yonder-dev/yonder/pkg/ociimage"
 
 	. "github.com/onsi/gomega"

@@ -113,7 +113,7 @@ func nodeImageSpec(version string) (ociimage.Image, error) {
 // is the version) and checks what it reports.
 func kubeletFor(bins, version string) (string, error) {
 	for _, p := range []string{filepath.Join(bins, "kubelet-"+version), filepath.Join(bins, "kubelet")} {
-		out, err := exec.Command(p, "--version").Output() //nolint:gosec // binaries of hack/test-bins.sh
+		out, err := exec.Command(p, "--version").Output()
 		if err == nil && strings.TrimSpace(string(out)) == "Kubernetes "+version {
 			return p, nil
 		}

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	gcrname "github.com/google/go-containerregistry/pkg/name"
-	"github.com/yonder-dev/yonder/test/registry"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
+	"github.com/yonder-dev/yonder/test/registry"
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+
 	"github.com/yonder-dev/yonder/test/registry"
 
 	. "github.com/onsi/gomega"

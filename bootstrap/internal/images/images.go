@@ -127,7 +127,7 @@ func NodeImage(ctx context.Context, repository, version string, reg *agentv1.Reg
 	if err != nil {
 		return "", &UserError{err.Error()}
 	}
-	var auth authn.Authenticator = authn.Anonymous
+	auth := authn.Anonymous
 	if reg.Username != "" {
 		auth = &authn.Basic{Username: reg.Username, Password: reg.Password}
 	}

@@ -67,7 +67,7 @@ func Pull(ctx context.Context, s Source) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	var auth authn.Authenticator = authn.Anonymous
+	auth := authn.Anonymous
 	if s.Username != "" || s.Password != "" {
 		auth = &authn.Basic{Username: s.Username, Password: s.Password}
 	}
@@ -127,7 +127,7 @@ func KubeletVersion(ctx context.Context, root string) (string, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return "", fmt.Errorf("the node image has no /usr/local/bin/kubelet: %w", err)
 	}
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput() //nolint:gosec // the verified image's kubelet
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("the node image's kubelet does not run here: %s: %w", strings.TrimSpace(string(out)), err)
 	}

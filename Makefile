@@ -151,6 +151,9 @@ release: release-manifests ## Write out/release/<version>/ (components, metadata
 	@arch=$$($(GO) env GOARCH); \
 	  CGO_ENABLED=0 $(GO) build -trimpath -o $(RELEASE_DIR)/yonder-agent-linux-$$arch ./hostruntime/cmd/yonder-agent && \
 	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder
+	@# The agent file must be the agent the components pin (the agent artifact's blob): reproducible builds.
+	@test "$$(sha256sum $(RELEASE_DIR)/yonder-agent-linux-* | cut -d' ' -f1)" = "$$(tr -d '[:space:]' < $(OUT)/images/agent.sha256)" || \
+	  { echo "make release: yonder-agent differs from the one in out/images (agent.sha256)"; exit 1; }
 	@cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v checksums.txt) > checksums.txt
 	@if [ -n "$(REGISTRY)" ]; then $(MAKE) --no-print-directory push; fi
 	@echo $(RELEASE_DIR)

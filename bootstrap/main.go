@@ -28,17 +28,18 @@ func main() {
 func run() error {
 	o := manager.Options{Name: controllerName}
 	var (
-		agentURL, agentSHA string
-		concurrency        int
+		agentURL, agentSHA, imageRepository string
+		concurrency                         int
 	)
 	fs := pflag.CommandLine
 	o.AddFlags(fs)
 	fs.IntVar(&concurrency, "yonderconfig-concurrency", 10, "YonderConfigs reconciled in parallel")
 	fs.StringVar(&agentURL, "agent-url", "", "Default yonder-agent download URL for YonderConfigs without spec.agent")
-	fs.StringVar(&agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent")
+	fs.StringVar(&agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent (alone: the agent's blob in the image repository)")
+	fs.StringVar(&imageRepository, "image-repository", "", "Default spec.images.repository: where node images (<repository>/yonder-node:<Kubernetes version>) and yonder-agent come from")
 	pflag.Parse()
-	if (agentURL == "") != (agentSHA == "") {
-		return fmt.Errorf("--agent-url and --agent-sha256 must be set together")
+	if agentURL != "" && agentSHA == "" {
+		return fmt.Errorf("--agent-url needs --agent-sha256")
 	}
 
 	scheme, err := setup.Scheme()
@@ -63,7 +64,7 @@ func run() error {
 		return fmt.Errorf("failed to create the ClusterCache: %w", err)
 	}
 	if err := setup.Reconcilers(ctx, mgr, cc, setup.Options{
-		WatchFilterValue: o.WatchFilter, DefaultAgent: setup.DefaultAgent(agentURL, agentSHA), Concurrency: concurrency,
+		WatchFilterValue: o.WatchFilter, DefaultAgent: setup.DefaultAgent(agentURL, agentSHA), ImageRepository: imageRepository, Concurrency: concurrency,
 	}); err != nil {
 		return err
 	}

@@ -38,6 +38,8 @@ type Options struct {
 	WatchFilterValue string
 	// DefaultAgent is the yonder-agent source used when a YonderConfig sets none.
 	DefaultAgent cloudinit.AgentSource
+	// ImageRepository is the default image repository (node images, the agent).
+	ImageRepository string
 	// TokenCheckInterval overrides how often tokens of unjoined Machines are checked (default TTL/3).
 	TokenCheckInterval time.Duration
 	Concurrency        int
@@ -67,7 +69,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterC
 	opts := controller.Options{MaxConcurrentReconciles: o.Concurrency}
 	if err := (&yonderconfig.Reconciler{
 		Client: mgr.GetClient(), ClusterCache: cc, WatchFilterValue: o.WatchFilterValue,
-		DefaultAgent: o.DefaultAgent, TokenCheckInterval: o.TokenCheckInterval,
+		DefaultAgent: o.DefaultAgent, ImageRepository: o.ImageRepository, TokenCheckInterval: o.TokenCheckInterval,
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
 	}

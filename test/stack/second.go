@@ -32,8 +32,8 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	}
 	t := &Stack{
 		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
-		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, ArtifactURL: s.ArtifactURL,
-		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca, artifacts: s.artifacts,
+		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, Registry: s.Registry,
+		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca,
 		managers: map[string]*Manager{}, shared: true,
 	}
 	t.logDir = filepath.Join(t.Dir, "logs")

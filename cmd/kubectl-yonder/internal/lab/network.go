@@ -194,7 +194,7 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 	if err := site.Apply(ctx, c, objs, time.Minute, nil); err != nil {
 		return err
 	}
-	step("network add-on applied (the embedded manifests of `kubectl yonder site init`, %d objects; images from hack/images imported by every node) in %.1fs", len(objs), time.Since(t0).Seconds())
+	step("network add-on applied (the embedded manifests of `kubectl yonder site init`, %d objects; images from hack/images pulled by every node through the lab registry) in %.1fs", len(objs), time.Since(t0).Seconds())
 
 	if err := labelNodes(ctx, c, nodes); err != nil {
 		return err

@@ -244,7 +244,7 @@ func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
 			NodeName:                      p.node,
 			TerminationGracePeriodSeconds: ptrTo(int64(1)),
 			Containers: []corev1.Container{{
-				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				// sh stays PID 1 with a TERM trap: httpd as PID 1 would ignore SIGTERM, and every node's
 				// shutdown at `lab down` waited for the agent's stop grace period before killing it.
 				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && httpd -f -p %s -h /www & wait $!", p.answer(), checkPort)},
@@ -300,7 +300,7 @@ ping -c 3 -W 2 %[1]s`, to.ip, checkPort)
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}},
 		Spec: corev1.PodSpec{
 			NodeName: from.node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo(int64(1)),
-			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"/bin/sh", "-c", script}}},
 		},
 	}

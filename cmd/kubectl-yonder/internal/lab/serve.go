@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -294,29 +293,17 @@ func writeAccess(ctx context.Context, dir string, s *stack.Stack, st *State) err
 	return nil
 }
 
-// applyCluster generates the Cluster with the real clusterctl from the installed local repository, points
-// its YonderConfigTemplate at the lab's offline artifacts (the lab has no internet), and creates it.
+// applyCluster generates the Cluster with the real clusterctl from the installed local repository, with
+// only the variables the docs give a user (the registry's CA Secret and mirrors: nodes get their software
+// from the node image of their version in the lab's registry), and creates it.
 func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, workers int) error {
-	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}
+	env := append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}, s.TemplateEnv()...)
 	// The provider is named: with --metal the management cluster has two infrastructure providers, and
 	// clusterctl then has no default.
 	manifest, err := s.Clusterctl(ctx, env, "generate", "cluster", ClusterName, "--infrastructure", "yonder-ssh", "--flavor", "ssh",
 		"--kubernetes-version", stack.KubernetesVersion, "--worker-machine-count", strconv.Itoa(workers), "--target-namespace", namespace)
 	if err != nil {
 		return err
-	}
-	rootfs, artifacts := s.NodeArtifacts()
-	rootfsU, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rootfs)
-	if err != nil {
-		return fmt.Errorf("failed to convert the rootfs source: %w", err)
-	}
-	var artifactsU []any
-	for i := range artifacts {
-		a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&artifacts[i])
-		if err != nil {
-			return fmt.Errorf("failed to convert artifact %s: %w", artifacts[i].Name, err)
-		}
-		artifactsU = append(artifactsU, a)
 	}
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
@@ -328,18 +315,9 @@ func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, wo
 			}
 			return fmt.Errorf("failed to decode the generated cluster: %w", err)
 		}
-		if len(u.Object) == 0 {
-			continue
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
 		}
-		if u.GetKind() == "YonderConfigTemplate" {
-			if err := unstructured.SetNestedField(u.Object, rootfsU, "spec", "template", "spec", "rootfs"); err != nil {
-				return err
-			}
-			if err := unstructured.SetNestedSlice(u.Object, artifactsU, "spec", "template", "spec", "artifacts"); err != nil {
-				return err
-			}
-		}
-		objs = append(objs, u)
 	}
 	return createAndRecord(ctx, s, objs, filepath.Join(dir, "cluster.yaml"))
 }

@@ -25,7 +25,7 @@ const HostsCredentialsSecret = "yonder-hosts-ssh" //nolint:gosec // the name of 
 
 // remoteSite is a site behind a gateway, like an edge location: its hosts sit on their own lab bridge,
 // which has no address on this machine, and a gateway host with one leg on the management bridge and one
-// on the site's bridge forwards between them. The machine (managers, control planes, artifact server)
+// on the site's bridge forwards between them. The machine (managers, control planes, registry)
 // reaches the site's hosts only through a route via the gateway, and the hosts reach the control plane
 // only through it too.
 //

@@ -204,7 +204,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	// Every manager, apiserver, kubelet and containerd holds inotify instances; with other stacks on the same
 	// machine the kernel's default of 128 per user runs out (seen: a kubelet failing "inotify_init: too many
 	// open files" and never registering its Node).
-	if err := ensureInotifyInstances(minInotifyInstances, opts.Log); err != nil {
+	if err := EnsureInotifyInstances(minInotifyInstances, opts.Log); err != nil {
 		return nil, err
 	}
 	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}

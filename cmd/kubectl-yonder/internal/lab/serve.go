@@ -86,9 +86,9 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 		if images, err = buildNetworkImages(ctx, filepath.Join(st.StackDir, "images")); err != nil {
 			return err
 		}
-		step("network add-on images %v built (go run ./hack/images) in %.1fs; every node imports them", networkImages, time.Since(t0).Seconds())
+		step("network add-on images %v built (go run ./hack/images) in %.1fs; pushed into the lab registry", networkImages, time.Since(t0).Seconds())
 	}
-	if err := ensureInotifyInstances(l.HostsPerSite*l.Sites, step); err != nil {
+	if err := stack.EnsureInotifyInstances(inotifyInstancesFor(l.HostsPerSite*l.Sites), step); err != nil {
 		return err
 	}
 	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, ExtraImages: images, MetalHosts: metalHosts(l), Log: step})

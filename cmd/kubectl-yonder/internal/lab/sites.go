@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -219,34 +217,7 @@ func sshAuthorizedKey(h *hosts.Host) []byte { return ssh.MarshalAuthorizedKey(h.
 
 // Inotify instances: every worker holds ~16 (its nspawn machine's systemd and journald, containerd,
 // kubelet; measured 16 per lab host) besides the control planes' and managers' ~100, and the kernel's
-// default limit is 128 per user — all of it root here. With four sites the lab's kubelets then fail at
-// start with "inotify_init: too many open files" (seen on a machine shared with other test runs), so the
-// lab raises the limit before its hosts start, like kind recommends. Never lowered: other clusters on the
-// machine may depend on it; the setting lasts until reboot.
-const (
-	inotifyInstancesPath = "/proc/sys/fs/inotify/max_user_instances"
-	inotifyBase          = 512
-	inotifyPerHost       = 32
-)
-
-// ensureInotifyInstances raises fs.inotify.max_user_instances to what hosts workers need (at least
-// inotifyBase), and says so.
-func ensureInotifyInstances(hosts int, step func(string, ...any)) error {
-	want := max(inotifyBase, 256+inotifyPerHost*hosts)
-	data, err := os.ReadFile(inotifyInstancesPath)
-	if err != nil {
-		return fmt.Errorf("failed to read %s: %w", inotifyInstancesPath, err)
-	}
-	cur, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return fmt.Errorf("failed to parse %s %q: %w", inotifyInstancesPath, data, err)
-	}
-	if cur >= want {
-		return nil
-	}
-	if err := os.WriteFile(inotifyInstancesPath, []byte(strconv.Itoa(want)), 0o644); err != nil { //nolint:gosec // a sysctl file
-		return fmt.Errorf("failed to raise fs.inotify.max_user_instances from %d to %d (%d lab hosts need it): %w", cur, want, hosts, err)
-	}
-	step("raised fs.inotify.max_user_instances from %d to %d for %d hosts (each kubelet, containerd and systemd holds some)", cur, want, hosts)
-	return nil
-}
+// default limit is 128 per user — all of it root here. With four sites the lab's kubelets then failed at
+// start with "inotify_init: too many open files", so the lab asks for 256 + 32 per host (at least the
+// stack's own 512) before its hosts start.
+func inotifyInstancesFor(hosts int) int { return max(512, 256+32*hosts) }

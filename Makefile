@@ -113,9 +113,50 @@ release-manifests: ## Build each provider's components YAML, metadata.yaml and t
 	  else echo "skipping $$p: no config/default yet"; fi; \
 	done
 	@mkdir -p $(OUT)/network && $(TOOLS) kustomize build network/config/default > $(OUT)/network/yonder-network.yaml && echo "$(OUT)/network/yonder-network.yaml"
+	@$(TOOLS) kustomize build infrastructure-baremetal/config/crd/metal3 > $(OUT)/infrastructure-baremetal/metal3-crds.yaml && echo "$(OUT)/infrastructure-baremetal/metal3-crds.yaml"
 	@cp templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/ 2>/dev/null || true
-	@$(GO) run ./hack/images -out $(OUT)/images -tag $(RELEASE_VERSION) >/dev/null
+	@$(MAKE) --no-print-directory images IMAGE_TAG=$(RELEASE_VERSION) >/dev/null
 	@hack/release-repo.sh $(OUT) $(RELEASE_VERSION)
+
+# Images: the managers, the network add-on, the agent artifact and one node image per Kubernetes version
+# (NODE_VERSIONS: hack/test-bins.sh builds their kubelets), named $(IMAGE_PREFIX)/<name>:<tag>.
+IMAGE_PREFIX ?= ghcr.io/yonder-dev
+IMAGE_TAG ?= $(RELEASE_VERSION)
+NODE_VERSIONS ?= v1.36.3,v1.36.2
+# Where `make push` uploads them (same names under this prefix), and the CA file of that registry if private.
+REGISTRY ?=
+REGISTRY_CA ?=
+
+.PHONY: images
+images: test-bins ## Build every image as an OCI archive into out/images (digests in digests.txt and images.txt); no Docker needed
+	$(GO) run ./hack/images build -out $(OUT)/images -registry $(IMAGE_PREFIX) -tag $(IMAGE_TAG) -node-versions $(NODE_VERSIONS)
+
+.PHONY: push
+push: images ## Push out/images to REGISTRY (e.g. REGISTRY=registry.example:5000/yonder; REGISTRY_CA=ca.crt for a private CA; credentials from ~/.docker/config.json)
+	@test -n "$(REGISTRY)" || { echo "make push needs REGISTRY=<host[:port]/prefix>"; exit 1; }
+	$(GO) run ./hack/images push -out $(OUT)/images -registry $(IMAGE_PREFIX) -to $(REGISTRY) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA))
+
+# `make release`: a directory shaped like a GitHub release that clusterctl reads (out/release/<version>/):
+# each provider's components file (distinct names), metadata.yaml, the templates and ClusterClasses,
+# metal3-crds.yaml, the network add-on, yonder-agent and kubectl-yonder (static, -trimpath; the plugin
+# without the lab, -tags release) for the build's architecture, and checksums.txt (sha256 of every file).
+# With REGISTRY set, the images are pushed there too.
+RELEASE_DIR = $(OUT)/release/$(RELEASE_VERSION)
+
+.PHONY: release
+release: release-manifests ## Write out/release/<version>/ (components, metadata, templates, binaries, sha256s); pushes the images when REGISTRY is set
+	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@for p in $(PROVIDERS); do cp $(OUT)/$$p/*-components*.yaml $(RELEASE_DIR)/; done
+	@cp metadata.yaml templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/infrastructure-baremetal/metal3-crds.yaml $(OUT)/network/yonder-network.yaml $(RELEASE_DIR)/
+	@arch=$$($(GO) env GOARCH); \
+	  CGO_ENABLED=0 $(GO) build -trimpath -o $(RELEASE_DIR)/yonder-agent-linux-$$arch ./hostruntime/cmd/yonder-agent && \
+	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder
+	@# The agent file must be the agent the components pin (the agent artifact's blob): reproducible builds.
+	@test "$$(sha256sum $(RELEASE_DIR)/yonder-agent-linux-* | cut -d' ' -f1)" = "$$(tr -d '[:space:]' < $(OUT)/images/agent.sha256)" || \
+	  { echo "make release: yonder-agent differs from the one in out/images (agent.sha256)"; exit 1; }
+	@cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v checksums.txt) > checksums.txt
+	@if [ -n "$(REGISTRY)" ]; then $(MAKE) --no-print-directory push; fi
+	@echo $(RELEASE_DIR)
 
 .PHONY: clean
 clean: ## Remove build outputs (the binary cache outside the tree stays); tears a running lab down first

@@ -16,9 +16,9 @@ func main() { manager.Main(setup.ControllerName, run) }
 
 // flags are the manager's command-line settings.
 type flags struct {
-	manager            manager.Options
-	agentURL, agentSHA string
-	concurrency        int
+	manager                             manager.Options
+	agentURL, agentSHA, imageRepository string
+	concurrency                         int
 }
 
 // addFlags registers every flag of the manager on fs.
@@ -27,16 +27,18 @@ func addFlags(fs *pflag.FlagSet) *flags {
 	f.manager.AddFlags(fs)
 	fs.IntVar(&f.concurrency, "yonderconfig-concurrency", 10, "YonderConfigs reconciled in parallel")
 	fs.StringVar(&f.agentURL, "agent-url", "", "Default yonder-agent download URL for YonderConfigs without spec.agent")
-	fs.StringVar(&f.agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent")
+	fs.StringVar(&f.agentSHA, "agent-sha256", "", "sha256 of the default yonder-agent (alone: the agent's blob in the image repository)")
+	fs.StringVar(&f.imageRepository, "image-repository", "", "Default spec.images.repository: where node images (<repository>/yonder-node:<Kubernetes version>) and yonder-agent come from")
 	return f
 }
 
 // options returns the reconcilers' settings, or why the flags are unusable.
 func (f *flags) options() (setup.Options, error) {
-	if (f.agentURL == "") != (f.agentSHA == "") {
-		return setup.Options{}, errors.New("--agent-url and --agent-sha256 must be set together")
+	if f.agentURL != "" && f.agentSHA == "" {
+		return setup.Options{}, errors.New("--agent-url needs --agent-sha256")
 	}
-	return setup.Options{Controllers: f.manager.Controllers(), DefaultAgent: setup.DefaultAgent(f.agentURL, f.agentSHA), Concurrency: f.concurrency}, nil
+	return setup.Options{Controllers: f.manager.Controllers(), DefaultAgent: setup.DefaultAgent(f.agentURL, f.agentSHA),
+		ImageRepository: f.imageRepository, Concurrency: f.concurrency}, nil
 }
 
 func run() error {

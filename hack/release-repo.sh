@@ -60,7 +60,9 @@ mkdir -p "$cm"
   for f in "$cm_dir"/deploy/crds/*.yaml; do echo "---"; cat "$f"; done
 } > "$cm/cert-manager.yaml"
 
-# Pin our images by digest where `go run ./hack/images` built them (make release-manifests does).
+# Pin our images by digest where `go run ./hack/images` built them (make release-manifests does), and the
+# agent's sha256: the bootstrap manager's default, with which hosts fetch the agent's blob from the image
+# repository.
 if [[ -f $OUT/images/digests.txt ]]; then
   while read -r repo digest; do
     [[ -n $repo ]] || continue
@@ -68,6 +70,12 @@ if [[ -f $OUT/images/digests.txt ]]; then
       sed -i "s|image: $repo:[^[:space:]]*|image: $repo@$digest|" "$f"
     done
   done < "$OUT/images/digests.txt"
+fi
+if [[ -f $OUT/images/agent.sha256 ]]; then
+  agent_sha=$(tr -d '[:space:]' < "$OUT/images/agent.sha256")
+  for f in "$OUT"/*/*.yaml; do
+    sed -i "s|\${YONDER_AGENT_SHA256:=\"\"}|\${YONDER_AGENT_SHA256:=$agent_sha}|" "$f"
+  done
 fi
 
 # Yonder providers: <dir> <clusterctl name> <type>.
@@ -97,8 +105,10 @@ for p in "${providers[@]}"; do
   cp "$OUT/$dir/$file" "$d/$file"
   cp metadata.yaml "$d/metadata.yaml"
   case $label in
-    infrastructure-yonder-ssh) cp templates/cluster-template-ssh*.yaml templates/clusterclass-yonder-ssh*.yaml "$d/" 2>/dev/null || true ;;
-    infrastructure-yonder-metal) cp templates/cluster-template-metal*.yaml templates/clusterclass-yonder-metal*.yaml "$d/" 2>/dev/null || true ;;
+    infrastructure-yonder-ssh) cp templates/cluster-template.yaml templates/cluster-template-ssh*.yaml templates/clusterclass-yonder-ssh*.yaml "$d/" 2>/dev/null || true ;;
+    infrastructure-yonder-metal) cp templates/cluster-template-metal*.yaml templates/clusterclass-yonder-metal*.yaml "$d/" 2>/dev/null || true
+      # Metal3's BareMetalHost CRD, apart from the components (see infrastructure-baremetal/config/default).
+      cp "$OUT/$dir/metal3-crds.yaml" "$d/" ;;
   esac
   # Image variables' defaults in the templates (the multi-site flavor's network add-on) are pinned like
   # the components: ${YONDER_NETWORK_NODE_IMAGE:=<repo>:dev} becomes ${…:=<repo>@<digest>}.

@@ -24,10 +24,15 @@ KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CAPI_VERSION=${CAPI_VERSION:-v1.14.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.1.5}
+# The OCI registry the e2e suite and the lab push Yonder's images to (github.com/distribution/distribution/v3).
+REGISTRY_VERSION=${REGISTRY_VERSION:-v3.1.2}
+# A second, kubelet-only Kubernetes version: the node image of a version bump (a MachineDeployment rolled
+# from this kubelet to KUBERNETES_VERSION's). Its binary is kubelet-<version> in the bin directory.
+KUBELET_PREVIOUS_VERSION=${KUBELET_PREVIOUS_VERSION:-v1.36.2}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
-KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}"
+KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
 BUILD_ROOT="${CACHE_ROOT}/build"
 LOG_DIR="${CACHE_ROOT}/logs"
@@ -42,7 +47,7 @@ MIN_FREE_GIB=${YONDER_MIN_FREE_GIB:-12}
 DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
   runc systemd systemd-container containernetworking-plugins busybox-static zstd xz-utils curl ca-certificates
   isc-dhcp-client tftp-hpa swtpm swtpm-tools ipxe qemu-system-x86 ovmf kea-admin kea-dhcp4-server debootstrap
-  iperf3 iputils-ping clang-14 llvm libbpf-dev)
+  iperf3 iputils-ping conntrack clang-14 llvm libbpf-dev)
 if [ -n "${YONDER_DEB_PACKAGES:-}" ]; then
   # Override for the script's own test (test/testbins), never needed otherwise.
   read -r -a DEB_PACKAGES <<<"${YONDER_DEB_PACKAGES}"
@@ -177,9 +182,22 @@ in_dir() { local d=$1; shift; (cd "$d"; "$@"); }
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 build_kubernetes() {
-  local bin=$1 v=$2 minor=${2#v}; minor=${minor#*.}; minor=${minor%%.*}
-  local staging=${v/v1./v0.}
-  go mod init yonder.local/k8sbins
+  k8s_module "$2" yonder.local/k8sbins
+  k8s_build "$1" "$2" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+}
+
+# build_kubelet BIN VERSION: only the kubelet of another Kubernetes version, as kubelet-<version>.
+build_kubelet() {
+  k8s_module "$2" yonder.local/kubeletbin
+  k8s_build "$1" "$2" k8s.io/kubernetes/cmd/kubelet
+  mv "$1/kubelet" "$1/kubelet-$2"
+}
+
+# k8s_module VERSION NAME: a scratch module requiring k8s.io/kubernetes at VERSION.
+k8s_module() {
+  local v=$1 staging=${1/v1./v0.}
+  go mod init "$2"
   go mod edit -require="k8s.io/kubernetes@${v}"
   # k8s.io/kubernetes requires its staging repos at v0.0.0 and replaces them with ./staging; point them at
   # the published tags instead.
@@ -191,10 +209,15 @@ build_kubernetes() {
     [ "$m" = "k8s.io/sample-cli-plugin" ] && continue
     go mod edit -replace="${m}=${m}@${staging}"
   done
+}
+
+# k8s_build BIN VERSION PKG...: one go build of the packages (shared packages compile once), the version
+# set with ldflags (CAPI rejects an apiserver that reports v0.0.0).
+k8s_build() {
+  local bin=$1 v=$2 minor=${2#v}; shift 2
+  minor=${minor#*.}; minor=${minor%%.*}
   local pkg=k8s.io/component-base/version
-  go build -trimpath -o "$bin/" -ldflags "-s -w -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+  go build -trimpath -o "$bin/" -ldflags "-s -w -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z" "$@"
 }
 
 build_etcd() {
@@ -231,9 +254,17 @@ build_containerd() {
     github.com/containerd/containerd/v2/cmd/ctr github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 }
 
+build_registry() {
+  local bin=$1 v=$2
+  go mod init yonder.local/registrybin
+  go mod edit -require="github.com/distribution/distribution/v3@${v}"
+  go build -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=${v}" -o "$bin/registry" \
+    github.com/distribution/distribution/v3/cmd/registry
+}
+
 # BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
 BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
-  containerd ctr containerd-shim-runc-v2)
+  containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}")
 
 build_binaries() {
   if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi
@@ -241,10 +272,13 @@ build_binaries() {
   build_component capi "${CAPI_VERSION}" build_capi
   build_component kubernetes "${KUBERNETES_VERSION}" build_kubernetes
   build_component containerd "${CONTAINERD_VERSION}" build_containerd
+  build_component registry "${REGISTRY_VERSION}" build_registry
+  build_component kubelet "${KUBELET_PREVIOUS_VERSION}" build_kubelet
   STEP=assemble
   mkdir -p "${BIN_DIR}"
   local c f
-  for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}"; do
+  for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}" \
+    "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}"; do
     for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
   done
   for f in "${BUILT_BINARIES[@]}"; do

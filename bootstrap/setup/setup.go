@@ -36,6 +36,8 @@ type Options struct {
 	manager.Controllers
 	// DefaultAgent is the yonder-agent source used when a YonderConfig sets none.
 	DefaultAgent cloudinit.AgentSource
+	// ImageRepository is the default image repository (node images, the agent).
+	ImageRepository string
 	// TokenCheckInterval overrides how often tokens of unjoined Machines are checked (default TTL/3).
 	TokenCheckInterval time.Duration
 	// Concurrency of the reconcilers (and of the ClusterCache).
@@ -73,7 +75,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&yonderconfig.Reconciler{
 		Client: mgr.GetClient(), ClusterCache: cc, WatchFilterValue: o.WatchFilterValue,
-		DefaultAgent: o.DefaultAgent, TokenCheckInterval: o.TokenCheckInterval,
+		DefaultAgent: o.DefaultAgent, ImageRepository: o.ImageRepository, TokenCheckInterval: o.TokenCheckInterval,
 	}).SetupWithManager(ctx, mgr, o.Options(o.Concurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderConfig reconciler: %w", err)
 	}

@@ -1,6 +1,7 @@
 // Command kubectl-yonder is Yonder's kubectl plugin (`kubectl yonder …` once it is on the PATH): register
 // SSH hosts, print a one-line manual bootstrap, install the network add-on into a workload cluster, describe
-// a Cluster's hosts, Machines, Nodes and tunnels, and run the local lab. See docs/kubectl-yonder.md.
+// a Cluster's hosts, Machines, Nodes and tunnels, and (built from a checkout, not with -tags release) run
+// the local lab. See docs/kubectl-yonder.md.
 package main
 
 import (
@@ -15,7 +16,6 @@ import (
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/describe"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/host"
-	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/lab"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/machine"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/site"
 )
@@ -30,9 +30,16 @@ func newRootCommand(o *cli.Options) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl yonder"},
 	}
 	o.AddFlags(root.PersistentFlags())
-	root.AddCommand(host.NewCommand(o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o), lab.NewCommand(o))
+	root.AddCommand(host.NewCommand(o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o))
+	for _, c := range developerCommands {
+		root.AddCommand(c(o))
+	}
 	return root
 }
+
+// developerCommands are added to the plugin built from a checkout (lab.go); the released plugin, built
+// with -tags release, has none: no test harness in it.
+var developerCommands []func(*cli.Options) *cobra.Command
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -55,3 +55,37 @@ func TestKubectlRunsThePlugin(t *testing.T) {
 		g.Expect(stdout.String()).To(MatchRegexp(`(?m)^\s+`+group+`\s`), "lists %s", group)
 	}
 }
+
+// The released plugin (`make release`: -tags release -trimpath) carries no test harness and works from a
+// directory that is not a checkout: no test/ package in its build, no lab command, its commands run.
+func TestReleasedPluginHasNoTestCode(t *testing.T) {
+	g := NewWithT(t)
+	deps, err := exec.Command("go", "list", "-deps", "-tags", "release", ".").Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, p := range strings.Fields(string(deps)) {
+		g.Expect(p).NotTo(HavePrefix("github.com/yonder-dev/yonder/test/"), "the released plugin imports %s", p)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubectl-yonder")
+	out, err := exec.Command("go", "build", "-tags", "release", "-trimpath", "-o", bin, ".").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	empty := t.TempDir()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = empty
+		cmd.Env = []string{"HOME=" + empty, "PATH=/usr/bin:/bin"}
+		o, err := cmd.CombinedOutput()
+		return string(o), err
+	}
+	help, err := run("--help")
+	g.Expect(err).NotTo(HaveOccurred(), help)
+	for _, group := range []string{"host", "machine", "site", "describe"} {
+		g.Expect(help).To(MatchRegexp(`(?m)^\s+`+group+`\s`), "lists %s", group)
+	}
+	g.Expect(help).NotTo(MatchRegexp(`(?m)^\s+lab\s`))
+	// Without a cluster it says so (about the kubeconfig), not about a missing checkout.
+	msg, err := run("host", "list", "--kubeconfig", filepath.Join(empty, "none.kubeconfig"))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(msg).To(ContainSubstring("none.kubeconfig"))
+	g.Expect(msg).NotTo(ContainSubstring("test-bins"))
+}

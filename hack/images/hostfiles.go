@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/yonder-dev/yonder/pkg/ociarchive"
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 )
 
 // xtablesDir holds iptables' match and target extensions (libxt_tcp.so, libxt_TCPMSS.so …), loaded at run
@@ -34,8 +34,8 @@ var iptablesTools = map[string]string{
 // closure, with the dynamic loader) and the symlinks of the merged /usr layout they are reached through.
 // Copying the host's files keeps the build offline; the digest then depends on the host's iptables and
 // libc packages, which is why the archive's digest is stable on one build host, not across distributions.
-func iptablesFiles() ([]ociarchive.File, error) {
-	c := hostCopier{files: map[string]ociarchive.File{}}
+func iptablesFiles() ([]ociimage.File, error) {
+	c := hostCopier{files: map[string]ociimage.File{}}
 	var elfs []string
 	for _, b := range []string{"/usr/sbin/xtables-nft-multi", "/usr/sbin/xtables-legacy-multi"} {
 		if _, err := os.Stat(b); err != nil {
@@ -78,12 +78,12 @@ func iptablesFiles() ([]ociarchive.File, error) {
 		}
 	}
 	for name, target := range iptablesTools {
-		c.files["usr/sbin/"+name] = ociarchive.File{Path: "usr/sbin/" + name, Symlink: target}
+		c.files["usr/sbin/"+name] = ociimage.File{Path: "usr/sbin/" + name, Symlink: target}
 	}
 	// iptables -w takes /run/xtables.lock (the DaemonSet mounts the host's there); /tmp for the libraries.
-	c.files["run"] = ociarchive.File{Path: "run", Dir: true}
-	c.files["tmp"] = ociarchive.File{Path: "tmp", Dir: true, Mode: 0o1777}
-	out := make([]ociarchive.File, 0, len(c.files))
+	c.files["run"] = ociimage.File{Path: "run", Dir: true}
+	c.files["tmp"] = ociimage.File{Path: "tmp", Dir: true, Mode: 0o1777}
+	out := make([]ociimage.File, 0, len(c.files))
 	for _, f := range c.files {
 		out = append(out, f)
 	}
@@ -122,7 +122,7 @@ func lddDeps(path string) ([]string, error) {
 // /lib64/ld-linux-x86-64.so.2 → /lib/x86_64-linux-gnu/…) so the paths baked into binaries resolve the same
 // way inside the image.
 type hostCopier struct {
-	files map[string]ociarchive.File
+	files map[string]ociimage.File
 }
 
 // add copies the host path p (absolute) and the directories and symlinks leading to it.
@@ -149,7 +149,7 @@ func (c *hostCopier) addDepth(p string, depth int) error {
 			if err != nil {
 				return fmt.Errorf("failed to read symlink %s: %w", next, err)
 			}
-			c.files[rel] = ociarchive.File{Path: rel, Symlink: target}
+			c.files[rel] = ociimage.File{Path: rel, Symlink: target}
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(cur, target)
 			}
@@ -157,7 +157,7 @@ func (c *hostCopier) addDepth(p string, depth int) error {
 			return c.addDepth(filepath.Join(append([]string{target}, parts[i+1:]...)...), depth+1)
 		case fi.IsDir():
 			if _, ok := c.files[rel]; !ok {
-				c.files[rel] = ociarchive.File{Path: rel, Dir: true, Mode: int64(fi.Mode().Perm())}
+				c.files[rel] = ociimage.File{Path: rel, Dir: true, Mode: int64(fi.Mode().Perm())}
 			}
 		case fi.Mode().IsRegular():
 			if i != len(parts)-1 {
@@ -167,7 +167,7 @@ func (c *hostCopier) addDepth(p string, depth int) error {
 			if err != nil {
 				return fmt.Errorf("failed to read %s: %w", next, err)
 			}
-			c.files[rel] = ociarchive.File{Path: rel, Content: data, Mode: int64(fi.Mode().Perm())}
+			c.files[rel] = ociimage.File{Path: rel, Content: data, Mode: int64(fi.Mode().Perm())}
 		default:
 			return fmt.Errorf("failed to copy %s: %s is neither a file, a directory nor a symlink", p, next)
 		}

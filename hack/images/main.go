@@ -1,159 +1,72 @@
-// Command images builds Yonder's container images as OCI image-layout archives without Docker or a
-// registry: each is one layer holding a statically linked binary (CGO_ENABLED=0) as its entrypoint, plus
-// the host tools the binary executes (yonder-net-node runs iptables: see iptablesFiles).
-// It writes <out>/<name>.oci.tar and <out>/digests.txt ("<repository> <manifest digest>" per line), which
-// hack/release-repo.sh uses to pin the components YAML to the images by digest. `ctr images import`
-// or `docker load` read the archives.
+// Command images builds and pushes Yonder's OCI images with go-containerregistry, without Docker:
 //
-// Usage: go run ./hack/images -out out/images -registry ghcr.io/yonder-dev -tag v0.1.0 [-only yonder-net-node,…]
+//   - every manager and the network add-on: a static binary (CGO_ENABLED=0) as entrypoint, plus the host
+//     tools a binary executes (yonder-net-node runs iptables: see iptablesFiles);
+//   - yonder-agent as an OCI artifact whose one blob is the static binary itself, so a host downloads it by
+//     digest from any registry or mirror that holds it (`/v2/<repository>/blobs/sha256:<sha256 of the binary>`);
+//   - a node image per Kubernetes version (yonder-node:<version>): the node root filesystem
+//     (hack/test-bins.sh --rootfs: Debian with systemd, runc, CNI plugins) as its base layer, and a layer with
+//     that version's kubelet, containerd, containerd-shim-runc-v2, ctr and the sandbox image.
+//
+// `build` writes <out>/<name>.oci.tar per image (an OCI layout archive that `ctr images import` reads),
+// <out>/digests.txt ("<repository> <manifest digest>" of the single-tag images, which hack/release-repo.sh
+// pins the components to) and <out>/images.txt ("<reference> <manifest digest>" of every image).
+// `push` uploads the archives of <out> to another registry prefix under the same names and tags.
+// The architecture is the Go toolchain's target (GOARCH), the same as the binaries'.
+//
+// Usage:
+//
+//	go run ./hack/images build -out out/images -registry ghcr.io/yonder-dev -tag v0.1.0 [-only a,b] [-node-versions v1.36.3,v1.36.2]
+//	go run ./hack/images push -out out/images -registry ghcr.io/yonder-dev -to registry.example:5000/yonder [-ca ca.crt]
 package main
 
 import (
-	"archive/tar"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
-
-	"github.com/yonder-dev/yonder/pkg/ociarchive"
 )
 
-// image is one image: its name (and the binary's), the binary's main package, and a function returning
-// the other files the binary needs at run time (nil: none).
-type image struct {
-	name, pkg string
-	extra     func() ([]ociarchive.File, error)
-}
-
-// images maps image name (and binary name) to its main package and the other files the binary needs.
-var images = []image{
-	{"yonder-bootstrap-manager", "./bootstrap", nil},
-	{"yonder-controlplane-manager", "./controlplane", nil},
-	{"yonder-ssh-manager", "./infrastructure-ssh", nil},
-	{"yonder-metal-manager", "./infrastructure-baremetal", nil},
-	{"yonder-net-controller", "./network/cmd/yonder-net-controller", nil},
-	// The node daemon installs MSS clamping and the inner-VXLAN port rule with iptables (docs/network-dataplane.md).
-	{"yonder-net-node", "./network/cmd/yonder-net-node", iptablesFiles},
-}
-
 func main() {
-	out := flag.String("out", "out/images", "directory for the archives and digests.txt")
-	registry := flag.String("registry", "ghcr.io/yonder-dev", "image repository prefix")
-	tag := flag.String("tag", "dev", "image tag")
-	only := flag.String("only", "", "comma-separated image names to build (default: all)")
-	flag.Parse()
-	var names []string
-	if *only != "" {
-		names = strings.Split(*only, ",")
-	}
-	if err := run(*out, *registry, *tag, names); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "hack/images:", err)
 		os.Exit(1)
 	}
 }
 
-// run builds the images named in only (all when empty) into out.
-func run(out, registry, tag string, only []string) error {
-	for _, n := range only {
-		if !slices.ContainsFunc(images, func(i image) bool { return i.name == n }) {
-			return fmt.Errorf("failed to select image %q: not one of hack/images' images", n)
-		}
+func run(args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		// Flags alone mean build (the form `go run ./hack/images -out … -only …` callers use).
+		args = append([]string{"build"}, args...)
 	}
-	if err := os.MkdirAll(out, 0o750); err != nil {
-		return fmt.Errorf("failed to create %s: %w", out, err)
-	}
-	bin, err := os.MkdirTemp("", "yonder-images-")
-	if err != nil {
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	o := buildOptions{}
+	fs.StringVar(&o.Out, "out", "out/images", "directory of the image archives, digests.txt and images.txt")
+	fs.StringVar(&o.Registry, "registry", "ghcr.io/yonder-dev", "repository prefix the images are named under")
+	fs.StringVar(&o.Tag, "tag", "dev", "tag of the manager, add-on and agent images")
+	only := fs.String("only", "", "comma-separated image names to build (default: all)")
+	nodes := fs.String("node-versions", "", "comma-separated Kubernetes versions to build node images for (default: none)")
+	to := fs.String("to", "", "push: the repository prefix to push to (replaces -registry in every name)")
+	ca := fs.String("ca", "", "push: a PEM file of the target registry's CA (default: the system roots)")
+	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(bin) }()
-	var lines []string
-	for _, img := range images {
-		if len(only) > 0 && !slices.Contains(only, img.name) {
-			continue
-		}
-		if _, err := os.Stat(img.pkg); err != nil {
-			fmt.Fprintf(os.Stderr, "skipping %s: %s does not exist\n", img.name, img.pkg)
-			continue
-		}
-		p := filepath.Join(bin, img.name)
-		cmd := exec.Command("go", "build", "-trimpath", "-o", p, img.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if o, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("failed to build %s: %s: %w", img.pkg, o, err)
-		}
-		data, err := os.ReadFile(p) //nolint:gosec // the binary just built
-		if err != nil {
-			return err
-		}
-		files := []ociarchive.File{{Path: img.name, Content: data, Mode: 0o755}}
-		if img.extra != nil {
-			more, err := img.extra()
-			if err != nil {
-				return fmt.Errorf("failed to collect the files of %s: %w", img.name, err)
-			}
-			files = append(files, more...)
-		}
-		repo := registry + "/" + img.name
-		archive := filepath.Join(out, img.name+".oci.tar")
-		f, err := os.Create(archive) //nolint:gosec // below the output directory
-		if err != nil {
-			return err
-		}
-		werr := ociarchive.Write(f, ociarchive.Image{
-			Name:       repo + ":" + tag,
-			Files:      files,
-			Entrypoint: []string{"/" + img.name},
-		})
-		if err := errors.Join(werr, f.Close()); err != nil {
-			return fmt.Errorf("failed to write %s: %w", archive, err)
-		}
-		digest, err := manifestDigest(archive)
-		if err != nil {
-			return err
-		}
-		lines = append(lines, repo+" "+digest)
-		fmt.Println(archive, digest)
+	if *only != "" {
+		o.Only = strings.Split(*only, ",")
 	}
-	return os.WriteFile(filepath.Join(out, "digests.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
-}
-
-// manifestDigest reads the image manifest's digest from the archive's index.json.
-func manifestDigest(archive string) (string, error) {
-	f, err := os.Open(archive) //nolint:gosec // the archive just written
-	if err != nil {
-		return "", err
+	if *nodes != "" {
+		o.NodeVersions = strings.Split(*nodes, ",")
 	}
-	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return "", fmt.Errorf("failed to find index.json in %s", archive)
+	switch args[0] {
+	case "build":
+		_, err := build(o)
+		return err
+	case "push":
+		if *to == "" {
+			return fmt.Errorf("push needs -to <registry>/<prefix>")
 		}
-		if err != nil {
-			return "", fmt.Errorf("failed to read %s: %w", archive, err)
-		}
-		if strings.TrimPrefix(h.Name, "./") != "index.json" {
-			continue
-		}
-		var idx struct {
-			Manifests []struct {
-				Digest string `json:"digest"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return "", fmt.Errorf("failed to decode index.json of %s: %w", archive, err)
-		}
-		if len(idx.Manifests) != 1 || !strings.HasPrefix(idx.Manifests[0].Digest, "sha256:") {
-			return "", fmt.Errorf("index.json of %s does not name exactly one sha256 manifest", archive)
-		}
-		return idx.Manifests[0].Digest, nil
+		return push(o.Out, o.Registry, *to, *ca)
+	default:
+		return fmt.Errorf("unknown command %q: build or push", args[0])
 	}
 }

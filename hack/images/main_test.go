@@ -1,17 +1,15 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 
 	. "github.com/onsi/gomega"
 )
@@ -30,18 +28,19 @@ func TestNetNodeImageRunsIptables(t *testing.T) {
 
 	var digests []string
 	for _, d := range []string{t.TempDir(), t.TempDir()} {
-		g.Expect(run(d, "ghcr.io/yonder-dev", "test", []string{"yonder-net-node"})).To(Succeed())
-		digest, err := manifestDigest(filepath.Join(d, "yonder-net-node.oci.tar"))
+		imgs, err := build(buildOptions{Out: d, Registry: "ghcr.io/yonder-dev", Tag: "test", Only: []string{"yonder-net-node"}})
 		g.Expect(err).NotTo(HaveOccurred())
-		digests = append(digests, digest)
+		g.Expect(imgs).To(HaveLen(1))
+		digests = append(digests, imgs[0].digest.String())
 		if len(digests) == 1 {
 			rootfs := t.TempDir()
-			g.Expect(unpackLayer(filepath.Join(d, "yonder-net-node.oci.tar"), rootfs)).To(Succeed())
+			g.Expect(unpack(filepath.Join(d, "yonder-net-node.oci.tar"), rootfs)).To(Succeed())
 			checkIptables(t, rootfs)
 		}
 	}
 	g.Expect(digests[1]).To(Equal(digests[0]), "the image is reproducible")
-	g.Expect(run(t.TempDir(), "r", "t", []string{"nope"})).To(MatchError(ContainSubstring(`"nope"`)))
+	_, err = build(buildOptions{Out: t.TempDir(), Registry: "r", Tag: "t", Only: []string{"nope"}})
+	g.Expect(err).To(MatchError(ContainSubstring(`"nope"`)))
 }
 
 func checkIptables(t *testing.T, rootfs string) {
@@ -94,63 +93,25 @@ func checkIptables(t *testing.T, rootfs string) {
 	g.Expect(string(host)).NotTo(ContainSubstring("--dport 4790"))
 }
 
-// unpackLayer extracts the single layer of the OCI archive into dir.
-func unpackLayer(archive, dir string) error {
-	blobs := map[string][]byte{}
-	f, err := os.Open(archive)
+// unpack extracts the image of the archive into dir (its layers flattened) with tar.
+func unpack(archive, dir string) error {
+	imgs, done, err := ociimage.ReadArchive(archive)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	defer done()
+	if len(imgs) != 1 {
+		return fmt.Errorf("%s holds %d images, want 1", archive, len(imgs))
+	}
+	for _, img := range imgs {
+		rc := mutate.Extract(img)
+		cmd := exec.Command("tar", "-C", dir, "-xf", "-")
+		cmd.Stdin = rc
+		out, err := cmd.CombinedOutput()
+		_ = rc.Close()
 		if err != nil {
-			return err
-		}
-		if b, err := io.ReadAll(tr); err != nil {
-			return err
-		} else if h.Typeflag == tar.TypeReg {
-			blobs[strings.TrimPrefix(h.Name, "./")] = b
+			return fmt.Errorf("failed to unpack %s: %s: %w", archive, out, err)
 		}
 	}
-	var idx struct{ Manifests []struct{ Digest string } }
-	if err := json.Unmarshal(blobs["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
-		return fmt.Errorf("failed to read index.json: %v", err)
-	}
-	blob := func(d string) []byte { return blobs["blobs/sha256/"+strings.TrimPrefix(d, "sha256:")] }
-	var m struct{ Layers []struct{ Digest string } }
-	if err := json.Unmarshal(blob(idx.Manifests[0].Digest), &m); err != nil || len(m.Layers) != 1 {
-		return fmt.Errorf("failed to read the manifest: %v", err)
-	}
-	lr := tar.NewReader(bytes.NewReader(blob(m.Layers[0].Digest)))
-	for {
-		h, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(p, os.FileMode(h.Mode).Perm()|0o700)
-		case tar.TypeSymlink:
-			err = os.Symlink(h.Linkname, p)
-		case tar.TypeReg:
-			var data []byte
-			if data, err = io.ReadAll(lr); err == nil {
-				err = os.WriteFile(p, data, os.FileMode(h.Mode).Perm())
-			}
-		default:
-			err = fmt.Errorf("unexpected entry %s of type %c", h.Name, h.Typeflag)
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return nil
 }

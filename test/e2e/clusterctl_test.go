@@ -27,7 +27,7 @@ func TestClusterctlRepository(t *testing.T) {
 		wantVars              []string
 	}{
 		{"--core", "cluster-api", "capi-system", []string{"CLUSTER_TOPOLOGY"}},
-		{"--bootstrap", "yonder", "bootstrap-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_AGENT_URL", "YONDER_AGENT_SHA256"}},
+		{"--bootstrap", "yonder", "bootstrap-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_AGENT_URL", "YONDER_AGENT_SHA256", "YONDER_IMAGE_REPOSITORY"}},
 		{"--control-plane", "yonder", "control-plane-yonder-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE"}},
 		{"--infrastructure", "yonder-ssh", "infrastructure-yonder-ssh-system", []string{"YONDER_WATCH_FILTER", "YONDER_WATCH_NAMESPACE", "YONDER_SSH_HOST_PROBE_INTERVAL", "YONDER_SSH_CLEANUP_RETRIES"}},
 		{"--infrastructure", "yonder-metal", "infrastructure-yonder-metal-system", []string{"YONDER_WATCH_FILTER"}},
@@ -55,8 +55,9 @@ func TestClusterctlRepository(t *testing.T) {
 			for _, o := range objs {
 				kinds[o.GetKind()]++
 				g.Expect(o.GetLabels()).To(HaveKeyWithValue("cluster.x-k8s.io/provider", providerLabel(p.flag, p.name)), "%s %s", o.GetKind(), o.GetName())
-				// CAPI's contract label on our own kinds; Metal3's BareMetalHost CRD (inventory, not a contract
-				// kind) rides along in the metal provider without it.
+				// CAPI's contract label on our own kinds. Metal3's BareMetalHost CRD is not in any provider's
+				// components (metal3-crds.yaml beside them): delete --include-crd must not take the inventory.
+				g.Expect(o.GetName()).NotTo(HaveSuffix(".metal3.io"), "%s %s", o.GetKind(), o.GetName())
 				if o.GetKind() == "CustomResourceDefinition" && p.name != "cluster-api" && strings.HasSuffix(o.GetName(), ".cluster.x-k8s.io") {
 					g.Expect(o.GetLabels()).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"), o.GetName())
 				}

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -32,16 +31,22 @@ func TestMain(m *testing.M) {
 	}, func(s *stack.Stack) { st = s }))
 }
 
-// generateCluster runs `clusterctl generate cluster` with the ssh flavor and returns the objects, with the
-// node artifacts of the stack's offline mirror set on every YonderConfigTemplate (what an air-gapped
-// operator adds to the template).
+// generateCluster runs `clusterctl generate cluster` with a flavor and returns the objects, with only the
+// variables a user sets (docs/clusterctl.md): the registry's CA Secret and mirrors, the Kubernetes version.
+// Nothing is added to the templates: nodes get their software from the node image of their version.
 func generateCluster(ctx context.Context, t *testing.T, name, flavor string, workers int) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
+	return generateClusterVersion(ctx, t, name, flavor, workers, stack.KubernetesVersion)
+}
+
+func generateClusterVersion(ctx context.Context, t *testing.T, name, flavor string, workers int, version string) []*unstructured.Unstructured {
+	t.Helper()
+	env := append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
 		// MachineHealthCheck: a Node NotReady for 20s is remediated (the stack's node monitoring is fast).
-		"YONDER_UNHEALTHY_TIMEOUT_SECONDS=20"},
+		"YONDER_UNHEALTHY_TIMEOUT_SECONDS=20"}, st.TemplateEnv()...)
+	out, err := st.Clusterctl(ctx, env,
 		"generate", "cluster", name, "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
-		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace,
+		"--kubernetes-version", version, "--target-namespace", st.HostNamespace,
 		"--worker-machine-count", fmt.Sprint(workers))
 	if err != nil {
 		t.Fatal(err)
@@ -49,30 +54,6 @@ func generateCluster(ctx context.Context, t *testing.T, name, flavor string, wor
 	objs, err := flavorcheck.Decode([]byte(out))
 	if err != nil {
 		t.Fatal(err)
-	}
-	rootfs, arts := st.NodeArtifacts()
-	for _, o := range objs {
-		if o.GetKind() != "YonderConfigTemplate" {
-			continue
-		}
-		r, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rootfs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var al []any
-		for _, a := range arts {
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			al = append(al, m)
-		}
-		if err := unstructured.SetNestedField(o.Object, r, "spec", "template", "spec", "rootfs"); err != nil {
-			t.Fatal(err)
-		}
-		if err := unstructured.SetNestedSlice(o.Object, al, "spec", "template", "spec", "artifacts"); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return objs
 }
@@ -158,6 +139,7 @@ func TestScenarios(t *testing.T) {
 		{"4-remediation", testRemediation},
 		{"7-chaos", testChaos},
 		{"3-rollout", testRollout},
+		{"8-version-bump", testVersionBump},
 	} {
 		t0 := time.Now()
 		ok := t.Run(sc.name, sc.f)

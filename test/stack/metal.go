@@ -1,15 +1,22 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -230,4 +237,58 @@ func (s *Stack) stopMetal() error {
 		s.metal.sim.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// installMetal3CRDs applies the release's metal3-crds.yaml (Metal3's BareMetalHost CRD) unless the
+// management cluster has that CRD already, as an operator without Metal3 does before `clusterctl init
+// --infrastructure yonder-metal`, and waits until it is established.
+func (s *Stack) installMetal3CRDs(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(s.Dir, "release", "infrastructure-baremetal", "metal3-crds.yaml"))
+	if err != nil {
+		return fmt.Errorf("failed to read the release's Metal3 CRDs (make release-manifests writes them): %w", err)
+	}
+	objs, err := decodeYAML(data)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := s.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("failed to apply CRD %s: %w", o.GetName(), err)
+		}
+		if err := WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+			if err := s.Client.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
+				return false, nil //nolint:nilerr // not visible yet
+			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == string(apiextensionsv1.Established) && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return fmt.Errorf("CRD %s was not established: %w", o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// decodeYAML decodes a multi-document YAML stream into objects.
+func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("failed to decode YAML: %w", err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
 }

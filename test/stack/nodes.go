@@ -1,19 +1,17 @@
 package stack
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	gcrname "github.com/google/go-containerregistry/pkg/name"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
+	"github.com/yonder-dev/yonder/test/registry"
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
@@ -22,145 +20,114 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
-	"github.com/yonder-dev/yonder/pkg/ociarchive"
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
-// PauseImage is the sandbox image name the node's containerd config uses; BusyboxImage a workload image.
-const (
-	PauseImage   = "registry.k8s.io/pause:3.10"
-	BusyboxImage = "yonder.test/busybox:1"
-)
+// BusyboxImage is the test workload image; nodes pull it through the stack's registry (a mirror of
+// yonder.test).
+const BusyboxImage = "yonder.test/busybox:1"
 
 // WorkloadKubeconfigSecret is the management Secret (in HostNamespace, key "value") holding the workload
 // cluster's admin kubeconfig: what a YonderControlPlane's kubeconfigSecretRef names.
 const WorkloadKubeconfigSecret = "workload-admin-kubeconfig"
 
-type artifact struct {
-	path, sha256 string
+// RegistryCASecret is the Secret (key ca.crt) with the stack registry's CA that the stack creates in
+// HostNamespace, as an operator of a private registry does; templates name it in YONDER_REGISTRY_CA_SECRET.
+const RegistryCASecret = "yonder-registry-ca"
+
+// mirroredRegistries are the upstream registries whose images the stack's registry holds under the same
+// paths (the lab's network add-on images, ghcr.io/yonder-dev/…; the test workload image, yonder.test/…):
+// nodes pull them through it, as an air-gapped site's nodes pull through their mirror.
+var mirroredRegistries = []string{"ghcr.io", "yonder.test"}
+
+// TemplateEnv is what a user sets for `clusterctl generate cluster` with the stack's registry: its CA
+// Secret and the upstream registries it mirrors. (The image repository itself is clusterctl init's.)
+func (s *Stack) TemplateEnv() []string {
+	return []string{"YONDER_REGISTRY_CA_SECRET=" + RegistryCASecret,
+		`YONDER_REGISTRY_MIRROR_OF=["` + strings.Join(mirroredRegistries, `","`) + `"]`}
 }
 
-// serveArtifacts publishes the node bundle over HTTP on the bridge address: hosts download it as they
-// would from a mirror.
-func (s *Stack) serveArtifacts() error {
-	s.artifacts = map[string]artifact{}
-	add := func(name, p string) error {
-		f, err := os.Open(p) //nolint:gosec // paths of the artifacts the stack built or found in the test cache
-		if err != nil {
-			return fmt.Errorf("failed to open artifact %s: %w", name, err)
-		}
-		defer func() { _ = f.Close() }()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return fmt.Errorf("failed to hash artifact %s: %w", name, err)
-		}
-		s.artifacts[name] = artifact{path: p, sha256: hex.EncodeToString(h.Sum(nil))}
-		return nil
+// ImageRepository is where the stack's registry holds Yonder's images (clusterctl init's
+// YONDER_IMAGE_REPOSITORY): the release's ghcr.io/yonder-dev, mirrored.
+func (s *Stack) ImageRepository() string { return s.Registry.Host + "/yonder-dev" }
+
+// startRegistry starts the stack's OCI registry on the bridge address and pushes what `make release-manifests`
+// built (every image: managers, add-on, agent, node images), the caller's ExtraImages and the test workload
+// image, each under its name's path (ghcr.io/yonder-dev/x → <registry>/yonder-dev/x).
+func (s *Stack) startRegistry(ctx context.Context) error {
+	t0 := time.Now()
+	var err error
+	if s.Registry, err = registry.Start(ctx, registry.Options{Address: s.Net.Gateway.String(), Dir: filepath.Join(s.Dir, "registry")}); err != nil {
+		return fmt.Errorf("failed to start the registry: %w", err)
 	}
-	if err := add("yonder-agent", filepath.Join(s.binDir, "yonder-agent")); err != nil {
-		return err
-	}
-	for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr"} {
-		p, err := testbins.Path(b)
-		if err != nil {
-			return err
-		}
-		if err := add(b, p); err != nil {
-			return err
-		}
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return fmt.Errorf("failed to read busybox-static (run hack/test-bins.sh --packages): %w", err)
-	}
-	for name, img := range map[string]ociarchive.Image{
-		"image/pause": {Name: PauseImage, Files: ociarchive.Busybox(bb, "sh", "sleep"),
-			Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}},
-		"image/busybox": {Name: BusyboxImage, Files: ociarchive.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
-			// The lab's cross-site pod check: an HTTP server and client, ping, nc.
-			"httpd", "ping", "nc", "mkdir", "timeout"),
-			Cmd: []string{"/bin/sh"}},
-	} {
-		p := filepath.Join(s.binDir, strings.ReplaceAll(name, "/", "-")+".oci.tar")
-		f, err := os.Create(p) //nolint:gosec // inside the stack directory
-		if err != nil {
-			return err
-		}
-		if err := ociarchive.Write(f, img); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("failed to write image %s: %w", name, err)
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		if err := add(name, p); err != nil {
-			return err
-		}
+	archives, err := filepath.Glob(filepath.Join(s.Dir, "release", "images", "*.oci.tar"))
+	if err != nil || len(archives) == 0 {
+		return fmt.Errorf("failed to find the release's images in %s (make release-manifests builds them)", filepath.Join(s.Dir, "release", "images"))
 	}
 	for _, name := range sortedKeys(s.opts.ExtraImages) {
-		if err := add("image/"+name, s.opts.ExtraImages[name]); err != nil {
+		archives = append(archives, s.opts.ExtraImages[name])
+	}
+	busybox, err := s.busyboxArchive()
+	if err != nil {
+		return err
+	}
+	archives = append(archives, busybox)
+	for _, a := range archives {
+		if err := s.pushArchive(ctx, a); err != nil {
 			return err
 		}
 	}
-	rootfs, err := rootfsArchive()
-	if err != nil {
-		return err
-	}
-	if err := add("rootfs", rootfs); err != nil {
-		return err
-	}
-
-	l, err := net.Listen("tcp", net.JoinHostPort(s.Net.Gateway.String(), "0"))
-	if err != nil {
-		return fmt.Errorf("failed to listen for the artifact server: %w", err)
-	}
-	s.ArtifactURL = "http://" + l.Addr().String()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a, ok := s.artifacts[strings.TrimPrefix(r.URL.Path, "/")]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		http.ServeFile(w, r, a.path)
-	})
-	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.httpServer.Serve(l) }()
+	s.opts.Log("registry %s up with %d images in %s", s.Registry.Host, len(archives), time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
-// rootfsArchive returns the cached node rootfs (hack/test-bins.sh --rootfs builds it once).
-func rootfsArchive() (string, error) {
-	if p := os.Getenv("YONDER_TEST_ROOTFS"); p != "" {
-		return p, nil
+// pushArchive pushes the images of an image archive into the stack's registry.
+func (s *Stack) pushArchive(ctx context.Context, path string) error {
+	imgs, done, err := ociimage.ReadArchive(path)
+	if err != nil {
+		return err
 	}
-	cmd := exec.Command("bash", filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--rootfs")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("failed to build the node rootfs (hack/test-bins.sh --rootfs): %s: %w", stderr.String(), err)
+	defer done()
+	for name, img := range imgs {
+		ref, err := gcrname.ParseReference(name)
+		if err != nil {
+			return fmt.Errorf("failed to parse image name %s of %s: %w", name, path, err)
+		}
+		target := s.Registry.Host + "/" + ref.Context().RepositoryStr() + ":" + ref.Identifier()
+		if _, err := s.Registry.Push(ctx, target, img); err != nil {
+			return err
+		}
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	return lines[len(lines)-1], nil
+	return nil
 }
 
-// NodeArtifacts returns what a YonderConfig(Template) needs for an offline node served by this stack:
-// the rootfs archive and the binaries and images, each by URL and sha256.
-func (s *Stack) NodeArtifacts() (bootstrapv1.Rootfs, []bootstrapv1.Artifact) {
-	var arts []bootstrapv1.Artifact
-	for _, name := range sortedKeys(s.artifacts) {
-		if name == "rootfs" || name == "yonder-agent" {
-			continue
-		}
-		a := s.artifacts[name]
-		arts = append(arts, bootstrapv1.Artifact{Name: name, Source: bootstrapv1.Source{URL: s.ArtifactURL + "/" + name, SHA256: a.sha256}})
+// busyboxArchive writes the test workload image (busybox-static applets; the lab's pod check uses them).
+func (s *Stack) busyboxArchive() (string, error) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return "", fmt.Errorf("failed to read busybox-static (run hack/test-bins.sh --packages): %w", err)
 	}
-	r := s.artifacts["rootfs"]
-	return bootstrapv1.Rootfs{Archive: &bootstrapv1.Source{URL: s.ArtifactURL + "/rootfs", SHA256: r.sha256}}, arts
+	p := filepath.Join(s.binDir, "busybox.oci.tar")
+	spec := ociimage.Image{Files: ociimage.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
+		// The lab's cross-site pod check: an HTTP server and client, ping, nc.
+		"httpd", "ping", "nc", "mkdir", "timeout"), Cmd: []string{"/bin/sh"}}
+	return p, ociimage.WriteArchiveFile(p, BusyboxImage, spec)
+}
+
+// createRegistryCASecret stores the registry's CA where templates reference it, labelled so that
+// clusterctl move takes it along with the Clusters whose YonderConfigs name it.
+func (s *Stack) createRegistryCASecret(ctx context.Context) error {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: RegistryCASecret, Namespace: s.HostNamespace, Labels: map[string]string{clusterctlv1.ClusterctlMoveLabel: ""}},
+		Data:       map[string][]byte{"ca.crt": s.Registry.CACertPEM},
+	}
+	if err := s.Client.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to store the registry CA: %w", err)
+	}
+	return nil
 }
 
 // startWorkload starts the workload control plane with the join RBAC a kubeadm cluster has, and stores
@@ -196,7 +163,7 @@ func (s *Stack) startWorkload(ctx context.Context) error {
 	if err := s.Client.Create(ctx, sec); err != nil {
 		return fmt.Errorf("failed to store the workload kubeconfig: %w", err)
 	}
-	return nil
+	return s.createRegistryCASecret(ctx)
 }
 
 // startHosts starts every site's hosts (sharing one client key) and registers them as YonderSSHHosts

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +30,8 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	}
 	t := &Stack{
 		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
-		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, ArtifactURL: s.ArtifactURL,
-		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca, artifacts: s.artifacts,
+		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, Registry: s.Registry,
+		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca,
 		managers: map[string]*Manager{}, shared: true,
 	}
 	t.logDir = filepath.Join(t.Dir, "logs")
@@ -45,7 +43,7 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 			_ = t.Stop()
 		}
 	}()
-	if err := ensureInotifyInstances(minInotifyInstances, s.opts.Log); err != nil {
+	if err := EnsureInotifyInstances(minInotifyInstances, s.opts.Log); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -82,35 +80,6 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	}
 	t.opts.Log("management cluster %s up (clusterctl init, managers ready) in %s", name, time.Since(t0).Round(time.Millisecond))
 	return t, nil
-}
-
-// minInotifyInstances is how many inotify instances root may hold for two management clusters beside the
-// workload cluster and its kubelets: every manager (certificate watcher), apiserver, controller-manager,
-// kubelet and containerd holds some, and the kernel's default of 128 per user runs out (the manager then
-// fails at start with "too many open files"). kind recommends 512 for the same reason.
-const minInotifyInstances = 512
-
-const inotifyInstancesPath = "/proc/sys/fs/inotify/max_user_instances"
-
-// ensureInotifyInstances raises fs.inotify.max_user_instances to at least n (never lowers it) and says so.
-// The change is the kernel's runtime setting only; it lasts until reboot.
-func ensureInotifyInstances(n int, log func(string, ...any)) error {
-	data, err := os.ReadFile(inotifyInstancesPath)
-	if err != nil {
-		return fmt.Errorf("failed to read %s: %w", inotifyInstancesPath, err)
-	}
-	cur, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return fmt.Errorf("failed to parse %s %q: %w", inotifyInstancesPath, data, err)
-	}
-	if cur >= n {
-		return nil
-	}
-	if err := os.WriteFile(inotifyInstancesPath, []byte(strconv.Itoa(n)), 0o644); err != nil { //nolint:gosec // a sysctl file
-		return fmt.Errorf("failed to raise fs.inotify.max_user_instances from %d to %d (a second management cluster needs it): %w", cur, n, err)
-	}
-	log("raised fs.inotify.max_user_instances from %d to %d for the second management cluster", cur, n)
-	return nil
 }
 
 // secondOpts are a second management cluster's options: no bare-metal provider, since its boot services

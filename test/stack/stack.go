@@ -18,9 +18,13 @@
 //   - a WORKLOAD control plane (etcd, apiserver, controller-manager, scheduler) that YonderControlPlane
 //     attaches, whose admin kubeconfig is stored as a Secret in the management cluster;
 //   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts;
-//   - an HTTP artifact server on the bridge with everything a node needs offline (yonder-agent, kubelet,
-//     containerd, the rootfs archive, pause/busybox OCI images), as the manager's --agent-url and as
-//     bootstrap artifacts (NodeArtifacts);
+//   - a real OCI registry on the bridge (test/registry: distribution, TLS with its own CA) holding every
+//     image the release built (`make release-manifests`: managers, add-on, the agent artifact, a node image
+//     per Kubernetes version) under ghcr.io/yonder-dev's paths, so it is the providers' image repository
+//     (clusterctl init's YONDER_IMAGE_REPOSITORY) and a mirror of ghcr.io and yonder.test for the nodes'
+//     containerd; its CA is the Secret RegistryCASecret, which templates name (TemplateEnv). Hosts get the
+//     agent by its sha256 from there and their node software from the node image of the Machine's version:
+//     nothing is written into templates for them;
 //   - optionally (Options.MetalHosts) bare-metal hosts: the metal provider installed by the same
 //     `clusterctl init` (--infrastructure yonder-ssh,yonder-metal) with its boot services on the lab bridge
 //     set through its clusterctl variables, the Redfish emulator whose power actions run QEMU VMs with
@@ -49,7 +53,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +60,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/yonder-dev/yonder/test/registry"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -78,6 +83,10 @@ import (
 
 // KubernetesVersion is the version of the workload control plane and of the kubelet nodes run.
 const KubernetesVersion = "v1.36.3"
+
+// PreviousKubernetesVersion is the second, kubelet-only version (hack/test-bins.sh KUBELET_PREVIOUS_VERSION)
+// the release has a node image for: the version a MachineDeployment is bumped from.
+const PreviousKubernetesVersion = "v1.36.2"
 
 // PodCIDR is the workload cluster's pod network (the controller-manager allocates node CIDRs from it).
 const PodCIDR = "10.244.0.0/16"
@@ -114,8 +123,8 @@ type Options struct {
 	// MetalHosts is how many bare-metal hosts (QEMU VMs behind the Redfish emulator) to add, 0 to 20;
 	// with any, the metal provider is installed too.
 	MetalHosts int
-	// ExtraImages are further OCI image archives (artifact name "image/<key>" → path) the artifact server
-	// publishes; nodes import every "image/*" artifact into containerd (the lab's network add-on images).
+	// ExtraImages are further image archives (key → path) pushed into the stack's registry under their names'
+	// paths; nodes pull them through it (the lab's network add-on images, named ghcr.io/yonder-dev/…).
 	ExtraImages map[string]string
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
@@ -140,8 +149,8 @@ type Stack struct {
 	Hosts map[string][]*hosts.Host
 	// HostNamespace is where YonderSSHHosts (and the workload kubeconfig Secret) live.
 	HostNamespace string
-	// ArtifactURL is the base URL of the artifact server.
-	ArtifactURL string
+	// Registry is the stack's OCI registry.
+	Registry *registry.Registry
 
 	opts       Options
 	ownDir     bool
@@ -149,8 +158,6 @@ type Stack struct {
 	binDir     string
 	logDir     string
 	ca         *certAuthority
-	artifacts  map[string]artifact
-	httpServer *http.Server
 
 	mu       sync.Mutex
 	managers map[string]*Manager
@@ -195,6 +202,12 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	if opts.MetalHosts < 0 || opts.MetalHosts > 20 {
 		return nil, fmt.Errorf("failed to start the stack: MetalHosts must be 0 to 20, got %d", opts.MetalHosts)
 	}
+	// Every manager, apiserver, kubelet and containerd holds inotify instances; with other stacks on the same
+	// machine the kernel's default of 128 per user runs out (seen: a kubelet failing "inotify_init: too many
+	// open files" and never registering its Node).
+	if err := EnsureInotifyInstances(minInotifyInstances, opts.Log); err != nil {
+		return nil, err
+	}
 	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}
 	if opts.Dir == "" {
 		d, err := os.MkdirTemp("", "yonder-stack-")
@@ -234,7 +247,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	if s.Net, err = labnet.New(ctx); err != nil {
 		return nil, fmt.Errorf("failed to create the lab network: %w", err)
 	}
-	if err := s.serveArtifacts(); err != nil {
+	if err := s.startRegistry(ctx); err != nil {
 		return nil, err
 	}
 	t0 = time.Now()
@@ -326,9 +339,7 @@ func (s *Stack) Stop() error {
 			}
 		}
 	}
-	if s.httpServer != nil {
-		_ = s.httpServer.Close()
-	}
+	errs = append(errs, s.Registry.Stop())
 	if s.Workload != nil {
 		errs = append(errs, s.Workload.Stop())
 	}
@@ -451,15 +462,17 @@ func (s *Stack) build(ctx context.Context) error {
 
 // clusterctlInit installs cert-manager's CRDs, CAPI and our providers with the real clusterctl.
 func (s *Stack) clusterctlInit(ctx context.Context) error {
-	agent := s.artifacts["yonder-agent"]
+	// Only what a user sets: the image repository (the release pins the agent's sha256 in the components).
 	env := []string{
-		"YONDER_AGENT_URL=" + s.ArtifactURL + "/yonder-agent",
-		"YONDER_AGENT_SHA256=" + agent.sha256,
+		"YONDER_IMAGE_REPOSITORY=" + s.ImageRepository(),
 		fmt.Sprintf("CLUSTER_TOPOLOGY=%t", s.opts.ClusterTopology),
 	}
 	infra := "yonder-ssh"
 	if s.opts.MetalHosts > 0 {
 		infra += ",yonder-metal"
+		if err := s.installMetal3CRDs(ctx); err != nil {
+			return err
+		}
 		metalEnv, err := s.metalInitEnv()
 		if err != nil {
 			return err

@@ -32,6 +32,9 @@ const (
 	YonderConfigWaitingForClusterConnectionReason = "WaitingForClusterConnection"
 	// YonderConfigAgentSourceMissingReason: neither spec.agent nor the manager's --agent-url/--agent-sha256 are set.
 	YonderConfigAgentSourceMissingReason = "AgentSourceMissing"
+	// YonderConfigNodeImageUnavailableReason: the node image of the Machine's Kubernetes version cannot be
+	// resolved in the image repository (not pushed or mirrored, registry unreachable, credentials or CA wrong).
+	YonderConfigNodeImageUnavailableReason = "NodeImageUnavailable"
 	// YonderConfigInvalidConfigurationReason: the spec cannot be rendered (a referenced Secret is missing, no
 	// control plane endpoint, no CA in the cluster kubeconfig…).
 	YonderConfigInvalidConfigurationReason = "InvalidConfiguration"
@@ -113,6 +116,35 @@ type Rootfs struct {
 	// archive is a tar archive of the root filesystem.
 	// +optional
 	Archive *Source `json:"archive,omitempty"`
+}
+
+// Images says where a node's software comes from: the node image of the Machine's Kubernetes version
+// (<repository>/yonder-node:<version>, resolved to its digest when the bootstrap data is rendered) and,
+// unless spec.agent is set, yonder-agent (<repository>/yonder-agent, fetched by its sha256).
+type Images struct {
+	// repository is the prefix of Yonder's images, e.g. ghcr.io/yonder-dev or a mirror such as
+	// registry.example:5000/yonder. Empty: the manager's --image-repository.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`
+	Repository string `json:"repository,omitempty"`
+	// pullSecretName is a kubernetes.io/dockerconfigjson Secret in this namespace with credentials for the
+	// repository's registry; the host and the node's containerd use them too. Empty: anonymous.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PullSecretName string `json:"pullSecretName,omitempty"`
+	// caSecretName is a Secret in this namespace whose key ca.crt is the PEM CA of the registry's TLS
+	// certificate (private registries, mirrors). Empty: the system roots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	CASecretName string `json:"caSecretName,omitempty"`
+	// mirrorOf are upstream registries (e.g. ghcr.io, registry.k8s.io) whose images the node's containerd
+	// pulls from the repository's registry instead, under the same paths: an air-gapped site's mirror.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	MirrorOf []string `json:"mirrorOf,omitempty"`
 }
 
 // GPU selects GPU handling.
@@ -205,7 +237,11 @@ type YonderConfigSpec struct {
 	// +optional
 	Agent Source `json:"agent,omitempty,omitzero"`
 
-	// rootfs is the node's root filesystem.
+	// images says where the node image (by the Kubernetes version) and the agent come from.
+	// +optional
+	Images Images `json:"images,omitempty,omitzero"`
+
+	// rootfs overrides the node's root filesystem (image or archive); empty: the node image from images.
 	// +optional
 	Rootfs Rootfs `json:"rootfs,omitempty,omitzero"`
 

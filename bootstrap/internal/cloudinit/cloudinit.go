@@ -24,12 +24,21 @@ const (
 	InstallScriptPath = "/usr/local/lib/yonder/install-agent.sh"
 )
 
-// AgentSource is where the agent comes from: URL or a local Path (offline bundle), and its digest.
+// AgentSource is where the agent comes from: URL or a local Path (offline bundle), and its digest. A URL
+// in a registry (its blob) may need the registry's CA and credentials.
 type AgentSource struct {
 	URL    string
 	Path   string
 	SHA256 string
+	// CACertificate (PEM) is trusted for the URL besides the host's roots.
+	CACertificate string
+	// Username and Password authenticate to the URL's server: HTTP basic, or a registry's bearer-token
+	// exchange when the server asks for one (anonymous token when empty).
+	Username, Password string
 }
+
+// AgentCAPath is where the installer finds AgentSource.CACertificate.
+const AgentCAPath = "/usr/local/lib/yonder/agent-source-ca.crt"
 
 // Config is the cloud-config subset Yonder renders and parses.
 type Config struct {
@@ -62,10 +71,39 @@ tmp="$(mktemp "$dst.XXXXXX")"
 trap 'rm -f "$tmp"' EXIT
 {{- if .URL }}
 src={{ q .URL }}
+{{- if .CACertificate }}
+ca={{ q .CAPath }}
+{{- else }}
+ca=
+{{- end }}
+cred={{ q .Cred }}
+hdr="$tmp.headers"
+trap 'rm -f "$tmp" "$hdr"' EXIT
+# fetch URL [AUTH-HEADER]: prints the HTTP status; the body goes to $tmp, the headers to $hdr.
+fetch() {
+  curl -sSL --retry 3 ${ca:+--cacert "$ca"} ${2:+-H "$2"} ${cred:+-u "$cred"} -D "$hdr" -o "$tmp" -w '%{http_code}' "$1"
+}
+# A registry that wants a bearer token names its token service in WWW-Authenticate: get one (with the
+# credentials, or anonymous) and ask again.
+download() {
+  code=$(fetch "$src") || return 1
+  if [ "$code" = 401 ]; then
+    c=$(sed -n 's/^[Ww][Ww][Ww]-[Aa]uthenticate: *[Bb]earer *//p' "$hdr" | tr -d '\r')
+    [ -n "$c" ] || { echo "yonder: $src refused the credentials (401)" >&2; return 1; }
+    realm=$(echo "$c" | sed -n 's/.*realm="\([^"]*\)".*/\1/p')
+    service=$(echo "$c" | sed -n 's/.*service="\([^"]*\)".*/\1/p')
+    scope=$(echo "$c" | sed -n 's/.*scope="\([^"]*\)".*/\1/p')
+    code=$(fetch "$realm?service=$service&scope=$scope") || return 1
+    token=$(sed -n 's/.*"\(access_\)\{0,1\}token" *: *"\([^"]*\)".*/\2/p' "$tmp" | head -n 1)
+    [ -n "$token" ] || { echo "yonder: the token service $realm gave no token ($code)" >&2; return 1; }
+    code=$(cred=; fetch "$src" "Authorization: Bearer $token") || return 1
+  fi
+  [ "$code" = 200 ] || { echo "yonder: $src answered $code" >&2; return 1; }
+}
 i=0
 until
-  if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 -o "$tmp" "$src";
-  elif command -v wget >/dev/null 2>&1; then wget -q -O "$tmp" "$src";
+  if command -v curl >/dev/null 2>&1; then download;
+  elif command -v wget >/dev/null 2>&1; then wget -q ${ca:+--ca-certificate="$ca"} -O "$tmp" "$src";
   else echo "yonder: neither curl nor wget is installed" >&2; exit 1; fi
 do
   i=$((i+1)); [ "$i" -lt 5 ] || { echo "yonder: failed to download $src" >&2; exit 1; }; sleep 5
@@ -83,10 +121,14 @@ trap - EXIT
 // installer renders the shell script that installs the agent at dest.
 func installer(agent AgentSource, dest string) (string, error) {
 	var script bytes.Buffer
+	cred := ""
+	if agent.Username != "" {
+		cred = agent.Username + ":" + agent.Password
+	}
 	if err := installTmpl.Execute(&script, struct {
 		AgentSource
-		Dest string
-	}{agent, dest}); err != nil {
+		Dest, CAPath, Cred string
+	}{agent, dest, AgentCAPath, cred}); err != nil {
 		return "", fmt.Errorf("failed to render the agent installer: %w", err)
 	}
 	return script.String(), nil
@@ -117,6 +159,10 @@ func Render(cfg *agentv1.AgentConfig, agent AgentSource) ([]byte, error) {
 			{"/bin/sh", InstallScriptPath},
 			{AgentPath, "bootstrap", "--config", agentv1.DefaultPath},
 		},
+	}
+	if agent.CACertificate != "" {
+		// Before the installer, which reads it.
+		c.WriteFiles = append([]WriteFile{{Path: AgentCAPath, Owner: "root:root", Permissions: "0644", Content: agent.CACertificate}}, c.WriteFiles...)
 	}
 	body, err := yaml.Marshal(c)
 	if err != nil {

@@ -12,6 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+
+	"github.com/yonder-dev/yonder/test/registry"
+
 	. "github.com/onsi/gomega"
 )
 
@@ -84,4 +90,74 @@ func FuzzParse(f *testing.F) {
 		}
 		_, _ = c.AgentConfig()
 	})
+}
+
+// The installer fetches the agent as a blob of a real registry (distribution, TLS with its own CA,
+// htpasswd): with the CA written beside it and the pull credentials, by the binary's sha256; wrong
+// credentials fail with the status, nothing installed.
+func TestInstallerFetchesTheAgentFromARegistry(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	reg, err := registry.Start(ctx, registry.Options{Dir: t.TempDir(), Users: map[string]string{"u": "p@ss:word"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = reg.Stop() })
+	payload := []byte("#!/bin/sh\necho agent\n")
+	sum := sha256.Sum256(payload)
+	digest := hex.EncodeToString(sum[:])
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(payload, "application/vnd.yonder.agent.binary.v1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = reg.Push(ctx, reg.Host+"/yonder/yonder-agent:test", img)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	g.Expect(os.WriteFile(ca, reg.CACertPEM, 0o600)).To(Succeed())
+	src := AgentSource{URL: "https://" + reg.Host + "/v2/yonder/yonder-agent/blobs/sha256:" + digest, SHA256: digest,
+		CACertificate: string(reg.CACertPEM), Username: "u", Password: "p@ss:word"}
+	dest := filepath.Join(t.TempDir(), "yonder-agent")
+	script, err := installer(src, dest)
+	g.Expect(err).NotTo(HaveOccurred())
+	script = strings.ReplaceAll(script, AgentCAPath, ca)
+	out, err := runScript(t, script)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(os.ReadFile(dest)).To(Equal(payload))
+
+	src.Password = "wrong"
+	dest2 := filepath.Join(t.TempDir(), "yonder-agent")
+	script, err = installer(src, dest2)
+	g.Expect(err).NotTo(HaveOccurred())
+	// One try is enough to see the refusal: the retries would wait 5 s each.
+	script = strings.ReplaceAll(strings.ReplaceAll(script, AgentCAPath, ca), `[ "$i" -lt 5 ]`, `[ "$i" -lt 1 ]`)
+	out, err = runScript(t, script)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("refused the credentials (401)"))
+	g.Expect(dest2).NotTo(BeAnExistingFile())
+}
+
+// Against a registry that hands out bearer tokens (a simulator of the token protocol ghcr.io and Docker
+// Hub speak: no such registry runs here), the installer follows WWW-Authenticate to the token service and
+// retries with the token, anonymously.
+func TestInstallerFollowsABearerChallenge(t *testing.T) {
+	g := NewWithT(t)
+	payload := []byte("agent-bytes")
+	sum := sha256.Sum256(payload)
+	digest := hex.EncodeToString(sum[:])
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/token" && r.URL.Query().Get("scope") == "repository:yonder/yonder-agent:pull":
+			_, _ = w.Write([]byte(`{"token":"abc.def","expires_in":300}`))
+		case r.Header.Get("Authorization") == "Bearer abc.def":
+			_, _ = w.Write(payload)
+		default:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+srv.URL+`/token",service="sim",scope="repository:yonder/yonder-agent:pull"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	defer srv.Close()
+	dest := filepath.Join(t.TempDir(), "yonder-agent")
+	script, err := installer(AgentSource{URL: srv.URL + "/v2/yonder/yonder-agent/blobs/sha256:" + digest, SHA256: digest}, dest)
+	g.Expect(err).NotTo(HaveOccurred())
+	out, err := runScript(t, script)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(os.ReadFile(dest)).To(Equal(payload))
 }

@@ -60,8 +60,12 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// WatchFilterValue limits reconciliation to objects labelled cluster.x-k8s.io/watch-filter=<value>.
 	WatchFilterValue string
-	// DefaultAgent is used when spec.agent is empty (the manager's --agent-url/--agent-sha256).
+	// DefaultAgent is used when spec.agent is empty (the manager's --agent-url/--agent-sha256); with only
+	// a sha256, the agent is that blob in the image repository.
 	DefaultAgent cloudinit.AgentSource
+	// ImageRepository is the default of spec.images.repository (the manager's --image-repository): where
+	// node images (<repository>/yonder-node:<version>) and the agent come from.
+	ImageRepository string
 	// TokenCheckInterval is how often a not-yet-joined Machine's token is checked (default: a third of its TTL).
 	TokenCheckInterval time.Duration
 	// RetryInterval is how soon a configuration problem without events (a missing Secret referenced by
@@ -455,12 +459,13 @@ func (r *Reconciler) writeData(ctx context.Context, s *scope, agentCfg *agentv1.
 // agentConfig assembles the AgentConfig (without the token) and the agent source.
 func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentConfig, cloudinit.AgentSource, error) {
 	spec := &s.config.Spec
-	agent := cloudinit.AgentSource{URL: spec.Agent.URL, Path: spec.Agent.Path, SHA256: spec.Agent.SHA256}
-	if agent.URL == "" && agent.Path == "" {
-		agent = r.DefaultAgent
+	reg, err := r.registry(ctx, s.config)
+	if err != nil {
+		return nil, cloudinit.AgentSource{}, err
 	}
-	if (agent.URL == "" && agent.Path == "") || agent.SHA256 == "" {
-		return nil, agent, &configError{bootstrapv1.YonderConfigAgentSourceMissingReason, "No yonder-agent source: set spec.agent.url (or path) and spec.agent.sha256, or start the manager with --agent-url and --agent-sha256"}
+	agent, err := r.agentSource(s.config, reg)
+	if err != nil {
+		return nil, agent, err
 	}
 	ep := s.cluster.Spec.ControlPlaneEndpoint
 	if !ep.IsValid() {
@@ -482,7 +487,6 @@ func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentC
 		APIServer:         agentv1.APIServer{Endpoint: "https://" + net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))), CACertificate: string(ca)},
 		Labels:            spec.NodeLabels,
 		Site:              spec.Site,
-		Rootfs:            agentv1.Rootfs{Image: spec.Rootfs.Image},
 		GPU:               agentv1.GPU{Mode: agentv1.GPUMode(spec.GPU.Mode)},
 		PreCommands:       spec.PreCommands,
 		PostCommands:      spec.PostCommands,
@@ -490,8 +494,8 @@ func (r *Reconciler) agentConfig(ctx context.Context, s *scope) (*agentv1.AgentC
 	if c.GPU.Mode == "" {
 		c.GPU.Mode = agentv1.GPUModeNone
 	}
-	if a := spec.Rootfs.Archive; a != nil {
-		c.Rootfs.Archive = &agentv1.Artifact{Name: "rootfs", URL: a.URL, Path: a.Path, SHA256: a.SHA256}
+	if err := r.nodeSoftware(ctx, s.config, reg, c); err != nil {
+		return nil, agent, err
 	}
 	for _, t := range spec.NodeTaints {
 		c.Taints = append(c.Taints, agentv1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})

@@ -43,9 +43,13 @@ func validateSpec(s *bootstrapv1.YonderConfigSpec, p *field.Path) field.ErrorLis
 			errs = append(errs, field.Invalid(p.Child("site"), s.Site, m))
 		}
 	}
+	errs = append(errs, validateImages(s.Images, p.Child("images"))...)
 	rp := p.Child("rootfs")
 	if s.Rootfs.Image != "" && s.Rootfs.Archive != nil {
 		errs = append(errs, field.Forbidden(rp, "set at most one of image and archive"))
+	}
+	if s.Rootfs.Image != "" && !agentv1.ImageDigestRE.MatchString(s.Rootfs.Image) {
+		errs = append(errs, field.Invalid(rp.Child("image"), s.Rootfs.Image, "must be pinned by digest: <registry>/<repository>@sha256:<64 hex> (or leave it empty: the node image of the Machine's version from spec.images)"))
 	}
 	if a := s.Rootfs.Archive; a != nil {
 		errs = append(errs, agentv1.ValidateSource(a.URL, a.Path, a.SHA256, rp.Child("archive"))...)
@@ -76,6 +80,25 @@ func validateSpec(s *bootstrapv1.YonderConfigSpec, p *field.Path) field.ErrorLis
 	for i, c := range s.PostCommands {
 		if c == "" {
 			errs = append(errs, field.Required(p.Child("postCommands").Index(i), "must not be empty"))
+		}
+	}
+	return errs
+}
+
+// validateImages checks the Secret names and the mirrored registries.
+func validateImages(im bootstrapv1.Images, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for f, n := range map[string]string{"pullSecretName": im.PullSecretName, "caSecretName": im.CASecretName} {
+		if n == "" {
+			continue
+		}
+		for _, m := range validation.IsDNS1123Subdomain(n) {
+			errs = append(errs, field.Invalid(p.Child(f), n, m))
+		}
+	}
+	for i, m := range im.MirrorOf {
+		if es := agentv1.ValidateRegistry(agentv1.Registry{Host: m}, p.Child("mirrorOf").Index(i)); len(es) > 0 {
+			errs = append(errs, field.Invalid(p.Child("mirrorOf").Index(i), m, "must be a registry host[:port], e.g. ghcr.io"))
 		}
 	}
 	return errs

@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -79,12 +80,9 @@ func (c *AgentConfig) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath("site"), c.Site, m))
 		}
 	}
-	rp := field.NewPath("rootfs")
-	if c.Rootfs.Image != "" && c.Rootfs.Archive != nil {
-		errs = append(errs, field.Forbidden(rp, "set at most one of image and archive"))
-	}
-	if c.Rootfs.Archive != nil {
-		errs = append(errs, ValidateArtifact(*c.Rootfs.Archive, rp.Child("archive"))...)
+	errs = append(errs, validateRootfs(c.Rootfs, c.Registry, field.NewPath("rootfs"))...)
+	if c.Registry != nil {
+		errs = append(errs, ValidateRegistry(*c.Registry, field.NewPath("registry"))...)
 	}
 	names := map[string]bool{}
 	for i, a := range c.Artifacts {
@@ -113,6 +111,49 @@ func (c *AgentConfig) Validate() field.ErrorList {
 	for i, cmd := range c.PostCommands {
 		if cmd == "" {
 			errs = append(errs, field.Required(field.NewPath("postCommands").Index(i), "must not be empty"))
+		}
+	}
+	return errs
+}
+
+// ImageDigestRE matches an image reference pinned by digest.
+var ImageDigestRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+@sha256:[a-f0-9]{64}$`)
+
+func validateRootfs(r Rootfs, reg *Registry, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r.Image != "" && r.Archive != nil {
+		errs = append(errs, field.Forbidden(p, "set at most one of image and archive"))
+	}
+	if r.Image != "" && !ImageDigestRE.MatchString(r.Image) {
+		errs = append(errs, field.Invalid(p.Child("image"), r.Image, "must be a reference pinned by digest: <registry>/<repository>@sha256:<64 hex>"))
+	}
+	if r.Image != "" && reg != nil && !strings.HasPrefix(r.Image, reg.Host+"/") {
+		errs = append(errs, field.Invalid(p.Child("image"), r.Image, "must be in registry.host "+reg.Host))
+	}
+	if r.Archive != nil {
+		errs = append(errs, ValidateArtifact(*r.Archive, p.Child("archive"))...)
+	}
+	return errs
+}
+
+// hostRE matches a registry host[:port].
+var hostRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$`)
+
+// ValidateRegistry checks a registry block; the password is never echoed.
+func ValidateRegistry(r Registry, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !hostRE.MatchString(r.Host) {
+		errs = append(errs, field.Invalid(p.Child("host"), r.Host, "must be a registry host[:port], e.g. registry.example:5000"))
+	}
+	if r.CACertificate != "" && !strings.Contains(r.CACertificate, "-----BEGIN CERTIFICATE-----") {
+		errs = append(errs, field.Invalid(p.Child("caCertificate"), "<PEM>", "must be a PEM certificate bundle"))
+	}
+	if (r.Username == "") != (r.Password == "") {
+		errs = append(errs, field.Invalid(p.Child("username"), r.Username, "set username and password together"))
+	}
+	for i, m := range r.MirrorOf {
+		if !hostRE.MatchString(m) || m == r.Host {
+			errs = append(errs, field.Invalid(p.Child("mirrorOf").Index(i), m, "must be an upstream registry host other than host"))
 		}
 	}
 	return errs

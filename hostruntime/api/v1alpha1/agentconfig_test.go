@@ -117,3 +117,39 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A node image must be pinned by digest and sit in the registry block's host; the registry's password is
+// never echoed.
+func TestNodeImageAndRegistryValidation(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("c", 64)
+	for _, tc := range []struct {
+		name  string
+		image string
+		reg   *agentv1.Registry
+		want  []string
+	}{
+		{"pinned in its registry", "reg.example:5000/yonder/yonder-node" + digest, &agentv1.Registry{Host: "reg.example:5000", Username: "u", Password: "p", MirrorOf: []string{"ghcr.io"}}, nil},
+		{"tag only", "reg.example/yonder/yonder-node:v1.36.3", nil, []string{"rootfs.image: Invalid value", "pinned by digest"}},
+		{"other registry", "other.example/yonder/yonder-node" + digest, &agentv1.Registry{Host: "reg.example"}, []string{"must be in registry.host reg.example"}},
+		{"half credentials", "", &agentv1.Registry{Host: "reg.example", Password: "hunter2-secret"}, []string{"registry.username: Invalid value"}},
+		{"bad host and mirror", "", &agentv1.Registry{Host: "https://reg", MirrorOf: []string{"Bad Host"}}, []string{"registry.host: Invalid value", "registry.mirrorOf[0]: Invalid value"}},
+		{"bad CA", "", &agentv1.Registry{Host: "reg.example", CACertificate: "not pem"}, []string{"registry.caCertificate: Invalid value"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := valid(t)
+			c.APIVersion, c.Kind = agentv1.APIVersion, agentv1.Kind
+			c.Rootfs.Archive, c.Rootfs.Image, c.Registry = nil, tc.image, tc.reg
+			errs := c.Validate()
+			if tc.want == nil {
+				g.Expect(errs).To(BeEmpty())
+				return
+			}
+			g.Expect(errs.ToAggregate()).To(HaveOccurred())
+			for _, w := range tc.want {
+				g.Expect(errs.ToAggregate().Error()).To(ContainSubstring(w))
+			}
+			g.Expect(errs.ToAggregate().Error()).NotTo(ContainSubstring("hunter2-secret"))
+		})
+	}
+}

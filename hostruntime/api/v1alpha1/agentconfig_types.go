@@ -48,6 +48,9 @@ type AgentConfig struct {
 
 	// Rootfs is the node's root filesystem (the systemd-nspawn machine).
 	Rootfs Rootfs `json:"rootfs,omitempty"`
+	// Registry is how the agent reaches the registry of rootfs.image, and what the node's containerd is
+	// told about it (CA, credentials, the upstream registries it mirrors).
+	Registry *Registry `json:"registry,omitempty"`
 	// Artifacts are files the agent fetches and verifies before use (containerd, kubelet, CNI plugins…).
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// GPU selects GPU handling.
@@ -90,10 +93,26 @@ type Arg struct {
 // Rootfs selects the node's root filesystem. At most one of Image and Archive; neither means the agent's
 // built-in default (debootstrap from the host's configured mirror).
 type Rootfs struct {
-	// Image is an OCI image reference, preferably digest-pinned (registry/repo@sha256:…).
+	// Image is a node image (an OCI image of the whole root filesystem with containerd, runc, CNI plugins
+	// and the kubelet of KubernetesVersion), pinned by digest: <registry>/<repository>@sha256:<digest>.
+	// The binaries come from the image; artifacts may still add to them.
 	Image string `json:"image,omitempty"`
 	// Archive is a tar archive (optionally zstd-compressed) fetched and verified like any artifact.
 	Archive *Artifact `json:"archive,omitempty"`
+}
+
+// Registry describes one OCI registry.
+type Registry struct {
+	// Host is the registry's host[:port], as in image references.
+	Host string `json:"host"`
+	// CACertificate is a PEM bundle trusted for the registry's TLS certificate besides the system roots.
+	CACertificate string `json:"caCertificate,omitempty"`
+	// Username and Password authenticate to the registry (a credential: never logged).
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// MirrorOf are upstream registries (e.g. ghcr.io, registry.k8s.io) whose images the node's containerd
+	// pulls from Host instead, under the same repository paths: what an air-gapped site's mirror serves.
+	MirrorOf []string `json:"mirrorOf,omitempty"`
 }
 
 // Artifact is a file fetched from URL or taken from a local Path, and verified against SHA256 before use.

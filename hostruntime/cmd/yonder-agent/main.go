@@ -41,7 +41,7 @@ func main() {
 }
 
 func newRoot() *cobra.Command {
-	o := agent.Options{}
+	o := &agent.Options{}
 	root := &cobra.Command{
 		Use:           "yonder-agent",
 		Short:         "Turn this host into a Kubernetes Node (containerd + kubelet in a systemd-nspawn machine)",
@@ -54,36 +54,44 @@ func newRoot() *cobra.Command {
 	f.StringVar(&o.MachineName, "machine-name", "", "nspawn machine name (default yonder-<nodeName>)")
 	f.StringVar(&o.CgroupName, "cgroup-name", "", "name of the machine's cgroup subtree (default: the machine name)")
 	f.StringVar(&o.SentinelPath, "sentinel", agent.DefaultSentinel, "file written once the Node is Ready")
+	bootstrap, upgrade := newBootstrapCommands(o)
+	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand())
+	return root
+}
 
+// newBootstrapCommands returns bootstrap and upgrade, which share the node's flags.
+func newBootstrapCommands(o *agent.Options) (*cobra.Command, *cobra.Command) {
 	bootstrap := &cobra.Command{
 		Use:   "bootstrap",
 		Short: "Run every phase until the Node is Ready; safe to re-run",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return agent.Bootstrap(cmd.Context(), o)
+			return agent.Bootstrap(cmd.Context(), *o)
 		},
 	}
 	bf := bootstrap.Flags()
 	bf.StringVar(&o.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "read the providerID from this file when the AgentConfig has none")
 	bf.StringVar(&o.NetworkNamespacePath, "network-namespace-path", "", "run the machine in this network namespace (default: the agent's)")
 	bf.StringVar(&o.PodCIDR, "pod-cidr", "", "pod CIDR for the CNI config (default: the Node's spec.podCIDR)")
-	bf.StringVar(&o.SandboxImage, "sandbox-image", "registry.k8s.io/pause:3.10", "pause image the CRI uses (import it as an image/ artifact)")
+	bf.StringVar(&o.SandboxImage, "sandbox-image", "registry.k8s.io/pause:3.10", "pause image the CRI uses (node images carry it; otherwise import it as an image/ artifact)")
 	bf.IntVar(&o.NodeLeaseDurationSeconds, "node-lease-duration-seconds", 0, "kubelet nodeLeaseDurationSeconds (0: kubelet default)")
 	bf.DurationVar(&o.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "how long to wait for the Node to become Ready")
-
 	upgrade := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Switch the node to a new AgentConfig blue/green: prepare the other machine, switch, verify the kubelet, roll back on failure",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return agent.Upgrade(cmd.Context(), o)
+			return agent.Upgrade(cmd.Context(), *o)
 		},
 	}
 	upgrade.Flags().AddFlagSet(bf)
+	return bootstrap, upgrade
+}
 
-	preflight := &cobra.Command{
+func newPreflightCommand(o *agent.Options) *cobra.Command {
+	return &cobra.Command{
 		Use:   "preflight",
 		Short: "Check the host (kernel, cgroups, swap, ports, disk, tools); change nothing",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep := agent.Preflight(o)
+			rep := agent.Preflight(*o)
 			if err := printJSON(cmd, rep); err != nil {
 				return err
 			}
@@ -93,26 +101,30 @@ func newRoot() *cobra.Command {
 			return nil
 		},
 	}
+}
 
-	status := &cobra.Command{
+func newStatusCommand(o *agent.Options) *cobra.Command {
+	return &cobra.Command{
 		Use:   "status",
 		Short: "Print the node's phases, machine and Node state as JSON",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
 			defer cancel()
-			s, err := agent.GetStatus(ctx, o)
+			s, err := agent.GetStatus(ctx, *o)
 			if err != nil {
 				return err
 			}
 			return printJSON(cmd, s)
 		},
 	}
+}
 
+func newResetCommand(o *agent.Options) *cobra.Command {
 	reset := &cobra.Command{
 		Use:   "reset",
 		Short: "Stop the machine, remove its cgroups, mounts, files and the sentinel, restore sysctls",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := agent.Reset(cmd.Context(), o)
+			rep, err := agent.Reset(cmd.Context(), *o)
 			if rep != nil {
 				if perr := printJSON(cmd, rep); perr != nil && err == nil {
 					err = perr
@@ -121,17 +133,18 @@ func newRoot() *cobra.Command {
 			return err
 		},
 	}
-	reset.Flags().BoolVar(&o.KeepCache, "keep-cache", false, "keep the verified artifact and rootfs caches (<state-dir>/cache) for a faster re-bootstrap")
+	reset.Flags().BoolVar(&o.KeepCache, "keep-cache", false, "keep the verified artifact, image and rootfs caches (<state-dir>/cache) for a faster re-bootstrap")
+	return reset
+}
 
-	ver := &cobra.Command{
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return printJSON(cmd, map[string]string{"version": version, "commit": commit, "agentConfig": agentv1.APIVersion})
 		},
 	}
-	root.AddCommand(bootstrap, upgrade, preflight, status, reset, ver, newAttestCommand())
-	return root
 }
 
 func printJSON(cmd *cobra.Command, v any) error {

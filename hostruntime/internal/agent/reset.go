@@ -30,6 +30,35 @@ type ResetReport struct {
 // removed (except the caches when KeepCache). It works without a state file (a crashed first bootstrap):
 // names then come from the options or the AgentConfig.
 func Reset(ctx context.Context, o Options) (*ResetReport, error) {
+	st, err := resetOptions(&o)
+	if err != nil {
+		return nil, err
+	}
+	log, closeLog := o.logger()
+	log.Info("Resetting node", "machine", o.MachineName, "stateDir", o.StateDir)
+	rep := &ResetReport{Removed: []string{}, Kept: []string{}}
+	var errs []error
+	if o.MachineName != "" {
+		errs = append(errs, rep.stopSlots(ctx, o, st)...)
+	}
+	errs = append(errs, rep.unmountMachines(o)...)
+	if o.MachineName != "" {
+		errs = append(errs, rep.restoreSysctls(o)...)
+	}
+	errs = append(errs, rep.removeSentinel(o, st)...)
+	closeLog()
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("reset incomplete (state kept in %s; run reset again): %w", o.StateDir, errors.Join(errs...))
+	}
+	if errs := rep.removeStateDir(o); len(errs) > 0 {
+		return rep, errors.Join(errs...)
+	}
+	return rep, nil
+}
+
+// resetOptions completes the options from the state file, or without one (a crashed first bootstrap)
+// from the AgentConfig, and returns the state (empty when there is none).
+func resetOptions(o *Options) (*state.State, error) {
 	nodeName := ""
 	store := state.Store{Dir: o.StateDir}
 	if o.StateDir == "" {
@@ -52,32 +81,34 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 			nodeName = st.NodeName
 		}
 	}
-	if err := o.defaults(nodeName); err != nil {
-		return nil, err
-	}
-	log, closeLog := o.logger()
-	log.Info("Resetting node", "machine", o.MachineName, "stateDir", o.StateDir)
-	rep := &ResetReport{Removed: []string{}, Kept: []string{}}
+	return st, o.defaults(nodeName)
+}
+
+// stopSlots stops the machines of both blue/green slots and removes their cgroup subtrees.
+func (rep *ResetReport) stopSlots(ctx context.Context, o Options, st *state.State) []error {
 	var errs []error
-	if o.MachineName != "" {
-		for _, slot := range o.slots() { // both blue/green slots
-			so := o
-			so.useSlot(slot)
-			unit := ""
-			if st.Machine != nil && st.Machine.Name == slot {
-				unit = st.Machine.Unit
-			}
-			if err := stopMachine(ctx, &so, unit); err != nil {
-				errs = append(errs, err)
-			} else if so.stopped {
-				rep.Removed = append(rep.Removed, "machine "+slot, "cgroups "+so.CgroupName)
-			}
+	for _, slot := range o.slots() {
+		so := o
+		so.useSlot(slot)
+		unit := ""
+		if st.Machine != nil && st.Machine.Name == slot {
+			unit = st.Machine.Unit
+		}
+		if err := stopMachine(ctx, &so, unit); err != nil {
+			errs = append(errs, err)
+		} else if so.stopped {
+			rep.Removed = append(rep.Removed, "machine "+slot, "cgroups "+so.CgroupName)
 		}
 	}
-	// Mounts the machine may have left (propagated mounts, a crashed launch), deepest first. Only mounts
-	// strictly below the machines directory are the agent's: the state directory, or machines/ itself, may
-	// be a filesystem the operator mounted there (a dedicated disk for /var/lib/yonder), and detaching it
-	// would pull the disk out from under the host.
+	return errs
+}
+
+// unmountMachines detaches the mounts the machine may have left (propagated mounts, a crashed launch),
+// deepest first. Only mounts strictly below the machines directory are the agent's: the state directory,
+// or machines/ itself, may be a filesystem the operator mounted there (a dedicated disk for
+// /var/lib/yonder), and detaching it would pull the disk out from under the host.
+func (rep *ResetReport) unmountMachines(o Options) []error {
+	var errs []error
 	for _, m := range MountsBelow(o.machinesDir()) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
 			errs = append(errs, fmt.Errorf("failed to unmount %s: %w", m, err))
@@ -85,69 +116,73 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 			rep.Removed = append(rep.Removed, "mount "+m)
 		}
 	}
-	if o.MachineName != "" {
-		restored, remaining, err := o.sysctlRegistry().Release(o.baseMachine)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("failed to restore host sysctls: %w", err))
-		case len(restored) > 0:
-			rep.Removed = append(rep.Removed, "sysctls restored: "+strings.Join(restored, ","))
-		case len(remaining) > 0:
-			rep.Kept = append(rep.Kept, "host sysctls (still needed by nodes "+strings.Join(remaining, ",")+")")
-		}
+	return errs
+}
+
+// restoreSysctls gives the host its original sysctls back once no other node on it needs them.
+func (rep *ResetReport) restoreSysctls(o Options) []error {
+	restored, remaining, err := o.sysctlRegistry().Release(o.baseMachine)
+	switch {
+	case err != nil:
+		return []error{fmt.Errorf("failed to restore host sysctls: %w", err)}
+	case len(restored) > 0:
+		rep.Removed = append(rep.Removed, "sysctls restored: "+strings.Join(restored, ","))
+	case len(remaining) > 0:
+		rep.Kept = append(rep.Kept, "host sysctls (still needed by nodes "+strings.Join(remaining, ",")+")")
 	}
+	return nil
+}
+
+func (rep *ResetReport) removeSentinel(o Options, st *state.State) []error {
 	sentinel := st.Sentinel
 	if sentinel == "" {
 		sentinel = o.SentinelPath
 	}
-	if fileExists(sentinel) {
-		if err := os.Remove(sentinel); err != nil {
-			errs = append(errs, err)
-		} else {
-			rep.Removed = append(rep.Removed, sentinel)
-		}
+	if !fileExists(sentinel) {
+		return nil
 	}
-	closeLog()
-	if len(errs) > 0 {
-		return rep, fmt.Errorf("reset incomplete (state kept in %s; run reset again): %w", o.StateDir, errors.Join(errs...))
+	if err := os.Remove(sentinel); err != nil {
+		return []error{err}
 	}
-	// What is still mounted below the state directory now is the operator's (machines/ or cache/ on
-	// their own disk): empty it, keep the mount point.
+	rep.Removed = append(rep.Removed, sentinel)
+	return nil
+}
+
+// removeStateDir removes the state directory (but the caches with KeepCache). What is still mounted below
+// it now is the operator's (machines/ or cache/ on their own disk): it is emptied, the mount point kept.
+func (rep *ResetReport) removeStateDir(o Options) []error {
 	operatorMounts := map[string]bool{}
 	for _, m := range MountsBelow(o.StateDir) {
 		operatorMounts[m] = true
 	}
+	var errs []error
 	entries, _ := os.ReadDir(o.StateDir)
 	for _, e := range entries {
 		p := filepath.Join(o.StateDir, e.Name())
-		if o.KeepCache && e.Name() == "cache" {
+		switch {
+		case o.KeepCache && e.Name() == "cache":
 			rep.Kept = append(rep.Kept, p)
-			continue
-		}
-		if operatorMounts[p] {
+		case operatorMounts[p]:
 			if err := removeContents(p); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			rep.Removed = append(rep.Removed, filepath.Join(p, "*"))
 			rep.Kept = append(rep.Kept, p+" (mount point)")
-			continue
+		default:
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, fmt.Errorf("failed to remove %s: %w", p, err))
+				continue
+			}
+			rep.Removed = append(rep.Removed, p)
 		}
-		if err := os.RemoveAll(p); err != nil {
-			errs = append(errs, fmt.Errorf("failed to remove %s: %w", p, err))
-			continue
-		}
-		rep.Removed = append(rep.Removed, p)
 	}
 	if !o.KeepCache || len(entries) == 0 {
 		if err := os.Remove(o.StateDir); err == nil {
 			rep.Removed = append(rep.Removed, o.StateDir)
 		}
 	}
-	if len(errs) > 0 {
-		return rep, errors.Join(errs...)
-	}
-	return rep, nil
+	return errs
 }
 
 // stopMachine stops the slot's machine and removes its cgroup subtree; so.stopped says whether there

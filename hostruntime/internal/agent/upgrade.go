@@ -94,23 +94,7 @@ func Upgrade(ctx context.Context, o Options) error {
 		err = verifyKubelet(ctx, r, switched)
 	}
 	if err != nil {
-		log.Error("New machine did not verify; rolling back", "machine", next.MachineName, "err", err.Error())
-		_ = stopMachine(ctx, &next, "")
-		rb := &run{o: &active, cfg: cfg, st: st, store: store, log: log, changed: true}
-		st.Machine = &activeMachine
-		if _, rerr := rb.machine(ctx); rerr != nil {
-			return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("new machine failed (%w) and the rollback to %s failed too: %w", err, activeMachine.Name, rerr),
-				Hint: "run `yonder-agent bootstrap` with the previous AgentConfig"}
-		}
-		rerr := verifyKubelet(ctx, rb, time.Now())
-		rec.Result, rec.Message, rec.FinishedAt = state.Failed, "rolled back: "+err.Error(), o.Now()
-		st.Phases[PhaseRootfs] = prevRootfs
-		_ = store.Save(st)
-		if rerr != nil {
-			return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("new machine failed (%w); rolled back to %s, which does not verify either: %w", err, activeMachine.Name, rerr)}
-		}
-		return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("the new machine %s did not verify, rolled back to %s (running, Node Ready): %w", next.MachineName, activeMachine.Name, err),
-			Hint: "check the new AgentConfig's artifacts and flags; the node runs the previous configuration"}
+		return rollback(ctx, rollbackInput{next: next, active: active, activeMachine: activeMachine, run: r, rec: rec, prevRootfs: prevRootfs}, err)
 	}
 	rec.Result, rec.FinishedAt = state.Succeeded, o.Now()
 	rec.DurationSeconds = rec.FinishedAt.Sub(rec.StartedAt).Seconds()
@@ -119,6 +103,38 @@ func Upgrade(ctx context.Context, o Options) error {
 	}
 	log.Info("Upgrade complete", "machine", next.MachineName, "previous", activeMachine.Name)
 	return nil
+}
+
+// rollbackInput is what a failed switch needs to go back to the previous machine.
+type rollbackInput struct {
+	next, active  Options
+	activeMachine state.Machine
+	run           *run
+	rec           *state.PhaseRecord
+	prevRootfs    *state.PhaseRecord
+}
+
+// rollback stops the new machine that did not verify, starts the previous one again and verifies it.
+func rollback(ctx context.Context, in rollbackInput, err error) error {
+	r, next, active, activeMachine := in.run, in.next, in.active, in.activeMachine
+	st, store, log := r.st, r.store, r.log
+	log.Error("New machine did not verify; rolling back", "machine", next.MachineName, "err", err.Error())
+	_ = stopMachine(ctx, &next, "")
+	rb := &run{o: &active, cfg: r.cfg, st: st, store: store, log: log, changed: true}
+	st.Machine = &activeMachine
+	if _, rerr := rb.machine(ctx); rerr != nil {
+		return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("new machine failed (%w) and the rollback to %s failed too: %w", err, activeMachine.Name, rerr),
+			Hint: "run `yonder-agent bootstrap` with the previous AgentConfig"}
+	}
+	rerr := verifyKubelet(ctx, rb, time.Now())
+	in.rec.Result, in.rec.Message, in.rec.FinishedAt = state.Failed, "rolled back: "+err.Error(), active.Now()
+	st.Phases[PhaseRootfs] = in.prevRootfs
+	_ = store.Save(st)
+	if rerr != nil {
+		return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("new machine failed (%w); rolled back to %s, which does not verify either: %w", err, activeMachine.Name, rerr)}
+	}
+	return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("the new machine %s did not verify, rolled back to %s (running, Node Ready): %w", next.MachineName, activeMachine.Name, err),
+		Hint: "check the new AgentConfig's artifacts and flags; the node runs the previous configuration"}
 }
 
 // verifyKubelet waits for the machine's kubelet to be healthy (healthz on localhost, the machine shares

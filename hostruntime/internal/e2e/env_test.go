@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
-	"github.com/yonder-dev/yonder/pkg/ociarchive"
+	"github.com/yonder-dev/yonder/pkg/ociimage"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/labnet"
@@ -134,22 +134,18 @@ func nodeBundle(t testing.TB) ([]agentv1.Artifact, *agentv1.Artifact) {
 		if err != nil {
 			t.Fatalf("busybox-static is missing: run `hack/test-bins.sh --packages`: %v", err)
 		}
-		images := map[string]ociarchive.Image{
-			"pause": {Name: pauseImage, Files: ociarchive.Busybox(bb, "sh", "sleep"),
-				Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}},
-			"busybox": {Name: busyboxImage, Files: ociarchive.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip"),
-				Cmd: []string{"/bin/sh"}},
+		images := map[string]struct {
+			name string
+			spec ociimage.Image
+		}{
+			"pause":   {pauseImage, ociimage.Pause(bb)},
+			"busybox": {busyboxImage, ociimage.Image{Files: ociimage.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip"), Cmd: []string{"/bin/sh"}}},
 		}
 		for name, img := range images {
 			p := filepath.Join(dir, name+".oci.tar")
-			f, err := os.Create(p)
-			if err != nil {
+			if err := ociimage.WriteArchiveFile(p, img.name, img.spec); err != nil {
 				t.Fatal(err)
 			}
-			if err := ociarchive.Write(f, img); err != nil {
-				t.Fatal(err)
-			}
-			_ = f.Close()
 			bundle = append(bundle, agentv1.Artifact{Name: "image/" + name, Path: p, SHA256: sha(t, p)})
 		}
 		r := rootfsArchive(t)

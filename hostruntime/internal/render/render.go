@@ -76,6 +76,9 @@ state = "/run/containerd"
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    # Registry CAs, credentials and mirrors (AgentConfig registry): one hosts.toml per registry.
+    config_path = %q
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
 
@@ -91,7 +94,7 @@ state = "/run/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
-`, ContainerdSocket, in.SandboxImage, strings.Join(bins, ", "), CNIConfDir)
+`, ContainerdSocket, ContainerdHostsDir, in.SandboxImage, strings.Join(bins, ", "), CNIConfDir)
 	if in.NVIDIARuntime {
 		b.WriteString(`    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]
       runtime_type = "io.containerd.runc.v2"

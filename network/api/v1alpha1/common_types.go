@@ -30,6 +30,21 @@ const (
 	EndpointInternal EndpointType = "Internal"
 )
 
+// Reachability says whether peers at other Sites can open a connection to a node (send it the first
+// packet), or whether it sits behind a NAT or stateful firewall that drops unsolicited traffic, so it must
+// initiate every connection itself.
+type Reachability string
+
+const (
+	// ReachabilityAuto uses what each node's daemon detects (Site.spec.reachability only).
+	ReachabilityAuto Reachability = "Auto"
+	// ReachabilityReachable: peers at other Sites can dial the node at its External endpoint.
+	ReachabilityReachable Reachability = "Reachable"
+	// ReachabilityBehindNAT: the node accepts nothing unsolicited; it dials its peers, and peers learn its
+	// endpoint from its WireGuard handshake.
+	ReachabilityBehindNAT Reachability = "BehindNAT"
+)
+
 // Endpoint is one address at which a node's daemon can be reached.
 type Endpoint struct {
 	// address is an IPv4 or IPv6 address (no port; ports are in the peer's ports).

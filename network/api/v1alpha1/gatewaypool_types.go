@@ -30,6 +30,12 @@ type GatewayPoolSpec struct {
 	// the daemon's defaults (WireGuard 51820, VXLAN 4789, GENEVE 6081, probe from the Site).
 	// +optional
 	ListenPorts Ports `json:"listenPorts,omitempty"`
+	// relay lets this pool's reachable gateways carry traffic between two Sites peered with this pool's
+	// Site that are both behind NAT (Site.spec.relay marks every pool of a Site). The controller chooses
+	// the relay Site of each such link; flows spread over its relay gateways and a failed one is left out
+	// like any gateway.
+	// +optional
+	Relay bool `json:"relay,omitempty"`
 }
 
 // GatewayStatus is one candidate's state.
@@ -94,6 +100,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Site",type=string,JSONPath=`.spec.site`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Relay",type=boolean,JSONPath=`.spec.relay`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`
 // +kubebuilder:printcolumn:name="Candidates",type=integer,JSONPath=`.status.candidates`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

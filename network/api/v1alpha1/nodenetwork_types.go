@@ -44,6 +44,25 @@ type NodeNetworkSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65535
 	UnderlayMTU int32 `json:"underlayMTU,omitempty"`
+	// reachability is what the daemon's reachability checks found: peers at other Sites answer its check
+	// with the address they see it from and send an unsolicited probe to that address from another port;
+	// it is Reachable when one arrives, BehindNAT when answered checks brought none. Unset until known.
+	// +optional
+	Reachability *NodeReachability `json:"reachability,omitempty"`
+}
+
+// NodeReachability is a node's detected reachability from other Sites.
+type NodeReachability struct {
+	// inbound is Reachable or BehindNAT.
+	// +required
+	// +kubebuilder:validation:Enum=Reachable;BehindNAT
+	Inbound Reachability `json:"inbound"`
+	// observedAddress is the address peers at other Sites see this node's traffic come from (behind NAT:
+	// the NAT's public address). A node reachable there without an --external-endpoint publishes it as its
+	// External endpoint.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	ObservedAddress string `json:"observedAddress,omitempty"`
 }
 
 // NodeNetworkStatus is the daemon's health.

@@ -41,6 +41,11 @@ type Peer struct {
 	// protocols the node's dataplane supports (empty: not yet published; assume all).
 	// +optional
 	Protocols []Protocol `json:"protocols,omitempty"`
+	// behindNAT is true when peers at other Sites cannot dial the node (detected by its daemon or pinned by
+	// its Site): they accept it without an endpoint and learn its address from its handshake, and it dials
+	// them with persistent keepalive.
+	// +optional
+	BehindNAT bool `json:"behindNAT,omitempty"`
 	// gateway is set on gateway candidates.
 	// +optional
 	Gateway *PeerGateway `json:"gateway,omitempty"`

@@ -58,8 +58,26 @@ type SiteLink struct {
 	// directly (peer details in its Nodes PeerSlices).
 	// +optional
 	RemoteSelfGateway bool `json:"remoteSelfGateway,omitempty"`
-	// up is false when a Gateway link has no active gateway at one end.
+	// up is false when a Gateway link has no active gateway at one end (or, relayed, at the relay).
 	Up bool `json:"up"`
+	// kind is Direct (both ends accept connections), NATInitiated (an end behind NAT dials; the peers'
+	// behindNAT says which) or Relayed (both ends behind NAT: the link's gateways send to relay.gateways).
+	// +optional
+	Kind LinkKind `json:"kind,omitempty"`
+	// relay is set on Relayed links: the relay Site and its gateways carrying the link, sorted. protocol,
+	// endpointType and tunnelMTU are those of the path through the relay (its smallest MTU).
+	// +optional
+	Relay *LinkRelay `json:"relay,omitempty"`
+}
+
+// LinkRelay is the relay of a Relayed link.
+type LinkRelay struct {
+	// site is the relay Site (peered with both ends; its gateways route to both).
+	Site string `json:"site"`
+	// gateways are the relay Site's active, reachable relay gateways (peer details in its Gateways
+	// PeerSlices), sorted. Flows spread over them like over any remote gateways.
+	// +optional
+	Gateways []string `json:"gateways,omitempty"`
 }
 
 // RoutePlanSpec is what every node of one Site applies. Per-node differences (its own pod CIDR, whether it

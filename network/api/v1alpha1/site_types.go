@@ -86,6 +86,19 @@ type SiteSpec struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	NonMasqueradeCIDRs []string `json:"nonMasqueradeCIDRs,omitempty"`
+	// reachability says whether peers at other Sites can dial this Site's nodes. Auto (default) uses what
+	// each node's daemon detects (it asks peers at other Sites to send it an unsolicited probe);
+	// Reachable and BehindNAT pin it for every node of the Site. A link with an end behind NAT is
+	// NAT-initiated (that end dials) or, when both ends are behind NAT, relayed (see spec.relay).
+	// +optional
+	// +kubebuilder:validation:Enum=Auto;Reachable;BehindNAT
+	Reachability Reachability `json:"reachability,omitempty"`
+	// relay lets this Site's reachable gateways (every GatewayPool of the Site) carry traffic between two
+	// Sites it is peered with that are both behind NAT. A relay decrypts and re-encrypts what it forwards,
+	// as every gateway does: mark only Sites you trust with that traffic. GatewayPool.spec.relay marks a
+	// single pool.
+	// +optional
+	Relay bool `json:"relay,omitempty"`
 }
 
 // SiteStatus is what the controller observed about a Site.
@@ -111,6 +124,10 @@ type SiteStatus struct {
 	// activeGateways is the number of healthy, active gateways.
 	// +optional
 	ActiveGateways int32 `json:"activeGateways,omitempty"`
+	// nodesBehindNAT is the number of the Site's Nodes that peers at other Sites cannot dial (detected by
+	// their daemons or pinned by spec.reachability).
+	// +optional
+	NodesBehindNAT int32 `json:"nodesBehindNAT,omitempty"`
 	// mtuMismatches are Nodes (up to 10, sorted) whose daemon reports an underlay MTU below spec.mtu.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
@@ -157,6 +174,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="Gateways",type=integer,JSONPath=`.status.activeGateways`
+// +kubebuilder:printcolumn:name="BehindNAT",type=integer,JSONPath=`.status.nodesBehindNAT`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 

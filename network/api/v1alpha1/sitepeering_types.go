@@ -17,6 +17,34 @@ const (
 	TopologyGateway Topology = "Gateway"
 )
 
+// RelayPolicy says when a link goes through a relay Site.
+// +kubebuilder:validation:Enum=Auto;Never;Always
+type RelayPolicy string
+
+const (
+	// RelayAuto relays a link only when both of its ends are behind NAT (the default).
+	RelayAuto RelayPolicy = "Auto"
+	// RelayNever never relays: a link between two Sites behind NAT is down.
+	RelayNever RelayPolicy = "Never"
+	// RelayAlways relays every Gateway link of the peering, even where a direct or NAT-initiated path exists.
+	RelayAlways RelayPolicy = "Always"
+)
+
+// LinkKind is how a link's tunnels are set up, as decided from the ends' reachability.
+// +kubebuilder:validation:Enum=Direct;NATInitiated;Relayed
+type LinkKind string
+
+const (
+	// LinkKindDirect: both ends accept connections; either end dials.
+	LinkKindDirect LinkKind = "Direct"
+	// LinkKindNATInitiated: one end is behind NAT. It dials (with persistent keepalive) and the reachable end
+	// accepts it and learns its endpoint from the handshake (WireGuard only).
+	LinkKindNATInitiated LinkKind = "NATInitiated"
+	// LinkKindRelayed: both ends are behind NAT; traffic goes through the relay Site's gateways, which both
+	// ends dial.
+	LinkKindRelayed LinkKind = "Relayed"
+)
+
 // SitePeeringSpec connects Sites pairwise.
 type SitePeeringSpec struct {
 	// sites are the Sites to connect; every pair among them gets a link.
@@ -42,6 +70,11 @@ type SitePeeringSpec struct {
 	// Internal when a node publishes no external address).
 	// +optional
 	EndpointType EndpointType `json:"endpointType,omitempty"`
+	// relay says when these links go through a relay Site (a Site peered with both ends with gateways that
+	// may relay, see Site.spec.relay and GatewayPool.spec.relay): Auto (default) when both ends are behind
+	// NAT, Never, or Always. Only Gateway-topology links are relayed.
+	// +optional
+	Relay RelayPolicy `json:"relay,omitempty"`
 }
 
 // LinkStatus describes one resolved link.
@@ -52,8 +85,20 @@ type LinkStatus struct {
 	Protocol Protocol `json:"protocol"`
 	// tunnelMTU is the MTU of the inner packets.
 	TunnelMTU int32 `json:"tunnelMTU"`
-	// up is false when a Gateway-mode link has no active gateway at one end.
+	// up is false when a Gateway-mode link has no active gateway at one end, or no path (both ends behind
+	// NAT and no relay).
 	Up bool `json:"up"`
+	// kind is Direct, NATInitiated or Relayed.
+	// +optional
+	Kind LinkKind `json:"kind,omitempty"`
+	// behindNAT are the link's Sites whose gateways (or nodes, without gateways) carrying the link are
+	// behind NAT: they dial, the other end accepts.
+	// +optional
+	// +kubebuilder:validation:MaxItems=2
+	BehindNAT []string `json:"behindNAT,omitempty"`
+	// relay is the Site a Relayed link goes through.
+	// +optional
+	Relay string `json:"relay,omitempty"`
 }
 
 // SitePeeringStatus is what the controller observed about a SitePeering.
@@ -79,6 +124,8 @@ const (
 	SitePeeringSiteNotFoundReason = "SiteNotFound"
 	// SitePeeringLinkDownReason: a Gateway-mode link has no active gateway at one end.
 	SitePeeringLinkDownReason = "LinkDown"
+	// SitePeeringNoRelayReason: both ends of a link are behind NAT and no Site can relay it.
+	SitePeeringNoRelayReason = "NoRelay"
 )
 
 // +kubebuilder:object:root=true

@@ -31,7 +31,7 @@ import (
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 func main() {
@@ -59,8 +59,8 @@ func run(args []string) error {
 	fs.StringVar(&o.UnderlayDev, "underlay-device", "eth0", "the underlay interface")
 	fs.StringVar(&o.Endpoint, "endpoint", "", "address peers dial (default: the underlay device's first IPv4 address)")
 	fs.StringVar(&o.ExternalEndpoint, "external-endpoint", "", "address other Sites dial (public or NATed; default: --endpoint)")
-	fs.IntVar(&o.WGPort, "wireguard-port", engine.DefaultWireGuardPort, "WireGuard listen port")
-	fs.IntVar(&o.ProbePort, "probe-port", engine.DefaultProbePort, "health probe UDP port")
+	fs.IntVar(&o.WGPort, "wireguard-port", desired.DefaultWireGuardPort, "WireGuard listen port")
+	fs.IntVar(&o.ProbePort, "probe-port", desired.DefaultProbePort, "health probe UDP port")
 	fs.BoolVar(&o.WireGuardL3, "wireguard-l3", false, "carry pod traffic directly over WireGuard (no VXLAN inside) on links where both Sites have one active gateway; set on every node alike")
 	fs.BoolVar(&o.Kernel, "kernel-wireguard", true, "use the kernel's WireGuard when available (else embedded wireguard-go)")
 	fs.StringVar(&attach, "ebpf-attach", "", "force tcx or clsact (default: tcx when the kernel has it)")
@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
 	fs.BoolVar(&useAPI, "api", os.Getenv("KUBERNETES_SERVICE_HOST") != "", "publish the NodeNetwork and read the route plan from the API (else --input is written by someone else)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --api (default: in-cluster)")
+	fs.DurationVar(&o.ResyncInterval, "resync-interval", daemon.DefaultResyncInterval, "apply the whole dataplane again this often, repairing what was changed behind the daemon's back (a failed apply is retried sooner, with backoff)")
 	fs.DurationVar(&resync, "api-resync", 10*time.Minute, "safety resync with the API (changes arrive through watches)")
 	if len(args) > 0 && args[0] == "debug" {
 		return debug(args[1:])

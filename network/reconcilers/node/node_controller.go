@@ -119,14 +119,14 @@ func (r *Reconciler) waitingNodes(ctx context.Context, _ event.TypedDeleteEvent[
 	}
 }
 
-// Reconcile assigns one Node.
+// Reconcile assigns one Node: its Site label (assignSite) and, when its Site has pools and it has no pod
+// CIDR, one block per family (allocatePodCIDRs), written in one optimistic-locked patch (patchNode).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
 	defer func() {
 		if rerr == nil {
 			r.reconciles.Add(1)
 		}
 	}()
-	log := ctrl.LoggerFrom(ctx)
 	n := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, n); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -134,9 +134,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !n.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	base := n.DeepCopy()
+	site, err := r.assignSite(ctx, n)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.allocatePodCIDRs(ctx, site, n); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.patchNode(ctx, base, n)
+}
+
+// assignSite sets (or removes) the Node's Site label from the Sites' selectors and node CIDRs and returns
+// its Site (nil for none).
+func (r *Reconciler) assignSite(ctx context.Context, n *corev1.Node) (*netv1.Site, error) {
+	log := ctrl.LoggerFrom(ctx)
 	sites := &netv1.SiteList{}
 	if err := r.Client.List(ctx, sites); err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to list Sites: %w", err)
+		return nil, fmt.Errorf("failed to list Sites: %w", err)
 	}
 	compiled, err := assign.Compile(sites.Items)
 	if err != nil {
@@ -147,48 +162,54 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if len(matched) > 1 {
 		log.V(4).Info("Node matches several Sites, the first by name wins", "sites", matched)
 	}
-
-	base := n.DeepCopy()
 	if siteName == "" {
 		delete(n.Labels, netv1.SiteLabel)
-	} else {
-		if n.Labels == nil {
-			n.Labels = map[string]string{}
-		}
-		n.Labels[netv1.SiteLabel] = siteName
+		return nil, nil
 	}
-
-	var site *netv1.Site
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[netv1.SiteLabel] = siteName
 	for i := range sites.Items {
 		if sites.Items[i].Name == siteName {
-			site = &sites.Items[i]
+			return &sites.Items[i], nil
 		}
 	}
-	if site != nil && len(site.Spec.PodCIDRPools) > 0 && len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
-		// Only the choice is serialised; the reservation it records keeps other workers off the block
-		// while this one patches the Node.
-		r.mu.Lock()
-		cidrs, err := r.allocate(ctx, site, n.Name)
-		r.mu.Unlock()
-		switch {
-		case errors.Is(err, ipam.ErrExhausted):
-			// Terminal until a pool grows or a Node goes away (both are watched); the Site's
-			// PodCIDRsAvailable condition tells the operator.
-			log.Info("Waiting for a free pod CIDR", "Site", klog.KObj(site), "reason", err.Error())
-		case err != nil:
-			return ctrl.Result{}, err
-		default:
-			n.Spec.PodCIDRs = cidrs
-			n.Spec.PodCIDR = cidrs[0]
-		}
-	}
+	return nil, nil
+}
 
-	if mapsEqual(base.Labels, n.Labels) && len(base.Spec.PodCIDRs) == len(n.Spec.PodCIDRs) {
-		return ctrl.Result{}, nil
+// allocatePodCIDRs gives a Node without pod CIDRs blocks from its Site's pools. An exhausted pool is not
+// an error: it is terminal until a pool grows or a Node goes away (both watched), and the Site's
+// PodCIDRsAvailable condition tells the operator.
+func (r *Reconciler) allocatePodCIDRs(ctx context.Context, site *netv1.Site, n *corev1.Node) error {
+	if site == nil || len(site.Spec.PodCIDRPools) == 0 || len(n.Spec.PodCIDRs) > 0 || n.Spec.PodCIDR != "" {
+		return nil
 	}
-	log.Info("Assigning Node", "site", siteName, "podCIDRs", n.Spec.PodCIDRs)
-	// The optimistic lock makes a concurrent writer of podCIDRs (kube-controller-manager's allocator)
-	// win cleanly: we get a conflict and re-read instead of overwriting its choice.
+	// Only the choice is serialised; the reservation it records keeps other workers off the block while
+	// this one patches the Node.
+	r.mu.Lock()
+	cidrs, err := r.allocate(ctx, site, n.Name)
+	r.mu.Unlock()
+	switch {
+	case errors.Is(err, ipam.ErrExhausted):
+		ctrl.LoggerFrom(ctx).Info("Waiting for a free pod CIDR", "Site", klog.KObj(site), "reason", err.Error())
+	case err != nil:
+		return err
+	default:
+		n.Spec.PodCIDRs = cidrs
+		n.Spec.PodCIDR = cidrs[0]
+	}
+	return nil
+}
+
+// patchNode writes the Node's new label and pod CIDRs when they changed. The optimistic lock makes a
+// concurrent writer of podCIDRs (kube-controller-manager's allocator) win cleanly: we get a conflict and
+// re-read instead of overwriting its choice; a failed patch releases the reservation.
+func (r *Reconciler) patchNode(ctx context.Context, base, n *corev1.Node) error {
+	if mapsEqual(base.Labels, n.Labels) && len(base.Spec.PodCIDRs) == len(n.Spec.PodCIDRs) {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Assigning Node", "site", n.Labels[netv1.SiteLabel], "podCIDRs", n.Spec.PodCIDRs)
 	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		if len(n.Spec.PodCIDRs) > 0 && len(base.Spec.PodCIDRs) == 0 {
 			r.mu.Lock()
@@ -198,12 +219,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			r.mu.Unlock()
 		}
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+			return nil
 		}
 		// Conflicts too are returned: the retry re-reads the Node with the rate limiter's backoff.
-		return ctrl.Result{}, fmt.Errorf("failed to patch Node %s: %w", n.Name, err)
+		return fmt.Errorf("failed to patch Node %s: %w", n.Name, err)
 	}
-	return ctrl.Result{}, nil
+	return nil
 }
 
 // allocate picks blocks for a Node from the Site's pools, given every Node's current CIDRs and the

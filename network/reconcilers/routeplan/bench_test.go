@@ -92,132 +92,133 @@ func jsonSize(v any) int {
 func BenchmarkRoutePlan5000Nodes20Sites(b *testing.B) {
 	const nodes, sites = 5000, 20
 	in := synthetic(nodes, sites)
+	b.Run("compute", func(b *testing.B) { benchCompute(b, in, nodes, sites) })
+	b.Run("publish", func(b *testing.B) { benchPublish(b, in, nodes) })
+}
 
-	b.Run("compute", func(b *testing.B) {
-		first := plan.Compute(in)
-		steady := in
-		steady.Previous = first.Slices
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := ms.HeapAlloc
-		b.ReportAllocs()
-		b.ResetTimer()
-		var out *plan.Output
-		for b.Loop() {
-			out = plan.Compute(steady)
+// benchCompute measures the pure computation in its steady state (previous slices known).
+func benchCompute(b *testing.B, in plan.Input, nodes, sites int) {
+	first := plan.Compute(in)
+	steady := in
+	steady.Previous = first.Slices
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	b.ReportAllocs()
+	b.ResetTimer()
+	var out *plan.Output
+	for b.Loop() {
+		out = plan.Compute(steady)
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(len(out.Slices)), "slices")
+	fmt.Printf("compute: %d nodes, %d sites -> %d RoutePlans, %d PeerSlices; retained heap %.1f MiB; process peak RSS %s\n",
+		nodes, sites, len(out.Plans), len(out.Slices), float64(ms.HeapAlloc-min(before, ms.HeapAlloc))/(1<<20), vmHWM())
+}
+
+// benchPublish measures publication against the apiserver: the initial one, a restarted controller, one
+// gateway failing (diffed), and the baseline that republishes everything.
+func benchPublish(b *testing.B, in plan.Input, nodes int) {
+	ctx := context.Background()
+	defer func() { _ = testenv.Cleanup(ctx, env.Client) }()
+	var initial, restart, diffed, naive time.Duration
+	var wInitial, wRestart, wDiffed, wNaive int
+	var biggest, total, perNodeTotal int
+	for i := 0; i < b.N; i++ {
+		if err := testenv.Cleanup(ctx, env.Client); err != nil {
+			b.Fatal(err)
 		}
-		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		b.ReportMetric(float64(len(out.Slices)), "slices")
-		fmt.Printf("compute: %d nodes, %d sites -> %d RoutePlans, %d PeerSlices; retained heap %.1f MiB; process peak RSS %s\n",
-			nodes, sites, len(out.Plans), len(out.Slices), float64(ms.HeapAlloc-min(before, ms.HeapAlloc))/(1<<20), vmHWM())
-	})
+		c := &testenv.CountingClient{Client: env.Client}
+		cur := in
+		cur.Nodes = append([]plan.Node(nil), in.Nodes...)
 
-	b.Run("publish", func(b *testing.B) {
-		ctx := context.Background()
-		defer func() { _ = testenv.Cleanup(ctx, env.Client) }()
-		var initial, restart, diffed, naive time.Duration
-		var wInitial, wRestart, wDiffed, wNaive int
-		var biggest, total, perNodeTotal int
-		for i := 0; i < b.N; i++ {
-			if err := testenv.Cleanup(ctx, env.Client); err != nil {
-				b.Fatal(err)
-			}
-			c := &testenv.CountingClient{Client: env.Client}
-			cur := in
-			cur.Nodes = append([]plan.Node(nil), in.Nodes...)
-
-			// Initial publication.
-			start := time.Now()
-			out := plan.Compute(cur)
-			if _, err := routeplan.Publish(ctx, c, out, nil, nil); err != nil {
-				b.Fatal(err)
-			}
-			initial += time.Since(start)
-			wInitial += int(c.Writes())
-
-			// A restarted controller: compute from what is published, write nothing.
-			n0 := c.Writes()
-			start = time.Now()
-			plans, slices := listPublished(ctx, b)
-			cur.Previous = slices
-			out = plan.Compute(cur)
-			if _, err := routeplan.Publish(ctx, c, out, plans, slices); err != nil {
-				b.Fatal(err)
-			}
-			restart += time.Since(start)
-			wRestart += int(c.Writes() - n0)
-
-			// One gateway fails: diff-based publication.
-			cur.Nodes[3].DataplaneReady = false // site-03-node-0000, a gateway
-			n0 = c.Writes()
-			start = time.Now()
-			plans, slices = listPublished(ctx, b)
-			cur.Previous = slices
-			out = plan.Compute(cur)
-			if _, err := routeplan.Publish(ctx, c, out, plans, slices); err != nil {
-				b.Fatal(err)
-			}
-			diffed += time.Since(start)
-			wDiffed += int(c.Writes() - n0)
-
-			// Baseline: the gateway recovers, and a controller without diffing republishes every object.
-			cur.Nodes[3].DataplaneReady = true
-			n0 = c.Writes()
-			start = time.Now()
-			plans, slices = listPublished(ctx, b)
-			cur.Previous = slices
-			out = plan.Compute(cur)
-			rv := map[string]string{}
-			for _, p := range plans {
-				rv["p/"+p.Name] = p.ResourceVersion
-			}
-			for _, s := range slices {
-				rv["s/"+s.Name] = s.ResourceVersion
-			}
-			for j := range out.Plans {
-				o := out.Plans[j].DeepCopy()
-				o.ResourceVersion = rv["p/"+o.Name]
-				if err := c.Update(ctx, o); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for j := range out.Slices {
-				o := out.Slices[j].DeepCopy()
-				o.ResourceVersion = rv["s/"+o.Name]
-				if err := c.Update(ctx, o); err != nil {
-					b.Fatal(err)
-				}
-			}
-			naive += time.Since(start)
-			wNaive += int(c.Writes() - n0)
-
-			biggest, total = 0, 0
-			var peers []netv1.Peer
-			for _, s := range out.Slices {
-				sz := jsonSize(s)
-				biggest, total = max(biggest, sz), total+sz
-				peers = append(peers, s.Spec.Peers...)
-			}
-			for _, p := range out.Plans {
-				sz := jsonSize(p)
-				biggest, total = max(biggest, sz), total+sz
-			}
-			// Model of a per-node plan with every peer in it: each of 5,000 objects holds the whole peer list.
-			perNodeTotal = nodes * jsonSize(peers)
+		// Initial publication.
+		start := time.Now()
+		if _, err := routeplan.Publish(ctx, c, plan.Compute(cur), nil, nil); err != nil {
+			b.Fatal(err)
 		}
-		n := float64(b.N)
-		b.ReportMetric(float64(wDiffed)/n, "writes/gateway-change")
-		b.ReportMetric(float64(wNaive)/n, "writes/naive-republish")
-		fmt.Printf("publish: initial %d writes in %v; restart %d writes in %v; one gateway change %d writes in %v\n",
-			wInitial/b.N, initial/time.Duration(b.N), wRestart/b.N, restart/time.Duration(b.N), wDiffed/b.N, diffed/time.Duration(b.N))
-		fmt.Printf("publish: baseline republish-everything %d write requests in %v -> diffing needs %.3fx the writes and %.2fx the time\n",
-			wNaive/b.N, naive/time.Duration(b.N), float64(wDiffed)/float64(wNaive), float64(diffed)/float64(naive))
-		fmt.Printf("publish: one gateway change, baseline one-plan-per-node (model): %d objects rewritten -> sharding needs %.4fx the writes\n",
-			nodes, float64(wDiffed/b.N)/float64(nodes))
-		fmt.Printf("size: largest object %d B, all objects %.2f MiB; baseline one-plan-per-node (model) %.1f GiB -> %.5fx; peak RSS %s\n",
-			biggest, float64(total)/(1<<20), float64(perNodeTotal)/(1<<30), float64(total)/float64(perNodeTotal), vmHWM())
-	})
+		initial += time.Since(start)
+		wInitial += int(c.Writes())
+
+		// A restarted controller: compute from what is published, write nothing.
+		d, w, _ := republish(ctx, b, c, cur, false)
+		restart, wRestart = restart+d, wRestart+w
+		// One gateway fails: diff-based publication.
+		cur.Nodes[3].DataplaneReady = false // site-03-node-0000, a gateway
+		d, w, _ = republish(ctx, b, c, cur, false)
+		diffed, wDiffed = diffed+d, wDiffed+w
+		// Baseline: the gateway recovers, and a controller without diffing republishes every object.
+		cur.Nodes[3].DataplaneReady = true
+		d, w, out := republish(ctx, b, c, cur, true)
+		naive, wNaive = naive+d, wNaive+w
+		biggest, total, perNodeTotal = sizes(out, nodes)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(wDiffed)/n, "writes/gateway-change")
+	b.ReportMetric(float64(wNaive)/n, "writes/naive-republish")
+	fmt.Printf("publish: initial %d writes in %v; restart %d writes in %v; one gateway change %d writes in %v\n",
+		wInitial/b.N, initial/time.Duration(b.N), wRestart/b.N, restart/time.Duration(b.N), wDiffed/b.N, diffed/time.Duration(b.N))
+	fmt.Printf("publish: baseline republish-everything %d write requests in %v -> diffing needs %.3fx the writes and %.2fx the time\n",
+		wNaive/b.N, naive/time.Duration(b.N), float64(wDiffed)/float64(wNaive), float64(diffed)/float64(naive))
+	fmt.Printf("publish: one gateway change, baseline one-plan-per-node (model): %d objects rewritten -> sharding needs %.4fx the writes\n",
+		nodes, float64(wDiffed/b.N)/float64(nodes))
+	fmt.Printf("size: largest object %d B, all objects %.2f MiB; baseline one-plan-per-node (model) %.1f GiB -> %.5fx; peak RSS %s\n",
+		biggest, float64(total)/(1<<20), float64(perNodeTotal)/(1<<30), float64(total)/float64(perNodeTotal), vmHWM())
+}
+
+// republish computes the plan from what is published and writes it: with diffs (Publish), or everything
+// (naive, the baseline). It returns the time, the writes and the output.
+func republish(ctx context.Context, b *testing.B, c *testenv.CountingClient, cur plan.Input, naive bool) (time.Duration, int, *plan.Output) {
+	n0 := c.Writes()
+	start := time.Now()
+	plans, slices := listPublished(ctx, b)
+	cur.Previous = slices
+	out := plan.Compute(cur)
+	if !naive {
+		if _, err := routeplan.Publish(ctx, c, out, plans, slices); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start), int(c.Writes() - n0), out
+	}
+	rv := map[string]string{}
+	for _, p := range plans {
+		rv["p/"+p.Name] = p.ResourceVersion
+	}
+	for _, s := range slices {
+		rv["s/"+s.Name] = s.ResourceVersion
+	}
+	for j := range out.Plans {
+		o := out.Plans[j].DeepCopy()
+		o.ResourceVersion = rv["p/"+o.Name]
+		if err := c.Update(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for j := range out.Slices {
+		o := out.Slices[j].DeepCopy()
+		o.ResourceVersion = rv["s/"+o.Name]
+		if err := c.Update(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start), int(c.Writes() - n0), out
+}
+
+// sizes are the largest published object, all of them, and the model of a per-node plan with every peer in
+// it (each of the nodes' objects holds the whole peer list).
+func sizes(out *plan.Output, nodes int) (biggest, total, perNodeTotal int) {
+	var peers []netv1.Peer
+	for _, s := range out.Slices {
+		sz := jsonSize(s)
+		biggest, total = max(biggest, sz), total+sz
+		peers = append(peers, s.Spec.Peers...)
+	}
+	for _, p := range out.Plans {
+		sz := jsonSize(p)
+		biggest, total = max(biggest, sz), total+sz
+	}
+	return biggest, total, nodes * jsonSize(peers)
 }

@@ -75,6 +75,26 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 	twoSites(ctx, g)
 	testenv.Start(t, env, setup.Options{})
 
+	nodesSlice := expectTwoSitePlan(ctx, g)
+	failGateways(ctx, g)
+	reportSmallMTU(ctx, g)
+
+	// Recovery brings both back.
+	n := &corev1.Node{}
+	g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "b-gw1", key("b-gw1"), "203.0.113.10", ptr.To(true))).To(Succeed())
+	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())
+	g.Expect(testenv.SetNodeStatus(ctx, env.Client, n, "10.2.0.11", true)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(routePlan(ctx, g, "a").Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw1", "b-gw2"}))
+	}).Should(Succeed())
+	// Gateway health never touched the ordinary nodes' slice.
+	after := &netv1.PeerSlice{}
+	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-nodes-0"}, after)).To(Succeed())
+	g.Expect(after.ResourceVersion).To(Equal(nodesSlice.ResourceVersion))
+}
+
+// expectTwoSitePlan waits for twoSites' plan and slices and returns site b's nodes slice.
+func expectTwoSitePlan(ctx context.Context, g Gomega) *netv1.PeerSlice {
 	g.Eventually(func(g Gomega) {
 		rp := routePlan(ctx, g, "a")
 		g.Expect(rp.Labels).To(HaveKeyWithValue(netv1.SiteLabel, "a"))
@@ -102,8 +122,12 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 	}).Should(Succeed())
 	nodesSlice := &netv1.PeerSlice{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-nodes-0"}, nodesSlice)).To(Succeed())
+	return nodesSlice
+}
 
-	// b-gw1's daemon reports its gateway broken.
+// failGateways breaks b's gateways one after the other: b-gw1's daemon reports its gateway broken, then
+// b-gw2's Node goes NotReady; the link goes down and every status says so.
+func failGateways(ctx context.Context, g Gomega) {
 	g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "b-gw1", key("b-gw1"), "203.0.113.10", ptr.To(false))).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(routePlan(ctx, g, "a").Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw2"}))
@@ -117,7 +141,6 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 		g.Expect(pool.Status.Active).To(Equal(int32(1)))
 	}).Should(Succeed())
 
-	// b-gw2's Node goes NotReady too: the link is down and every status says so.
 	n := &corev1.Node{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())
 	g.Expect(testenv.SetNodeStatus(ctx, env.Client, n, "10.2.0.11", false)).To(Succeed())
@@ -137,8 +160,10 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "ab"}, peering)).To(Succeed())
 		g.Expect(meta.FindStatusCondition(peering.Status.Conditions, netv1.ReadyCondition).Reason).To(Equal(netv1.SitePeeringLinkDownReason))
 	}).Should(Succeed())
+}
 
-	// a1's daemon reports a smaller underlay MTU than its Site's: the Site says so.
+// reportSmallMTU: a1's daemon reports a smaller underlay MTU than its Site's, and the Site says so.
+func reportSmallMTU(ctx context.Context, g Gomega) {
 	nn := &netv1.NodeNetwork{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "a1"}, nn)).To(Succeed())
 	nn.Spec.UnderlayMTU = 1400
@@ -152,18 +177,6 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Message).To(ContainSubstring("below spec.mtu 1500"))
 	}).Should(Succeed())
-
-	// Recovery brings both back.
-	g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "b-gw1", key("b-gw1"), "203.0.113.10", ptr.To(true))).To(Succeed())
-	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())
-	g.Expect(testenv.SetNodeStatus(ctx, env.Client, n, "10.2.0.11", true)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(routePlan(ctx, g, "a").Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw1", "b-gw2"}))
-	}).Should(Succeed())
-	// Gateway health never touched the ordinary nodes' slice.
-	after := &netv1.PeerSlice{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-nodes-0"}, after)).To(Succeed())
-	g.Expect(after.ResourceVersion).To(Equal(nodesSlice.ResourceVersion))
 }
 
 // converged waits until a pass that started after everything above found nothing to write: it pokes a

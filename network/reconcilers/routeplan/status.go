@@ -84,6 +84,7 @@ func siteStatus(s *netv1.Site, r *plan.SiteReport) {
 	st.Nodes, st.ReadyNodes, st.Gateways, st.ActiveGateways = r.Nodes, r.ReadyNodes, r.Gateways, r.Active
 	st.PodCIDRs = netv1.PodCIDRUsage{Allocated: r.Allocated, Capacity: r.Capacity}
 	st.MTUMismatches, st.ConflictingNodes = capList(r.MTUMismatches), capList(r.Conflicts)
+	st.NodesBehindNAT = r.NodesBehindNAT
 	st.ObservedGeneration = s.Generation
 	g := s.Generation
 
@@ -164,6 +165,9 @@ func peeringStatus(p *netv1.SitePeering, r *plan.PeeringReport) {
 	switch {
 	case len(r.MissingSites) > 0:
 		c = cond(p.Generation, netv1.ReadyCondition, false, netv1.SitePeeringSiteNotFoundReason, fmt.Sprintf("Site(s) %s do not exist", strings.Join(r.MissingSites, ", ")))
+	case len(r.NoPath) > 0:
+		c = cond(p.Generation, netv1.ReadyCondition, false, netv1.SitePeeringNoRelayReason,
+			fmt.Sprintf("Link(s) %s have no path: both ends are behind NAT and no Site peered with both can relay (set spec.relay on a reachable Site or GatewayPool, use topology Gateway, or pin a Site's spec.reachability)", strings.Join(capList(r.NoPath), ", ")))
 	case len(down) > 0:
 		c = cond(p.Generation, netv1.ReadyCondition, false, netv1.SitePeeringLinkDownReason,
 			fmt.Sprintf("Link(s) %s have no active gateway at one end: check the Sites' GatewaysAvailable condition", strings.Join(capList(down), ", ")))

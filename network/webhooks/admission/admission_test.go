@@ -27,41 +27,7 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "true"}}, RoutedCIDRs: []string{"172.16.0.0/16"},
 	}})).To(Succeed())
 
-	cases := []struct {
-		name string
-		obj  client.Object
-		want []string
-	}{
-		{name: "pod pool overlapping another Site's pool", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.100.128.0/17"}}}),
-			want: []string{"spec.podCIDRPools[0].cidr", "overlaps spec.podCIDRPools[0].cidr 10.100.0.0/16 of Site cloud"}},
-		{name: "node CIDR overlapping another Site's node CIDR", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.0.5.0/24"}}),
-			want: []string{"spec.nodeCIDRs[0]", "of Site cloud"}},
-		{name: "pod pool overlapping a routed CIDR", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "172.16.0.0/12"}}}),
-			want: []string{"spec.podCIDRPools[0].cidr", "GatewayPool cloud-gw"}},
-		{name: "own pools overlap", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.8.0.0/16"}, {CIDR: "10.8.1.0/24"}}}),
-			want: []string{"spec.podCIDRPools[1].cidr", "overlaps spec.podCIDRPools[0].cidr"}},
-		{name: "block larger than its pool", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.9.0.0/24", BlockSize: 16}}}),
-			want: []string{"spec.podCIDRPools[0]", "does not fit pool"}},
-		{name: "host bits", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.9.0.1/24"}}),
-			want: []string{"spec.nodeCIDRs[0]", "use 10.9.0.0/24"}},
-		{name: "IPv6 pods on an MTU too small for a tunnel", obj: site("edge", netv1.SiteSpec{MTU: 1300, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "fd00:9::/56"}}}),
-			want: []string{"spec.mtu", "below 1280", "at least 1410"}},
-		{name: "Site name that cannot be a label value", obj: site("Edge_1", netv1.SiteSpec{}),
-			want: []string{"metadata.name"}},
-		{name: "gateway pool selecting everything", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: netv1.GatewayPoolSpec{Site: "cloud"}},
-			want: []string{"spec.nodeSelector: Required"}},
-		{name: "routed CIDR shadowing pods", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: netv1.GatewayPoolSpec{
-			Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "true"}}, RoutedCIDRs: []string{"10.100.7.0/24"}}},
-			want: []string{"spec.routedCIDRs[0]", "of Site cloud"}},
-		{name: "peering of one Site", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{Sites: []string{"cloud", "cloud"}}},
-			want: []string{"spec.sites"}},
-		{name: "full mesh with gateway pools", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
-			Sites: []string{"cloud", "edge"}, Topology: netv1.TopologyFullMesh, GatewayPools: []string{"cloud-gw"}}},
-			want: []string{"spec.gatewayPools: Forbidden"}},
-		{name: "protocol outside the enum (schema)", obj: site("edge", netv1.SiteSpec{Tunnel: netv1.TunnelSpec{InterSite: "Carrier-Pigeon"}}),
-			want: []string{"spec.tunnel.interSite", "Unsupported value"}},
-	}
-	for _, tc := range cases {
+	for _, tc := range rejections() {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			err := env.Create(ctx, tc.obj)
@@ -99,4 +65,54 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		g.Expect(env.Create(ctx, site("edge", netv1.SiteSpec{NodeCIDRs: []string{"192.168.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.200.0.0/16"}}}))).To(Succeed())
 		g.Expect(env.Create(ctx, &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "ok"}, Spec: netv1.SitePeeringSpec{Sites: []string{"cloud", "edge"}}})).To(Succeed())
 	})
+}
+
+// rejection is an object the webhook or the schema must refuse, and what the error must say.
+type rejection struct {
+	name string
+	obj  client.Object
+	want []string
+}
+
+// rejections are created next to Site cloud (node CIDR 10.0.0.0/16, pools 10.100.0.0/16 and fd00:100::/56)
+// and its GatewayPool cloud-gw (routed 172.16.0.0/16).
+func rejections() []rejection {
+	return []rejection{
+		{name: "pod pool overlapping another Site's pool", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.100.128.0/17"}}}),
+			want: []string{"spec.podCIDRPools[0].cidr", "overlaps spec.podCIDRPools[0].cidr 10.100.0.0/16 of Site cloud"}},
+		{name: "node CIDR overlapping another Site's node CIDR", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.0.5.0/24"}}),
+			want: []string{"spec.nodeCIDRs[0]", "of Site cloud"}},
+		{name: "pod pool overlapping a routed CIDR", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "172.16.0.0/12"}}}),
+			want: []string{"spec.podCIDRPools[0].cidr", "GatewayPool cloud-gw"}},
+		{name: "own pools overlap", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.8.0.0/16"}, {CIDR: "10.8.1.0/24"}}}),
+			want: []string{"spec.podCIDRPools[1].cidr", "overlaps spec.podCIDRPools[0].cidr"}},
+		{name: "block larger than its pool", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.9.0.0/24", BlockSize: 16}}}),
+			want: []string{"spec.podCIDRPools[0]", "does not fit pool"}},
+		{name: "host bits", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.9.0.1/24"}}),
+			want: []string{"spec.nodeCIDRs[0]", "use 10.9.0.0/24"}},
+		{name: "IPv6 pods on an MTU too small for a tunnel", obj: site("edge", netv1.SiteSpec{MTU: 1300, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "fd00:9::/56"}}}),
+			want: []string{"spec.mtu", "below 1280", "at least 1410"}},
+		{name: "Site name that cannot be a label value", obj: site("Edge_1", netv1.SiteSpec{}),
+			want: []string{"metadata.name"}},
+		{name: "gateway pool selecting everything", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: netv1.GatewayPoolSpec{Site: "cloud"}},
+			want: []string{"spec.nodeSelector: Required"}},
+		{name: "routed CIDR shadowing pods", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: netv1.GatewayPoolSpec{
+			Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "true"}}, RoutedCIDRs: []string{"10.100.7.0/24"}}},
+			want: []string{"spec.routedCIDRs[0]", "of Site cloud"}},
+		{name: "peering of one Site", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{Sites: []string{"cloud", "cloud"}}},
+			want: []string{"spec.sites"}},
+		{name: "full mesh with gateway pools", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
+			Sites: []string{"cloud", "edge"}, Topology: netv1.TopologyFullMesh, GatewayPools: []string{"cloud-gw"}}},
+			want: []string{"spec.gatewayPools: Forbidden"}},
+		{name: "full mesh relayed always", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
+			Sites: []string{"cloud", "edge"}, Topology: netv1.TopologyFullMesh, Relay: netv1.RelayAlways}},
+			want: []string{"spec.relay: Forbidden", "only Gateway topology links are relayed"}},
+		{name: "reachability outside the enum (schema)", obj: site("edge", netv1.SiteSpec{Reachability: "Sometimes"}),
+			want: []string{"spec.reachability", "Unsupported value"}},
+		{name: "relay policy outside the enum (schema)", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{
+			Sites: []string{"cloud", "edge"}, Relay: "Maybe"}},
+			want: []string{"spec.relay", "Unsupported value"}},
+		{name: "protocol outside the enum (schema)", obj: site("edge", netv1.SiteSpec{Tunnel: netv1.TunnelSpec{InterSite: "Carrier-Pigeon"}}),
+			want: []string{"spec.tunnel.interSite", "Unsupported value"}},
+	}
 }

@@ -49,5 +49,8 @@ func validatePeering(p *netv1.SitePeering) error {
 	if p.Spec.Topology == netv1.TopologyFullMesh && len(p.Spec.GatewayPools) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("gatewayPools"), "gateway pools carry only Gateway topology links; remove them or use topology Gateway"))
 	}
+	if p.Spec.Topology == netv1.TopologyFullMesh && p.Spec.Relay == netv1.RelayAlways {
+		errs = append(errs, field.Forbidden(spec.Child("relay"), "only Gateway topology links are relayed; use topology Gateway or relay Auto"))
+	}
 	return invalid("SitePeering", p.Name, errs)
 }

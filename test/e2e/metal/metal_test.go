@@ -55,9 +55,9 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	host := hosts[0]
 	const name = "metal"
 
-	out, err := st.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
+	out, err := st.Clusterctl(ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
 		// In live mode the host runs Yonder's provisioning boot and records the image; nothing fetches it.
-		"YONDER_METAL_IMAGE_URL=http://images.invalid/live.iso"},
+		"YONDER_METAL_IMAGE_URL=http://images.invalid/live.iso"}, st.TemplateEnv()...),
 		"generate", "cluster", name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
 		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace, "--worker-machine-count", "1")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -61,11 +61,11 @@ type Options struct {
 func NewCommand(o *cli.Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
-		Short: "Run Yonder's local lab: management plane, workload cluster, SSH hosts at two sites, joining workers",
+		Short: "Run Yonder's local lab: management plane, workload cluster, SSH hosts at four sites (two behind NAT), joining workers",
 		Long: `The lab runs everything on this machine (root needed: network namespaces, bridges, nspawn):
 a management cluster with CAPI and Yonder's providers installed by the real clusterctl, a workload control
-plane, N SSH hosts per site in network namespaces, and a Cluster from templates/cluster-template-ssh.yaml
-whose workers join at every site. Files go to _lab/ of the checkout (kubeconfigs, SSH key, log).
+plane, N SSH hosts per site in network namespaces (site-c and site-d behind NAT), and a Cluster from
+templates/cluster-template-ssh.yaml whose workers join at every site. Files go to _lab/ of the checkout (kubeconfigs, SSH key, log).
 
 Building the binaries the first time (Kubernetes, etcd, CAPI, containerd, the node rootfs) takes many
 minutes on a small machine; hack/test-bins.sh prints its progress. Later runs reuse the cache.`,
@@ -80,7 +80,7 @@ func addLabFlags(cmd *cobra.Command, l *Options) {
 	fs := cmd.Flags()
 	fs.StringVar(&l.Dir, "dir", defaultDir(), "directory of the lab's files")
 	fs.IntVar(&l.HostsPerSite, "hosts", 2, "hosts per site")
-	fs.IntVar(&l.Sites, "sites", 2, "number of sites (1…4)")
+	fs.IntVar(&l.Sites, "sites", 4, "number of sites (1…4): site-a on the management bridge, site-b behind a routing gateway, site-c and site-d behind NAT")
 	fs.BoolVar(&l.Metal, "metal", false, "add a QEMU bare-metal host behind a Redfish emulator and a metal MachineDeployment (lab-metal-0) that provisions it")
 	fs.IntVar(&l.Workers, "workers", 0, "initial worker count (default: one per host)")
 	fs.BoolVar(&l.NoCluster, "no-cluster", false, "stop after the hosts: apply no Cluster")

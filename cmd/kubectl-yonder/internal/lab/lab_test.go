@@ -125,8 +125,9 @@ func diff(before, after map[string]bool, ignore func(string) bool) (added, remov
 }
 
 // The lab's promise: `lab down` removes every namespace, link, process and mount `lab up` created, and
-// nothing else. The test builds the real plugin, brings a lab up (hosts at two sites, the whole
-// management stack), records what the lab owns, tears it down and compares the machine before and after.
+// nothing else. The test builds the real plugin, brings a lab up (a host at each of four sites, two of
+// them behind NAT gateways, the whole management stack), records what the lab owns, tears it down and
+// compares the machine before and after.
 func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g := NewWithT(t)
 	bin := filepath.Join(t.TempDir(), "kubectl-yonder")
@@ -167,7 +168,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g.Expect(before.mounts).To(HaveKey(bystanderMount))
 	g.Expect(bystanderNS).NotTo(BeEmpty())
 	g.Expect(bystanderLink).NotTo(BeEmpty())
-	args := []string{"lab", "up", "--dir", dir, "--hosts", "1", "--sites", "2"}
+	args := []string{"lab", "up", "--dir", dir, "--hosts", "1", "--sites", "4"}
 	withCluster := os.Getenv("YONDER_LAB_TEST_NO_CLUSTER") == ""
 	if !withCluster {
 		// YONDER_LAB_TEST_NO_CLUSTER=1 checks only the plumbing (1-2 minutes instead of 5-8): no Cluster,
@@ -197,13 +198,21 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a"`))
 		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-b\) ICMP: [1-3]/3 echo replies`))
 		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+ \(site-a\) ICMP: [1-3]/3 echo replies`))
+		// The three kinds of link, each crossed both ways: Direct (site-a, site-b), NAT-initiated (site-a,
+		// site-c behind NAT) and relayed (site-c, site-d, both behind NAT) through the relay the controller
+		// chose (equal MTUs: the first by name).
+		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b" \[Direct\]`))
+		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a" \[NATInitiated \(site-c behind NAT\)\]`))
+		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[NATInitiated`))
+		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d" \[Relayed via site-a\]`))
+		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-d \(site-d\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[Relayed via site-a\]`))
 		g.Expect(string(out)).To(ContainSubstring("pod check passed"))
-		g.Expect(st.PodCheck).To(HaveLen(4))
+		g.Expect(st.PodCheck).To(HaveLen(12))
 	}
 	if metal {
-		g.Expect(st.Hosts).To(HaveLen(4), "a host per site, the second site's gateway and the metal host")
+		g.Expect(st.Hosts).To(HaveLen(8), "a host per site, the other sites' gateways and the metal host")
 	} else {
-		g.Expect(st.Hosts).To(HaveLen(3), "a host per site and the second site's gateway")
+		g.Expect(st.Hosts).To(HaveLen(7), "a host per site and the other sites' gateways")
 	}
 
 	status, err := exec.Command(bin, "lab", "status", "--dir", dir).CombinedOutput()
@@ -215,7 +224,12 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	}
 	if withCluster {
 		g.Expect(string(status)).To(ContainSubstring("Tunnels:"), "lab status shows the network add-on's tunnels")
-		g.Expect(string(status)).To(MatchRegexp(`lab\s+Gateway\s+True`), "the SitePeering of the two sites is Ready")
+		g.Expect(string(status)).To(MatchRegexp(`lab\s+Gateway\s+True`), "the SitePeering of the four sites is Ready")
+		g.Expect(string(status)).To(MatchRegexp(`site-a<->site-b\s+Direct\s+-\s+-\s+WireGuard\s+\d+\s+true`))
+		g.Expect(string(status)).To(MatchRegexp(`site-a<->site-c\s+NATInitiated\s+site-c\s+-\s+WireGuard\s+\d+\s+true`))
+		g.Expect(string(status)).To(MatchRegexp(`site-c<->site-d\s+Relayed\s+site-c,site-d\s+site-a\s+WireGuard\s+\d+\s+true`))
+		g.Expect(string(status)).To(MatchRegexp(`site-c\s+userspace\s+\S+\s+BehindNAT \(seen from 10\.250\.`), "a NATed Node detected it")
+		g.Expect(string(status)).To(MatchRegexp(`site-b\s+userspace\s+\S+\s+Reachable`))
 	}
 
 	during := take(t)
@@ -223,7 +237,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	for _, b := range st.Bridges {
 		slots = append(slots, strings.TrimPrefix(b, "ylab"))
 	}
-	g.Expect(slots).To(HaveLen(2), "the second site has its own bridge")
+	g.Expect(slots).To(HaveLen(4), "every site but the first has its own bridge")
 	slotAlt := strings.Join(slots, "|")
 	// What the lab owns, by identity: namespaces named after its slot or holding one of its processes,
 	// links named after its slot or enslaved to its bridge, mounts of those namespaces or under its directory.
@@ -269,7 +283,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		}
 	}
 	if withCluster {
-		g.Expect(netDaemons).To(Equal(2), "a yonder-net-node per Node, in its host's namespace: %v", ours)
+		g.Expect(netDaemons).To(Equal(4), "a yonder-net-node per Node, in its host's namespace: %v", ours)
 	}
 	ownName := regexp.MustCompile(`(^|/run/netns/)(yh|ylab|yv|yp)(` + slotAlt + `)(\D|$)`)
 	owned := map[string]bool{}
@@ -296,8 +310,9 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	for k := range owned {
 		ownedNames = append(ownedNames, strings.SplitN(k, "@", 2)[0])
 	}
-	g.Expect(ownedNames).To(ContainElements("yh"+slots[0]+"-site-a-0", "yh"+slots[0]+"-site-b-gw", "yh"+slots[1]+"-site-b-0", st.Bridges[0], st.Bridges[1]),
-		"the lab's hosts are namespaces on its bridges, with a gateway to the second site")
+	g.Expect(ownedNames).To(ContainElements("yh"+slots[0]+"-site-a-0", "yh"+slots[0]+"-site-b-gw", "yh"+slots[1]+"-site-b-0",
+		"yh"+slots[0]+"-site-c-gw", "yh"+slots[2]+"-site-c-0", "yh"+slots[0]+"-site-d-gw", "yh"+slots[3]+"-site-d-0", st.Bridges[0], st.Bridges[3]),
+		"the lab's hosts are namespaces on its bridges, with a gateway (routing or NAT) to every other site")
 	// yonder-*: the network daemons' devices (yonder-wg, yonder-vx, yonder-vw) belong in the hosts'
 	// namespaces; one appearing in the root namespace is a leak.
 	ignore := foreign(owned, regexp.MustCompile(regexp.QuoteMeta(dir)+`|^ylab|^(yv|yp)\d|^yonder-`))

@@ -177,10 +177,11 @@ func addonObjects(apiserver string) ([]*unstructured.Unstructured, error) {
 }
 
 // installNetwork installs the network add-on into the workload cluster and configures one Site per lab
-// site (selected by SiteLabel), every Node of a site a gateway candidate, and a Gateway-topology peering
-// of all sites; it waits until the controller runs, every Node's daemon publishes a Ready NodeNetwork and
-// every link is up.
-func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string, timeout time.Duration, step func(string, ...any)) error {
+// site (selected by SiteLabel), every Node of a site a gateway candidate that may relay, and a
+// Gateway-topology peering of all sites; it waits until the controller runs, every Node's daemon publishes
+// a Ready NodeNetwork and its reachability, and every link is up with the kind the lab's NAT makes it
+// (natSites: the sites behind NAT — the add-on is not told, it detects them).
+func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string, natSites map[string]bool, timeout time.Duration, step func(string, ...any)) error {
 	c, err := client.New(s.Workload.Config, client.Options{Scheme: cli.Scheme})
 	if err != nil {
 		return fmt.Errorf("failed to create the workload client: %w", err)
@@ -193,7 +194,7 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 	if err := site.Apply(ctx, c, objs, time.Minute, nil); err != nil {
 		return err
 	}
-	step("network add-on applied (the embedded manifests of `kubectl yonder site init`, %d objects; images from hack/images imported by every node) in %.1fs", len(objs), time.Since(t0).Seconds())
+	step("network add-on applied (the embedded manifests of `kubectl yonder site init`, %d objects; images from hack/images pulled by every node through the lab registry) in %.1fs", len(objs), time.Since(t0).Seconds())
 
 	if err := labelNodes(ctx, c, nodes); err != nil {
 		return err
@@ -214,7 +215,9 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 		sel := metav1.LabelSelector{MatchLabels: map[string]string{SiteLabel: st.name}}
 		config = append(config,
 			&netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: st.name}, Spec: netv1.SiteSpec{NodeSelector: &sel}},
-			&netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: st.name + "-gateways"}, Spec: netv1.GatewayPoolSpec{Site: st.name, NodeSelector: sel}})
+			// Every pool may relay: the controller relays only through reachable gateways, so it picks the
+			// relay of the two NATed sites among site-a and site-b itself.
+			&netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: st.name + "-gateways"}, Spec: netv1.GatewayPoolSpec{Site: st.name, NodeSelector: sel, Relay: true}})
 		names = append(names, st.name)
 	}
 	if len(sites) > 1 {
@@ -228,8 +231,8 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 			return fmt.Errorf("failed to create %T %s (is yonder-net-controller running? `kubectl -n yonder-network get pods`): %w", o, o.GetName(), err)
 		}
 	}
-	step("Sites %v (nodes selected by label %s, every node a gateway candidate) and a Gateway-topology SitePeering created (%.1fs)", names, SiteLabel, time.Since(t0).Seconds())
-	return waitForNetwork(ctx, c, s.Workload.Config, s.Logs(), nodes, len(sites) > 1, timeout, step)
+	step("Sites %v (nodes selected by label %s, every node a gateway candidate that may relay) and a Gateway-topology SitePeering created (%.1fs)", names, SiteLabel, time.Since(t0).Seconds())
+	return waitForNetwork(ctx, c, s.Workload.Config, s.Logs(), nodes, natSites, len(sites) > 1, timeout, step)
 }
 
 // createWhenAdmitted creates o, retrying while the admission webhook cannot be called yet; an object that
@@ -254,43 +257,23 @@ func createWhenAdmitted(ctx context.Context, c client.Client, o client.Object, t
 }
 
 // waitForNetwork waits until the controller Deployment is available, a yonder-net-node pod is Ready on
-// every Node, every Node's NodeNetwork is Ready and (peered) every SitePeering link is up, printing progress.
-func waitForNetwork(ctx context.Context, c client.Client, cfg *rest.Config, logDir string, nodes map[string]string, peered bool, timeout time.Duration, step func(string, ...any)) error {
+// every Node, every Node's NodeNetwork is Ready and (peered) has a reachability verdict and every
+// SitePeering link is up with the kind the NAT sites give it (Direct between reachable sites, otherwise
+// NATInitiated or Relayed), printing progress.
+func waitForNetwork(ctx context.Context, c client.Client, cfg *rest.Config, logDir string, nodes map[string]string, natSites map[string]bool, peered bool, timeout time.Duration, step func(string, ...any)) error {
 	t0 := time.Now()
 	last, msg := "", ""
 	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		dep := &appsv1.Deployment{}
-		ds := &appsv1.DaemonSet{}
-		nns := &netv1.NodeNetworkList{}
-		sps := &netv1.SitePeeringList{}
-		if c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-controller"}, dep) != nil ||
-			c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-node"}, ds) != nil ||
-			c.List(ctx, nns) != nil || c.List(ctx, sps) != nil {
+		p, ok := networkProgress(ctx, c, nodes, natSites)
+		if !ok {
 			return false, nil // transient: keep waiting
 		}
-		ready := 0
-		for _, nn := range nns.Items {
-			if _, ok := nodes[nn.Name]; ok && meta.IsStatusConditionTrue(nn.Status.Conditions, netv1.ReadyCondition) {
-				ready++
-			}
-		}
-		up, links := 0, 0
-		for _, sp := range sps.Items {
-			for _, l := range sp.Status.Links {
-				links++
-				if l.Up {
-					up++
-				}
-			}
-		}
-		msg = fmt.Sprintf("controller %d/%d available; yonder-net-node %d/%d Ready; NodeNetworks %d/%d Ready; links %d/%d up",
-			dep.Status.AvailableReplicas, ptrOr(dep.Spec.Replicas, 1), ds.Status.NumberReady, len(nodes), ready, len(nodes), up, links)
+		msg = p.String()
 		if msg != last {
 			step("%s", msg)
 			last = msg
 		}
-		return dep.Status.AvailableReplicas > 0 && int(ds.Status.NumberReady) >= len(nodes) && ready >= len(nodes) &&
-			(!peered || (links > 0 && up == links)), nil
+		return p.done(len(nodes), peered), nil
 	})
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted while waiting for the network: %w", ctx.Err())
@@ -301,6 +284,74 @@ func waitForNetwork(ctx context.Context, c client.Client, cfg *rest.Config, logD
 	}
 	step("network converged in %.1fs", time.Since(t0).Seconds())
 	return nil
+}
+
+// progress is what waitForNetwork counts.
+type progress struct {
+	available, replicas, daemons, nodes, ready, detected, detectable, links, up, settled int
+}
+
+func (p progress) String() string {
+	return fmt.Sprintf("controller %d/%d available; yonder-net-node %d/%d Ready; NodeNetworks %d/%d Ready, %d/%d reachability detected; links %d/%d up, %d/%d of the expected kind",
+		p.available, p.replicas, p.daemons, p.nodes, p.ready, p.nodes, p.detected, p.detectable, p.up, p.links, p.settled, p.links)
+}
+
+func (p progress) done(nodes int, peered bool) bool {
+	return p.available > 0 && p.daemons >= nodes && p.ready >= nodes &&
+		(!peered || (p.detected >= p.detectable && p.links > 0 && p.up == p.links && p.settled == p.links))
+}
+
+// detectable reports whether a Node at site can learn its reachability: a reachable site other than its
+// own has a Node to check with.
+func detectable(site string, nodes map[string]string, natSites map[string]bool) bool {
+	for _, other := range nodes {
+		if other != site && !natSites[other] {
+			return true
+		}
+	}
+	return false
+}
+
+// networkProgress reads the add-on's state; false when a read failed.
+func networkProgress(ctx context.Context, c client.Client, nodes map[string]string, natSites map[string]bool) (progress, bool) {
+	dep := &appsv1.Deployment{}
+	ds := &appsv1.DaemonSet{}
+	nns := &netv1.NodeNetworkList{}
+	sps := &netv1.SitePeeringList{}
+	if c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-controller"}, dep) != nil ||
+		c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-node"}, ds) != nil ||
+		c.List(ctx, nns) != nil || c.List(ctx, sps) != nil {
+		return progress{}, false
+	}
+	p := progress{available: int(dep.Status.AvailableReplicas), replicas: int(ptrOr(dep.Spec.Replicas, 1)), daemons: int(ds.Status.NumberReady), nodes: len(nodes)}
+	for _, nn := range nns.Items {
+		site, ok := nodes[nn.Name]
+		if !ok {
+			continue
+		}
+		if meta.IsStatusConditionTrue(nn.Status.Conditions, netv1.ReadyCondition) {
+			p.ready++
+		}
+		if detectable(site, nodes, natSites) {
+			p.detectable++
+			if nn.Spec.Reachability != nil {
+				p.detected++
+			}
+		}
+	}
+	for _, sp := range sps.Items {
+		for _, l := range sp.Status.Links {
+			p.links++
+			if l.Up {
+				p.up++
+			}
+			if len(l.Sites) == 2 && (l.Kind == netv1.LinkKindDirect) == (!natSites[l.Sites[0]] && !natSites[l.Sites[1]]) &&
+				(l.Kind == netv1.LinkKindRelayed) == (natSites[l.Sites[0]] && natSites[l.Sites[1]]) {
+				p.settled++
+			}
+		}
+	}
+	return p, true
 }
 
 func ptrOr(p *int32, d int32) int32 {

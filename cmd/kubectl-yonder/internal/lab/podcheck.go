@@ -13,8 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
+	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
@@ -58,10 +61,12 @@ func printPodNext(out io.Writer, st *State) {
 `, st.WorkloadKubeconfig, a, b, ipA, ipB, checkPort)
 }
 
-// podCheck places a busybox pod on one Node of the first two sites, each serving its answer over HTTP,
-// then from each pod fetches the other's answer with wget (TCP through the tunnels, both directions) and
-// pings the other pod (ICMP). Each direction runs in a client pod on the sender's Node; the lab reads its log.
-func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
+// podCheck places a busybox pod on one Node of every site, each serving its answer over HTTP, then, for
+// one pair of sites per kind of link (Direct between two reachable sites, NAT-initiated between a
+// reachable and a NATed one, Relayed between two NATed ones), fetches each pod's answer from the other
+// with nc (TCP through the tunnels, both directions) and pings it (ICMP). Each direction runs in a client
+// pod on the sender's Node; the lab reads its log.
+func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, natSites map[string]bool, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
 	bySite := map[string]string{}
 	for n, st := range nodes {
 		if cur, ok := bySite[st]; !ok || n < cur {
@@ -81,58 +86,154 @@ func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, time
 		return nil, fmt.Errorf("failed to create the workload clientset: %w", err)
 	}
 	t0 := time.Now()
-	pods := []*checkPod{}
 	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}}
-	for _, st := range sites[:2] {
-		p := &checkPod{name: "lab-net-" + st, site: st, node: bySite[st]}
-		if err := startCheckPod(ctx, s.WorkloadClient, p); err != nil {
-			return nil, err
-		}
-		pods = append(pods, p)
-		res.Pods[st] = p.name
+	pods, err := startCheckPods(ctx, s.WorkloadClient, sites, bySite, timeout)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range pods {
-		if err := waitPodIP(ctx, s.WorkloadClient, p, timeout); err != nil {
-			return nil, err
-		}
-		res.IPs[p.site] = p.ip
+	var running []string
+	for _, st := range sites {
+		p := pods[st]
+		res.Pods[st], res.IPs[st] = p.name, p.ip
+		running = append(running, fmt.Sprintf("%s on %s (%s, %s)", p.name, p.node, p.site, p.ip))
 	}
-	step("pod check: %s on %s (%s, %s) and %s on %s (%s, %s) running (%.1fs)",
-		pods[0].name, pods[0].node, pods[0].site, pods[0].ip, pods[1].name, pods[1].node, pods[1].site, pods[1].ip, time.Since(t0).Seconds())
-
-	received := regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets received`)
-	for _, dir := range [][2]*checkPod{{pods[0], pods[1]}, {pods[1], pods[0]}} {
-		from, to := dir[0], dir[1]
-		t1 := time.Now()
-		out, err := runClient(ctx, s.WorkloadClient, cs, from, to, timeout)
-		if err != nil {
-			return nil, err
-		}
-		tcp := ""
-		if _, resp, ok := strings.Cut(out, "TCP response:\n"); ok {
-			for _, l := range strings.Split(resp, "\n") {
-				if strings.TrimSpace(l) == to.answer() {
-					tcp = to.answer()
-				}
+	step("pod check: %s running (%.1fs)", strings.Join(running, ", "), time.Since(t0).Seconds())
+	kinds, err := linkKinds(ctx, s.Workload.Config)
+	if err != nil {
+		return nil, err
+	}
+	for _, pair := range checkPairs(sites, natSites) {
+		for _, dir := range [][2]*checkPod{{pods[pair[0]], pods[pair[1]]}, {pods[pair[1]], pods[pair[0]]}} {
+			lines, err := exchange(ctx, s.WorkloadClient, cs, dir[0], dir[1], kinds[pairKey(pair[0], pair[1])], timeout, step)
+			if err != nil {
+				return nil, err
 			}
+			res.Lines = append(res.Lines, lines...)
 		}
-		if tcp != to.answer() {
-			return nil, fmt.Errorf("pod-to-pod check failed: %s (%s, %s) got no answer from %s:%s (%s, %s) over TCP (output %q); `kubectl yonder describe cluster %s` shows the tunnels",
-				from.name, from.site, from.node, to.ip, checkPort, to.name, to.site, out, ClusterName)
-		}
-		line := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q", from.name, from.site, to.ip, checkPort, to.site, tcp)
-		res.Lines = append(res.Lines, line)
-		step("pod check: %s", line)
-		m := received.FindStringSubmatch(out)
-		if m == nil || m[2] == "0" {
-			return nil, fmt.Errorf("pod-to-pod check failed: %s (%s) pinging %s (%s): %q", from.name, from.site, to.ip, to.site, out)
-		}
-		line = fmt.Sprintf("%s (%s) -> %s (%s) ICMP: %s/%s echo replies", from.name, from.site, to.ip, to.site, m[2], m[1])
-		res.Lines = append(res.Lines, line)
-		step("pod check: %s (both in %.1fs incl. the client pod's start)", line, time.Since(t1).Seconds())
 	}
 	step("pod check passed in %.1fs", time.Since(t0).Seconds())
 	return res, nil
+}
+
+// startCheckPods starts a check pod at every site and waits until each runs with an address.
+func startCheckPods(ctx context.Context, c client.Client, sites []string, bySite map[string]string, timeout time.Duration) (map[string]*checkPod, error) {
+	pods := map[string]*checkPod{}
+	for _, st := range sites {
+		p := &checkPod{name: "lab-net-" + st, site: st, node: bySite[st]}
+		if err := startCheckPod(ctx, c, p); err != nil {
+			return nil, err
+		}
+		pods[st] = p
+	}
+	for _, st := range sites {
+		if err := waitPodIP(ctx, c, pods[st], timeout); err != nil {
+			return nil, err
+		}
+	}
+	return pods, nil
+}
+
+// checkPairs are the pairs of sites the check exchanges between: one per kind of link the lab has —
+// two reachable sites (Direct), a reachable and a NATed one (NAT-initiated), two NATed ones (Relayed) —
+// or the first two sites when that gives none.
+func checkPairs(sites []string, natSites map[string]bool) [][2]string {
+	var open, nated []string
+	for _, st := range sites {
+		if natSites[st] {
+			nated = append(nated, st)
+		} else {
+			open = append(open, st)
+		}
+	}
+	var out [][2]string
+	if len(open) >= 2 {
+		out = append(out, [2]string{open[0], open[1]})
+	}
+	if len(open) >= 1 && len(nated) >= 1 {
+		out = append(out, [2]string{open[0], nated[0]})
+	}
+	if len(nated) >= 2 {
+		out = append(out, [2]string{nated[0], nated[1]})
+	}
+	if len(out) == 0 {
+		out = append(out, [2]string{sites[0], sites[1]})
+	}
+	return out
+}
+
+func pairKey(a, b string) [2]string {
+	if b < a {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// linkKinds describes every SitePeering link as status shows it: "Direct", "NATInitiated (site-c behind
+// NAT)", "Relayed via site-a". It reads with the plugin's scheme (the network add-on's API), not the stack's.
+func linkKinds(ctx context.Context, cfg *rest.Config) (map[[2]string]string, error) {
+	c, err := client.New(cfg, client.Options{Scheme: cli.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the workload client: %w", err)
+	}
+	sps := &netv1.SitePeeringList{}
+	if err := c.List(ctx, sps); err != nil {
+		return nil, fmt.Errorf("failed to list SitePeerings for the pod check: %w", err)
+	}
+	out := map[[2]string]string{}
+	for _, sp := range sps.Items {
+		for _, l := range sp.Status.Links {
+			if len(l.Sites) == 2 {
+				out[pairKey(l.Sites[0], l.Sites[1])] = describeKind(l)
+			}
+		}
+	}
+	return out, nil
+}
+
+// describeKind is a link's kind with who is behind NAT or the relay.
+func describeKind(l netv1.LinkStatus) string {
+	switch {
+	case l.Kind == netv1.LinkKindRelayed && l.Relay != "":
+		return "Relayed via " + l.Relay
+	case l.Kind == netv1.LinkKindNATInitiated:
+		return "NATInitiated (" + strings.Join(l.BehindNAT, ",") + " behind NAT)"
+	}
+	return string(l.Kind)
+}
+
+// exchange runs one direction of the check — TCP (the other pod's answer) and ICMP — and returns its lines.
+func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, from, to *checkPod, kind string, timeout time.Duration, step func(string, ...any)) ([]string, error) {
+	received := regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets received`)
+	t1 := time.Now()
+	out, err := runClient(ctx, c, cs, from, to, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tcp := ""
+	if _, resp, ok := strings.Cut(out, "TCP response:\n"); ok {
+		for _, l := range strings.Split(resp, "\n") {
+			if strings.TrimSpace(l) == to.answer() {
+				tcp = to.answer()
+			}
+		}
+	}
+	if tcp != to.answer() {
+		return nil, fmt.Errorf("pod-to-pod check failed: %s (%s, %s) got no answer from %s:%s (%s, %s) over TCP (output %q); `kubectl yonder describe cluster %s` shows the tunnels",
+			from.name, from.site, from.node, to.ip, checkPort, to.name, to.site, out, ClusterName)
+	}
+	suffix := ""
+	if kind != "" {
+		suffix = " [" + kind + "]"
+	}
+	tcpLine := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q%s", from.name, from.site, to.ip, checkPort, to.site, tcp, suffix)
+	step("pod check: %s", tcpLine)
+	m := received.FindStringSubmatch(out)
+	if m == nil || m[2] == "0" {
+		return nil, fmt.Errorf("pod-to-pod check failed: %s (%s) pinging %s (%s): %q", from.name, from.site, to.ip, to.site, out)
+	}
+	icmpLine := fmt.Sprintf("%s (%s) -> %s (%s) ICMP: %s/%s echo replies%s", from.name, from.site, to.ip, to.site, m[2], m[1], suffix)
+	step("pod check: %s (both in %.1fs incl. the client pod's start)", icmpLine, time.Since(t1).Seconds())
+	return []string{tcpLine, icmpLine}, nil
 }
 
 // startCheckPod creates p's pod on its Node (replacing one left from an earlier run of the same lab).
@@ -143,7 +244,7 @@ func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
 			NodeName:                      p.node,
 			TerminationGracePeriodSeconds: ptrTo(int64(1)),
 			Containers: []corev1.Container{{
-				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				// sh stays PID 1 with a TERM trap: httpd as PID 1 would ignore SIGTERM, and every node's
 				// shutdown at `lab down` waited for the agent's stop grace period before killing it.
 				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && httpd -f -p %s -h /www & wait $!", p.answer(), checkPort)},
@@ -199,7 +300,7 @@ ping -c 3 -W 2 %[1]s`, to.ip, checkPort)
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}},
 		Spec: corev1.PodSpec{
 			NodeName: from.node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo(int64(1)),
-			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"/bin/sh", "-c", script}}},
 		},
 	}

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +35,10 @@ const ClusterName = "lab"
 
 // siteName is the name of site i: site-a, site-b, …
 func siteName(i int) string { return "site-" + string("abcdefghijklmnopqrstuvwxyz"[i%26]) }
+
+// behindNAT says which sites are behind NAT: the third and fourth (site-c, site-d). site-a shares the
+// management bridge and site-b is routed through its gateway; both accept connections.
+func behindNAT(i int) bool { return i >= 2 }
 
 // Serve runs the lab in this process: it brings everything up, prints the next commands and ReadyMarker,
 // then holds the lab until ctx ends or SIGINT/SIGTERM arrives, and tears it all down.
@@ -83,7 +86,10 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 		if images, err = buildNetworkImages(ctx, filepath.Join(st.StackDir, "images")); err != nil {
 			return err
 		}
-		step("network add-on images %v built (go run ./hack/images) in %.1fs; every node imports them", networkImages, time.Since(t0).Seconds())
+		step("network add-on images %v built (go run ./hack/images) in %.1fs; pushed into the lab registry", networkImages, time.Since(t0).Seconds())
+	}
+	if err := stack.EnsureInotifyInstances(inotifyInstancesFor(l.HostsPerSite*l.Sites), step); err != nil {
+		return err
 	}
 	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, ExtraImages: images, MetalHosts: metalHosts(l), Log: step})
 	var remotes []*remoteSite
@@ -123,18 +129,22 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	step("site %s: %d hosts on the management bridge %s (%s)", sites[0].Name, l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
 	for i := 1; i < l.Sites; i++ {
 		t0 := time.Now()
-		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, remotes)
+		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, behindNAT(i), remotes)
 		if err != nil {
 			return err
 		}
 		remotes = append(remotes, r)
 		st.Bridges = append(st.Bridges, r.net.Bridge)
-		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + " (gateway)", Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
+		role, how := " (gateway)", "reachable only through gateway"
+		if r.nat {
+			role, how = " (NAT gateway)", "behind NAT gateway"
+		}
+		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + role, Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
 		for _, h := range r.hosts {
 			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: r.name, Address: h.Address.String(), Namespace: h.Namespace})
 		}
-		step("site %s: %d hosts on bridge %s (%s), reachable only through gateway %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
-			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
+		step("site %s: %d hosts on bridge %s (%s), %s %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
+			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, how, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
 	}
 	if err := writeAccess(ctx, l.Dir, s, st); err != nil {
 		return err
@@ -170,12 +180,16 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 			return err
 		}
 		step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
-		if err := installNetwork(ctx, s, nodes, netTimeout, step); err != nil {
+		natSites := map[string]bool{}
+		for _, r := range remotes {
+			natSites[r.name] = r.nat
+		}
+		if err := installNetwork(ctx, s, nodes, natSites, netTimeout, step); err != nil {
 			return err
 		}
 		step("network ready in %.1fs", time.Since(t0).Seconds())
 		if l.Sites > 1 && workers > 1 {
-			res, err := podCheck(ctx, s, nodes, netTimeout, step)
+			res, err := podCheck(ctx, s, nodes, natSites, netTimeout, step)
 			if err != nil {
 				return err
 			}
@@ -279,29 +293,17 @@ func writeAccess(ctx context.Context, dir string, s *stack.Stack, st *State) err
 	return nil
 }
 
-// applyCluster generates the Cluster with the real clusterctl from the installed local repository, points
-// its YonderConfigTemplate at the lab's offline artifacts (the lab has no internet), and creates it.
+// applyCluster generates the Cluster with the real clusterctl from the installed local repository, with
+// only the variables the docs give a user (the registry's CA Secret and mirrors: nodes get their software
+// from the node image of their version in the lab's registry), and creates it.
 func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, workers int) error {
-	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}
+	env := append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}, s.TemplateEnv()...)
 	// The provider is named: with --metal the management cluster has two infrastructure providers, and
 	// clusterctl then has no default.
 	manifest, err := s.Clusterctl(ctx, env, "generate", "cluster", ClusterName, "--infrastructure", "yonder-ssh", "--flavor", "ssh",
 		"--kubernetes-version", stack.KubernetesVersion, "--worker-machine-count", strconv.Itoa(workers), "--target-namespace", namespace)
 	if err != nil {
 		return err
-	}
-	rootfs, artifacts := s.NodeArtifacts()
-	rootfsU, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&rootfs)
-	if err != nil {
-		return fmt.Errorf("failed to convert the rootfs source: %w", err)
-	}
-	var artifactsU []any
-	for i := range artifacts {
-		a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&artifacts[i])
-		if err != nil {
-			return fmt.Errorf("failed to convert artifact %s: %w", artifacts[i].Name, err)
-		}
-		artifactsU = append(artifactsU, a)
 	}
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
@@ -313,18 +315,9 @@ func applyCluster(ctx context.Context, s *stack.Stack, dir, namespace string, wo
 			}
 			return fmt.Errorf("failed to decode the generated cluster: %w", err)
 		}
-		if len(u.Object) == 0 {
-			continue
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
 		}
-		if u.GetKind() == "YonderConfigTemplate" {
-			if err := unstructured.SetNestedField(u.Object, rootfsU, "spec", "template", "spec", "rootfs"); err != nil {
-				return err
-			}
-			if err := unstructured.SetNestedSlice(u.Object, artifactsU, "spec", "template", "spec", "artifacts"); err != nil {
-				return err
-			}
-		}
-		objs = append(objs, u)
 	}
 	return createAndRecord(ctx, s, objs, filepath.Join(dir, "cluster.yaml"))
 }

@@ -29,7 +29,7 @@ func TestRunShowingTailPutsTheLastLinesIntoTheError(t *testing.T) {
 func TestTestBinsStopsAtThePreflightWithItsReason(t *testing.T) {
 	g := NewWithT(t)
 	bin := t.TempDir()
-	g.Expect(os.WriteFile(filepath.Join(bin, "id"), []byte("#!/bin/sh\necho 1000\n"), 0o755)).To(Succeed()) //nolint:gosec // a stand-in executable
+	g.Expect(os.WriteFile(filepath.Join(bin, "id"), []byte("#!/bin/sh\necho 1000\n"), 0o755)).To(Succeed())
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	t.Setenv("YONDER_CACHE_DIR", t.TempDir())
 	var out strings.Builder

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,13 +116,10 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 	return tunnels(ctx, wl, st, nodes.Items, out)
 }
 
-// tunnels prints the network add-on's view: the SitePeerings with their links, each Node's NodeNetwork
-// (site, WireGuard implementation, endpoint, Ready) and the pod check that passed at lab up.
+// tunnels prints the network add-on's view: the SitePeerings, every link with its kind (Direct,
+// NATInitiated with the sites behind NAT, Relayed with its relay), each Node's NodeNetwork (site,
+// WireGuard implementation, endpoints, detected reachability, Ready) and the pod check that passed at lab up.
 func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.Node, out io.Writer) error {
-	site := map[string]string{}
-	for _, n := range nodes {
-		site[n.Name] = n.Labels[netv1.SiteLabel]
-	}
 	sps := &netv1.SitePeeringList{}
 	if err := wl.List(ctx, sps); err != nil {
 		_, _ = fmt.Fprintf(out, "\nTunnels: the network add-on is not installed (%v)\n", err)
@@ -131,36 +129,9 @@ func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.No
 	if err := wl.List(ctx, nns); err != nil {
 		return fmt.Errorf("failed to list NodeNetworks: %w", err)
 	}
-	tbl := &cli.Options{Out: out}
 	_, _ = fmt.Fprintf(out, "\nTunnels: %d SitePeerings, %d NodeNetworks\n", len(sps.Items), len(nns.Items))
-	if len(sps.Items) > 0 {
-		rows := [][]string{}
-		for _, sp := range sps.Items {
-			var links []string
-			for _, l := range sp.Status.Links {
-				links = append(links, fmt.Sprintf("%s %s mtu %d up=%t", strings.Join(l.Sites, "<->"), l.Protocol, l.TunnelMTU, l.Up))
-			}
-			rows = append(rows, []string{sp.Name, string(sp.Spec.Topology), conditionStatus(sp.Status.Conditions), cli.Dash(strings.Join(links, "; "))})
-		}
-		_ = tbl.Table([]string{"SITEPEERING", "TOPOLOGY", "READY", "LINKS"}, rows)
-	}
-	if len(nns.Items) > 0 {
-		rows := [][]string{}
-		for _, nn := range nns.Items {
-			var eps []string
-			for _, e := range nn.Spec.Endpoints {
-				if !slices.Contains(eps, e.Address) {
-					eps = append(eps, e.Address)
-				}
-			}
-			wg := "-"
-			if nn.Status.Dataplane != nil {
-				wg = string(nn.Status.Dataplane.WireGuard)
-			}
-			rows = append(rows, []string{nn.Name, cli.Dash(site[nn.Name]), wg, cli.Dash(strings.Join(eps, ",")), conditionStatus(nn.Status.Conditions)})
-		}
-		_ = tbl.Table([]string{"NODENETWORK", "SITE", "WIREGUARD", "ENDPOINTS", "READY"}, rows)
-	}
+	printLinks(out, sps.Items)
+	printNodeNetworks(out, nns.Items, nodes)
 	if len(st.PodCheck) > 0 {
 		_, _ = fmt.Fprintf(out, "\nPod check (passed at lab up; pods %v in namespace default):\n", st.CheckPods)
 		for _, l := range st.PodCheck {
@@ -168,6 +139,65 @@ func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.No
 		}
 	}
 	return nil
+}
+
+// printLinks prints one row per SitePeering and one per link: kind, who is behind NAT, the relay.
+func printLinks(out io.Writer, sps []netv1.SitePeering) {
+	if len(sps) == 0 {
+		return
+	}
+	tbl := &cli.Options{Out: out}
+	rows := [][]string{}
+	for _, sp := range sps {
+		rows = append(rows, []string{sp.Name, string(sp.Spec.Topology), conditionStatus(sp.Status.Conditions), strconv.Itoa(len(sp.Status.Links))})
+	}
+	_ = tbl.Table([]string{"SITEPEERING", "TOPOLOGY", "READY", "LINKS"}, rows)
+	rows = [][]string{}
+	for _, sp := range sps {
+		for _, l := range sp.Status.Links {
+			rows = append(rows, []string{strings.Join(l.Sites, "<->"), cli.Dash(string(l.Kind)), cli.Dash(strings.Join(l.BehindNAT, ",")), cli.Dash(l.Relay),
+				string(l.Protocol), strconv.Itoa(int(l.TunnelMTU)), strconv.FormatBool(l.Up)})
+		}
+	}
+	if len(rows) > 0 {
+		_, _ = fmt.Fprintln(out)
+		_ = tbl.Table([]string{"LINK", "KIND", "BEHIND NAT (dials)", "RELAY", "PROTOCOL", "MTU", "UP"}, rows)
+	}
+}
+
+// printNodeNetworks prints each Node's NodeNetwork: site, WireGuard implementation, endpoints, the
+// reachability its daemon detected (and the address other sites see it from), Ready.
+func printNodeNetworks(out io.Writer, nns []netv1.NodeNetwork, nodes []corev1.Node) {
+	if len(nns) == 0 {
+		return
+	}
+	site := map[string]string{}
+	for _, n := range nodes {
+		site[n.Name] = n.Labels[netv1.SiteLabel]
+	}
+	rows := [][]string{}
+	for _, nn := range nns {
+		var eps []string
+		for _, e := range nn.Spec.Endpoints {
+			if !slices.Contains(eps, e.Address) {
+				eps = append(eps, e.Address)
+			}
+		}
+		wg := "-"
+		if nn.Status.Dataplane != nil {
+			wg = string(nn.Status.Dataplane.WireGuard)
+		}
+		reach := "-"
+		if r := nn.Spec.Reachability; r != nil {
+			reach = string(r.Inbound)
+			if r.ObservedAddress != "" {
+				reach += " (seen from " + r.ObservedAddress + ")"
+			}
+		}
+		rows = append(rows, []string{nn.Name, cli.Dash(site[nn.Name]), wg, cli.Dash(strings.Join(eps, ",")), reach, conditionStatus(nn.Status.Conditions)})
+	}
+	_, _ = fmt.Fprintln(out)
+	_ = (&cli.Options{Out: out}).Table([]string{"NODENETWORK", "SITE", "WIREGUARD", "ENDPOINTS", "REACHABILITY", "READY"}, rows)
 }
 
 // conditionStatus is the status of the Ready condition, or Unknown.

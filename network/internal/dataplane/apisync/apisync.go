@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 // DaemonState is what the daemon reports for the status.
@@ -182,17 +183,13 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 	if err := s.reader().Get(ctx, client.ObjectKey{Name: site}, plan); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	in := engine.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
+	in := desired.Input{Node: s.Node, Site: site, PodCIDRs: podCIDRs, Plan: plan.Spec}
 	slices, err := s.slices(ctx, client.MatchingLabels{netv1.SiteLabel: site})
 	if err != nil {
 		return err
 	}
 	in.Slices = append(in.Slices, slices...)
-	for _, l := range plan.Spec.Links {
-		sel := client.MatchingLabels{netv1.SiteLabel: l.Site}
-		if l.Mode == netv1.LinkModeGateway && !l.RemoteSelfGateway {
-			sel[netv1.SliceRoleLabel] = "gateways"
-		}
+	for _, sel := range RemoteSlices(plan.Spec) {
 		more, err := s.slices(ctx, sel)
 		if err != nil {
 			return err
@@ -218,7 +215,43 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 	return s.status(ctx, nn, plan.Generation, isCandidate(in))
 }
 
-func isCandidate(in engine.Input) bool {
+// RemoteSlices select the remote PeerSlices a node needs for its Site's links: a remote Site's gateway
+// slices for Gateway links (all its slices when it has no gateways, or for Direct links) and, for Relayed
+// links, the relay Site's gateway slices. Each Site's slices are read once.
+func RemoteSlices(plan netv1.RoutePlanSpec) []client.MatchingLabels {
+	all, gateways := map[string]bool{}, map[string]bool{}
+	for _, l := range plan.Links {
+		if l.Mode == netv1.LinkModeGateway && !l.RemoteSelfGateway {
+			gateways[l.Site] = true
+		} else {
+			all[l.Site] = true
+		}
+		if l.Relay != nil {
+			gateways[l.Relay.Site] = true
+		}
+	}
+	var out []client.MatchingLabels
+	for _, site := range sortedKeys(all) {
+		out = append(out, client.MatchingLabels{netv1.SiteLabel: site})
+	}
+	for _, site := range sortedKeys(gateways) {
+		if !all[site] {
+			out = append(out, client.MatchingLabels{netv1.SiteLabel: site, netv1.SliceRoleLabel: "gateways"})
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func isCandidate(in desired.Input) bool {
 	for _, sl := range in.Slices {
 		if sl.Site != in.Site {
 			continue

@@ -12,11 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -75,7 +76,7 @@ func TestPublishAndReadPlan(t *testing.T) {
 	g.Expect(s.SyncOnce(ctx)).To(Succeed())
 	b, err := os.ReadFile(input)
 	g.Expect(err).NotTo(HaveOccurred())
-	var in engine.Input
+	var in desired.Input
 	g.Expect(yaml.Unmarshal(b, &in)).To(Succeed())
 	g.Expect(in.Site).To(Equal("dps1"))
 	g.Expect(in.PodCIDRs).To(Equal([]string{"10.61.1.0/24"}))
@@ -105,14 +106,10 @@ func TestPublishAndReadPlan(t *testing.T) {
 	g.Expect(s.Writes).To(Equal(w + 2))
 }
 
-// TestWatchesDriveSyncs: with a Cache and a resync interval of an hour, the node's view still follows the API
-// within a watch event: a new PeerSlice reaches the input file and an applied plan reaches the status.
-func TestWatchesDriveSyncs(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	c, err := client.New(env.Config, client.Options{Scheme: env.GetScheme()})
-	g.Expect(err).NotTo(HaveOccurred())
+// startWatchingSyncer creates Nodes dw-n1 (its own, Site dws1) and dw-n2, and runs a Syncer for dw-n1 with
+// its informers and an hour's resync, so only watch events and local state changes drive it. Closing the
+// returned channel makes the daemon report its plan applied.
+func startWatchingSyncer(ctx context.Context, t *testing.T, g Gomega, c client.Client) (*corev1.Node, cache.Cache, string, chan struct{}) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dw-n1", Labels: map[string]string{netv1.SiteLabel: "dws1"}},
 		Spec: corev1.NodeSpec{PodCIDR: "10.71.1.0/24", PodCIDRs: []string{"10.71.1.0/24"}}}
 	g.Expect(c.Create(ctx, node)).To(Succeed())
@@ -139,6 +136,18 @@ func TestWatchesDriveSyncs(t *testing.T) {
 			}
 		}}
 	go func() { _ = s.Run(ctx) }()
+	return node, ca, input, applied
+}
+
+// TestWatchesDriveSyncs: with a Cache and a resync interval of an hour, the node's view still follows the API
+// within a watch event: a new PeerSlice reaches the input file and an applied plan reaches the status.
+func TestWatchesDriveSyncs(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := client.New(env.Config, client.Options{Scheme: env.GetScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	node, ca, input, applied := startWatchingSyncer(ctx, t, g, c)
 
 	nn := &netv1.NodeNetwork{}
 	g.Eventually(func() error { return c.Get(ctx, client.ObjectKey{Name: node.Name}, nn) }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
@@ -157,7 +166,7 @@ func TestWatchesDriveSyncs(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		var in engine.Input
+		var in desired.Input
 		if err := yaml.Unmarshal(b, &in); err != nil {
 			return nil, err
 		}

@@ -79,6 +79,26 @@ func TestProgramLogic(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st).To(Equal(Stats{}))
 
+	expectVerdicts(g, d, src)
+	expectRendezvous(g, d, src, want, members)
+
+	// Removing prefixes and groups deletes them.
+	delete(want.Prefixes, netip.MustParsePrefix("10.3.0.0/16"))
+	delete(want.Groups, 3)
+	st, err = d.Sync(want)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st).To(Equal(Stats{Deleted: 2}))
+	ret, _ := run(g, d.Program(), frame(src, netip.MustParseAddr("10.3.0.9"), 1, 2, 10))
+	g.Expect(ret).To(BeEquivalentTo(tcActOK))
+	c, err := d.Counters()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c[0]).To(BeNumerically(">", 600))
+	g.Expect(c[4]).To(BeEquivalentTo(1))
+}
+
+// expectVerdicts checks the program's decisions for single packets of TestProgramLogic's maps: misses and
+// non-IPv4 to the kernel, longest prefix, TCP SYNs to the kernel, drop on a down link, oversize to the kernel.
+func expectVerdicts(g *WithT, d *Datapath, src netip.Addr) {
 	// Miss → kernel path; not IPv4 → kernel path.
 	ret, _ := run(g, d.Program(), frame(src, netip.MustParseAddr("192.168.1.1"), 1, 2, 10))
 	g.Expect(ret).To(BeEquivalentTo(tcActOK))
@@ -114,6 +134,11 @@ func TestProgramLogic(t *testing.T) {
 	ret, _ = run(g, d.Program(), frame(src, netip.MustParseAddr("10.2.0.9"), 1, 2, 1400))
 	g.Expect(ret).To(BeEquivalentTo(tcActOK))
 
+}
+
+// expectRendezvous checks that flows spread over group 1's three members and stick to one, and that when a
+// member fails only its flows move.
+func expectRendezvous(g *WithT, d *Datapath, src netip.Addr, want Desired, members []Backend) {
 	// Flows spread over all members, and each flow sticks to one member.
 	pick := func(sport uint16) byte {
 		ret, out := run(g, d.Program(), frame(src, netip.MustParseAddr("10.2.0.9"), sport, 443, 10))
@@ -134,7 +159,7 @@ func TestProgramLogic(t *testing.T) {
 
 	// Member 22 fails: only its flows move.
 	want.Groups[1] = []Backend{members[0], members[2]}
-	st, err = d.Sync(want)
+	st, err := d.Sync(want)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st).To(Equal(Stats{Updated: 1}), "a failure is one group update")
 	for sp, m := range before {
@@ -146,119 +171,121 @@ func TestProgramLogic(t *testing.T) {
 		}
 	}
 
-	// Removing prefixes and groups deletes them.
-	delete(want.Prefixes, netip.MustParsePrefix("10.3.0.0/16"))
-	delete(want.Groups, 3)
-	st, err = d.Sync(want)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(st).To(Equal(Stats{Deleted: 2}))
-	ret, _ = run(g, d.Program(), frame(src, netip.MustParseAddr("10.3.0.9"), 1, 2, 10))
-	g.Expect(ret).To(BeEquivalentTo(tcActOK))
-	c, err := d.Counters()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(c[0]).To(BeNumerically(">", 600))
-	g.Expect(c[4]).To(BeEquivalentTo(1))
 }
 
 // TestAttachRedirects attaches the program in namespaces (tcx and clsact) and checks a real packet from a
 // "pod" is redirected to the chosen member's device with its MAC, where the node has no route for it.
 func TestAttachRedirects(t *testing.T) {
 	for _, mode := range []Attachment{AttachTCX, AttachClsact} {
-		t.Run(string(mode), func(t *testing.T) {
-			g := NewWithT(t)
-			lab := topo.New(t)
-			node, pod, sink := lab.AddNS("node"), lab.AddNS("pod"), lab.AddNS("sink")
-			lab.MustIP(node, "link", "add", "p0", "type", "veth", "peer", "name", "eth0", "netns", pod)
-			lab.MustIP(node, "addr", "add", "10.1.1.1/24", "dev", "p0")
-			lab.MustIP(node, "link", "set", "p0", "up")
-			lab.MustIP(pod, "addr", "add", "10.1.1.2/24", "dev", "eth0")
-			lab.MustIP(pod, "link", "set", "eth0", "up")
-			lab.MustIP(pod, "route", "add", "default", "via", "10.1.1.1")
-			lab.MustIP(node, "link", "add", "out0", "type", "veth", "peer", "name", "eth0", "netns", sink)
-			lab.MustIP(node, "link", "set", "out0", "up")
-			lab.MustIP(sink, "addr", "add", "10.9.0.5/16", "dev", "eth0")
-			lab.MustIP(sink, "link", "set", "eth0", "up")
-			lab.MustIP(sink, "route", "add", "10.1.0.0/16", "dev", "eth0")
-			lab.MustIP(sink, "neigh", "add", "10.1.1.2", "lladdr", "02:00:00:00:00:01", "dev", "eth0") // replies are not needed
-
-			var ln *net.UDPConn
-			var dm net.HardwareAddr
-			g.Expect(topo.RunIn(sink, func() error {
-				l, err := netlink.LinkByName("eth0")
-				if err != nil {
-					return err
-				}
-				dm = l.Attrs().HardwareAddr
-				ln, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 9999})
-				return err
-			})).To(Succeed())
-			defer func() { _ = ln.Close() }()
-
-			var d *Datapath
-			g.Expect(topo.RunIn(node, func() error {
-				var err error
-				if d, err = Load(); err != nil {
-					return err
-				}
-				p0, err := netlink.LinkByName("p0")
-				if err != nil {
-					return err
-				}
-				out, err := netlink.LinkByName("out0")
-				if err != nil {
-					return err
-				}
-				got, err := d.Attach(p0.Attrs().Index, mode)
-				if err != nil {
-					return err
-				}
-				if got != mode {
-					return fmt.Errorf("attached with %s, want %s", got, mode)
-				}
-				_, err = d.Sync(Desired{
-					Prefixes: map[netip.Prefix]uint32{netip.MustParsePrefix("10.9.0.0/16"): 1},
-					Groups:   map[uint32][]Backend{1: {{ID: 1, Ifindex: out.Attrs().Index, MTU: 1500, DstMAC: dm, SrcMAC: out.Attrs().HardwareAddr}}},
-				})
-				return err
-			})).To(Succeed())
-			defer func() { _ = d.Close() }()
-
-			var conn *net.UDPConn
-			g.Expect(topo.RunIn(pod, func() error {
-				var err error
-				conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(10, 9, 0, 5), Port: 9999})
-				return err
-			})).To(Succeed())
-			defer func() { _ = conn.Close() }()
-			got := make(chan string, 16)
-			go func() {
-				buf := make([]byte, 100)
-				for {
-					n, err := ln.Read(buf)
-					if err != nil {
-						return
-					}
-					got <- string(buf[:n])
-				}
-			}()
-			g.Eventually(func() bool {
-				_, _ = conn.Write([]byte("hello"))
-				select {
-				case m := <-got:
-					return m == "hello"
-				case <-time.After(100 * time.Millisecond):
-					return false
-				}
-			}, 10*time.Second).Should(BeTrue(), func() string {
-				c, _ := d.Counters()
-				o1, _ := lab.Exec(node, "ip", "-s", "link")
-				o2, _ := lab.Exec(sink, "ip", "-s", "link")
-				o3, _ := lab.Exec(pod, "ip", "neigh")
-				return fmt.Sprintf("counters %v\n%s\n%s\n%s", c, o1, o2, o3)
-			})
-			c, err := d.Counters()
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(c[0]).To(BeNumerically(">=", 1))
-		})
+		t.Run(string(mode), func(t *testing.T) { testAttachRedirects(t, mode) })
 	}
+}
+
+func testAttachRedirects(t *testing.T, mode Attachment) {
+	g := NewWithT(t)
+	lab := topo.New(t)
+	node, pod, sink := attachLab(lab)
+	var ln *net.UDPConn
+	var dm net.HardwareAddr
+	g.Expect(topo.RunIn(sink, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		dm = l.Attrs().HardwareAddr
+		ln, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 9999})
+		return err
+	})).To(Succeed())
+	defer func() { _ = ln.Close() }()
+	d := attachRedirecting(g, node, mode, dm)
+	defer func() { _ = d.Close() }()
+
+	var conn *net.UDPConn
+	g.Expect(topo.RunIn(pod, func() error {
+		var err error
+		conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(10, 9, 0, 5), Port: 9999})
+		return err
+	})).To(Succeed())
+	defer func() { _ = conn.Close() }()
+	got := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 100)
+		for {
+			n, err := ln.Read(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	g.Eventually(func() bool {
+		_, _ = conn.Write([]byte("hello"))
+		select {
+		case m := <-got:
+			return m == "hello"
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	}, 10*time.Second).Should(BeTrue(), func() string {
+		c, _ := d.Counters()
+		o1, _ := lab.Exec(node, "ip", "-s", "link")
+		o2, _ := lab.Exec(sink, "ip", "-s", "link")
+		o3, _ := lab.Exec(pod, "ip", "neigh")
+		return fmt.Sprintf("counters %v\n%s\n%s\n%s", c, o1, o2, o3)
+	})
+	c, err := d.Counters()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c[0]).To(BeNumerically(">=", 1))
+}
+
+// attachLab is a node namespace with a pod behind veth p0 (10.1.1.2, default route via the node) and a
+// sink behind veth out0 (10.9.0.5/16) that the node has no route to: only the program gets packets there.
+func attachLab(lab *topo.Lab) (node, pod, sink string) {
+	node, pod, sink = lab.AddNS("node"), lab.AddNS("pod"), lab.AddNS("sink")
+	lab.MustIP(node, "link", "add", "p0", "type", "veth", "peer", "name", "eth0", "netns", pod)
+	lab.MustIP(node, "addr", "add", "10.1.1.1/24", "dev", "p0")
+	lab.MustIP(node, "link", "set", "p0", "up")
+	lab.MustIP(pod, "addr", "add", "10.1.1.2/24", "dev", "eth0")
+	lab.MustIP(pod, "link", "set", "eth0", "up")
+	lab.MustIP(pod, "route", "add", "default", "via", "10.1.1.1")
+	lab.MustIP(node, "link", "add", "out0", "type", "veth", "peer", "name", "eth0", "netns", sink)
+	lab.MustIP(node, "link", "set", "out0", "up")
+	lab.MustIP(sink, "addr", "add", "10.9.0.5/16", "dev", "eth0")
+	lab.MustIP(sink, "link", "set", "eth0", "up")
+	lab.MustIP(sink, "route", "add", "10.1.0.0/16", "dev", "eth0")
+	lab.MustIP(sink, "neigh", "add", "10.1.1.2", "lladdr", "02:00:00:00:00:01", "dev", "eth0") // replies are not needed
+	return node, pod, sink
+}
+
+// attachRedirecting loads the program in node, attaches it to p0 with mode and sends 10.9.0.0/16 to out0
+// with the sink's MAC dm.
+func attachRedirecting(g *WithT, node string, mode Attachment, dm net.HardwareAddr) *Datapath {
+	var d *Datapath
+	g.Expect(topo.RunIn(node, func() error {
+		var err error
+		if d, err = Load(); err != nil {
+			return err
+		}
+		p0, err := netlink.LinkByName("p0")
+		if err != nil {
+			return err
+		}
+		out, err := netlink.LinkByName("out0")
+		if err != nil {
+			return err
+		}
+		got, err := d.Attach(p0.Attrs().Index, mode)
+		if err != nil {
+			return err
+		}
+		if got != mode {
+			return fmt.Errorf("attached with %s, want %s", got, mode)
+		}
+		_, err = d.Sync(Desired{
+			Prefixes: map[netip.Prefix]uint32{netip.MustParsePrefix("10.9.0.0/16"): 1},
+			Groups:   map[uint32][]Backend{1: {{ID: 1, Ifindex: out.Attrs().Index, MTU: 1500, DstMAC: dm, SrcMAC: out.Attrs().HardwareAddr}}},
+		})
+		return err
+	})).To(Succeed())
+	return d
 }

@@ -8,13 +8,14 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/kernel"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/keys"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/wgdev"
 )
 
 // Key rotation, make-before-break. A node has two WireGuard slots, each with its own device, key, listen
-// port and address inside WireGuard (engine.SlotAddr), so a peer can hold the old and the new key at the same
+// port and address inside WireGuard (desired.SlotAddr), so a peer can hold the old and the new key at the same
 // time without the two needing the same allowed IP:
 //
 //  1. Rotate: the other slot gets a new key and its device comes up with the same peers; the node publishes
@@ -96,7 +97,7 @@ func (d *Daemon) openSlot(slot int, k wgtypes.Key) (*wgdev.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := w.SetIdentity(k, engine.SlotPort(d.opt.WGPort, slot)); err != nil {
+	if _, err := w.SetIdentity(k, desired.SlotPort(d.opt.WGPort, slot)); err != nil {
 		_ = w.Close(true)
 		return nil, err
 	}
@@ -104,8 +105,8 @@ func (d *Daemon) openSlot(slot int, k wgtypes.Key) (*wgdev.Device, error) {
 }
 
 // ownWireGuard is the Applier's view of the slots. d.mu must be held.
-func (d *Daemon) ownWireGuard() engine.OwnWireGuard {
-	own := engine.OwnWireGuard{Send: d.wgs[d.slots.Current], SendSlot: d.slots.Current}
+func (d *Daemon) ownWireGuard() kernel.OwnWireGuard {
+	own := kernel.OwnWireGuard{Send: d.wgs[d.slots.Current], SendSlot: d.slots.Current}
 	switch {
 	case d.slots.Rotating():
 		own.Other, own.OtherSlot = d.wgs[d.slots.Next], d.slots.Next
@@ -211,15 +212,19 @@ func (d *Daemon) rotationStep() {
 	}
 	d.mu.Unlock()
 	if switched {
-		// Routes move to the new slot before peers learn of the switch.
-		d.reconcile()
+		// Routes move to the new slot before peers learn of the switch (a failure is retried by the loop).
+		if d.reconcile() != nil {
+			d.dirty = true
+		}
 		if err := d.publish(); err != nil {
 			d.opt.Log.Error("Publishing switched key", "err", err)
 		}
 	}
 	if closed {
 		// The Applier no longer sees it; the device goes with its address and peers.
-		d.reconcile()
+		if d.reconcile() != nil {
+			d.dirty = true
+		}
 		if err := drained.Close(true); err != nil {
 			d.opt.Log.Error("Removing drained WireGuard slot", "device", drained.Name, "err", err)
 		}
@@ -228,7 +233,7 @@ func (d *Daemon) rotationStep() {
 		d.rot.drain, d.rot.closing = nil, false
 		d.mu.Unlock()
 		d.opt.Log.Info("Removed drained WireGuard slot", "device", drained.Name)
-		// The rotation is over: L3 links may send L3 again (engine.Features.Rotating).
+		// The rotation is over: L3 links may send L3 again (desired.Features.Rotating).
 		d.kickNow()
 	}
 }
@@ -248,7 +253,7 @@ func (d *Daemon) missingHandshakes() int {
 	}
 	missing := 0
 	for _, h := range d.desired.Hops {
-		if h.Via == engine.ViaWireGuard && !seen[h.PublicKey] && (h.NextPublicKey == "" || !seen[h.NextPublicKey]) {
+		if h.Via == desired.ViaWireGuard && !seen[h.PublicKey] && (h.NextPublicKey == "" || !seen[h.NextPublicKey]) {
 			missing++
 		}
 	}

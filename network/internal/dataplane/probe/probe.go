@@ -15,6 +15,15 @@ import (
 
 const magic = 0x59505242 // "YPRB"
 
+// Message types (byte 4 of every datagram).
+const (
+	typeRequest = iota
+	typeReply
+	typeCheck      // reachability check request (reach.go)
+	typeCheckReply // its answer: the address the request came from
+	typeReach      // the unsolicited probe a check asks for, sent from another port
+)
+
 // Target is one peer to monitor.
 type Target struct {
 	Key  string
@@ -34,7 +43,10 @@ type PeerState struct {
 
 // Prober sends probes from one socket and answers probes arriving on it.
 type Prober struct {
-	conn      *net.UDPConn
+	conn *net.UDPConn
+	// side sends the unsolicited reach probes of reachability checks: its port is not the probe port, so
+	// a NAT's mapping for this node's own probes does not let them through.
+	side      *net.UDPConn
 	interval  time.Duration
 	threshold int
 	onChange  func(key string, up bool)
@@ -44,6 +56,7 @@ type Prober struct {
 	targets map[string]Target
 	state   map[string]*PeerState
 	seq     uint32
+	reach   reachState
 }
 
 // Listen opens the probe socket on port (all addresses).
@@ -52,10 +65,15 @@ func Listen(port int, interval time.Duration, threshold int, onChange func(key s
 	if err != nil {
 		return nil, fmt.Errorf("failed to listen for probes on port %d: %w", port, err)
 	}
+	side, err := net.ListenUDP("udp4", &net.UDPAddr{})
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("failed to open the reachability probe socket: %w", err)
+	}
 	if threshold < 1 {
 		threshold = 1
 	}
-	return &Prober{conn: c, interval: interval, threshold: threshold, onChange: onChange, retime: make(chan time.Duration, 1),
+	return &Prober{conn: c, side: side, interval: interval, threshold: threshold, onChange: onChange, retime: make(chan time.Duration, 1),
 		targets: map[string]Target{}, state: map[string]*PeerState{}}, nil
 }
 
@@ -116,7 +134,9 @@ func (p *Prober) Run(ctx context.Context) {
 	p.mu.Unlock()
 	t := time.NewTicker(iv)
 	defer t.Stop()
-	go func() { <-ctx.Done(); _ = p.conn.Close() }()
+	checks := time.NewTicker(checkTick)
+	defer checks.Stop()
+	go func() { <-ctx.Done(); _ = p.conn.Close(); _ = p.side.Close() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,6 +145,8 @@ func (p *Prober) Run(ctx context.Context) {
 			t.Reset(iv)
 		case now := <-t.C:
 			p.tick(now)
+		case now := <-checks.C:
+			p.checkRound(now)
 		}
 	}
 }
@@ -139,12 +161,7 @@ func (p *Prober) tick(now time.Time) {
 	p.seq++
 	for k, t := range p.targets {
 		s := p.state[k]
-		b := make([]byte, 20)
-		binary.BigEndian.PutUint32(b[0:], magic)
-		b[4] = 0 // request
-		binary.BigEndian.PutUint32(b[8:], p.seq)
-		binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano()))
-		_, _ = p.conn.WriteToUDPAddrPort(b, t.Addr)
+		_, _ = p.conn.WriteToUDPAddrPort(header(typeRequest, p.seq, now, 0), t.Addr)
 		s.Sent++
 		if s.Up && now.Sub(s.lastSeen) > time.Duration(p.threshold)*p.interval+p.interval/2 {
 			s.Up = false
@@ -165,35 +182,59 @@ func (p *Prober) read() {
 		if err != nil {
 			return
 		}
-		if n < 20 || binary.BigEndian.Uint32(buf) != magic {
+		if n < headerLen || binary.BigEndian.Uint32(buf) != magic {
 			continue
 		}
-		if buf[4] == 0 {
-			buf[4] = 1
-			_, _ = p.conn.WriteToUDPAddrPort(buf[:20], from)
+		switch buf[4] {
+		case typeRequest:
+			buf[4] = typeReply
+			_, _ = p.conn.WriteToUDPAddrPort(buf[:headerLen], from)
+		case typeReply:
+			p.onReply(buf[:n], from)
+		case typeCheck:
+			p.answerCheck(buf[:n], from)
+		case typeCheckReply:
+			p.onCheckReply(buf[:n], from)
+		case typeReach:
+			p.onReach(from)
+		}
+	}
+}
+
+// header returns a datagram of type typ with room for extra bytes after the common part.
+func header(typ byte, seq uint32, now time.Time, extra int) []byte {
+	b := make([]byte, headerLen+extra)
+	binary.BigEndian.PutUint32(b[0:], magic)
+	b[4] = typ
+	binary.BigEndian.PutUint32(b[8:], seq)
+	binary.BigEndian.PutUint64(b[12:], uint64(now.UnixNano()))
+	return b
+}
+
+// headerLen is the size of every datagram's common part: magic, type, 3 bytes padding, sequence, send time.
+const headerLen = 20
+
+func (p *Prober) onReply(buf []byte, from netip.AddrPort) {
+	sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:]))) //nolint:gosec // our own timestamp echoed back
+	now := time.Now()
+	var changed string
+	p.mu.Lock()
+	for k, t := range p.targets {
+		if t.Addr.Addr() != from.Addr().Unmap() {
 			continue
 		}
-		sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:]))) //nolint:gosec // our own timestamp echoed back
-		now := time.Now()
-		var changed string
-		p.mu.Lock()
-		for k, t := range p.targets {
-			if t.Addr.Addr() != from.Addr().Unmap() {
-				continue
-			}
-			s := p.state[k]
-			s.Received++
-			s.LastRTT = now.Sub(sent)
-			s.lastSeen = now
-			if !s.Up {
-				s.Up = true
-				s.Changes++
-				changed = k
-			}
+		s := p.state[k]
+		s.Received++
+		s.LastRTT = now.Sub(sent)
+		s.lastSeen = now
+		if !s.Up {
+			s.Up = true
+			s.Changes++
+			changed = k
 		}
-		p.mu.Unlock()
-		if changed != "" {
-			p.onChange(changed, true)
-		}
+	}
+	p.mu.Unlock()
+	if changed != "" {
+		p.onChange(changed, true)
 	}
 }

@@ -63,6 +63,56 @@ func iperf(b *testing.B, lab *topo.Lab, client, server, addr string, port int) (
 	return gbps, (r.End.CPU.HostTotal + r.End.CPU.RemoteTotal) / gbps
 }
 
+// vethBaseline is a plain veth pair between two namespaces, 10.99.0.1 ↔ 10.99.0.2: the benchmarks' baseline.
+func vethBaseline(lab *topo.Lab) (string, string) {
+	v1, v2 := lab.AddNS("v1"), lab.AddNS("v2")
+	lab.MustIP(v1, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v2)
+	lab.MustIP(v1, "addr", "add", "10.99.0.1/24", "dev", "eth0")
+	lab.MustIP(v2, "addr", "add", "10.99.0.2/24", "dev", "eth0")
+	lab.MustIP(v1, "link", "set", "eth0", "up")
+	lab.MustIP(v2, "link", "set", "eth0", "up")
+	return v1, v2
+}
+
+// waitPaths waits until each pair's first pod pings the second's, failing the benchmark at deadline.
+func waitPaths(b *testing.B, lab *topo.Lab, deadline time.Time, pairs [][2]*Node) {
+	b.Helper()
+	for _, p := range pairs {
+		for {
+			if _, err := lab.Exec(p[0].Pod, "ping", "-c", "1", "-W", "1", p[1].PodIP.String()); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("no path %s → %s", p[0].Name, p[1].Name)
+			}
+		}
+	}
+}
+
+// benchWireGuardL3Path switches s to --wireguard-l3 and measures the gateway pod → gateway pod path b.N
+// times: Gbit/s, CPU%/Gbit and ping RTT, summed.
+func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64) {
+	b.StopTimer()
+	useWireGuardL3(s)
+	ga1, gb1 := s.Nodes["ga1"], s.Nodes["gb1"]
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := s.Lab.Exec(ga1.Pod, "ping", "-c", "1", "-W", "1", gb1.PodIP.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no L3 path %s → %s", ga1.Name, gb1.Name)
+		}
+	}
+	b.StartTimer()
+	for i := 0; i < b.N; i++ {
+		g, c := iperf(b, s.Lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		gbps, cpu = gbps+g, cpu+c
+		rttSum += rtt(b, s.Lab, ga1.Pod, gb1.PodIP.String())
+	}
+	return gbps, cpu, rttSum
+}
+
 var rttRe = regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`)
 
 // rtt is the average ping round trip in microseconds.
@@ -87,25 +137,9 @@ func rtt(b *testing.B, lab *topo.Lab, client, addr string) float64 {
 func BenchmarkDataplaneThroughput(b *testing.B) {
 	s := NewSites(b, netv1.ProtocolWireGuard)
 	lab := s.Lab
-	v1, v2 := lab.AddNS("v1"), lab.AddNS("v2")
-	lab.MustIP(v1, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", v2)
-	lab.MustIP(v1, "addr", "add", "10.99.0.1/24", "dev", "eth0")
-	lab.MustIP(v2, "addr", "add", "10.99.0.2/24", "dev", "eth0")
-	lab.MustIP(v1, "link", "set", "eth0", "up")
-	lab.MustIP(v2, "link", "set", "eth0", "up")
+	v1, v2 := vethBaseline(lab)
 	a1, ga1, gb1 := s.Nodes["a1"], s.Nodes["ga1"], s.Nodes["gb1"]
-	// Wait for both paths.
-	deadline := time.Now().Add(20 * time.Second)
-	for _, p := range [][2]*Node{{a1, ga1}, {ga1, gb1}} {
-		for {
-			if _, err := lab.Exec(p[0].Pod, "ping", "-c", "1", "-W", "1", p[1].PodIP.String()); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("no path %s → %s", p[0].Name, p[1].Name)
-			}
-		}
-	}
+	waitPaths(b, lab, time.Now().Add(20*time.Second), [][2]*Node{{a1, ga1}, {ga1, gb1}})
 	var veth, vx, wg, kern, vethCPU, vxCPU, wgCPU, kernCPU, vethRTT, vxRTT, wgRTT, kernRTT float64
 	var wgL3, wgL3CPU float64
 	b.ResetTimer()
@@ -142,24 +176,7 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 		}
 	}
 	// The same pod path with --wireguard-l3 (one active gateway per Site): TCP straight into WireGuard.
-	b.StopTimer()
-	useWireGuardL3(s)
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		if _, err := lab.Exec(ga1.Pod, "ping", "-c", "1", "-W", "1", gb1.PodIP.String()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no L3 path %s → %s", ga1.Name, gb1.Name)
-		}
-	}
-	b.StartTimer()
-	var l3, l3CPU, l3RTT float64
-	for i := 0; i < b.N; i++ {
-		g, c := iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
-		l3, l3CPU = l3+g, l3CPU+c
-		l3RTT += rtt(b, lab, ga1.Pod, gb1.PodIP.String())
-	}
+	l3, l3CPU, l3RTT := benchWireGuardL3Path(b, s)
 	n := float64(b.N)
 	b.ReportMetric(l3/n, "wireguard-l3-path-Gbit/s")
 	b.ReportMetric(l3/veth, "wireguard-l3-path-x-veth")

@@ -23,7 +23,7 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
-	"github.com/yonder-dev/yonder/network/internal/dataplane/engine"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
 	"github.com/yonder-dev/yonder/network/internal/plan"
 )
@@ -303,7 +303,7 @@ func (s *Sites) WritePlans(inactive map[string]bool) {
 		if n.Site == "b" {
 			remote, pool = "a", "10.10.0.0/16"
 		}
-		in := engine.Input{Node: n.Name, Site: n.Site, PodCIDRs: []string{n.PodCIDR.String()}, Slices: slices,
+		in := desired.Input{Node: n.Name, Site: n.Site, PodCIDRs: []string{n.PodCIDR.String()}, Slices: slices,
 			Plan: netv1.RoutePlanSpec{Site: n.Site, IntraSite: netv1.IntraSitePlan{Protocol: s.Intra, TunnelMTU: intraMTU},
 				Links: []netv1.SiteLink{{Site: remote, Protocol: s.Protocol, Mode: netv1.LinkModeGateway, TunnelMTU: mtu,
 					EndpointType: netv1.EndpointExternal, Prefixes: []string{pool}, LocalGateways: gws[n.Site],

@@ -224,6 +224,24 @@ func (d *Device) UpsertPeers(desired []Peer) (Changes, error) {
 	return d.reconcilePeers(desired, false)
 }
 
+// RemovePeers removes the given peers (absent ones are ignored). Re-adding one afterwards starts from no
+// session, so the next packet to it starts a handshake at once: what a dialling end behind NAT needs when
+// the peer it dials lost its session (a restarted userspace device), which that peer cannot re-establish
+// because it cannot dial back.
+func (d *Device) RemovePeers(keys []wgtypes.Key) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	cfgs := make([]wgtypes.PeerConfig, 0, len(keys))
+	for _, k := range keys {
+		cfgs = append(cfgs, wgtypes.PeerConfig{PublicKey: k, Remove: true})
+	}
+	if err := d.client.ConfigureDevice(d.Name, wgtypes.Config{Peers: cfgs}); err != nil {
+		return fmt.Errorf("failed to remove peers of %s: %w", d.Name, err)
+	}
+	return nil
+}
+
 func (d *Device) reconcilePeers(desired []Peer, remove bool) (Changes, error) {
 	cur, err := d.State()
 	if err != nil {

@@ -158,94 +158,16 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 	ka, kb := mustKey(g), mustKey(g)
 	addrA, addrB := net.IPv4(10, 99, 0, 1), net.IPv4(10, 99, 0, 2)
 	const portA, portB, udpPort = 47101, 47102, 47103
-	open := func(ns, name string, k wgtypes.Key, port int, self net.IP, peer Peer) *Device {
-		var d *Device
-		g.Expect(topo.RunIn(ns, func() error {
-			var err error
-			if d, err = Open(name, 1420, false, slog.Default()); err != nil {
-				return err
-			}
-			if _, err := d.SetIdentity(k, port); err != nil {
-				return err
-			}
-			if _, err := d.ReconcilePeers([]Peer{peer}); err != nil {
-				return err
-			}
-			l, err := netlink.LinkByName(name)
-			if err != nil {
-				return err
-			}
-			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: self, Mask: net.CIDRMask(32, 32)}}); err != nil {
-				return err
-			}
-			other := peer.AllowedIPs[len(peer.AllowedIPs)-1]
-			return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &other, Scope: netlink.SCOPE_LINK})
-		})).To(Succeed())
-		t.Cleanup(func() { _ = d.Close(true) })
-		return d
-	}
 	loop := func(port int) *net.UDPAddr { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
 	peerA := Peer{PublicKey: ka.PublicKey(), Endpoint: loop(portA), AllowedIPs: []net.IPNet{{IP: addrA, Mask: net.CIDRMask(32, 32)}}, Keepalive: time.Second}
 	peerB := Peer{PublicKey: kb.PublicKey(), Endpoint: loop(portB), AllowedIPs: []net.IPNet{{IP: addrB, Mask: net.CIDRMask(32, 32)}}, Keepalive: time.Second}
-	open(nsA, lab.Prefix+"wa", ka, portA, addrA, peerB)
-	b := open(nsB, lab.Prefix+"wb", kb, portB, addrB, peerA)
+	openPeered(t, g, nsA, lab.Prefix+"wa", ka, portA, addrA, peerB)
+	b := openPeered(t, g, nsB, lab.Prefix+"wb", kb, portB, addrB, peerA)
+	rx, tx := udpThroughTunnel(t, g, nsA, nsB, addrA, addrB, udpPort)
 
-	var rx, tx *net.UDPConn
-	g.Expect(topo.RunIn(nsB, func() (err error) {
-		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: addrB, Port: udpPort})
-		return err
-	})).To(Succeed())
-	defer func() { _ = rx.Close() }()
-	_ = rx.SetReadBuffer(4 << 20)
-	g.Expect(topo.RunIn(nsA, func() (err error) {
-		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: addrA}, &net.UDPAddr{IP: addrB, Port: udpPort})
-		return err
-	})).To(Succeed())
-	defer func() { _ = tx.Close() }()
-	// Wait for the handshake (the first datagram that arrives), then count only the flow's datagrams.
-	g.Eventually(func() error {
-		_, _ = tx.Write([]byte("hello"))
-		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		_, err := rx.Read(make([]byte, 64))
-		return err
-	}, 5*time.Second).Should(Succeed())
-	_ = rx.SetReadDeadline(time.Time{})
-	received := make(chan int, 1)
-	var counted atomic.Int64
-	go func() {
-		n, buf := 0, make([]byte, 64)
-		for {
-			m, err := rx.Read(buf)
-			if err != nil {
-				received <- n
-				return
-			}
-			if string(buf[:m]) == "seq" {
-				n++
-				counted.Add(1)
-			}
-		}
-	}()
-
+	received, counted := countDatagrams(rx, "seq")
 	stop := make(chan struct{})
-	sent := make(chan int, 1)
-	go func() {
-		// A steady flow of at most one datagram per 100 µs (a send rate, not a wait).
-		pace := time.NewTicker(100 * time.Microsecond)
-		defer pace.Stop()
-		n := 0
-		for {
-			select {
-			case <-stop:
-				sent <- n
-				return
-			case <-pace.C:
-			}
-			if _, err := tx.Write([]byte("seq")); err == nil {
-				n++
-			}
-		}
-	}()
+	sent := sendPaced(tx, "seq", stop)
 	var prefixes []net.IPNet
 	for i := range 100 {
 		for j := range 20 {
@@ -270,4 +192,102 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 	t.Logf("%d datagrams sent while 100 upserts added %d prefixes, %d received", nSent, len(prefixes), nRecv)
 	g.Expect(nSent).To(BeNumerically(">", 100))
 	g.Expect(nRecv).To(BeNumerically(">=", nSent), "datagrams from the peer were dropped while its allowed IPs grew")
+}
+
+// openPeered opens an embedded device in namespace ns with key k on port, its address self, one peer and a
+// route to the peer's last allowed IP.
+func openPeered(t *testing.T, g Gomega, ns, name string, k wgtypes.Key, port int, self net.IP, peer Peer) *Device {
+	var d *Device
+	g.Expect(topo.RunIn(ns, func() error {
+		var err error
+		if d, err = Open(name, 1420, false, slog.Default()); err != nil {
+			return err
+		}
+		if _, err := d.SetIdentity(k, port); err != nil {
+			return err
+		}
+		if _, err := d.ReconcilePeers([]Peer{peer}); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: self, Mask: net.CIDRMask(32, 32)}}); err != nil {
+			return err
+		}
+		other := peer.AllowedIPs[len(peer.AllowedIPs)-1]
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &other, Scope: netlink.SCOPE_LINK})
+	})).To(Succeed())
+	t.Cleanup(func() { _ = d.Close(true) })
+	return d
+}
+
+// udpThroughTunnel opens a receiver at addrB:port in nsB and a sender from addrA in nsA, and waits for the
+// handshake (the first datagram that arrives).
+func udpThroughTunnel(t *testing.T, g Gomega, nsA, nsB string, addrA, addrB net.IP, port int) (rx, tx *net.UDPConn) {
+	g.Expect(topo.RunIn(nsB, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: addrB, Port: port})
+		return err
+	})).To(Succeed())
+	t.Cleanup(func() { _ = rx.Close() })
+	_ = rx.SetReadBuffer(4 << 20)
+	g.Expect(topo.RunIn(nsA, func() (err error) {
+		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: addrA}, &net.UDPAddr{IP: addrB, Port: port})
+		return err
+	})).To(Succeed())
+	t.Cleanup(func() { _ = tx.Close() })
+	g.Eventually(func() error {
+		_, _ = tx.Write([]byte("hello"))
+		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := rx.Read(make([]byte, 64))
+		return err
+	}, 5*time.Second).Should(Succeed())
+	_ = rx.SetReadDeadline(time.Time{})
+	return rx, tx
+}
+
+// countDatagrams counts the datagrams reading msg on rx (live in the returned counter); the total is sent on
+// the channel when rx fails (its deadline ends the count).
+func countDatagrams(rx *net.UDPConn, msg string) (chan int, *atomic.Int64) {
+	received := make(chan int, 1)
+	counted := &atomic.Int64{}
+	go func() {
+		n, buf := 0, make([]byte, 64)
+		for {
+			m, err := rx.Read(buf)
+			if err != nil {
+				received <- n
+				return
+			}
+			if string(buf[:m]) == msg {
+				n++
+				counted.Add(1)
+			}
+		}
+	}()
+	return received, counted
+}
+
+// sendPaced sends msg on tx at most once per 100 µs (a send rate, not a wait) until stop closes, then the
+// number sent on the returned channel.
+func sendPaced(tx *net.UDPConn, msg string, stop chan struct{}) chan int {
+	sent := make(chan int, 1)
+	go func() {
+		pace := time.NewTicker(100 * time.Microsecond)
+		defer pace.Stop()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			case <-pace.C:
+			}
+			if _, err := tx.Write([]byte(msg)); err == nil {
+				n++
+			}
+		}
+	}()
+	return sent
 }

@@ -1,4 +1,4 @@
-package engine
+package desired
 
 import (
 	"net/netip"
@@ -36,7 +36,7 @@ func input(node, cidr string) Input {
 		}}
 }
 
-func routes(d Desired) map[string][]string {
+func routes(d State) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range d.Routes {
 		out[r.Prefix.String()] = r.Members
@@ -114,7 +114,7 @@ func TestComputeNeedsIPv4PodCIDR(t *testing.T) {
 
 func TestComputeWireGuardL3(t *testing.T) {
 	g := NewWithT(t)
-	l3 := func(d Desired) bool {
+	l3 := func(d State) bool {
 		for _, r := range d.Routes {
 			if r.Prefix.String() == "10.20.0.0/16" {
 				return r.L3
@@ -152,4 +152,70 @@ func TestComputeWireGuardL3(t *testing.T) {
 	in.Plan.Links[0].LocalGateways = []string{"ga1"}
 	d, _ = ComputeWith(in, nil, Features{WireGuardL3: true})
 	g.Expect(l3(d)).To(BeFalse())
+}
+
+// natInput is input with site b behind NAT (or site a, aBehindNAT) and a Relayed link to site c through
+// relay site r's gateway gr1.
+func natInput(node, cidr string, aBehindNAT bool) Input {
+	in := input(node, cidr)
+	for i := range in.Slices {
+		for j := range in.Slices[i].Peers {
+			p := &in.Slices[i].Peers[j]
+			p.BehindNAT = (in.Slices[i].Site == "a") == aBehindNAT
+		}
+	}
+	in.Plan.Links[0].Kind = netv1.LinkKindNATInitiated
+	in.Plan.Links = append(in.Plan.Links, netv1.SiteLink{Site: "c", Protocol: netv1.ProtocolWireGuard, Mode: netv1.LinkModeGateway,
+		TunnelMTU: 1300, EndpointType: netv1.EndpointExternal, Prefixes: []string{"10.30.0.0/16"}, LocalGateways: []string{"ga1", "ga2"},
+		RemoteGateways: []string{"gc1"}, Kind: netv1.LinkKindRelayed, Relay: &netv1.LinkRelay{Site: "r", Gateways: []string{"gr1"}}, Up: true})
+	in.Slices = append(in.Slices, netv1.PeerSliceSpec{Site: "r", Role: netv1.SliceRoleGateways, Peers: []netv1.Peer{
+		peer("gr1", "10.40.1.0/24", "192.168.40.41", "198.51.100.41", true)}})
+	return in
+}
+
+// The reachable end accepts a peer behind NAT without an endpoint; the NATed end dials (and probes) it.
+func TestComputeNATDialsOrAccepts(t *testing.T) {
+	g := NewWithT(t)
+	d, err := Compute(natInput("ga1", "10.10.2.0/24", false), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	h := d.Hops["gb1/wireguard"]
+	g.Expect(h.Accept).To(BeTrue(), "gb1 is behind NAT: accepted, learned from its handshake")
+	g.Expect(h.Initiate).To(BeFalse())
+	g.Expect(d.Hops["ga2/vxlan"].Accept).To(BeFalse(), "intra-site peers are always dialled")
+
+	d, err = Compute(natInput("ga1", "10.10.2.0/24", true), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.BehindNAT).To(BeTrue())
+	h = d.Hops["gb1/wireguard"]
+	g.Expect(h.Accept).To(BeFalse())
+	g.Expect(h.Initiate).To(BeTrue(), "ga1 is behind NAT and gb1 is not: ga1 dials and keeps the mapping")
+	g.Expect(h.Underlay.String()).To(Equal("198.51.100.31"))
+}
+
+// A Relayed link: its gateways send the remote Site's prefixes to the relay's gateways (not to the remote
+// gateways, which cannot be dialled), at the link's MTU; ordinary nodes send them to their gateways.
+func TestComputeRelayedLink(t *testing.T) {
+	g := NewWithT(t)
+	d, err := Compute(natInput("ga1", "10.10.2.0/24", true), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)["10.30.0.0/16"]).To(Equal([]string{"gr1/wireguard"}))
+	g.Expect(d.Hops).NotTo(HaveKey("gc1/wireguard"))
+	g.Expect(d.Hops["gr1/wireguard"].Initiate).To(BeTrue())
+	for _, r := range d.Routes {
+		if r.Prefix.String() == "10.30.0.0/16" {
+			g.Expect(r.MTU).To(Equal(1300))
+		}
+	}
+	d, err = Compute(natInput("a1", "10.10.1.0/24", true), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)["10.30.0.0/16"]).To(Equal([]string{"ga1/vxlan", "ga2/vxlan"}))
+
+	// Without a relay the prefixes are blackholed.
+	in := natInput("ga1", "10.10.2.0/24", true)
+	in.Plan.Links[1].Relay, in.Plan.Links[1].Up = nil, false
+	d, err = Compute(in, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	r, ok := routes(d)["10.30.0.0/16"]
+	g.Expect(ok).To(BeTrue())
+	g.Expect(r).To(BeEmpty())
 }

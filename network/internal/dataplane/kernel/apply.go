@@ -1,0 +1,257 @@
+// Package kernel applies a node's desired dataplane (package desired) to the kernel with diffs: VXLAN
+// devices with static FDB and neighbour entries, the WireGuard peers (dialled, or accepted without an
+// endpoint when they sit behind NAT), routes with the path MTU, the iptables rules and the eBPF maps. An
+// unchanged object is never rewritten, so a restarted daemon adopts what it finds.
+package kernel
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/wgdev"
+)
+
+// viaWireGuardL3 keys the WireGuard device itself in the Applier's device map (L3 routes).
+const viaWireGuardL3 desired.Via = "wireguard-l3"
+
+// RouteProtocol marks the routes this daemon owns (so stale ones can be found after a restart).
+const RouteProtocol = netlink.RouteProtocol(0x79)
+
+// Devices names the node's devices.
+type Devices struct {
+	VXLAN     string // VXLAN over the underlay
+	VXLANWG   string // VXLAN inside WireGuard
+	WireGuard string
+	PodBridge string
+}
+
+// Writes counts kernel writes, by kind (the restart test expects none for unchanged state).
+type Writes struct {
+	Links, FDB, Neigh, Routes, Peers, Maps int
+	// WireGuardDevice counts the address and routes of the WireGuard device (an embedded device is new after a
+	// restart, and the kernel removed its routes with the old one).
+	WireGuardDevice int
+}
+
+// Total is the number of writes.
+func (w Writes) Total() int {
+	return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps + w.WireGuardDevice
+}
+
+// Applier programs the kernel; it runs inside the node's network namespace.
+type Applier struct {
+	Dev Devices
+	BPF *bpf.Datapath
+	Log *slog.Logger
+	// Writes accumulates over the Applier's life.
+	Writes Writes
+}
+
+// Redial forgets the WireGuard sessions with the given peers (public keys) on every device of own, so the
+// next Apply adds them afresh and the next packet starts a handshake. Invalid keys are skipped.
+func (a *Applier) Redial(own OwnWireGuard, publicKeys []string) error {
+	var keys []wgtypes.Key
+	for _, k := range publicKeys {
+		if pk, err := wgtypes.ParseKey(k); err == nil {
+			keys = append(keys, pk)
+		}
+	}
+	devs := []*wgdev.Device{own.Send}
+	if own.Other != nil {
+		devs = append(devs, own.Other)
+	}
+	for _, d := range devs {
+		if err := d.RemovePeers(keys); err != nil {
+			return err
+		}
+		a.Writes.Peers += len(keys)
+	}
+	return nil
+}
+
+// OwnWireGuard is the node's side of WireGuard for one Apply. Send carries traffic to the peers: their
+// addresses are routed to it, with its slot's address as source. Other, while a key rotation brings up the
+// next slot or the previous slot drains, has the same peers and its own slot's address but no routes, so
+// what peers still send to it arrives.
+type OwnWireGuard struct {
+	Send      *wgdev.Device
+	SendSlot  int
+	Other     *wgdev.Device
+	OtherSlot int
+}
+
+// PersistentKeepalive is sent on every WireGuard peer: it keeps NAT mappings (and stateful firewalls) of the
+// dialling end open, and starts a handshake as soon as a peer is configured.
+const PersistentKeepalive = 25 * time.Second
+
+// Apply makes the kernel match st: devices, addresses, WireGuard peers (new and changed first), FDB and
+// neighbour entries, routes, peers that left (last, once nothing points at them) and the eBPF maps. Each
+// phase is a diff, so a retry after a failure repeats only what is still missing.
+func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
+	r := &applyRun{a: a, st: st, own: own}
+	for _, phase := range []struct {
+		name string
+		run  func() error
+	}{
+		{"devices", r.devices},
+		{"WireGuard peers", r.upsertPeers},
+		{"FDB and neighbours", r.neighbours},
+		{"routes", r.routes},
+		{"WireGuard peers that left", r.removePeers},
+		{"eBPF maps", r.maps},
+	} {
+		if err := phase.run(); err != nil {
+			return fmt.Errorf("failed to apply the dataplane (%s): %w", phase.name, err)
+		}
+	}
+	return nil
+}
+
+// applyRun is one Apply; its methods are the phases, in order.
+type applyRun struct {
+	a     *Applier
+	st    desired.State
+	own   OwnWireGuard
+	links map[desired.Via]netlink.Link
+	wg    netlink.Link
+	src   netip.Addr // this node's address inside WireGuard (the sending slot's)
+	peers []wgdev.Peer
+}
+
+// devices ensures both VXLAN devices and the WireGuard devices' addresses.
+func (r *applyRun) devices() error {
+	vx, err := r.a.EnsureVXLAN(r.a.Dev.VXLAN, 1, desired.DefaultVXLANPort, r.st.VXLANMTU, r.st.MAC)
+	if err != nil {
+		return err
+	}
+	vw, err := r.a.EnsureVXLAN(r.a.Dev.VXLANWG, 2, desired.VXLANOverWireGuardPort, r.st.WGMTU, r.st.MAC)
+	if err != nil {
+		return err
+	}
+	if r.wg, err = netlink.LinkByName(r.own.Send.Name); err != nil {
+		return fmt.Errorf("failed to find %s: %w", r.own.Send.Name, err)
+	}
+	r.src = desired.SlotAddr(r.st.Tunnel, r.own.SendSlot)
+	if err := r.a.EnsureAddr(r.wg, r.src); err != nil {
+		return err
+	}
+	if r.own.Other != nil {
+		ol, err := netlink.LinkByName(r.own.Other.Name)
+		if err != nil {
+			return fmt.Errorf("failed to find %s: %w", r.own.Other.Name, err)
+		}
+		if err := r.a.EnsureAddr(ol, desired.SlotAddr(r.st.Tunnel, r.own.OtherSlot)); err != nil {
+			return err
+		}
+	}
+	r.links = map[desired.Via]netlink.Link{desired.ViaVXLAN: vx, desired.ViaWireGuard: vw, viaWireGuardL3: r.wg}
+	return nil
+}
+
+// wireGuardDevices are the devices that get the peers: the sending slot's and, during a rotation or drain,
+// the other one.
+func (r *applyRun) wireGuardDevices() []*wgdev.Device {
+	if r.own.Other != nil {
+		return []*wgdev.Device{r.own.Send, r.own.Other}
+	}
+	return []*wgdev.Device{r.own.Send}
+}
+
+// upsertPeers adds and updates WireGuard peers: allowed IPs are the peer's address of the slot the key
+// belongs to (/32), both while it rotates; a peer behind NAT gets no endpoint (its handshake brings it).
+func (r *applyRun) upsertPeers() error {
+	for _, h := range r.st.Hops {
+		if h.Via != desired.ViaWireGuard {
+			continue
+		}
+		r.addPeer(h, h.PublicKey, h.WGAddr, h.WGPort, h.L3Prefixes)
+		if h.NextPublicKey != "" {
+			r.addPeer(h, h.NextPublicKey, h.NextWGAddr, h.NextWGPort, nil)
+		}
+	}
+	// Peers that left are removed last (removePeers), after the FDB and routes stopped pointing at them (a
+	// peer that switched its key slot keeps receiving until then).
+	for _, dev := range r.wireGuardDevices() {
+		ch, err := dev.UpsertPeers(r.peers)
+		if err != nil {
+			return err
+		}
+		r.a.Writes.Peers += len(ch.Added) + len(ch.Updated)
+	}
+	return nil
+}
+
+func (r *applyRun) addPeer(h desired.NextHop, key string, addr netip.Addr, port int, l3 []netip.Prefix) {
+	pk, err := wgtypes.ParseKey(key)
+	if err != nil {
+		r.a.Log.Error("Ignoring peer with an invalid public key", "node", h.Node)
+		return
+	}
+	allowed := []net.IPNet{{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	for _, p := range l3 {
+		allowed = append(allowed, *prefixNet(p))
+	}
+	p := wgdev.Peer{PublicKey: pk, AllowedIPs: allowed, Keepalive: PersistentKeepalive}
+	if !h.Accept {
+		p.Endpoint = &net.UDPAddr{IP: h.Underlay.AsSlice(), Port: port}
+	}
+	r.peers = append(r.peers, p)
+}
+
+// neighbours syncs the FDB (tunnel MAC → outer destination) and neighbour (tunnel address → tunnel MAC)
+// entries of every device.
+func (r *applyRun) neighbours() error {
+	for via, l := range r.links {
+		want := map[string]desired.NextHop{}
+		for _, h := range r.st.Hops {
+			if h.Via == via {
+				want[h.MAC.String()] = h
+			}
+		}
+		if err := r.a.syncFDB(l, want, via); err != nil {
+			return err
+		}
+		if err := r.a.syncNeigh(l, want); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routes syncs the WireGuard tunnel /32s and every prefix's route via its primary member.
+func (r *applyRun) routes() error {
+	return r.a.syncRoutes(wantedRoutes(r.st, r.links, r.wg, r.src), r.wg.Attrs().Index)
+}
+
+// removePeers removes the WireGuard peers no hop needs any more.
+func (r *applyRun) removePeers() error {
+	for _, dev := range r.wireGuardDevices() {
+		ch, err := dev.ReconcilePeers(r.peers)
+		if err != nil {
+			return err
+		}
+		r.a.Writes.Peers += len(ch.Removed)
+	}
+	return nil
+}
+
+// maps syncs the eBPF program's prefixes and groups.
+func (r *applyRun) maps() error {
+	if r.a.BPF == nil {
+		return nil
+	}
+	st, err := r.a.BPF.Sync(BPFDesired(r.st, r.links))
+	if err != nil {
+		return err
+	}
+	r.a.Writes.Maps += st.Updated + st.Deleted
+	return nil
+}

@@ -3,7 +3,9 @@ package baremetalhost_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -152,4 +154,12 @@ func inspectBaseline(g *WithT, sim *redfishsim.Server, n int) (time.Duration, ti
 	baseReq := sim.TotalRequests() - reqBefore
 
 	return baseWall, baseCPU, baseReq
+}
+
+// envInt is the positive integer in environment variable name, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

@@ -3,6 +3,7 @@ package baremetalhost_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -179,4 +180,13 @@ func TestPXEBootTimeout(t *testing.T) {
 	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Reason).To(Equal(baremetalhost.BareMetalHostPXEBootTimeoutReason))
 	g.Consistently(func() int { return sim.State("s1").PXEBoots }, "3s").Should(Equal(2))
 	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+}
+
+// mustMAC parses a MAC address the test writes out.
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,7 +75,7 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	// Deleting the host powers it off and removes the finalizer.
 	g.Expect(env.Delete(ctx, h)).To(Succeed())
 	g.Eventually(func() bool {
-		return apierrorsIsNotFound(env.Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{}))
+		return apierrors.IsNotFound(env.Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{}))
 	}).Should(BeTrue())
 }
 
@@ -97,7 +99,7 @@ func TestWrongCredentials(t *testing.T) {
 	g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusError))
 	g.Expect(got.Status.HardwareDetails).To(BeNil())
 
-	sec := &corev1Secret{}
+	sec := &corev1.Secret{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "h1-bmc"}, sec)).To(Succeed())
 	sec.Data["password"] = []byte(bmcPass)
 	g.Expect(env.Update(ctx, sec)).To(Succeed())

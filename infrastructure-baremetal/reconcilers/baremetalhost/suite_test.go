@@ -265,3 +265,15 @@ func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) { //noli
 // controllerConcurrency is the workers of controllers started by startController (the manager's default
 // is 10; functional tests use fewer so interleavings show).
 var controllerConcurrency = 4
+
+// patchHost changes a host's spec or metadata as a user (or CAPM3) would, retrying on conflicts.
+func patchHost(g Gomega, h *metal3v1.BareMetalHost, mutate func(*metal3v1.BareMetalHost)) {
+	g.Eventually(func() error {
+		cur := &metal3v1.BareMetalHost{}
+		if err := env.Get(context.Background(), client.ObjectKeyFromObject(h), cur); err != nil {
+			return err
+		}
+		mutate(cur)
+		return env.Update(context.Background(), cur)
+	}).Should(Succeed())
+}

@@ -16,6 +16,7 @@ import (
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	"github.com/yonder-dev/yonder/bootstrap/internal/cloudinit"
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 // controlPlaneVersion is what the control plane reports; Machines made by newMachine set no version, so
@@ -24,41 +25,13 @@ const controlPlaneVersion = "v1.36.2"
 
 var filterLabels = map[string]string{clusterv1.WatchLabel: watchFilter}
 
-// newCluster creates a Cluster whose control plane (CAPI's generic test control plane, marked
-// initialized and externally managed) is the workload apiserver, with "<cluster>-kubeconfig" written
-// as a control plane provider would. It waits until CAPI reports the control plane initialized.
+// newCluster creates a Cluster, in a namespace of its own, attached to the workload apiserver (see
+// harness.AttachedCluster) whose control plane reports controlPlaneVersion.
 func newCluster(ctx context.Context, t *testing.T, g *WithT, prefix string) *clusterv1.Cluster {
 	t.Helper()
 	ns := env.CreateNamespace(ctx, t, prefix)
-	cp := &unstructured.Unstructured{}
-	cp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
-	cp.SetKind(builder.GenericControlPlaneKind)
-	cp.SetNamespace(ns.Name)
-	cp.SetName("cp")
-	_ = unstructured.SetNestedMap(cp.Object, map[string]any{}, "spec")
-	g.Expect(env.Create(ctx, cp)).To(Succeed())
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
-	_ = unstructured.SetNestedField(cp.Object, controlPlaneVersion, "status", "version")
-	g.Expect(env.Status().Update(ctx, cp)).To(Succeed())
-
-	cluster := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "wl", Labels: filterLabels},
-		Spec: clusterv1.ClusterSpec{
-			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "cp",
-			},
-			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: workload.Host.String(), Port: int32(workload.Port)},
-		},
-	}
-	g.Expect(env.Create(ctx, cluster)).To(Succeed())
-	g.Expect(workload.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		got := &clusterv1.Cluster{}
-		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(cluster), got)).To(Succeed())
-		g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
-	}).Should(Succeed())
-	return cluster
+	return harness.AttachedCluster(t, g, env, workload, harness.ClusterOptions{Namespace: ns.Name, Name: "wl", Labels: filterLabels,
+		ControlPlaneVersion: controlPlaneVersion})
 }
 
 // newMachine creates a YonderConfig, a generic infrastructure machine (provisioned, with a providerID

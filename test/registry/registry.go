@@ -6,16 +6,10 @@ package registry
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +26,7 @@ import (
 
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/testbins"
+	"github.com/yonder-dev/yonder/test/testpki"
 )
 
 // Options configure a registry.
@@ -151,39 +146,16 @@ http:
 
 // serving creates a CA and a serving certificate for ip signed by it (PEM).
 func serving(ip string) (caPEM, crtPEM, keyPEM []byte, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	const validity = 30 * 24 * time.Hour
+	ca, err := testpki.NewCA("yonder-test-registry-ca", validity)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "yonder-test-registry-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(30 * 24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	crtPEM, keyPEM, err = ca.Issue(testpki.Leaf{CommonName: ip, IPs: []net.IP{net.ParseIP(ip)}, Server: true, Validity: validity})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip}, IPAddresses: []net.IP{net.ParseIP(ip)},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(30 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), nil
+	return ca.CertPEM, crtPEM, keyPEM, nil
 }
 
 // Push uploads img as ref (a reference in this registry, "<Host>/repo:tag") with the first user's

@@ -141,7 +141,7 @@ func restartCycles(t *testing.T, p provider) {
 	first := p.start(t, startOptions{})
 	cluster := p.cluster(t, g, ns, "rs")
 	first.Stop()
-	wlc, err := workload(t).Client()
+	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name), 0, "rs")
 

@@ -41,8 +41,8 @@ func (*metalProvider) start(t *testing.T, o startOptions) *harness.Provider {
 
 func (*metalProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
 	t.Helper()
-	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
-		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+	return harness.AttachedCluster(t, g, env.Client, wl.Get(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(wl.Get(t))}}})
 }
 
 func metalSpec(pool string) infrav1.YonderMetalMachineSpec {

@@ -46,8 +46,8 @@ func (*sshProvider) start(t *testing.T, o startOptions) *harness.Provider {
 
 func (*sshProvider) cluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
 	t.Helper()
-	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
-		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+	return harness.AttachedCluster(t, g, env.Client, wl.Get(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(wl.Get(t))}}})
 }
 
 func (*sshProvider) machineTemplate(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference {

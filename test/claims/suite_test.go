@@ -21,7 +21,6 @@ import (
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	"github.com/yonder-dev/yonder/pkg/claim"
-	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/harness"
 )
@@ -203,12 +202,6 @@ func scale(g Gomega, md *clusterv1.MachineDeployment, n int32) {
 		cur.Spec.Replicas = ptr.To(n)
 		return env.Update(context.Background(), cur)
 	}).Should(Succeed())
-}
-
-// workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return wl.Get(t)
 }
 
 // ensureNodes stands in for the kubelets: for every provisioned machine it creates, in the workload

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 )
 
 // parallel runs f(i) for i in [0,n) on 10 workers.
@@ -137,7 +138,7 @@ func claimWithProvider(b *testing.B, g *WithT, ns string, machines int) (time.Du
 	cluster := newCluster(b, g, ns, "bench")
 	data := dataSecret(g, ns, "bench-join", cluster.Name)
 	cfg, provReq := harness.CountRequests(env.Config)
-	p := startProviderWithConfig(b, cfg, testOptions())
+	p := harness.StartProvider(b, cfg, env.GetScheme(), setup.Reconcilers(testOptions()))
 	t0 := time.Now()
 	newMachineDeployment(g, ns, "bench", cluster, data.Name, int32(machines), map[string]string{"pool": "bench"})
 	// When CAPI has created the last YonderMetalMachine: the part of the wall time that is CAPI's.

@@ -28,7 +28,7 @@ func TestMachineHealthCheckReplacementReusesTheHost(t *testing.T) {
 	sim := simulateHostController(t, ns)
 	cluster := newCluster(t, g, ns, "mhc")
 	startProvider(t, testOptions())
-	wlc, err := workload(t).Client()
+	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	data := dataSecret(g, ns, "mhc-join", cluster.Name)
 	newMachineDeployment(g, ns, "mhc", cluster, data.Name, 1, pool)

@@ -30,7 +30,7 @@ func TestClusterDeletionRemovesTheReleasedHostsNode(t *testing.T) {
 	simulateHostController(t, ns)
 	cluster := newCluster(t, g, ns, "stale")
 	startProvider(t, testOptions())
-	wlc, err := workload(t).Client()
+	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	data := dataSecret(g, ns, "stale-join", cluster.Name)
 	newMachineDeployment(g, ns, "stale", cluster, data.Name, 1, pool)

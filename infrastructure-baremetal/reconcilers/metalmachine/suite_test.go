@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,7 +20,6 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/test/bmhsim"
-	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/harness"
 )
@@ -35,26 +33,13 @@ func TestMain(m *testing.M) {
 	harness.Main(m, 90*time.Second, 100*time.Millisecond, harness.Providers("metal"), func(e *envtest.Environment) { env = e }, wl)
 }
 
-// workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return wl.Get(t)
-}
-
 func testOptions() setup.Options {
 	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
 }
 
 func startProvider(t testing.TB, o setup.Options) *harness.Provider {
 	t.Helper()
-	return startProviderWithConfig(t, env.Config, o)
-}
-
-// startProviderWithConfig starts the provider's reconcilers in a manager of their own, with its own
-// rest config (e.g. one that counts requests).
-func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
-	t.Helper()
-	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
+	return harness.StartProvider(t, env.Config, env.GetScheme(), setup.Reconcilers(o))
 }
 
 // newCluster creates a Cluster on a YonderMetalCluster whose control plane is the workload apiserver. Its
@@ -64,8 +49,8 @@ func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 	t.Helper()
 	p := startProvider(t, testOptions())
 	defer p.Stop()
-	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
-		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+	return harness.AttachedCluster(t, g, env.Client, wl.Get(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderMetalCluster{Spec: infrav1.YonderMetalClusterSpec{ControlPlaneEndpoint: harness.Endpoint(wl.Get(t))}}})
 }
 
 // hostSpec describes one BareMetalHost to register.

@@ -160,7 +160,7 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 	rc, requests := harness.CountRequests(env.Config)
 	rc.QPS, rc.Burst = 200, 400
 	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, PollInterval: time.Second, RetryInterval: time.Second}
-	p := startProviderWithConfig(b, rc, o)
+	p := harness.StartProvider(b, rc, env.GetScheme(), setup.Reconcilers(o))
 	defer p.Stop()
 	cluster := newCluster(b, g, ns, "bench")
 	data := dataSecret(g, ns, "bench", cluster.Name, benchData)

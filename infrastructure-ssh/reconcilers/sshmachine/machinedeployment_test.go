@@ -106,9 +106,9 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 		[]string{"rm -rf /etc/kubernetes/* /run/kubeadm", "echo cleaned >> /var/lib/yonder-ssh/cleanups"})
 	startProvider(t, testOptions())
 	cluster := newCluster(t, g, ns, "edge")
-	wlc, err := workload(t).Client()
+	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	data := dataSecret(g, ns, "edge-join", cluster.Name, cabpkJoinData(workload(t).Endpoint))
+	data := dataSecret(g, ns, "edge-join", cluster.Name, cabpkJoinData(wl.Get(t).Endpoint))
 	md := newMachineDeployment(g, ns, "workers", cluster, data.Name, "edge")
 
 	harness.Scale(g, env, md, 3)

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/pkg/manager"
@@ -22,7 +21,6 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
-	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/harness"
 	"github.com/yonder-dev/yonder/test/sshhosts"
@@ -37,12 +35,6 @@ func TestMain(m *testing.M) {
 	harness.Main(m, 90*time.Second, 200*time.Millisecond, harness.Providers("ssh"), func(e *envtest.Environment) { env = e }, wl)
 }
 
-// workload returns the workload cluster's control plane, shared by the tests of this package.
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	return wl.Get(t)
-}
-
 func testOptions() setup.Options {
 	return setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, ProbeInterval: 2 * time.Second,
 		PollInterval: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond, CleanupRetries: 3, Dialer: sshexec.SSHDialer{Timeout: 3 * time.Second}}
@@ -51,20 +43,14 @@ func testOptions() setup.Options {
 // startProvider starts the provider's reconcilers in a manager of their own.
 func startProvider(t testing.TB, o setup.Options) *harness.Provider {
 	t.Helper()
-	return startProviderWithConfig(t, env.Config, o)
-}
-
-// startProviderWithConfig starts the provider with its own rest config (e.g. counting requests).
-func startProviderWithConfig(t testing.TB, cfg *rest.Config, o setup.Options) *harness.Provider {
-	t.Helper()
-	return harness.StartProvider(t, cfg, env.GetScheme(), setup.Reconcilers(o))
+	return harness.StartProvider(t, env.Config, env.GetScheme(), setup.Reconcilers(o))
 }
 
 // newCluster creates a Cluster on a YonderSSHCluster whose control plane is the workload apiserver.
 func newCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster {
 	t.Helper()
-	return harness.AttachedCluster(t, g, env.Client, workload(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
-		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(workload(t))}}})
+	return harness.AttachedCluster(t, g, env.Client, wl.Get(t), harness.ClusterOptions{Namespace: ns, Name: name, WaitForInfrastructure: true,
+		Infrastructure: &infrav1.YonderSSHCluster{Spec: infrav1.YonderSSHClusterSpec{ControlPlaneEndpoint: harness.Endpoint(wl.Get(t))}}})
 }
 
 // registerHosts creates a credentials Secret and one YonderSSHHost per host, with pinned host keys.

@@ -26,8 +26,21 @@ const classCluster = "classy"
 // workers join. Changing a topology variable (nodeLabels) rolls every worker onto a patched
 // YonderConfigTemplate; deleting the Cluster returns every host clean.
 func TestClusterClass(t *testing.T) {
-	g := NewWithT(t)
 	ctx := context.Background()
+	t0 := time.Now()
+	ms := classClusterUp(ctx, t)
+	rollTopologyVariable(ctx, t, ms)
+	t2 := time.Now()
+	deleteCluster(ctx, t, classCluster)
+	t.Logf("scenario 5: topology Cluster deleted, hosts released and clean, in %s (whole scenario %s)",
+		time.Since(t2).Round(time.Second), time.Since(t0).Round(time.Second))
+}
+
+// classClusterUp applies the topology Cluster clusterctl renders with 2 workers, waits for them and
+// checks that the topology controller set the control plane's version, which the attached cluster runs.
+func classClusterUp(ctx context.Context, t *testing.T) []clusterv1.Machine {
+	t.Helper()
+	g := NewWithT(t)
 	t0 := time.Now()
 	objs := generateCluster(ctx, t, classCluster, "ssh-clusterclass", 2)
 	kinds := map[string]bool{}
@@ -52,8 +65,14 @@ func TestClusterClass(t *testing.T) {
 		g.Expect(conditions.IsTrue(got, controlplanev1.YonderControlPlaneVersionUpToDateCondition)).To(BeTrue())
 		g.Expect(got.Status.Version).To(Equal(stack.KubernetesVersion))
 	}, time.Minute, time.Second).Should(Succeed())
+	return ms
+}
 
-	// A topology variable change is a rollout: new Machines whose Nodes carry the label, old hosts cleaned.
+// rollTopologyVariable changes a topology variable: a rollout onto new Machines (replacing ms) whose
+// Nodes carry the label, old hosts cleaned.
+func rollTopologyVariable(ctx context.Context, t *testing.T, ms []clusterv1.Machine) {
+	t.Helper()
+	g := NewWithT(t)
 	t1 := time.Now()
 	cluster := &clusterv1.Cluster{}
 	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: classCluster}, cluster)).To(Succeed())
@@ -110,9 +129,4 @@ func TestClusterClass(t *testing.T) {
 	}
 	waitReleased(ctx, t, usedHosts(cur), 3*time.Minute)
 	t.Logf("scenario 5: topology variable rolled 2 workers in %s", time.Since(t1).Round(time.Second))
-
-	t2 := time.Now()
-	deleteCluster(ctx, t, classCluster)
-	t.Logf("scenario 5: topology Cluster deleted, hosts released and clean, in %s (whole scenario %s)",
-		time.Since(t2).Round(time.Second), time.Since(t0).Round(time.Second))
 }

@@ -35,39 +35,61 @@ const movedCluster = "moved"
 //
 // It runs after TestScenarios on the same stack and needs only that every host is free.
 func TestMove(t *testing.T) {
-	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()
 	source := st
 	md := movedCluster + "-md-0"
-	// clusterctl move carries every Cluster of the namespace, and the scenario needs 3 free hosts: a Cluster
-	// that an earlier, failed scenario left would be moved too and block the move.
+	moveClusterUp(ctx, t, source)
+	target := startTarget(ctx, t, source)
+	move := func(ctx context.Context) (string, error) {
+		return source.Clusterctl(ctx, nil, "move", "--to-kubeconfig", target.Management.AdminKubeconfigPath, "-n", source.HostNamespace, "-v", "1")
+	}
+	ms := moveRefusedWhileProvisioning(ctx, t, source, target, md, move)
+	before := moveIdle(ctx, t, source, target, ms, move)
+	targetTakesOver(ctx, t, md, before)
+	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
+}
+
+// moveClusterUp checks that the namespace holds no Cluster (clusterctl move carries every Cluster of the
+// namespace, and the scenario needs 3 free hosts: a Cluster that an earlier, failed scenario left would be
+// moved too and block the move) and creates the Cluster to move with 1 worker.
+func moveClusterUp(ctx context.Context, t *testing.T, source *stack.Stack) {
+	t.Helper()
+	g := NewWithT(t)
+	t0 := time.Now()
 	left := &clusterv1.ClusterList{}
 	g.Expect(source.Client.List(ctx, left, client.InNamespace(source.HostNamespace))).To(Succeed())
 	if len(left.Items) > 0 {
 		t.Fatalf("scenario 6 needs namespace %s without Clusters; an earlier scenario left %s", source.HostNamespace, left.Items[0].Name)
 	}
-
 	apply(ctx, t, generateCluster(ctx, t, movedCluster, "ssh", 1))
 	waitWorkers(ctx, t, movedCluster, 1, 8*time.Minute)
 	t.Logf("cluster %s with 1 worker ready in %s", movedCluster, time.Since(t0).Round(time.Second))
+}
 
-	t1 := time.Now()
+// startTarget starts the second management cluster; the test's end stops it and points the scenarios'
+// helpers back at source.
+func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.Stack {
+	t.Helper()
+	t0 := time.Now()
 	target, err := source.StartManagement(ctx, "target")
-	g.Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		st = source
 		if err := target.Stop(); err != nil {
 			t.Errorf("failed to stop the target management cluster: %v", err)
 		}
 	})
-	t.Logf("target management cluster up in %s", time.Since(t1).Round(time.Second))
-	move := func(ctx context.Context) (string, error) {
-		return source.Clusterctl(ctx, nil, "move", "--to-kubeconfig", target.Management.AdminKubeconfigPath, "-n", source.HostNamespace, "-v", "1")
-	}
+	t.Logf("target management cluster up in %s", time.Since(t0).Round(time.Second))
+	return target
+}
 
-	// 1. A scale-up: while its Machine provisions, the move waits and creates nothing on the target.
-	t1 = time.Now()
+// moveRefusedWhileProvisioning is part 1: a scale-up; while its Machine provisions, the move waits and
+// creates nothing on the target. The Cluster is unpaused afterwards; it returns the two ready workers.
+func moveRefusedWhileProvisioning(ctx context.Context, t *testing.T, source, target *stack.Stack, md string, move func(context.Context) (string, error)) []clusterv1.Machine {
+	t.Helper()
+	g := NewWithT(t)
+	t0 := time.Now()
 	scale(ctx, t, md, 2)
 	g.Expect(stack.WaitFor(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		ms := &infrav1.YonderSSHMachineList{}
@@ -103,9 +125,16 @@ func TestMove(t *testing.T) {
 		g.Expect(source.Client.Patch(ctx, c, p)).To(Succeed())
 	}
 	ms := waitWorkers(ctx, t, movedCluster, 2, 8*time.Minute)
-	t.Logf("move refused while provisioning; after unpausing, 2 workers ready in %s", time.Since(t1).Round(time.Second))
+	t.Logf("move refused while provisioning; after unpausing, 2 workers ready in %s", time.Since(t0).Round(time.Second))
+	return ms
+}
 
-	// 2. Idle: the move goes through.
+// moveIdle is part 2: the idle move goes through; the source keeps nothing, every host moved with its
+// claim and credential Secret, and Nodes and kubelets are unchanged. From here on the scenarios' helpers
+// act on the target. ms are the workers before the move; it returns the claims before the move.
+func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms []clusterv1.Machine, move func(context.Context) (string, error)) map[string]string {
+	t.Helper()
+	g := NewWithT(t)
 	before, err := claims(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	nodesBefore, err := readyNodes(ctx)
@@ -117,16 +146,15 @@ func TestMove(t *testing.T) {
 		g.Expect(pids).NotTo(BeEmpty(), "no kubelet on host %s", h)
 		kubelets[h] = pids
 	}
-	t1 = time.Now()
+	t0 := time.Now()
 	_, err = move(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Logf("clusterctl move took %s", time.Since(t1).Round(time.Second))
+	t.Logf("clusterctl move took %s", time.Since(t0).Round(time.Second))
 
 	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &clusterv1.MachineList{}, &infrav1.YonderSSHHostList{}, &infrav1.YonderSSHMachineList{}} {
 		g.Expect(source.Client.List(ctx, l, client.InNamespace(source.HostNamespace))).To(Succeed())
 		g.Expect(l).To(HaveField("Items", BeEmpty()), "the source kept moved objects")
 	}
-	// From here on the scenario's helpers act on the target.
 	st = target
 	after, err := claims(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -150,24 +178,28 @@ func TestMove(t *testing.T) {
 	for _, m := range ms {
 		g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
 	}
-	t.Logf("after the move: claims, Nodes and kubelets unchanged, Machines Running again in %s", time.Since(t1).Round(time.Second))
+	t.Logf("after the move: claims, Nodes and kubelets unchanged, Machines Running again in %s", time.Since(t0).Round(time.Second))
+	return before
+}
 
-	// 3. The target's providers take over: scale up, then delete.
-	t1 = time.Now()
+// targetTakesOver is part 3: a scale-up on the target gets a new Ready Node from a host that was free
+// before the move, and deleting the Cluster there returns every host clean.
+func targetTakesOver(ctx context.Context, t *testing.T, md string, before map[string]string) {
+	t.Helper()
+	t0 := time.Now()
 	scale(ctx, t, md, 3)
-	ms = waitWorkers(ctx, t, movedCluster, 3, 8*time.Minute)
+	ms := waitWorkers(ctx, t, movedCluster, 3, 8*time.Minute)
 	var added string
 	for h := range usedHosts(ms) {
 		if before[h] == "" {
 			added = h
 		}
 	}
-	g.Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
-	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t1).Round(time.Second))
-	t1 = time.Now()
+	NewWithT(t).Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
+	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t0).Round(time.Second))
+	t0 = time.Now()
 	deleteCluster(ctx, t, movedCluster)
-	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t1).Round(time.Second))
-	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
+	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t0).Round(time.Second))
 }
 
 // errorLine returns clusterctl's "Error: …" line from its output (all of s when there is none).

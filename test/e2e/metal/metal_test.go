@@ -49,107 +49,149 @@ func TestMain(m *testing.M) {
 // as far as this proves. Wall time of each phase is logged.
 func TestMetalClusterctlLifecycle(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	hosts := st.MetalHosts()
 	g.Expect(hosts).To(HaveLen(1))
-	host := hosts[0]
-	const name = "metal"
+	l := &metalLife{ctx: context.Background(), host: hosts[0], name: "metal"}
+	t0 := l.apply(t)
+	claimed, poweredOn, provisioned := l.provisioned(t, t0)
+	l.restartChangesNothing(t)
+	released := l.scaleToZero(t)
+	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, data received) %s; scale to 0 → Machine gone, host deprovisioned, VM off, available %s",
+		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
+	l.deleteCluster(t)
+}
 
-	out, err := st.Clusterctl(ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
+// metalLife is TestMetalClusterctlLifecycle's Cluster name on the stack's one metal host.
+type metalLife struct {
+	ctx  context.Context
+	host *stack.MetalHost
+	name string
+}
+
+func (l *metalLife) bmh(g Gomega) *metal3v1.BareMetalHost {
+	h := &metal3v1.BareMetalHost{}
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.host.Name}, h)).To(Succeed())
+	return h
+}
+
+func (l *metalLife) machines(g Gomega) []clusterv1.Machine {
+	ms := &clusterv1.MachineList{}
+	g.Expect(st.Client.List(l.ctx, ms, client.InNamespace(st.HostNamespace), client.MatchingLabels{clusterv1.ClusterNameLabel: l.name})).To(Succeed())
+	return ms.Items
+}
+
+// diag is what a failure shows: the metal manager's log and the VM's console.
+func (l *metalLife) diag() string {
+	return fmt.Sprintf("metal manager log:\n%s\nVM console:\n%s", st.ManagerLog("infrastructure-yonder-metal", 40), tail(st.MetalConsole(l.host.Name), 3000))
+}
+
+// apply creates what `clusterctl generate cluster --flavor metal` renders for one worker and returns when.
+func (l *metalLife) apply(t *testing.T) time.Time {
+	t.Helper()
+	g := NewWithT(t)
+	out, err := st.Clusterctl(l.ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
 		// In live mode the host runs Yonder's provisioning boot and records the image; nothing fetches it.
 		"YONDER_METAL_IMAGE_URL=http://images.invalid/live.iso"}, st.TemplateEnv()...),
-		"generate", "cluster", name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
+		"generate", "cluster", l.name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
 		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace, "--worker-machine-count", "1")
 	g.Expect(err).NotTo(HaveOccurred())
 	objs, err := flavorcheck.Decode([]byte(out))
 	g.Expect(err).NotTo(HaveOccurred())
 	t0 := time.Now()
 	for _, o := range objs {
-		g.Expect(st.Client.Create(ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
+		g.Expect(st.Client.Create(l.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
 	}
+	return t0
+}
 
-	bmh := func(g Gomega) *metal3v1.BareMetalHost {
-		h := &metal3v1.BareMetalHost{}
-		g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: host.Name}, h)).To(Succeed())
-		return h
-	}
-	machines := func(g Gomega) []clusterv1.Machine {
-		ms := &clusterv1.MachineList{}
-		g.Expect(st.Client.List(ctx, ms, client.InNamespace(st.HostNamespace), client.MatchingLabels{clusterv1.ClusterNameLabel: name})).To(Succeed())
-		return ms.Items
-	}
-	diag := func() string {
-		return fmt.Sprintf("metal manager log:\n%s\nVM console:\n%s", st.ManagerLog("infrastructure-yonder-metal", 40), tail(st.MetalConsole(host.Name), 3000))
-	}
-
+// provisioned waits until the host is claimed, the VM on and the Machine Provisioned with the metal
+// providerID, the TPM pinned after one PXE boot and the bootstrap data on the VM's console; it returns
+// when each happened after t0.
+func (l *metalLife) provisioned(t *testing.T, t0 time.Time) (claimed, poweredOn, provisioned time.Duration) {
+	t.Helper()
+	g := NewWithT(t)
 	g.Eventually(func(g Gomega) string {
-		c := bmh(g).Spec.ConsumerRef
+		c := l.bmh(g).Spec.ConsumerRef
 		g.Expect(c).NotTo(BeNil())
 		return c.Kind
-	}, 3*time.Minute, time.Second).Should(Equal("YonderMetalMachine"), diag)
-	claimed := time.Since(t0)
-	g.Eventually(func() bool { return st.MetalRunning(host.Name) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
-	poweredOn := time.Since(t0)
+	}, 3*time.Minute, time.Second).Should(Equal("YonderMetalMachine"), l.diag)
+	claimed = time.Since(t0)
+	g.Eventually(func() bool { return st.MetalRunning(l.host.Name) }, 2*time.Minute, 200*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
+	poweredOn = time.Since(t0)
 	g.Eventually(func(g Gomega) string {
-		ms := machines(g)
+		ms := l.machines(g)
 		g.Expect(ms).To(HaveLen(1))
 		return ms[0].Status.Phase
-	}, 10*time.Minute, time.Second).Should(Equal(string(clusterv1.MachinePhaseProvisioned)), diag)
-	provisioned := time.Since(t0)
-	m := machines(g)[0]
-	g.Expect(m.Spec.ProviderID).To(Equal(fmt.Sprintf("yonder-metal://%s/%s", st.HostNamespace, host.Name)))
-	h := bmh(g)
+	}, 10*time.Minute, time.Second).Should(Equal(string(clusterv1.MachinePhaseProvisioned)), l.diag)
+	provisioned = time.Since(t0)
+	m := l.machines(g)[0]
+	g.Expect(m.Spec.ProviderID).To(Equal(fmt.Sprintf("yonder-metal://%s/%s", st.HostNamespace, l.host.Name)))
+	h := l.bmh(g)
 	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 	g.Expect(h.Annotations).To(HaveKey("metal.yonder.dev/tpm-enrolment"), "the VM's TPM was pinned at its first attested boot")
-	g.Expect(st.MetalPXEBoots(host.Name)).To(Equal(1), "one PXE boot was enough")
+	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(1), "one PXE boot was enough")
 	// The agent received the Machine's bootstrap data: the byte count the console shows is the Secret's.
 	g.Expect(m.Spec.Bootstrap.DataSecretName).NotTo(BeNil())
 	data := &corev1.Secret{}
-	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: *m.Spec.Bootstrap.DataSecretName}, data)).To(Succeed())
-	g.Eventually(func() string { return st.MetalConsole(host.Name) }, time.Minute, time.Second).
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: *m.Spec.Bootstrap.DataSecretName}, data)).To(Succeed())
+	g.Eventually(func() string { return st.MetalConsole(l.host.Name) }, time.Minute, time.Second).
 		Should(ContainSubstring(fmt.Sprintf("%s%d bytes of bootstrap data", metalboot.AttestedMarker, len(data.Data["value"]))))
-	g.Expect(st.MetalRunning(host.Name)).To(BeTrue(), "the live host keeps running")
+	g.Expect(st.MetalRunning(l.host.Name)).To(BeTrue(), "the live host keeps running")
+	return claimed, poweredOn, provisioned
+}
 
-	// The manager killed (-9) and restarted on a provisioned host: it rebuilds its boot services and
-	// state from the objects and leaves the host alone — no second power cycle, still provisioned.
+// restartChangesNothing kills (-9) and restarts the manager on a provisioned host: it rebuilds its boot
+// services and state from the objects and leaves the host alone — no second power cycle, still
+// provisioned.
+func (l *metalLife) restartChangesNothing(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
 	g.Expect(st.KillManager("infrastructure-yonder-metal")).To(Succeed())
-	g.Expect(st.StartManager(ctx, "infrastructure-yonder-metal")).To(Succeed())
+	g.Expect(st.StartManager(l.ctx, "infrastructure-yonder-metal")).To(Succeed())
 	g.Consistently(func(g Gomega) {
-		g.Expect(bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
-		g.Expect(st.MetalPXEBoots(host.Name)).To(Equal(1))
-		g.Expect(st.MetalRunning(host.Name)).To(BeTrue())
-		ms := machines(g)
+		g.Expect(l.bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
+		g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(1))
+		g.Expect(st.MetalRunning(l.host.Name)).To(BeTrue())
+		ms := l.machines(g)
 		g.Expect(ms).To(HaveLen(1))
 		g.Expect(ms[0].Status.Phase).To(Equal(string(clusterv1.MachinePhaseProvisioned)))
-	}, 10*time.Second, time.Second).Should(Succeed(), diag)
+	}, 10*time.Second, time.Second).Should(Succeed(), l.diag)
+}
 
+// scaleToZero scales the MachineDeployment to 0 and waits until the Machine is gone and the host
+// deprovisioned, available and off; it returns how long that took.
+func (l *metalLife) scaleToZero(t *testing.T) time.Duration {
+	t.Helper()
+	g := NewWithT(t)
 	t1 := time.Now()
 	md := &clusterv1.MachineDeployment{}
-	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name + "-md-0"}, md)).To(Succeed())
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.name + "-md-0"}, md)).To(Succeed())
 	patch := client.MergeFrom(md.DeepCopy())
 	zero := int32(0)
 	md.Spec.Replicas = &zero
-	g.Expect(st.Client.Patch(ctx, md, patch)).To(Succeed())
+	g.Expect(st.Client.Patch(l.ctx, md, patch)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(machines(g)).To(BeEmpty())
-		h := bmh(g)
+		g.Expect(l.machines(g)).To(BeEmpty())
+		h := l.bmh(g)
 		g.Expect(h.Spec.ConsumerRef).To(BeNil())
 		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 		g.Expect(h.Status.PoweredOn).To(BeFalse())
-	}, 3*time.Minute, 500*time.Millisecond).Should(Succeed(), diag)
-	g.Eventually(func() bool { return st.MetalRunning(host.Name) }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
-	released := time.Since(t1)
-	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, data received) %s; scale to 0 → Machine gone, host deprovisioned, VM off, available %s",
-		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
+	}, 3*time.Minute, 500*time.Millisecond).Should(Succeed(), l.diag)
+	g.Eventually(func() bool { return st.MetalRunning(l.host.Name) }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
+	return time.Since(t1)
+}
 
-	// The Cluster goes as users delete it; the host stays, available.
+// deleteCluster deletes the Cluster as users do; the host stays, available.
+func (l *metalLife) deleteCluster(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
 	cl := &clusterv1.Cluster{}
-	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name}, cl)).To(Succeed())
-	g.Expect(st.Client.Delete(ctx, cl)).To(Succeed())
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.name}, cl)).To(Succeed())
+	g.Expect(st.Client.Delete(l.ctx, cl)).To(Succeed())
 	g.Eventually(func() bool {
-		return apierrors.IsNotFound(st.Client.Get(ctx, client.ObjectKeyFromObject(cl), &clusterv1.Cluster{}))
+		return apierrors.IsNotFound(st.Client.Get(l.ctx, client.ObjectKeyFromObject(cl), &clusterv1.Cluster{}))
 	}, 2*time.Minute, time.Second).Should(BeTrue())
-	g.Expect(bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
+	g.Expect(l.bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 }
 
 func tail(s string, n int) string {

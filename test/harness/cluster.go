@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/yonder-dev/yonder/test/controlplane"
 )
+
+// clusterWait bounds the harness's own waits, whatever Eventually defaults a suite set: CAPI's
+// controllers on a loaded machine take seconds to report a Cluster initialized.
+const clusterWait = 2 * time.Minute
 
 // ClusterOptions describe an attached Cluster.
 type ClusterOptions struct {
@@ -72,7 +77,7 @@ func AttachedCluster(t testing.TB, g gomega.Gomega, c client.Client, wl *control
 		if o.WaitForInfrastructure {
 			g.Expect(cluster.Status.Initialization.InfrastructureProvisioned).To(gomega.HaveValue(gomega.BeTrue()))
 		}
-	}).Should(gomega.Succeed())
+	}, clusterWait, 100*time.Millisecond).Should(gomega.Succeed())
 	return cluster
 }
 
@@ -110,7 +115,7 @@ func Scale(g gomega.Gomega, c client.Client, md *clusterv1.MachineDeployment, n 
 		}
 		cur.Spec.Replicas = &n
 		return c.Update(context.Background(), cur)
-	}).Should(gomega.Succeed())
+	}, clusterWait, 100*time.Millisecond).Should(gomega.Succeed())
 }
 
 // MachineDeploymentOptions describe a MachineDeployment of workers.

@@ -47,8 +47,12 @@ type RunState struct {
 }
 
 // Start starts the script as run runID, detached from the SSH session (setsid, output to the run's
-// bounded log),
-// unless that run already exists. It returns true when this call started it.
+// bounded log), unless that run already exists. It returns true when this call started it.
+//
+// The script is uploaded to a file of this call's own and its length checked before the run directory
+// is taken: a session cut mid-upload (a controller killed, a network drop) leaves no run, never a run of
+// a truncated script, and the next attempt starts it whole. Past the upload the commands ignore SIGHUP,
+// so taking the run and starting it are not cut apart either.
 func Start(ctx context.Context, e sshexec.Executor, runID, script string) (bool, error) {
 	d, err := runDir(runID)
 	if err != nil {
@@ -56,14 +60,22 @@ func Start(ctx context.Context, e sshexec.Executor, runID, script string) (bool,
 	}
 	cmd := fmt.Sprintf(`umask 077
 mkdir -p %[1]s
+tmp=$(mktemp %[1]s/.%[4]s.XXXXXX) || exit 1
+cat > "$tmp"
+if [ $(wc -c < "$tmp") -ne %[5]d ]; then
+  rm -f "$tmp"
+  echo "incomplete upload of the bootstrap script" >&2
+  exit 1
+fi
+trap '' HUP
 if mkdir %[2]s 2>/dev/null; then
-  cat > %[2]s/bootstrap.sh
+  mv "$tmp" %[2]s/bootstrap.sh
   setsid sh -c 'echo $$ > "$0/pid"; { sh "$0/bootstrap.sh" 2>&1; echo $? > "$0/exit.tmp"; } | { head -c %[3]d; cat >/dev/null; } > "$0/log"; mv "$0/exit.tmp" "$0/exit"' %[2]s </dev/null >/dev/null 2>&1 &
   echo started
 else
-  cat >/dev/null
+  rm -f "$tmp"
   echo exists
-fi`, RunsDir, d, MaxLogBytes)
+fi`, RunsDir, d, MaxLogBytes, runID, len(script))
 	out, _, err := e.Run(ctx, cmd, strings.NewReader(script))
 	if err != nil {
 		return false, fmt.Errorf("failed to start bootstrap run %s: %w", runID, err)
@@ -154,7 +166,7 @@ func Cleanup(ctx context.Context, e sshexec.Executor, runID string, commands []s
 		fmt.Fprintf(&b, "  sh -c %s || { echo \"cleanup command failed: %s\" >&2; exit 1; }\n", sshexec.Quote(c), strings.ReplaceAll(firstLine(c), `"`, ""))
 	}
 	b.WriteString("fi\n")
-	fmt.Fprintf(&b, "rm -rf %s\nrm -f %s %s\n", d, SentinelPath, ProviderIDPath)
+	fmt.Fprintf(&b, "rm -rf %s %s/.%s.*\nrm -f %s %s\n", d, RunsDir, runID, SentinelPath, ProviderIDPath)
 	if _, _, err := e.Run(ctx, b.String(), nil); err != nil {
 		return fmt.Errorf("failed to clean up host: %w", err)
 	}

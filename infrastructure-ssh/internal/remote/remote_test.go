@@ -3,6 +3,7 @@ package remote_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,59 @@ func TestTrustOnFirstUseRecordsKey(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = e.Close()
 	g.Expect(got).To(Equal(sshexec.FormatHostKey(hs[0].HostKey)))
+}
+
+// cutSession is an SSH session cut while the caller streams stdin: the host reads only the first n bytes
+// of it, then end of input, as when a controller is killed mid-upload.
+type cutSession struct {
+	sshexec.Executor
+	n int64
+}
+
+func (c cutSession) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
+	if stdin != nil {
+		stdin = io.LimitReader(stdin, c.n)
+	}
+	return c.Executor.Run(ctx, cmd, stdin)
+}
+
+// A start whose upload is cut leaves no run (never a run of part of the script), and the next start
+// runs the whole script; cleaning the host removes what the cut upload left.
+func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs, _ := sshhosts.StartForTest(t, "cut", 1)
+	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = e.Close() }()
+	script := "echo first >> /var/lib/yonder-ssh/cut\n" + strings.Repeat("# padding\n", 1000) +
+		"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+
+	started, err := remote.Start(ctx, cutSession{e, 100}, "run-cut", script)
+	g.Expect(err).To(HaveOccurred(), "a cut upload is an error, not a start")
+	g.Expect(started).To(BeFalse())
+	g.Expect(err.Error()).To(ContainSubstring("incomplete upload"))
+	s, err := remote.State(ctx, e, "run-cut")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(remote.RunState{}), "no run was taken")
+
+	started, err = remote.Start(ctx, e, "run-cut", script)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(started).To(BeTrue())
+	g.Eventually(func() remote.RunState {
+		s, err := remote.State(ctx, e, "run-cut")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
+	out, err := hs[0].Output(ctx, "cat /var/lib/yonder-ssh/cut; ls -A /var/lib/yonder-ssh/runs")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("first\nrun-cut\n"), "the script ran once, whole; no upload is left")
+
+	// An upload cut where the host is killed too is left behind; cleaning the run removes it.
+	_, err = hs[0].Output(ctx, "touch /var/lib/yonder-ssh/runs/.run-cut.AbC123")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(remote.Cleanup(ctx, e, "run-cut", nil)).To(Succeed())
+	out, err = hs[0].Output(ctx, "ls -A /var/lib/yonder-ssh/runs")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(BeEmpty())
 }

@@ -243,7 +243,7 @@ func (s *Stack) stopMetal() error {
 // management cluster has that CRD already, as an operator without Metal3 does before `clusterctl init
 // --infrastructure yonder-metal`, and waits until it is established.
 func (s *Stack) InstallMetal3CRDs(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(s.Dir, "release", "infrastructure-baremetal", "metal3-crds.yaml"))
+	data, err := os.ReadFile(filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
 	if err != nil {
 		return fmt.Errorf("failed to read the release's Metal3 CRDs (make release-manifests writes them): %w", err)
 	}

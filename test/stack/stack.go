@@ -507,11 +507,15 @@ func (s *Stack) InitEnv() []string {
 // clusterctl config points at that version from then on.
 func (s *Stack) AddRelease(ctx context.Context, version string) error {
 	root := testbins.RepoRoot()
-	if _, err := proc.Run(ctx, filepath.Join(root, "hack", "release-repo.sh"), filepath.Join(s.Dir, "release"), version); err != nil {
+	if _, err := proc.Run(ctx, filepath.Join(root, "hack", "release-repo.sh"), s.releaseDir(), version); err != nil {
 		return fmt.Errorf("failed to add release %s to the repository: %w", version, err)
 	}
 	return nil
 }
+
+// releaseDir is where `make release-manifests` wrote the release at Start (the directory of the clusterctl
+// config), shared with the management clusters of StartManagement.
+func (s *Stack) releaseDir() string { return filepath.Dir(s.ClusterctlConfig) }
 
 // Logs returns the directory of every process's log.
 func (s *Stack) Logs() string { return s.logDir }

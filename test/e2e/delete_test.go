@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,12 @@ func TestClusterctlDeleteKeepsInventory(t *testing.T) {
 		}
 	})
 	g.Expect(target.InstallMetal3CRDs(ctx)).To(Succeed())
+	// clusterctl init checks cert-manager by creating its test resources in namespace cert-manager-test and
+	// deleting it again; a second init while that namespace still terminates fails the check and then waits
+	// for a cert-manager install that never comes (seen: hung until killed). Let the first one's go first.
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(target.Client.Get(ctx, client.ObjectKey{Name: "cert-manager-test"}, &corev1.Namespace{}))
+	}, 3*time.Minute, time.Second).Should(BeTrue(), "namespace cert-manager-test of the first clusterctl init was not removed")
 	_, err = target.Clusterctl(ctx, []string{"YONDER_IMAGE_REPOSITORY=" + target.ImageRepository()}, "init", "--infrastructure", "yonder-metal")
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("management cluster with ssh and metal providers in %s", time.Since(t0).Round(time.Second))

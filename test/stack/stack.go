@@ -17,7 +17,8 @@
 //     webhook Service. Only what a Pod would get from the kubelet is added: ports, cert dir, kubeconfig;
 //   - a WORKLOAD control plane (etcd, apiserver, controller-manager, scheduler) that YonderControlPlane
 //     attaches, whose admin kubeconfig is stored as a Secret in the management cluster;
-//   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts;
+//   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts
+//     (Unregistered sites' hosts are only started, Stack.Spare: a test registers or joins them as a user);
 //   - a real OCI registry on the bridge (test/registry: distribution, TLS with its own CA) holding every
 //     image the release built (`make release-manifests`: managers, add-on, the agent artifact, a node image
 //     per Kubernetes version) under ghcr.io/yonder-dev's paths, so it is the providers' image repository
@@ -43,6 +44,7 @@
 //	s.Clusterctl(ctx, "generate", "cluster", "edge", "--flavor", "ssh", …)
 //	s.KillManager("infrastructure-yonder-ssh"); s.StartManager(ctx, "infrastructure-yonder-ssh")
 //	target, err := s.StartManagement(ctx, "target") // a second management cluster, e.g. for clusterctl move
+//	s.AddRelease(ctx, "v0.2.0"); s.Clusterctl(ctx, s.InitEnv(), "upgrade", "apply", …); s.ReloadManagers(ctx)
 //
 // Everything Start creates (processes, namespaces, links, directories) is removed by Stop, also after a
 // failed Start. The caller must be root (network namespaces, bridges).

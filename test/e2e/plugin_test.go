@@ -45,15 +45,15 @@ func releasedPlugin(t *testing.T) func(args ...string) (string, string, error) {
 	}
 	empty := t.TempDir()
 	bin := filepath.Join(empty, "kubectl-yonder")
-	data, err := os.ReadFile(build) //nolint:gosec // the binary built above
+	data, err := os.ReadFile(build)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil { //nolint:gosec // an executable
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return func(args ...string) (string, string, error) {
-		cmd := exec.Command(bin, append(args, "--kubeconfig", st.Management.AdminKubeconfigPath)...) //nolint:gosec // the plugin under test
+		cmd := exec.Command(bin, append(args, "--kubeconfig", st.Management.AdminKubeconfigPath)...)
 		cmd.Dir = empty
 		cmd.Env = []string{"HOME=" + empty, "PATH=/usr/bin:/bin"}
 		var stdout, stderr strings.Builder

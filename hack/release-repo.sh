@@ -11,6 +11,10 @@
 # real cert-manager CRDs of the version below (from its Go module); see docs/clusterctl.md for why only
 # the CRDs and who issues the certificates in the e2e suite.
 #
+# Versions accumulate: laying out a version replaces only that version's directories (and the core provider
+# and cert-manager), so a repository that has v0.1.0 and then gets v0.2.0 offers both — what `clusterctl
+# upgrade plan` lists. out/clusterctl.yaml points at the version laid out last (clusterctl init's default).
+#
 # Usage: hack/release-repo.sh <out dir> <yonder version>
 set -euo pipefail
 
@@ -24,8 +28,8 @@ KUSTOMIZE=(go tool -modfile=hack/tools/go.mod kustomize)
 [[ $VERSION =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "version must look like v0.1.0, got $VERSION" >&2; exit 1; }
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 REPO=$OUT/repository
-rm -rf "$REPO"
 mkdir -p "$REPO"
+rm -rf "$REPO"/cluster-api "$REPO"/cert-manager "$REPO"/*/"$VERSION"
 
 # Core provider: the CAPI version the module pins (what the e2e suite runs as capi-manager).
 capi_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)

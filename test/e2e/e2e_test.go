@@ -24,7 +24,8 @@ var st *stack.Stack
 
 func TestMain(m *testing.M) {
 	os.Exit(stack.RunTests(m, stack.Options{
-		Sites:              []stack.Site{{Name: "east", Hosts: 5}},
+		// The spare hosts are registered by TestReleasedPlugin's `kubectl yonder host add` or joined by hand.
+		Sites:              []stack.Site{{Name: "east", Hosts: 5}, {Name: "spare", Hosts: 2, Unregistered: true}},
 		FastNodeMonitoring: true,
 		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
@@ -41,12 +42,19 @@ func generateCluster(ctx context.Context, t *testing.T, name, flavor string, wor
 
 func generateClusterVersion(ctx context.Context, t *testing.T, name, flavor string, workers int, version string) []*unstructured.Unstructured {
 	t.Helper()
+	return generateClusterIn(ctx, t, st.HostNamespace, name, flavor, workers, version)
+}
+
+// generateClusterIn is generateClusterVersion into namespace ns, which holds the Secrets
+// stack.WorkloadKubeconfigSecret and stack.RegistryCASecret.
+func generateClusterIn(ctx context.Context, t *testing.T, ns, name, flavor string, workers int, version string) []*unstructured.Unstructured {
+	t.Helper()
 	env := append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
 		// MachineHealthCheck: a Node NotReady for 20s is remediated (the stack's node monitoring is fast).
 		"YONDER_UNHEALTHY_TIMEOUT_SECONDS=20"}, st.TemplateEnv()...)
 	out, err := st.Clusterctl(ctx, env,
 		"generate", "cluster", name, "--infrastructure", "yonder-ssh:v0.1.0", "--flavor", flavor,
-		"--kubernetes-version", version, "--target-namespace", st.HostNamespace,
+		"--kubernetes-version", version, "--target-namespace", ns,
 		"--worker-machine-count", fmt.Sprint(workers))
 	if err != nil {
 		t.Fatal(err)
@@ -86,8 +94,13 @@ func readyNodes(ctx context.Context) (map[string]string, error) {
 
 // machines returns the Cluster's Machines.
 func machines(ctx context.Context, cluster string) ([]clusterv1.Machine, error) {
+	return machinesIn(ctx, st.HostNamespace, cluster)
+}
+
+// machinesIn returns the Machines of Cluster ns/cluster.
+func machinesIn(ctx context.Context, ns, cluster string) ([]clusterv1.Machine, error) {
 	ms := &clusterv1.MachineList{}
-	if err := st.Client.List(ctx, ms, client.InNamespace(st.HostNamespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
+	if err := st.Client.List(ctx, ms, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
 		return nil, err
 	}
 	return ms.Items, nil
@@ -97,10 +110,16 @@ func machines(ctx context.Context, cluster string) ([]clusterv1.Machine, error) 
 // Machine's (yonder-ssh://<namespace>/<host>).
 func waitWorkers(ctx context.Context, t *testing.T, cluster string, n int, timeout time.Duration) []clusterv1.Machine {
 	t.Helper()
+	return waitWorkersIn(ctx, t, st.HostNamespace, cluster, n, timeout)
+}
+
+// waitWorkersIn is waitWorkers for Cluster ns/cluster (providerIDs yonder-ssh://<ns>/<host>).
+func waitWorkersIn(ctx context.Context, t *testing.T, ns, cluster string, n int, timeout time.Duration) []clusterv1.Machine {
+	t.Helper()
 	var last string
 	var got []clusterv1.Machine
 	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		ms, err := machines(ctx, cluster)
+		ms, err := machinesIn(ctx, ns, cluster)
 		if err != nil {
 			return false, err
 		}

@@ -86,6 +86,26 @@ func (s *Stack) startManagers(ctx context.Context) error {
 	return nil
 }
 
+// ReloadManagers runs the provider Deployments installed now, as a rollout replaces Pods: after `clusterctl
+// upgrade apply` deleted and recreated the providers' components (Deployments, ServiceAccounts, RBAC,
+// Certificates, webhook configurations), every manager is stopped and started again from its new
+// Deployment, with a token of the new ServiceAccount, the certificate and CA issued again and its
+// Services routed to it.
+func (s *Stack) ReloadManagers(ctx context.Context) error {
+	for _, n := range s.Managers() {
+		if err := s.StopManager(n); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.managers = map[string]*Manager{}
+	s.mu.Unlock()
+	if err := s.IssueCertificates(ctx); err != nil {
+		return err
+	}
+	return s.startManagers(ctx)
+}
+
 // prepareManager derives the process of a Deployment: binary, args, env, certificate, credentials and
 // the EndpointSlice that routes its webhook Service to the process.
 func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Manager, error) {

@@ -239,11 +239,11 @@ func (s *Stack) stopMetal() error {
 	return errors.Join(errs...)
 }
 
-// installMetal3CRDs applies the release's metal3-crds.yaml (Metal3's BareMetalHost CRD) unless the
+// InstallMetal3CRDs applies the release's metal3-crds.yaml (Metal3's BareMetalHost CRD) unless the
 // management cluster has that CRD already, as an operator without Metal3 does before `clusterctl init
 // --infrastructure yonder-metal`, and waits until it is established.
-func (s *Stack) installMetal3CRDs(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(s.Dir, "release", "infrastructure-baremetal", "metal3-crds.yaml"))
+func (s *Stack) InstallMetal3CRDs(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
 	if err != nil {
 		return fmt.Errorf("failed to read the release's Metal3 CRDs (make release-manifests writes them): %w", err)
 	}

@@ -173,6 +173,7 @@ func (s *Stack) startHosts(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the hosts' client key: %w", err)
 	}
+	s.ClientKeyPEM = keyPEM
 	cred := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "yonder-hosts-ssh", Namespace: s.HostNamespace},
 		Data:       map[string][]byte{"ssh-privatekey": keyPEM},
@@ -187,6 +188,10 @@ func (s *Stack) startHosts(ctx context.Context) error {
 		hs, err := hosts.Start(ctx, s.Net, site.Name, site.Hosts, hosts.Options{ClientKeyPEM: keyPEM, PrivateDirs: HostPrivateDirs})
 		if err != nil {
 			return fmt.Errorf("failed to start the hosts of site %s: %w", site.Name, err)
+		}
+		if site.Unregistered {
+			s.Spare[site.Name] = hs
+			continue
 		}
 		s.Hosts[site.Name] = hs
 		for _, h := range hs {

@@ -30,7 +30,7 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	}
 	t := &Stack{
 		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
-		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, HostNamespace: s.HostNamespace, Registry: s.Registry,
+		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, Spare: s.Spare, ClientKeyPEM: s.ClientKeyPEM, HostNamespace: s.HostNamespace, Registry: s.Registry,
 		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca,
 		managers: map[string]*Manager{}, shared: true,
 	}

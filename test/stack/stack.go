@@ -17,7 +17,8 @@
 //     webhook Service. Only what a Pod would get from the kubelet is added: ports, cert dir, kubeconfig;
 //   - a WORKLOAD control plane (etcd, apiserver, controller-manager, scheduler) that YonderControlPlane
 //     attaches, whose admin kubeconfig is stored as a Secret in the management cluster;
-//   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts;
+//   - per site, network-namespace hosts running real sshd (test/hosts), registered as YonderSSHHosts
+//     (Unregistered sites' hosts are only started, Stack.Spare: a test registers or joins them as a user);
 //   - a real OCI registry on the bridge (test/registry: distribution, TLS with its own CA) holding every
 //     image the release built (`make release-manifests`: managers, add-on, the agent artifact, a node image
 //     per Kubernetes version) under ghcr.io/yonder-dev's paths, so it is the providers' image repository
@@ -43,6 +44,7 @@
 //	s.Clusterctl(ctx, "generate", "cluster", "edge", "--flavor", "ssh", …)
 //	s.KillManager("infrastructure-yonder-ssh"); s.StartManager(ctx, "infrastructure-yonder-ssh")
 //	target, err := s.StartManagement(ctx, "target") // a second management cluster, e.g. for clusterctl move
+//	s.AddRelease(ctx, "v0.2.0"); s.Clusterctl(ctx, s.InitEnv(), "upgrade", "apply", …); s.ReloadManagers(ctx)
 //
 // Everything Start creates (processes, namespaces, links, directories) is removed by Stop, also after a
 // failed Start. The caller must be root (network namespaces, bridges).
@@ -106,6 +108,9 @@ type Site struct {
 	Name string
 	// Hosts is how many hosts the site has.
 	Hosts int
+	// Unregistered hosts are started but not registered as YonderSSHHosts (Stack.Spare): a test registers
+	// them the way a user does (`kubectl yonder host add`), or joins them by hand (manual-bootstrap).
+	Unregistered bool
 }
 
 // Options says what to start.
@@ -145,8 +150,12 @@ type Stack struct {
 	WorkloadClient client.Client
 	// ClusterctlConfig is the generated clusterctl.yaml; clusterctl the binary.
 	ClusterctlConfig string
-	// Hosts are the running hosts per site name.
+	// Hosts are the running hosts per site name, registered as YonderSSHHosts.
 	Hosts map[string][]*hosts.Host
+	// Spare are the running hosts of the Unregistered sites, per site name.
+	Spare map[string][]*hosts.Host
+	// ClientKeyPEM is the private key every host's sshd accepts (also in the Secret yonder-hosts-ssh).
+	ClientKeyPEM []byte
 	// HostNamespace is where YonderSSHHosts (and the workload kubeconfig Secret) live.
 	HostNamespace string
 	// Registry is the stack's OCI registry.
@@ -208,7 +217,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	if err := EnsureInotifyInstances(minInotifyInstances, opts.Log); err != nil {
 		return nil, err
 	}
-	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}
+	s := &Stack{opts: opts, HostNamespace: opts.HostNamespace, Hosts: map[string][]*hosts.Host{}, Spare: map[string][]*hosts.Host{}, managers: map[string]*Manager{}}
 	if opts.Dir == "" {
 		d, err := os.MkdirTemp("", "yonder-stack-")
 		if err != nil {
@@ -331,7 +340,7 @@ func (s *Stack) Stop() error {
 	}
 	// The VMs first: a host the metal manager still provisions is only powered off, never half-deleted.
 	errs = append(errs, s.stopMetal())
-	for _, hs := range s.Hosts {
+	for _, hs := range append(mapValues(s.Hosts), mapValues(s.Spare)...) {
 		for _, h := range hs {
 			// A node's nspawn machine, kubelet and cgroups outlive sshd: reset them while the host still exists.
 			if _, err := s.agentReset(ctx, h); err != nil {
@@ -462,15 +471,11 @@ func (s *Stack) build(ctx context.Context) error {
 
 // clusterctlInit installs cert-manager's CRDs, CAPI and our providers with the real clusterctl.
 func (s *Stack) clusterctlInit(ctx context.Context) error {
-	// Only what a user sets: the image repository (the release pins the agent's sha256 in the components).
-	env := []string{
-		"YONDER_IMAGE_REPOSITORY=" + s.ImageRepository(),
-		fmt.Sprintf("CLUSTER_TOPOLOGY=%t", s.opts.ClusterTopology),
-	}
+	env := s.InitEnv()
 	infra := "yonder-ssh"
 	if s.opts.MetalHosts > 0 {
 		infra += ",yonder-metal"
-		if err := s.installMetal3CRDs(ctx); err != nil {
+		if err := s.InstallMetal3CRDs(ctx); err != nil {
 			return err
 		}
 		metalEnv, err := s.metalInitEnv()
@@ -485,6 +490,29 @@ func (s *Stack) clusterctlInit(ctx context.Context) error {
 	}
 	return nil
 }
+
+// InitEnv is what a user sets for `clusterctl init` (and again for `clusterctl upgrade apply`, which
+// renders the new components with the variables of its own environment): the image repository — the
+// release pins the agent's sha256 in the components — and ClusterClass support.
+func (s *Stack) InitEnv() []string {
+	return []string{"YONDER_IMAGE_REPOSITORY=" + s.ImageRepository(), fmt.Sprintf("CLUSTER_TOPOLOGY=%t", s.opts.ClusterTopology)}
+}
+
+// AddRelease lays out another version of the Yonder providers in the stack's clusterctl repository, from
+// the components and images `make release-manifests` built at Start (hack/release-repo.sh keeps the
+// versions already there): the next release as `clusterctl upgrade plan` finds it. The stack's
+// clusterctl config points at that version from then on.
+func (s *Stack) AddRelease(ctx context.Context, version string) error {
+	root := testbins.RepoRoot()
+	if _, err := proc.Run(ctx, filepath.Join(root, "hack", "release-repo.sh"), s.releaseDir(), version); err != nil {
+		return fmt.Errorf("failed to add release %s to the repository: %w", version, err)
+	}
+	return nil
+}
+
+// releaseDir is where `make release-manifests` wrote the release at Start (the directory of the clusterctl
+// config), shared with the management clusters of StartManagement.
+func (s *Stack) releaseDir() string { return filepath.Dir(s.ClusterctlConfig) }
 
 // Logs returns the directory of every process's log.
 func (s *Stack) Logs() string { return s.logDir }
@@ -516,6 +544,15 @@ func (s *Stack) freeAddr() (string, int, error) {
 		return net.JoinHostPort(s.Net.Gateway.String(), fmt.Sprint(port)), port, nil
 	}
 	return "", 0, fmt.Errorf("failed to find a port on %s that was not handed out before", s.Net.Gateway)
+}
+
+// mapValues returns a map's values.
+func mapValues[V any](m map[string]V) []V {
+	vs := make([]V, 0, len(m))
+	for _, v := range m {
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 // sortedKeys returns a map's keys in order.

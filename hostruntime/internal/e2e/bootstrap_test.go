@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 )
 
+// hostSysctls returns the current values of the sysctls the agent sets on the host.
 func hostSysctls(t testing.TB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -31,6 +34,18 @@ func hostSysctls(t testing.TB) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// hostOwnSysctls returns the host's own values of those sysctls and the nodes holding them. Other test
+// packages run agents on this host at the same time, so the current values may be another node's: the
+// host's own are what the agents' shared registry recorded, and what the last reset on the host restores.
+func hostOwnSysctls(t testing.TB) (map[string]string, []string) {
+	t.Helper()
+	values, holders, err := hostprep.Registry{}.HostValues(slices.Sorted(maps.Keys(hostprep.KubeletSysctls)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return values, holders
 }
 
 func status(t testing.TB, nd *node) *agent.Status {
@@ -53,7 +68,7 @@ func status(t testing.TB, nd *node) *agent.Status {
 func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	before := hostSysctls(t)
+	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
 	nd := c.newNode(t, "a", nil)
 
@@ -216,7 +231,12 @@ func expectNothingLeft(t testing.TB, nd *node, sysctls map[string]string) {
 	g.Expect(agent.MountsBelow(nd.host.Dir)).To(BeEmpty(), "mounts left behind")
 	g.Expect(nd.stateDir).NotTo(BeAnExistingFile(), "state left behind")
 	g.Expect(nd.sentinel).NotTo(BeAnExistingFile(), "sentinel left behind")
-	g.Expect(hostSysctls(t)).To(Equal(sysctls), "host sysctls not restored")
+	own, holders := hostOwnSysctls(t)
+	g.Expect(holders).NotTo(ContainElement(nd.machine), "the node still holds the host's sysctls")
+	g.Expect(own).To(Equal(sysctls), "host sysctls not restored")
+	if len(holders) == 0 {
+		g.Expect(hostSysctls(t)).To(Equal(sysctls), "host sysctls not restored")
+	}
 	// No process of the machine survives anywhere on the host.
 	g.Expect(processesMentioning(nd.stateDir)).To(BeEmpty())
 }

@@ -35,7 +35,7 @@ import (
 // changes: no sysctl, no rootfs, no machine.
 func TestCorruptedArtifactIsRejectedBeforeUse(t *testing.T) {
 	g := NewWithT(t)
-	before := hostSysctls(t)
+	before, _ := hostOwnSysctls(t)
 	arts, root := nodeBundle(t)
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "kubelet")
@@ -65,7 +65,8 @@ func TestCorruptedArtifactIsRejectedBeforeUse(t *testing.T) {
 	g.Expect(string(out)).To(ContainSubstring(`artifact "kubelet" from ` + bad + " has sha256"))
 	g.Expect(string(out)).To(ContainSubstring("what to do:"))
 	g.Expect(filepath.Join(stateDir, "machines")).NotTo(BeAnExistingFile(), "nothing may be installed")
-	g.Expect(hostSysctls(t)).To(Equal(before), "the host must not be changed")
+	after, _ := hostOwnSysctls(t)
+	g.Expect(after).To(Equal(before), "the host must not be changed")
 	st, err := state.Store{Dir: stateDir}.Load()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Phases[PhaseArtifacts()].Result).To(Equal(state.Failed))
@@ -95,7 +96,7 @@ func PhaseArtifacts() string { return "artifacts" }
 func TestTwoNodesSideBySide(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	before := hostSysctls(t)
+	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
 	nodes := []*node{c.newNode(t, "b", nil), c.newNode(t, "c", nil)}
 	var wg sync.WaitGroup
@@ -223,7 +224,7 @@ func TestBootstrapOverSSHOutlivesTheSession(t *testing.T) {
 func TestUpgradeSwitchesMachinesAndRollsBack(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	before := hostSysctls(t)
+	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
 	nd := c.newNode(t, "u", nil)
 	_, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")

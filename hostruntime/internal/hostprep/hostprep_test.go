@@ -85,3 +85,33 @@ func TestRegistryRestoresWhenTheLastHolderReleases(t *testing.T) {
 	g.Expect(s.Get("kernel.panic")).To(Equal("0"))
 	g.Expect(r.Dir).NotTo(BeAnExistingFile(), "the registry is removed with the last node")
 }
+
+// The host's own values stay readable while nodes hold the sysctls (other agents on the host change the
+// current values), and reading them never creates the registry.
+func TestHostValuesAreTheOriginalsWhileNodesHoldThem(t *testing.T) {
+	g := NewWithT(t)
+	s := fakeProcSys(t, map[string]string{"kernel.panic": "0", "vm.panic_on_oom": "0"})
+	r := Registry{Dir: filepath.Join(t.TempDir(), "reg"), Sysctls: s}
+	names := []string{"kernel.panic", "vm.panic_on_oom"}
+	host := map[string]string{"kernel.panic": "0", "vm.panic_on_oom": "0"}
+
+	values, holders, err := r.HostValues(names)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(values).To(Equal(host))
+	g.Expect(holders).To(BeEmpty())
+	g.Expect(r.Dir).NotTo(BeAnExistingFile(), "reading must not create the registry")
+
+	_, _, err = r.Acquire("node-a", map[string]string{"kernel.panic": "10", "vm.panic_on_oom": "0"})
+	g.Expect(err).NotTo(HaveOccurred())
+	values, holders, err = r.HostValues(names)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(values).To(Equal(host), "the recorded original, not node-a's value")
+	g.Expect(holders).To(Equal([]string{"node-a"}))
+
+	_, _, err = r.Release("node-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	values, holders, err = r.HostValues(names)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(values).To(Equal(host))
+	g.Expect(holders).To(BeEmpty())
+}

@@ -134,3 +134,90 @@ func (r Registry) Release(holder string) ([]string, []string, error) {
 	}
 	return names, nil, nil
 }
+
+// HostValues returns the host's own value of each named sysctl — the original the registry recorded while
+// nodes hold it, the current value otherwise: what the host returns to once its last node is reset — and
+// the nodes holding the registry. It never creates the registry.
+func (r Registry) HostValues(names []string) (map[string]string, []string, error) {
+	for {
+		unlock, exists, err := r.lockExisting()
+		if err != nil {
+			return nil, nil, err
+		}
+		values, err := r.currentValues(names)
+		if err != nil {
+			if unlock != nil {
+				unlock()
+			}
+			return nil, nil, err
+		}
+		if !exists {
+			// Values read with no registry are the host's own unless a node acquired it meanwhile.
+			if _, err := os.Stat(filepath.Join(r.dir(), ".lock")); errors.Is(err, os.ErrNotExist) {
+				return values, nil, nil
+			}
+			continue
+		}
+		holders, orig, err := r.holdersAndOriginals()
+		unlock()
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, name := range names {
+			if v, ok := orig[name]; ok {
+				values[name] = v
+			}
+		}
+		return values, holders, nil
+	}
+}
+
+// lockExisting takes the registry's lock only if the registry exists; a lock taken on a file Release has
+// removed meanwhile belongs to a registry that no longer exists.
+func (r Registry) lockExisting() (func(), bool, error) {
+	path := filepath.Join(r.dir(), ".lock")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, false, err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		_ = f.Close()
+		return nil, false, nil
+	}
+	return func() { _ = f.Close() }, true, nil
+}
+
+func (r Registry) currentValues(names []string) (map[string]string, error) {
+	values := map[string]string{}
+	for _, name := range names {
+		v, err := r.Sysctls.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		values[name] = v
+	}
+	return values, nil
+}
+
+func (r Registry) holdersAndOriginals() ([]string, map[string]string, error) {
+	orig, err := r.originals()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sysctl registry %s is corrupt: %w", r.dir(), err)
+	}
+	entries, err := os.ReadDir(filepath.Join(r.dir(), "holders"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	var holders []string
+	for _, e := range entries {
+		holders = append(holders, e.Name())
+	}
+	return holders, orig, nil
+}

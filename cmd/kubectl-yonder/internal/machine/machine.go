@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -47,7 +49,14 @@ type BootstrapOptions struct {
 	Labels            []string
 	ProviderID        string
 	RootfsImage       string
-	Script            bool
+	// ImageRepository is where the node image of the version and the agent's blob come from (default: the
+	// installed bootstrap provider's --image-repository).
+	ImageRepository string
+	// RegistryCAFile is a PEM file with the CA of the repository's registry (default: the system roots).
+	RegistryCAFile string
+	// MirrorOf are upstream registries the node pulls through the repository's registry.
+	MirrorOf []string
+	Script   bool
 }
 
 func newManualBootstrapCommand(o *cli.Options) *cobra.Command {
@@ -58,9 +67,18 @@ func newManualBootstrapCommand(o *cli.Options) *cobra.Command {
 		Long: `Creates a bootstrap token in the Cluster's workload cluster (authentication only, extra group
 system:bootstrappers:yonder:worker, expiring after --ttl) and prints one line of shell that writes the
 yonder-agent installer (sha256-pinned) and its AgentConfig, then runs ` + "`yonder-agent bootstrap`" + `.
-The line contains the token: treat it as a secret until it expires. Progress goes to stderr, the line to stdout.`,
-		Example: `  kubectl yonder machine manual-bootstrap edge-7 --cluster edge \
-      --agent-url https://example.org/yonder-agent --agent-sha256 0123… | ssh root@edge-7 sudo bash`,
+The line contains the token: treat it as a secret until it expires. Progress goes to stderr, the line to stdout.
+
+Where the host's software comes from is what a Machine of the bootstrap provider gets: the node image of the
+Kubernetes version in --image-repository (resolved to its digest now) and yonder-agent's blob (--agent-sha256)
+in the same registry. Both default to the installed bootstrap provider's --image-repository and
+--agent-sha256 (its Deployment in the management cluster), so nothing has to be hosted by hand;
+--agent-url or --agent-path and --rootfs-image override them.`,
+		Example: `  kubectl yonder machine manual-bootstrap edge-7 --cluster edge | ssh root@edge-7 sudo bash
+  kubectl yonder machine manual-bootstrap edge-8 --cluster edge --image-repository registry.example:5000/yonder-dev \
+      --registry-ca-file registry-ca.crt --registry-mirror-of ghcr.io | ssh root@edge-8 sudo bash
+  kubectl yonder machine manual-bootstrap edge-9 --cluster edge \
+      --agent-url https://example.org/yonder-agent --agent-sha256 0123… --rootfs-image example.org/node@sha256:… | ssh root@edge-9 sudo bash`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b.NodeName = args[0]
@@ -70,14 +88,17 @@ The line contains the token: treat it as a secret until it expires. Progress goe
 	fs := cmd.Flags()
 	fs.StringVar(&b.Cluster, "cluster", "", "the CAPI Cluster whose workload cluster the host joins (required)")
 	fs.DurationVar(&b.TTL, "ttl", 15*time.Minute, "lifetime of the bootstrap token (1m…24h)")
-	fs.StringVar(&b.AgentURL, "agent-url", "", "URL the host downloads yonder-agent from")
+	fs.StringVar(&b.AgentURL, "agent-url", "", "URL the host downloads yonder-agent from (default: its blob in --image-repository)")
 	fs.StringVar(&b.AgentPath, "agent-path", "", "path of yonder-agent already on the host (offline bundle); instead of --agent-url")
-	fs.StringVar(&b.AgentSHA256, "agent-sha256", "", "sha256 of yonder-agent (required)")
+	fs.StringVar(&b.AgentSHA256, "agent-sha256", "", "sha256 of yonder-agent (default: the installed bootstrap provider's)")
 	fs.StringVar(&b.KubernetesVersion, "kubernetes-version", "", "kubelet version (default: the control plane's status.version)")
 	fs.StringVar(&b.Site, "site", "", "network site of the node")
 	fs.StringSliceVar(&b.Labels, "labels", nil, "node labels key=value[,key=value]")
 	fs.StringVar(&b.ProviderID, "provider-id", "", "spec.providerID of the Node (default: none)")
-	fs.StringVar(&b.RootfsImage, "rootfs-image", "", "OCI image of the node's root filesystem (default: the agent's)")
+	fs.StringVar(&b.RootfsImage, "rootfs-image", "", "OCI image of the node's root filesystem (default: <image repository>/yonder-node:<version>)")
+	fs.StringVar(&b.ImageRepository, "image-repository", "", "where the node image and yonder-agent come from (default: the installed bootstrap provider's)")
+	fs.StringVar(&b.RegistryCAFile, "registry-ca-file", "", "PEM file with the CA of the image repository's registry (default: the system roots)")
+	fs.StringSliceVar(&b.MirrorOf, "registry-mirror-of", nil, "upstream registries the node pulls through the image repository's registry, e.g. ghcr.io")
 	fs.BoolVar(&b.Script, "script", false, "print the whole script instead of the one-liner")
 	_ = cmd.MarkFlagRequired("cluster")
 	return cmd
@@ -100,48 +121,19 @@ func labels(in []string) (map[string]string, error) {
 
 // ManualBootstrap creates the token and prints the join line.
 func ManualBootstrap(ctx context.Context, o *cli.Options, b *BootstrapOptions) error {
-	var errs []string
-	if msgs := validation.IsDNS1123Subdomain(b.NodeName); len(msgs) > 0 {
-		errs = append(errs, fmt.Sprintf("NAME %q is not a valid Node name: %s", b.NodeName, strings.Join(msgs, "; ")))
-	}
-	if b.Cluster == "" {
-		errs = append(errs, "--cluster is required")
-	}
-	if (b.AgentURL == "") == (b.AgentPath == "") {
-		errs = append(errs, "set exactly one of --agent-url and --agent-path")
-	}
-	if b.AgentSHA256 == "" {
-		errs = append(errs, "--agent-sha256 is required (the host verifies the agent before running it)")
-	}
-	lbls, err := labels(b.Labels)
+	req, err := b.request()
 	if err != nil {
-		errs = append(errs, err.Error())
-	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "\n"))
-	}
-	req := manualjoin.Request{
-		Config: agentv1.AgentConfig{
-			NodeName: b.NodeName, ProviderID: b.ProviderID, KubernetesVersion: b.KubernetesVersion, Labels: lbls, Site: b.Site,
-			Rootfs: agentv1.Rootfs{Image: b.RootfsImage}, GPU: agentv1.GPU{Mode: agentv1.GPUModeNone},
-		},
-		Agent: manualjoin.AgentSource{URL: b.AgentURL, Path: b.AgentPath, SHA256: b.AgentSHA256},
-		TTL:   b.TTL,
-	}
-	if req.Config.KubernetesVersion == "" {
-		req.Config.KubernetesVersion = "v0.0.0"
-	}
-	// Reject bad input (labels, sha, TTL, paths) before anything is contacted; the API server fields come
-	// from the cluster below.
-	if err := req.Validate(); err != nil {
 		return err
 	}
-
 	ns, err := o.Ns()
 	if err != nil {
 		return err
 	}
 	c, err := o.Client()
+	if err != nil {
+		return err
+	}
+	repo, reg, err := b.agentSource(ctx, c, req)
 	if err != nil {
 		return err
 	}
@@ -166,7 +158,10 @@ func ManualBootstrap(ctx context.Context, o *cli.Options, b *BootstrapOptions) e
 			return err
 		}
 	}
-	res, err := manualjoin.Create(ctx, wl.Client, req, o.Now())
+	if err := rootfs(ctx, req, repo, reg); err != nil {
+		return err
+	}
+	res, err := manualjoin.Create(ctx, wl.Client, *req, o.Now())
 	if err != nil {
 		return fmt.Errorf("failed to create the join for %s: %w", b.NodeName, err)
 	}
@@ -183,6 +178,116 @@ func ManualBootstrap(ctx context.Context, o *cli.Options, b *BootstrapOptions) e
 	}
 	_, err = fmt.Fprintln(o.Out, line)
 	return err
+}
+
+// request checks the flags and builds the join request, before anything is contacted. An agent source
+// given by flags is validated now; one from the image repository once its defaults are known.
+func (b *BootstrapOptions) request() (*manualjoin.Request, error) {
+	var errs []string
+	if msgs := validation.IsDNS1123Subdomain(b.NodeName); len(msgs) > 0 {
+		errs = append(errs, fmt.Sprintf("NAME %q is not a valid Node name: %s", b.NodeName, strings.Join(msgs, "; ")))
+	}
+	if b.Cluster == "" {
+		errs = append(errs, "--cluster is required")
+	}
+	if b.AgentURL != "" && b.AgentPath != "" {
+		errs = append(errs, "set at most one of --agent-url and --agent-path")
+	}
+	lbls, err := labels(b.Labels)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	var caPEM []byte
+	if b.RegistryCAFile != "" {
+		if caPEM, err = os.ReadFile(b.RegistryCAFile); err != nil {
+			errs = append(errs, fmt.Sprintf("--registry-ca-file: %v", err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "\n"))
+	}
+	req := &manualjoin.Request{
+		Config: agentv1.AgentConfig{
+			NodeName: b.NodeName, ProviderID: b.ProviderID, KubernetesVersion: b.KubernetesVersion, Labels: lbls, Site: b.Site,
+			Rootfs: agentv1.Rootfs{Image: b.RootfsImage}, GPU: agentv1.GPU{Mode: agentv1.GPUModeNone},
+		},
+		Agent: manualjoin.AgentSource{URL: b.AgentURL, Path: b.AgentPath, SHA256: b.AgentSHA256, CACertificate: string(caPEM)},
+		TTL:   b.TTL,
+	}
+	if req.Config.KubernetesVersion == "" {
+		req.Config.KubernetesVersion = "v0.0.0"
+	}
+	check := *req
+	if b.AgentURL == "" && b.AgentPath == "" {
+		// The agent comes from the image repository: a placeholder source lets everything else be checked now.
+		check.Agent.URL = "https://registry.invalid/v2/yonder-agent"
+		if check.Agent.SHA256 == "" {
+			check.Agent.SHA256 = strings.Repeat("0", 64)
+		}
+	}
+	if err := check.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// agentSource fills in where the host gets yonder-agent: the flags, else its blob in the image repository
+// (the flag's, else the installed bootstrap provider's), as a Machine of that provider gets it. It returns
+// the repository and its registry (empty and nil without a repository).
+func (b *BootstrapOptions) agentSource(ctx context.Context, c client.Reader, req *manualjoin.Request) (string, *agentv1.Registry, error) {
+	repo, sha := b.ImageRepository, b.AgentSHA256
+	if repo == "" || sha == "" {
+		d, err := providerDefaults(ctx, c)
+		if err != nil {
+			return "", nil, err
+		}
+		if repo == "" {
+			repo = d.imageRepository
+		}
+		if sha == "" {
+			sha = d.agentSHA256
+		}
+	}
+	fromRepo := req.Agent.URL == "" && req.Agent.Path == ""
+	if fromRepo && (repo == "" || sha == "") {
+		return "", nil, errors.New("no yonder-agent source: pass --agent-url (or --agent-path) with --agent-sha256, or --image-repository " +
+			"with --agent-sha256 (both default to the installed bootstrap provider's, and none was found)")
+	}
+	if req.Agent.SHA256 == "" {
+		req.Agent.SHA256 = sha
+	}
+	if repo == "" {
+		return "", nil, nil
+	}
+	reg, err := manualjoin.Registry(repo, []byte(req.Agent.CACertificate), b.MirrorOf)
+	if err != nil {
+		return "", nil, err
+	}
+	if fromRepo {
+		if req.Agent.URL, err = manualjoin.AgentURL(repo, req.Agent.SHA256); err != nil {
+			return "", nil, err
+		}
+	}
+	return repo, reg, nil
+}
+
+// rootfs sets the node's root filesystem: --rootfs-image, else the node image of its Kubernetes version in
+// the repository, resolved to its digest now. The registry settings go along where the image is in it.
+func rootfs(ctx context.Context, req *manualjoin.Request, repo string, reg *agentv1.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	if req.Config.Rootfs.Image == "" {
+		ref, err := manualjoin.NodeImage(ctx, repo, req.Config.KubernetesVersion, reg)
+		if err != nil {
+			return err
+		}
+		req.Config.Rootfs.Image = ref
+	}
+	if strings.HasPrefix(req.Config.Rootfs.Image, reg.Host+"/") {
+		req.Config.Registry = reg
+	}
+	return nil
 }
 
 // endpoint is the Cluster's control plane endpoint, else the kubeconfig's server.
@@ -207,4 +312,47 @@ func controlPlaneVersion(ctx context.Context, c client.Client, cluster *clusterv
 		}
 	}
 	return "", fmt.Errorf("the control plane of Cluster %s/%s reports no version: pass --kubernetes-version", cluster.Namespace, cluster.Name)
+}
+
+// bootstrapDefaults are the installed bootstrap provider's image repository and agent.
+type bootstrapDefaults struct{ imageRepository, agentSHA256 string }
+
+// bootstrapProvider is the clusterctl provider label of the bootstrap provider's objects.
+const bootstrapProvider = "bootstrap-yonder"
+
+// providerDefaults reads --image-repository and --agent-sha256 from the bootstrap provider's Deployment
+// (what clusterctl init installed). None installed, or none readable with the user's rights, gives none.
+func providerDefaults(ctx context.Context, c client.Reader) (bootstrapDefaults, error) {
+	deps := &appsv1.DeploymentList{}
+	if err := c.List(ctx, deps, client.MatchingLabels{clusterv1.ProviderNameLabel: bootstrapProvider}); err != nil {
+		if apierrors.IsForbidden(err) {
+			return bootstrapDefaults{}, nil
+		}
+		return bootstrapDefaults{}, fmt.Errorf("failed to read the bootstrap provider's Deployment: %w", err)
+	}
+	var d bootstrapDefaults
+	for _, dep := range deps.Items {
+		for _, ctr := range dep.Spec.Template.Spec.Containers {
+			if ctr.Name != "manager" {
+				continue
+			}
+			args := append(append([]string{}, ctr.Command...), ctr.Args...)
+			d.imageRepository = flagValue(args, "--image-repository")
+			d.agentSHA256 = flagValue(args, "--agent-sha256")
+		}
+	}
+	return d, nil
+}
+
+// flagValue is the value of flag in args, written as --flag=value or as two arguments.
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+		if a == flag && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			return args[i+1]
+		}
+	}
+	return ""
 }

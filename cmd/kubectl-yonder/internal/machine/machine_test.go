@@ -140,7 +140,10 @@ func TestManualBootstrapRejectsBadInputBeforeCreatingAToken(t *testing.T) {
 		want string
 	}{
 		{"bad node name", BootstrapOptions{NodeName: "Edge_7", Cluster: "c", TTL: time.Hour, AgentURL: "https://x/a", AgentSHA256: strings.Repeat("a", 64)}, "not a valid Node name"},
+		// No flag and no bootstrap provider installed whose defaults would do.
 		{"no agent", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: time.Hour, AgentSHA256: strings.Repeat("a", 64)}, "--agent-url"},
+		{"two agents", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: time.Hour, AgentURL: "https://x/a", AgentPath: "/a", AgentSHA256: strings.Repeat("a", 64)}, "at most one of --agent-url and --agent-path"},
+		{"no registry CA file", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: time.Hour, RegistryCAFile: "/nonexistent/ca.crt"}, "--registry-ca-file"},
 		{"bad sha", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: time.Hour, AgentURL: "https://x/a", AgentSHA256: "abc"}, "sha256"},
 		{"ttl too long", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: 48 * time.Hour, AgentURL: "https://x/a", AgentSHA256: strings.Repeat("a", 64)}, "1m…24h"},
 		{"bad label", BootstrapOptions{NodeName: "e", Cluster: "c", TTL: time.Hour, AgentURL: "https://x/a", AgentSHA256: strings.Repeat("a", 64), Labels: []string{"kubernetes.io/x=y z"}}, "labels"},
@@ -152,5 +155,22 @@ func TestManualBootstrapRejectsBadInputBeforeCreatingAToken(t *testing.T) {
 			o.Out, o.ErrOut = &bytes.Buffer{}, &bytes.Buffer{}
 			g.Expect(ManualBootstrap(context.Background(), o, &tc.b)).To(MatchError(ContainSubstring(tc.want)))
 		})
+	}
+}
+
+// The installed bootstrap provider's flags are read in both spellings its Deployment may use.
+func TestFlagValueReadsBothSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leader-elect", "--image-repository", "registry.example:5000/yonder-dev", "--agent-sha256", "ab"}, "registry.example:5000/yonder-dev"},
+		{[]string{"--image-repository=mirror.example/yonder"}, "mirror.example/yonder"},
+		// An empty value (clusterctl's "" for an unset variable) is the empty string, not the next flag.
+		{[]string{"--image-repository", "", "--agent-sha256", "ab"}, ""},
+		{[]string{"--image-repository", "--agent-sha256", "ab"}, ""},
+		{[]string{"--agent-sha256", "ab"}, ""},
+	} {
+		NewWithT(t).Expect(flagValue(tc.args, "--image-repository")).To(Equal(tc.want), "%v", tc.args)
 	}
 }

@@ -20,9 +20,9 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/stack"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 const (
@@ -31,27 +31,14 @@ const (
 	manualNode      = "manual-0"
 )
 
-// releasedPlugin builds kubectl-yonder the way `make release` does (static, -trimpath, -tags release) and
-// copies it ALONE into an empty directory; run executes it there with nothing of the checkout around it
+// releasedPlugin builds kubectl-yonder the way `make release` does (static, -trimpath, -tags release),
+// ALONE into an empty directory; run executes it there with nothing of the checkout around it
 // (HOME is that directory, PATH only the system's), against the stack's management cluster.
 func releasedPlugin(t *testing.T) func(args ...string) (string, string, error) {
 	t.Helper()
-	build := filepath.Join(t.TempDir(), "kubectl-yonder")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "release", "-o", build, "./cmd/kubectl-yonder")
-	cmd.Dir = testbins.RepoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("failed to build the released plugin: %s: %v", out, err)
-	}
-	empty := t.TempDir()
-	bin := filepath.Join(empty, "kubectl-yonder")
-	data, err := os.ReadFile(build)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// ForTest builds into a directory of its own: the binary is alone there.
+	bin := gobuild.ForTest(t, "./cmd/kubectl-yonder", gobuild.Options{Static: true, TrimPath: true, Tags: []string{"release"}})
+	empty := filepath.Dir(bin)
 	return func(args ...string) (string, string, error) {
 		cmd := exec.Command(bin, append(args, "--kubeconfig", st.Management.AdminKubeconfigPath)...)
 		cmd.Dir = empty

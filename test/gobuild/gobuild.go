@@ -21,14 +21,24 @@ type Options struct {
 	Static bool
 	// Strip leaves paths and symbols out (-trimpath, -ldflags "-s -w"): smaller binaries.
 	Strip bool
+	// TrimPath leaves only the paths out (-trimpath), as `make release` builds.
+	TrimPath bool
+	// Tags are build tags (-tags), e.g. "release" for the plugin as released.
+	Tags []string
 }
 
 // Build builds pkgs (import paths, or ./paths relative to the repository root) in one `go build` into
 // out: a file for one package, a directory ending in "/" for several.
 func Build(ctx context.Context, out string, o Options, pkgs ...string) error {
 	args := []string{"build"}
+	if o.Strip || o.TrimPath {
+		args = append(args, "-trimpath")
+	}
 	if o.Strip {
-		args = append(args, "-trimpath", "-ldflags", "-s -w")
+		args = append(args, "-ldflags", "-s -w")
+	}
+	if len(o.Tags) > 0 {
+		args = append(args, "-tags", strings.Join(o.Tags, ","))
 	}
 	args = append(append(args, "-o", out), pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)

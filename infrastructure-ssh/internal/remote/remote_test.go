@@ -195,3 +195,78 @@ func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(BeEmpty())
 }
+
+// stalledUpload is an SSH session whose upload stalls: the host gets the first n bytes of stdin, then
+// nothing more until stall ends (with an error: the writer is gone).
+type stalledUpload struct {
+	sshexec.Executor
+	n     int64
+	stall io.Reader
+}
+
+func (c stalledUpload) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
+	if stdin != nil {
+		stdin = io.MultiReader(io.LimitReader(stdin, c.n), c.stall)
+	}
+	return c.Executor.Run(ctx, cmd, stdin)
+}
+
+// The connection itself cut mid-upload, as when the controller is killed: its SSH connection closes while
+// the script streams. The host is left with neither a run nor the partial upload (the shell sees the end of
+// its input, finds the upload short and removes it), and the next start, on a new connection, runs the
+// whole script once.
+func TestStartWithConnectionCutMidUploadLeavesNoRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs, _ := sshhosts.StartForTest(t, "cutc", 1)
+	script := "echo first >> /var/lib/yonder-ssh/cut\n" + strings.Repeat("# padding\n", 1000) +
+		"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+	const sent = 100
+	runsDir := func() string {
+		out, err := hs[0].Output(ctx, "ls -A /var/lib/yonder-ssh/runs")
+		g.Expect(err).NotTo(HaveOccurred())
+		return out
+	}
+
+	cut, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
+	g.Expect(err).NotTo(HaveOccurred())
+	stall, stop := io.Pipe()
+	type result struct {
+		started bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		started, err := remote.Start(ctx, stalledUpload{cut, sent, stall}, "run-cut", script)
+		done <- result{started, err}
+	}()
+	g.Eventually(func() string {
+		out, err := hs[0].Output(ctx, "stat -c %s /var/lib/yonder-ssh/runs/.run-cut.* 2>/dev/null; true")
+		g.Expect(err).NotTo(HaveOccurred())
+		return out
+	}, 20*time.Second, 100*time.Millisecond).Should(Equal(fmt.Sprintf("%d\n", sent)), "the upload is under way, part-way")
+	g.Expect(runsDir()).To(HavePrefix(".run-cut."), "only the upload: no run is taken before it is whole")
+	g.Expect(cut.Close()).To(Succeed())
+	stop.CloseWithError(io.ErrClosedPipe)
+	var r result
+	g.Eventually(done, 20*time.Second).Should(Receive(&r))
+	g.Expect(r.err).To(HaveOccurred(), "a cut connection is an error, not a start")
+	g.Expect(r.started).To(BeFalse())
+	g.Eventually(runsDir, 20*time.Second, 100*time.Millisecond).Should(BeEmpty(), "no run was taken and the partial upload is gone")
+
+	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = e.Close() }()
+	started, err := remote.Start(ctx, e, "run-cut", script)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(started).To(BeTrue())
+	g.Eventually(func() remote.RunState {
+		s, err := remote.State(ctx, e, "run-cut")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
+	out, err := hs[0].Output(ctx, "cat /var/lib/yonder-ssh/cut")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("first\n"), "the script ran once, whole")
+	g.Expect(runsDir()).To(Equal("run-cut\n"))
+}

@@ -84,7 +84,7 @@ func build(o buildOptions) ([]built, error) {
 		}
 		return err
 	}
-	if err := buildBinaries(o, bin, want); err != nil {
+	if err := buildBinaries(bin, want); err != nil {
 		return nil, err
 	}
 	for _, b := range binaryImages {
@@ -125,7 +125,7 @@ func build(o buildOptions) ([]built, error) {
 }
 
 // buildBinaries builds every selected binary in one go command (shared packages compile once).
-func buildBinaries(o buildOptions, dir string, want func(string) bool) error {
+func buildBinaries(dir string, want func(string) bool) error {
 	var pkgs []string
 	names := map[string]string{}
 	for _, b := range binaryImages {

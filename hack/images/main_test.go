@@ -44,6 +44,7 @@ func TestNetNodeImageRunsIptables(t *testing.T) {
 }
 
 func checkIptables(t *testing.T, rootfs string) {
+	t.Helper()
 	g := NewWithT(t)
 	g.Expect(filepath.Join(rootfs, "yonder-net-node")).To(BeARegularFile())
 	// The daemon runs "iptables" through PATH: the image config's PATH, as the container runtime sets it.

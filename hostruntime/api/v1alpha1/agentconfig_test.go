@@ -18,6 +18,7 @@ import (
 )
 
 func testCA(t testing.TB) string {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +32,7 @@ func testCA(t testing.TB) string {
 }
 
 func valid(t testing.TB) *agentv1.AgentConfig {
+	t.Helper()
 	return &agentv1.AgentConfig{
 		NodeName:          "worker-0",
 		KubernetesVersion: "v1.36.3",

@@ -39,7 +39,7 @@ func (r *run) configure(_ context.Context) (string, error) {
 	if r.o.PodCIDR != "" {
 		w.file(render.CNIConfFile, render.CNIConflist(r.o.PodCIDR), 0o644)
 	}
-	writeUnits(w, render.Units(in))
+	writeUnits(w, render.Units())
 	if w.err != nil {
 		return "", withHint(w.err, "check free space and permissions under "+root)
 	}

@@ -25,7 +25,7 @@ import (
 func BenchmarkBootstrapToNodeReady(b *testing.B) {
 	ctx := context.Background()
 	c := startCluster(b)
-	nd := c.newNode(b, "bench", nil)
+	nd := c.newNode(b, "bench")
 	// Warm the caches once, outside the measurement.
 	if _, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=3m"); err != nil {
 		b.Fatalf("warm-up bootstrap: %v: %s", err, stderr)

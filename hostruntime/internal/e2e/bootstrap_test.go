@@ -70,7 +70,7 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	ctx := context.Background()
 	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
-	nd := c.newNode(t, "a", nil)
+	nd := c.newNode(t, "a")
 
 	start := time.Now()
 	stdout, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")

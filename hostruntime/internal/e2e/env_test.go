@@ -220,8 +220,8 @@ type node struct {
 	bin      string
 }
 
-// newNode starts a host and writes its AgentConfig; mutate lets a test change the config.
-func (c *cluster) newNode(t testing.TB, suffix string, mutate func(*agentv1.AgentConfig)) *node {
+// newNode starts a host and writes its AgentConfig.
+func (c *cluster) newNode(t testing.TB, suffix string) *node {
 	t.Helper()
 	g := NewWithT(t)
 	h := hosts.StartForTest(t, c.net, "ag"+suffix, 1)[0]
@@ -245,9 +245,6 @@ func (c *cluster) newNode(t testing.TB, suffix string, mutate func(*agentv1.Agen
 		Labels:            map[string]string{"yonder.dev/site": "lab", "example.com/node": suffix},
 		Rootfs:            agentv1.Rootfs{Archive: root},
 		Artifacts:         arts,
-	}
-	if mutate != nil {
-		mutate(cfg)
 	}
 	data, err := agentv1.Encode(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -288,6 +285,7 @@ func (nd *node) agent(ctx context.Context, sub string, extra ...string) (string,
 // saveLogs copies the node's logs (agent, machine, kubelet, containerd) out of its state directory before
 // reset removes it, and says where.
 func (nd *node) saveLogs(t testing.TB) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "yonder-agent-logs-"+nd.name+"-")
 	if err != nil {
 		return

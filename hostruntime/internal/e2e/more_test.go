@@ -98,7 +98,7 @@ func TestTwoNodesSideBySide(t *testing.T) {
 	ctx := context.Background()
 	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
-	nodes := []*node{c.newNode(t, "b", nil), c.newNode(t, "c", nil)}
+	nodes := []*node{c.newNode(t, "b"), c.newNode(t, "c")}
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	outs := make([]string, len(nodes))
@@ -167,7 +167,7 @@ func TestKilledMidPhaseRerunConverges(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := startCluster(t)
-	nd := c.newNode(t, "k", nil)
+	nd := c.newNode(t, "k")
 
 	args := append([]string{"--net=" + nd.host.NamespacePath, "--", nd.bin, "bootstrap"}, strings.Fields(nd.flags())...)
 	cmd := exec.Command("nsenter", args...)
@@ -206,7 +206,7 @@ func TestBootstrapOverSSHOutlivesTheSession(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := startCluster(t)
-	nd := c.newNode(t, "s", nil)
+	nd := c.newNode(t, "s")
 	cmd := fmt.Sprintf("%s bootstrap %s --ready-timeout=2m", nd.bin, nd.flags())
 	stdout, stderr, err := nd.host.Run(ctx, cmd)
 	g.Expect(err).NotTo(HaveOccurred(), "bootstrap over SSH: %s\n%s", stdout, stderr)
@@ -226,7 +226,7 @@ func TestUpgradeSwitchesMachinesAndRollsBack(t *testing.T) {
 	ctx := context.Background()
 	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
-	nd := c.newNode(t, "u", nil)
+	nd := c.newNode(t, "u")
 	_, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	first := status(t, nd).Machine.Name

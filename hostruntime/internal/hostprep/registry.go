@@ -31,11 +31,14 @@ func (r Registry) dir() string {
 	return r.Dir
 }
 
+// lockPath is the registry's lock file.
+func (r Registry) lockPath() string { return filepath.Join(r.dir(), ".lock") }
+
 func (r Registry) lock() (func(), error) {
 	if err := os.MkdirAll(filepath.Join(r.dir(), "holders"), 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create the sysctl registry %s: %w", r.dir(), err)
 	}
-	f, err := os.OpenFile(filepath.Join(r.dir(), ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(r.lockPath(), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -175,8 +178,7 @@ func (r Registry) HostValues(names []string) (map[string]string, []string, error
 // lockExisting takes the registry's lock only if the registry exists; a lock taken on a file Release has
 // removed meanwhile belongs to a registry that no longer exists.
 func (r Registry) lockExisting() (func(), bool, error) {
-	path := filepath.Join(r.dir(), ".lock")
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(r.lockPath(), os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -187,7 +189,7 @@ func (r Registry) lockExisting() (func(), bool, error) {
 		_ = f.Close()
 		return nil, false, err
 	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(r.lockPath()); errors.Is(err, os.ErrNotExist) {
 		_ = f.Close()
 		return nil, false, nil
 	}

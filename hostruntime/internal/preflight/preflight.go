@@ -85,8 +85,8 @@ func Run(in Input) *Report {
 	var uts syscall.Utsname
 	if err := syscall.Uname(&uts); err == nil {
 		rel := utsString(uts.Release[:])
-		maj, min := kernelVersion(rel)
-		if maj < 4 || (maj == 4 && min < 19) {
+		maj, minor := kernelVersion(rel)
+		if maj < 4 || (maj == 4 && minor < 19) {
 			r.add("kernel", Fail, "kernel "+rel+" is older than 4.19", "upgrade the kernel (overlayfs and cgroup features the kubelet needs)")
 		} else {
 			r.add("kernel", OK, "kernel "+rel, "")
@@ -198,6 +198,6 @@ func kernelVersion(rel string) (int, int) {
 			break
 		}
 	}
-	min, _ := strconv.Atoi(minStr)
-	return maj, min
+	minor, _ := strconv.Atoi(minStr)
+	return maj, minor
 }

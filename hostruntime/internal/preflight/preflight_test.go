@@ -35,8 +35,8 @@ func TestRunReportsEveryProblemWithAFix(t *testing.T) {
 
 func TestKernelVersion(t *testing.T) {
 	g := NewWithT(t)
-	maj, min := kernelVersion("6.18.44-fc-v669")
-	g.Expect([]int{maj, min}).To(Equal([]int{6, 18}))
-	maj, min = kernelVersion("4.19rc1")
-	g.Expect([]int{maj, min}).To(Equal([]int{4, 19}))
+	maj, minor := kernelVersion("6.18.44-fc-v669")
+	g.Expect([]int{maj, minor}).To(Equal([]int{6, 18}))
+	maj, minor = kernelVersion("4.19rc1")
+	g.Expect([]int{maj, minor}).To(Equal([]int{4, 19}))
 }

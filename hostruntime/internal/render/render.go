@@ -243,7 +243,7 @@ func CNIConflist(podCIDR string) string {
 
 // Units are the systemd units (name → content) that bring the node up inside the machine, in order:
 // yonder-prep (cgroup controllers rw, /dev/kmsg), containerd, yonder-images (import OCI archives), kubelet.
-func Units(in Input) map[string]string {
+func Units() map[string]string {
 	prep := `[Unit]
 Description=Yonder: prepare the machine for containerd and kubelet
 DefaultDependencies=no

@@ -78,7 +78,7 @@ func TestCNIConflistIsValidJSONWithThePodCIDR(t *testing.T) {
 
 func TestUnitsStartInOrder(t *testing.T) {
 	g := NewWithT(t)
-	u := Units(input())
+	u := Units()
 	g.Expect(u).To(HaveKey("yonder-prep.service"))
 	g.Expect(u["containerd.service"]).To(ContainSubstring("After=yonder-prep.service"))
 	g.Expect(u["kubelet.service"]).To(ContainSubstring("After=containerd.service yonder-images.service"))

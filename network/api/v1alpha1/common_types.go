@@ -38,9 +38,9 @@ type Reachability string
 const (
 	// ReachabilityAuto uses what each node's daemon detects (Site.spec.reachability only).
 	ReachabilityAuto Reachability = "Auto"
-	// ReachabilityReachable: peers at other Sites can dial the node at its External endpoint.
+	// ReachabilityReachable means peers at other Sites can dial the node at its External endpoint.
 	ReachabilityReachable Reachability = "Reachable"
-	// ReachabilityBehindNAT: the node accepts nothing unsolicited; it dials its peers, and peers learn its
+	// ReachabilityBehindNAT means the node accepts nothing unsolicited; it dials its peers, and peers learn its
 	// endpoint from its WireGuard handshake.
 	ReachabilityBehindNAT Reachability = "BehindNAT"
 )

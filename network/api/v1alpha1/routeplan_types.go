@@ -9,10 +9,10 @@ import (
 type LinkMode string
 
 const (
-	// LinkModeDirect: each node peers with each remote node (remote pod CIDRs from the remote Site's
+	// LinkModeDirect means each node peers with each remote node (remote pod CIDRs from the remote Site's
 	// PeerSlices with role Nodes).
 	LinkModeDirect LinkMode = "Direct"
-	// LinkModeGateway: non-gateway nodes route the link's prefixes to localGateways; gateways (or every
+	// LinkModeGateway means non-gateway nodes route the link's prefixes to localGateways; gateways (or every
 	// node when localGateways is empty and selfGateway is true) peer with remoteGateways.
 	LinkModeGateway LinkMode = "Gateway"
 )

@@ -9,9 +9,9 @@ import (
 type Topology string
 
 const (
-	// TopologyFullMesh: every node of one Site peers directly with every node of the other.
+	// TopologyFullMesh means every node of one Site peers directly with every node of the other.
 	TopologyFullMesh Topology = "FullMesh"
-	// TopologyGateway: nodes send remote traffic to their Site's active gateways, which peer with the
+	// TopologyGateway means nodes send remote traffic to their Site's active gateways, which peer with the
 	// remote Site's active gateways. A Site without gateway candidates acts as if each node were its own
 	// gateway.
 	TopologyGateway Topology = "Gateway"
@@ -35,12 +35,12 @@ const (
 type LinkKind string
 
 const (
-	// LinkKindDirect: both ends accept connections; either end dials.
+	// LinkKindDirect means both ends accept connections; either end dials.
 	LinkKindDirect LinkKind = "Direct"
-	// LinkKindNATInitiated: one end is behind NAT. It dials (with persistent keepalive) and the reachable end
+	// LinkKindNATInitiated means one end is behind NAT. It dials (with persistent keepalive) and the reachable end
 	// accepts it and learns its endpoint from the handshake (WireGuard only).
 	LinkKindNATInitiated LinkKind = "NATInitiated"
-	// LinkKindRelayed: both ends are behind NAT; traffic goes through the relay Site's gateways, which both
+	// LinkKindRelayed means both ends are behind NAT; traffic goes through the relay Site's gateways, which both
 	// ends dial.
 	LinkKindRelayed LinkKind = "Relayed"
 )

@@ -18,6 +18,7 @@ import (
 )
 
 func cleanup(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() { NewWithT(t).Expect(testenv.Cleanup(context.Background(), env.Client)).To(Succeed()) })
 }
 

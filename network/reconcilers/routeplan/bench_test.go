@@ -55,6 +55,7 @@ func synthetic(nodes, sites int) plan.Input {
 }
 
 func listPublished(ctx context.Context, b *testing.B) ([]netv1.RoutePlan, []netv1.PeerSlice) {
+	b.Helper()
 	plans, slices := &netv1.RoutePlanList{}, &netv1.PeerSliceList{}
 	r := env.GetAPIReader()
 	if err := r.List(ctx, plans); err != nil {
@@ -98,6 +99,7 @@ func BenchmarkRoutePlan5000Nodes20Sites(b *testing.B) {
 
 // benchCompute measures the pure computation in its steady state (previous slices known).
 func benchCompute(b *testing.B, in plan.Input, nodes, sites int) {
+	b.Helper()
 	first := plan.Compute(in)
 	steady := in
 	steady.Previous = first.Slices
@@ -122,6 +124,7 @@ func benchCompute(b *testing.B, in plan.Input, nodes, sites int) {
 // benchPublish measures publication against the apiserver: the initial one, a restarted controller, one
 // gateway failing (diffed), and the baseline that republishes everything.
 func benchPublish(b *testing.B, in plan.Input, nodes int) {
+	b.Helper()
 	ctx := context.Background()
 	defer func() { _ = testenv.Cleanup(ctx, env.Client) }()
 	var initial, restart, diffed, naive time.Duration
@@ -172,6 +175,7 @@ func benchPublish(b *testing.B, in plan.Input, nodes int) {
 // republish computes the plan from what is published and writes it: with diffs (Publish), or everything
 // (naive, the baseline). It returns the time, the writes and the output.
 func republish(ctx context.Context, b *testing.B, c *testenv.CountingClient, cur plan.Input, naive bool) (time.Duration, int, *plan.Output) {
+	b.Helper()
 	n0 := c.Writes()
 	start := time.Now()
 	plans, slices := listPublished(ctx, b)

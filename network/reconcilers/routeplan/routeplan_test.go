@@ -25,6 +25,7 @@ func key(name string) string {
 }
 
 func cleanup(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() { NewWithT(t).Expect(testenv.Cleanup(context.Background(), env.Client)).To(Succeed()) })
 }
 
@@ -60,9 +61,10 @@ func twoSites(ctx context.Context, g Gomega) {
 	}
 }
 
-func routePlan(ctx context.Context, g Gomega, site string) *netv1.RoutePlan {
+// routePlan is the RoutePlan of Site a, whose links these tests follow.
+func routePlan(ctx context.Context, g Gomega) *netv1.RoutePlan {
 	rp := &netv1.RoutePlan{}
-	g.Expect(env.Get(ctx, client.ObjectKey{Name: site}, rp)).To(Succeed())
+	g.Expect(env.Get(ctx, client.ObjectKey{Name: "a"}, rp)).To(Succeed())
 	return rp
 }
 
@@ -85,7 +87,7 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())
 	g.Expect(testenv.SetNodeStatus(ctx, env.Client, n, "10.2.0.11", true)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(routePlan(ctx, g, "a").Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw1", "b-gw2"}))
+		g.Expect(routePlan(ctx, g).Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw1", "b-gw2"}))
 	}).Should(Succeed())
 	// Gateway health never touched the ordinary nodes' slice.
 	after := &netv1.PeerSlice{}
@@ -96,7 +98,7 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 // expectTwoSitePlan waits for twoSites' plan and slices and returns site b's nodes slice.
 func expectTwoSitePlan(ctx context.Context, g Gomega) *netv1.PeerSlice {
 	g.Eventually(func(g Gomega) {
-		rp := routePlan(ctx, g, "a")
+		rp := routePlan(ctx, g)
 		g.Expect(rp.Labels).To(HaveKeyWithValue(netv1.SiteLabel, "a"))
 		g.Expect(rp.Spec.Links).To(HaveLen(1))
 		l := rp.Spec.Links[0]
@@ -130,7 +132,7 @@ func expectTwoSitePlan(ctx context.Context, g Gomega) *netv1.PeerSlice {
 func failGateways(ctx context.Context, g Gomega) {
 	g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "b-gw1", key("b-gw1"), "203.0.113.10", ptr.To(false))).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(routePlan(ctx, g, "a").Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw2"}))
+		g.Expect(routePlan(ctx, g).Spec.Links[0].RemoteGateways).To(Equal([]string{"b-gw2"}))
 	}).Should(Succeed())
 	pool := &netv1.GatewayPool{}
 	g.Eventually(func(g Gomega) {
@@ -145,7 +147,7 @@ func failGateways(ctx context.Context, g Gomega) {
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gw2"}, n)).To(Succeed())
 	g.Expect(testenv.SetNodeStatus(ctx, env.Client, n, "10.2.0.11", false)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		l := routePlan(ctx, g, "a").Spec.Links[0]
+		l := routePlan(ctx, g).Spec.Links[0]
 		g.Expect(l.RemoteGateways).To(BeEmpty())
 		g.Expect(l.Up).To(BeFalse())
 		site := &netv1.Site{}
@@ -219,7 +221,7 @@ func TestRestartWritesNothing(t *testing.T) {
 	twoSites(ctx, g)
 	first := testenv.Start(t, env, setup.Options{SliceSize: 1})
 	g.Eventually(func(g Gomega) {
-		g.Expect(routePlan(ctx, g, "a").Spec.Links).To(HaveLen(1))
+		g.Expect(routePlan(ctx, g).Spec.Links).To(HaveLen(1))
 		nodes := &corev1.NodeList{}
 		g.Expect(env.List(ctx, nodes)).To(Succeed())
 		for _, n := range nodes.Items {
@@ -251,18 +253,18 @@ func TestPublishedObjectsAreRepaired(t *testing.T) {
 	twoSites(ctx, g)
 	testenv.Start(t, env, setup.Options{})
 	g.Eventually(func(g Gomega) {
-		g.Expect(routePlan(ctx, g, "a").Spec.Links).To(HaveLen(1))
+		g.Expect(routePlan(ctx, g).Spec.Links).To(HaveLen(1))
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a-nodes-0"}, &netv1.PeerSlice{})).To(Succeed())
 	}).Should(Succeed())
 
 	g.Expect(env.Delete(ctx, &netv1.PeerSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-nodes-0"}})).To(Succeed())
-	rp := routePlan(ctx, g, "a")
+	rp := routePlan(ctx, g)
 	rp.Spec.Links = nil
 	g.Expect(env.Update(ctx, rp)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := &netv1.PeerSlice{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a-nodes-0"}, s)).To(Succeed())
 		g.Expect(s.Spec.Peers).To(HaveLen(2))
-		g.Expect(routePlan(ctx, g, "a").Spec.Links).To(HaveLen(1))
+		g.Expect(routePlan(ctx, g).Spec.Links).To(HaveLen(1))
 	}).Should(Succeed())
 }

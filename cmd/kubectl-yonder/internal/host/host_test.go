@@ -21,14 +21,17 @@ import (
 	"github.com/yonder-dev/yonder/test/labnet"
 )
 
-func options(t *testing.T, ns string) (*cli.Options, *bytes.Buffer) {
+// options are the plugin's options against the test's API server in namespace ns, and its output.
+func options(ns string) (*cli.Options, *bytes.Buffer) {
 	out := &bytes.Buffer{}
 	o := cli.NewOptions().WithConfig(env.Config, ns)
 	o.Out, o.ErrOut = out, &bytes.Buffer{}
 	return o, out
 }
 
+// keyFile writes the host's client key into a file of the test.
 func keyFile(t *testing.T, h *hosts.Host) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "id_ed25519")
 	if err := os.WriteFile(p, h.ClientKeyPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -48,7 +51,7 @@ func TestAddPinsTheHostKeyAndRefusesAChangedKey(t *testing.T) {
 	hs, err := hosts.Start(ctx, n, "add", 2, hosts.Options{ClientKeyPEM: clientKey})
 	g.Expect(err).NotTo(HaveOccurred())
 	ns := env.CreateNamespace(ctx, t, "host-add").Name
-	o, out := options(t, ns)
+	o, out := options(ns)
 	key := keyFile(t, hs[0])
 
 	g.Expect(Add(ctx, o, &AddOptions{Name: "edge-1", Address: hs[0].Address.String(), Port: 22, User: "root", KeyFile: key,
@@ -101,7 +104,7 @@ func TestAddThroughBastion(t *testing.T) {
 	hs, err := hosts.Start(ctx, n, "bst", 2, hosts.Options{ClientKeyPEM: client0})
 	g.Expect(err).NotTo(HaveOccurred())
 	ns := env.CreateNamespace(ctx, t, "host-bastion").Name
-	o, _ := options(t, ns)
+	o, _ := options(ns)
 	key := keyFile(t, hs[0])
 
 	g.Expect(Add(ctx, o, &AddOptions{Name: "behind", Address: hs[1].Address.String(), Port: 22, User: "root", KeyFile: key,
@@ -159,7 +162,7 @@ func TestListShowsClaimState(t *testing.T) {
 	free.Status.Phase = infrav1.HostPhaseAvailable
 	g.Expect(env.Status().Update(ctx, free)).To(Succeed())
 
-	o, out := options(t, ns)
+	o, out := options(ns)
 	g.Expect(List(ctx, o, false)).To(Succeed())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	g.Expect(lines).To(HaveLen(3))

@@ -33,7 +33,7 @@ import (
 // ClusterName is the name of the lab's Cluster.
 const ClusterName = "lab"
 
-// siteName is the name of site i: site-a, site-b, …
+// siteName is the name of site i: site-a, site-b and so on.
 func siteName(i int) string { return "site-" + string("abcdefghijklmnopqrstuvwxyz"[i%26]) }
 
 // behindNAT says which sites are behind NAT: the third and fourth (site-c, site-d). site-a shares the

@@ -86,8 +86,7 @@ func (r *remoteSite) startGateway(ctx context.Context, s *stack.Stack) error {
 	r.gwSite = netip.AddrFrom4([4]byte{10, 250, byte(r.net.Slot), 254}) //nolint:gosec // slots are 1…250
 	rootSide, peer := fmt.Sprintf("yv%dg", r.net.Slot), fmt.Sprintf("yp%dg", r.net.Slot)
 	r.net.OnClose(func() error {
-		_, err := run(context.Background(), "ip", "link", "del", rootSide)
-		return ignoreMissing(err)
+		return ignoreMissing(run(context.Background(), "ip", "link", "del", rootSide))
 	})
 	cmds := [][]string{
 		{"ip", "link", "add", rootSide, "type", "veth", "peer", "name", peer},
@@ -104,7 +103,7 @@ func (r *remoteSite) startGateway(ctx context.Context, s *stack.Stack) error {
 		cmds = append(cmds, r.natRules(s.Net.Gateway)...)
 	}
 	for _, c := range cmds {
-		if _, err := run(ctx, c[0], c[1:]...); err != nil {
+		if err := run(ctx, c[0], c[1:]...); err != nil {
 			return fmt.Errorf("failed to set up the gateway of site %s: %w", r.name, err)
 		}
 	}
@@ -155,7 +154,7 @@ func (r *remoteSite) route(ctx context.Context, s *stack.Stack, mgmtSite string,
 	cmds = append(cmds, []string{"ip", "addr", "flush", "dev", r.net.Bridge},
 		[]string{"ip", "route", "replace", r.net.Prefix.String(), "via", r.gateway.Address.String()})
 	for _, c := range cmds {
-		if _, err := run(ctx, c[0], c[1:]...); err != nil {
+		if err := run(ctx, c[0], c[1:]...); err != nil {
 			return fmt.Errorf("failed to route site %s: %w", r.name, err)
 		}
 	}
@@ -194,16 +193,17 @@ func (r *remoteSite) close() error {
 	if r.net == nil {
 		return nil
 	}
-	_, _ = run(context.Background(), "ip", "route", "del", r.net.Prefix.String())
+	_ = run(context.Background(), "ip", "route", "del", r.net.Prefix.String())
 	return r.net.Close()
 }
 
-func run(ctx context.Context, name string, args ...string) (string, error) {
+// run runs a command; its error carries the command's output.
+func run(ctx context.Context, name string, args ...string) error {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("failed to run %s %s: %s: %w", name, strings.Join(args, " "), strings.TrimSpace(string(out)), err)
+		return fmt.Errorf("failed to run %s %s: %s: %w", name, strings.Join(args, " "), strings.TrimSpace(string(out)), err)
 	}
-	return string(out), nil
+	return nil
 }
 
 func ignoreMissing(err error) error {

@@ -130,6 +130,7 @@ func createNodes(ctx context.Context, g Gomega, c client.Client) map[string]stri
 
 // startSyncers runs each daemon's API side: its own informers, as in a cluster.
 func startSyncers(ctx context.Context, t *testing.T, g Gomega, c client.Client, scheme *runtime.Scheme, s *sitetest.Sites) {
+	t.Helper()
 	sctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	for _, n := range s.Nodes {
@@ -149,6 +150,7 @@ func startSyncers(ctx context.Context, t *testing.T, g Gomega, c client.Client, 
 
 // udpEcho echoes UDP datagrams on port 7000 in namespace ns until the test ends.
 func udpEcho(t *testing.T, g Gomega, ns string) {
+	t.Helper()
 	pc, err := sitetest.Listen(ns, "udp4", ":7000")
 	g.Expect(err).NotTo(HaveOccurred())
 	echo := pc.(net.PacketConn)
@@ -198,6 +200,7 @@ func diagnose(ctx context.Context, c client.Client, s *sitetest.Sites) string {
 // PeerSlice, site a's gateways handshake with the new slot, gb1 switches and publishes the new key, the
 // controller copies that too.
 func rotateThroughTheAPI(ctx context.Context, t *testing.T, g Gomega, c client.Client, s *sitetest.Sites, diag func() string) {
+	t.Helper()
 	gb1 := s.Nodes["gb1"]
 	oldKey := gb1.PubKey
 	_, err := s.Lab.Exec(gb1.NS, sitetest.Binary(t), "rotate")

@@ -110,6 +110,7 @@ func TestPublishAndReadPlan(t *testing.T) {
 // its informers and an hour's resync, so only watch events and local state changes drive it. Closing the
 // returned channel makes the daemon report its plan applied.
 func startWatchingSyncer(ctx context.Context, t *testing.T, g Gomega, c client.Client) (*corev1.Node, cache.Cache, string, chan struct{}) {
+	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dw-n1", Labels: map[string]string{netv1.SiteLabel: "dws1"}},
 		Spec: corev1.NodeSpec{PodCIDR: "10.71.1.0/24", PodCIDRs: []string{"10.71.1.0/24"}}}
 	g.Expect(c.Create(ctx, node)).To(Succeed())

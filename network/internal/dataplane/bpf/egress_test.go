@@ -182,6 +182,7 @@ func TestAttachRedirects(t *testing.T) {
 }
 
 func testAttachRedirects(t *testing.T, mode Attachment) {
+	t.Helper()
 	g := NewWithT(t)
 	lab := topo.New(t)
 	node, pod, sink := attachLab(lab)

@@ -4,7 +4,7 @@
 //
 // Its loop follows Felix's dataplane loop: events (a new input, a probe verdict, a key rotation step) mark
 // the dataplane dirty; a dirty dataplane is applied; a failed apply is retried with exponential backoff
-// (retryMin doubling to retryMax) without waiting for another event; and every ResyncInterval the whole
+// (retryFloor doubling to retryCeiling) without waiting for another event; and every ResyncInterval the whole
 // state is applied again, which repairs what someone else changed in the kernel (each phase is a diff, so
 // an intact dataplane costs no writes).
 package daemon
@@ -36,11 +36,10 @@ import (
 const (
 	// DefaultResyncInterval is how often the whole dataplane is applied again without any event.
 	DefaultResyncInterval = time.Minute
-	retryMin              = 200 * time.Millisecond
-	retryMax              = 30 * time.Second
+	retryFloor            = 200 * time.Millisecond
+	retryCeiling          = 30 * time.Second
 )
 
-// Options configure the daemon.
 // Options configure the daemon.
 type Options struct {
 	Node        string
@@ -116,7 +115,7 @@ func New(opt Options) (*Daemon, error) {
 		opt.Log = slog.Default()
 	}
 	d := &Daemon{opt: opt, down: map[string]bool{}, redialed: map[string]time.Time{}, kick: make(chan struct{}, 1)}
-	if err := kernel.Setup(opt.Devices); err != nil {
+	if err := kernel.Setup(); err != nil {
 		return nil, err
 	}
 	if err := kernel.Clamp(SlotDevice(opt.Devices.WireGuard, 0), SlotDevice(opt.Devices.WireGuard, 1)); err != nil {
@@ -203,7 +202,7 @@ func (d *Daemon) step(now time.Time) {
 // apply reconciles; a failure schedules a retry with exponential backoff.
 func (d *Daemon) apply(now time.Time) {
 	if err := d.reconcile(); err != nil {
-		d.backoff = min(max(2*d.backoff, retryMin), retryMax)
+		d.backoff = min(max(2*d.backoff, retryFloor), retryCeiling)
 		d.retryAt = now.Add(d.backoff)
 		d.opt.Log.Info("Retrying the plan later", "in", d.backoff)
 		return

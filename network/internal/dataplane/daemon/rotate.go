@@ -33,9 +33,9 @@ const (
 	RotationTimeout = 2 * time.Minute
 	// DrainQuiet is how long the previous slot must receive nothing before it is removed.
 	DrainQuiet = 5 * time.Second
-	// drainMin and drainMax bound the drain.
-	drainMin = 10 * time.Second
-	drainMax = 5 * time.Minute
+	// drainShortest and drainLongest bound the drain.
+	drainShortest = 10 * time.Second
+	drainLongest  = 5 * time.Minute
 )
 
 type rotation struct {
@@ -205,7 +205,7 @@ func (d *Daemon) rotationStep() {
 		if rx := rxTotal(d.rot.drain); rx != d.rot.drainRx {
 			d.rot.drainRx, d.rot.drainQuiet = rx, now
 		}
-		if (now.Sub(d.rot.drainQuiet) >= DrainQuiet && now.Sub(d.rot.drainStart) >= drainMin) || now.Sub(d.rot.drainStart) >= drainMax {
+		if (now.Sub(d.rot.drainQuiet) >= DrainQuiet && now.Sub(d.rot.drainStart) >= drainShortest) || now.Sub(d.rot.drainStart) >= drainLongest {
 			drained, d.rot.closing = d.rot.drain, true
 			closed = true
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
-// Setup sets the sysctls forwarding needs and the MSS clamping rules (idempotent).
-func Setup(dev Devices) error {
+// Setup sets the sysctls forwarding needs (idempotent); Clamp adds the MSS clamping rules.
+func Setup() error {
 	for k, v := range map[string]string{
 		"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
 	} {

@@ -13,10 +13,11 @@ import (
 )
 
 // checkPair starts a node and a checker prober inside namespace ns (loopback) with the node checking its
-// reachability with the checker.
-func checkPair(t *testing.T, ns string) (node, checker *Prober) {
+// reachability with the checker; it returns the node.
+func checkPair(t *testing.T, ns string) *Prober {
 	t.Helper()
 	g := NewWithT(t)
+	var node, checker *Prober
 	g.Expect(topo.RunIn(ns, func() error {
 		var err error
 		if node, err = Listen(0, 50*time.Millisecond, 3, func(string, bool) {}); err != nil {
@@ -30,14 +31,14 @@ func checkPair(t *testing.T, ns string) (node, checker *Prober) {
 	go node.Run(ctx)
 	go checker.Run(ctx)
 	node.SetCheckers([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:" + portOf(checker))})
-	return node, checker
+	return node
 }
 
 // A node nothing filters is Reachable, seen from its own address.
 func TestReachabilityCheckFindsAReachableNode(t *testing.T) {
 	g := NewWithT(t)
 	lab := topo.New(t)
-	node, _ := checkPair(t, lab.AddNS("open"))
+	node := checkPair(t, lab.AddNS("open"))
 	g.Eventually(node.Reachability, 10*time.Second, 50*time.Millisecond).Should(Equal(Reachability{
 		Inbound: netv1.ReachabilityReachable, Observed: netip.MustParseAddr("127.0.0.1")}))
 }
@@ -49,13 +50,13 @@ func TestReachabilityCheckFindsANodeBehindNAT(t *testing.T) {
 	g := NewWithT(t)
 	lab := topo.New(t)
 	ns := lab.AddNS("closed")
-	node, _ := checkPair(t, ns)
+	node := checkPair(t, ns)
 	_, err := lab.Exec(ns, "iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", portOf(node), "-m", "conntrack", "--ctstate", "NEW", "-j", "DROP")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(node.Reachability, 20*time.Second, 50*time.Millisecond).Should(HaveField("Inbound", netv1.ReachabilityBehindNAT))
 	g.Expect(node.Reachability().Observed).To(Equal(netip.MustParseAddr("127.0.0.1")))
 
-	silent, _ := checkPair(t, lab.AddNS("alone"))
+	silent := checkPair(t, lab.AddNS("alone"))
 	silent.SetCheckers([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}) // nobody answers there
 	g.Consistently(silent.Reachability, 5*time.Second, 100*time.Millisecond).Should(Equal(Reachability{}))
 }

@@ -92,6 +92,7 @@ func waitPaths(b *testing.B, lab *topo.Lab, deadline time.Time, pairs [][2]*Node
 // benchWireGuardL3Path switches s to --wireguard-l3 and measures the gateway pod → gateway pod path b.N
 // times: Gbit/s, CPU%/Gbit and ping RTT, summed.
 func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64) {
+	b.Helper()
 	b.StopTimer()
 	useWireGuardL3(s)
 	ga1, gb1 := s.Nodes["ga1"], s.Nodes["gb1"]

@@ -40,7 +40,12 @@ type stream struct {
 	done    sync.WaitGroup
 }
 
-func startStream(t *testing.T, ns, addr string, every time.Duration) *stream {
+// streamInterval is how often a stream sends; the gaps in its echoes time an outage.
+const streamInterval = 2 * time.Millisecond
+
+// startStream starts a stream from namespace ns to addr, one datagram every streamInterval.
+func startStream(t *testing.T, ns, addr string) *stream {
+	t.Helper()
 	c, err := Dial(ns, "udp4", addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +72,7 @@ func startStream(t *testing.T, ns, addr string, every time.Duration) *stream {
 	go func() {
 		defer st.done.Done()
 		defer func() { _ = c.Close() }()
-		t := time.NewTicker(every)
+		t := time.NewTicker(streamInterval)
 		defer t.Stop()
 		b := make([]byte, 64)
 		for i := uint64(0); ; i++ {
@@ -121,6 +126,7 @@ func TestGatewayFailover(t *testing.T) {
 }
 
 func testGatewayFailover(t *testing.T, mode string) {
+	t.Helper()
 	g := NewWithT(t)
 	s := NewSites(t, netv1.ProtocolWireGuard)
 	a1, b2 := s.Nodes["a1"], s.Nodes["b2"]
@@ -146,7 +152,7 @@ func testGatewayFailover(t *testing.T, mode string) {
 	}
 	g.Eventually(func() error { return udpRoundTrip(a1.Pod, to, 100) }, 60*time.Second, 100*time.Millisecond).Should(Succeed())
 
-	st := startStream(t, a1.Pod, to, 2*time.Millisecond)
+	st := startStream(t, a1.Pod, to)
 	defer func() { close(st.stop); st.done.Wait() }()
 	g.Eventually(st.count, 30*time.Second, 10*time.Millisecond).Should(BeNumerically(">", 100))
 

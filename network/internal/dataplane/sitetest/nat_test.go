@@ -44,6 +44,7 @@ func (s *NATSites) diag() string {
 }
 
 func testNATDetection(t *testing.T, s *NATSites, t0 time.Time) {
+	t.Helper()
 	g := NewWithT(t)
 	want := map[string]netv1.NodeReachability{
 		"p1": {Inbound: netv1.ReachabilityReachable, ObservedAddress: "198.51.100.11"},
@@ -93,6 +94,7 @@ func testNATDetection(t *testing.T, s *NATSites, t0 time.Time) {
 }
 
 func testNATPodToPod(t *testing.T, s *NATSites) {
+	t.Helper()
 	g := NewWithT(t)
 	to := func(n *Node) string { return net.JoinHostPort(n.PodIP.String(), "7000") }
 	p1, n3, m1 := s.Nodes["p1"], s.Nodes["n3"], s.Nodes["m1"]
@@ -148,12 +150,13 @@ func peerEndpoint(st daemon.Status, keys map[string]string, name string) string 
 // probe every reachable peer they dial) re-create the mappings and the reachable ends follow the new
 // endpoints.
 func testNATRebinding(t *testing.T, s *NATSites) {
+	t.Helper()
 	g := NewWithT(t)
 	p1, n3, m1 := s.Nodes["p1"], s.Nodes["n3"], s.Nodes["m1"]
 	keys := publishedKeys(g, s)
-	public := startStream(t, p1.Pod, net.JoinHostPort(n3.PodIP.String(), "7000"), 2*time.Millisecond)
+	public := startStream(t, p1.Pod, net.JoinHostPort(n3.PodIP.String(), "7000"))
 	defer func() { close(public.stop); public.done.Wait() }()
-	relayed := startStream(t, n3.Pod, net.JoinHostPort(m1.PodIP.String(), "7000"), 2*time.Millisecond)
+	relayed := startStream(t, n3.Pod, net.JoinHostPort(m1.PodIP.String(), "7000"))
 	defer func() { close(relayed.stop); relayed.done.Wait() }()
 	for _, st := range []*stream{public, relayed} {
 		g.Eventually(st.count, 30*time.Second, 10*time.Millisecond).Should(BeNumerically(">", 200))
@@ -203,9 +206,10 @@ func publishedKeys(g Gomega, s *NATSites) map[string]string {
 // (the one transmitting more on dev) and measures the interruption: probes take it out of every group
 // without a plan change, as for any gateway. It comes back afterwards.
 func testNATFailover(t *testing.T, s *NATSites, from, to string, gateways []string, dev string) {
+	t.Helper()
 	g := NewWithT(t)
 	src, dst := s.Nodes[from], s.Nodes[to]
-	st := startStream(t, src.Pod, net.JoinHostPort(dst.PodIP.String(), "7000"), 2*time.Millisecond)
+	st := startStream(t, src.Pod, net.JoinHostPort(dst.PodIP.String(), "7000"))
 	defer func() { close(st.stop); st.done.Wait() }()
 	g.Eventually(st.count, 30*time.Second, 10*time.Millisecond).Should(BeNumerically(">", 100), s.diag)
 

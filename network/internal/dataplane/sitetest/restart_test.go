@@ -46,7 +46,7 @@ func TestRestartKeepsFlows(t *testing.T) {
 	g.Expect(m).NotTo(BeNil(), ss)
 	g.Expect(strconv.Atoi(m[1])).To(BeNumerically("<=", 1370-40), ss)
 
-	st := startStream(t, a1.Pod, to, 2*time.Millisecond)
+	st := startStream(t, a1.Pod, to)
 	defer func() { close(st.stop); st.done.Wait() }()
 	g.Eventually(st.count, 5*time.Second).Should(BeNumerically(">", 100))
 

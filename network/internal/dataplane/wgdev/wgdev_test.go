@@ -197,6 +197,7 @@ func TestAddingAllowedIPsDropsNothing(t *testing.T) {
 // openPeered opens an embedded device in namespace ns with key k on port, its address self, one peer and a
 // route to the peer's last allowed IP.
 func openPeered(t *testing.T, g Gomega, ns, name string, k wgtypes.Key, port int, self net.IP, peer Peer) *Device {
+	t.Helper()
 	var d *Device
 	g.Expect(topo.RunIn(ns, func() error {
 		var err error
@@ -226,6 +227,7 @@ func openPeered(t *testing.T, g Gomega, ns, name string, k wgtypes.Key, port int
 // udpThroughTunnel opens a receiver at addrB:port in nsB and a sender from addrA in nsA, and waits for the
 // handshake (the first datagram that arrives).
 func udpThroughTunnel(t *testing.T, g Gomega, nsA, nsB string, addrA, addrB net.IP, port int) (rx, tx *net.UDPConn) {
+	t.Helper()
 	g.Expect(topo.RunIn(nsB, func() (err error) {
 		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: addrB, Port: port})
 		return err

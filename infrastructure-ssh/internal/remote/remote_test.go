@@ -141,18 +141,56 @@ func TestTrustOnFirstUseRecordsKey(t *testing.T) {
 	g.Expect(got).To(Equal(sshexec.FormatHostKey(hs[0].HostKey)))
 }
 
-// cutSession is an SSH session cut while the caller streams stdin: the host reads only the first n bytes
-// of it, then end of input, as when a controller is killed mid-upload.
-type cutSession struct {
+// cutUpload is an SSH session whose upload is cut: the host gets the first n bytes of stdin, then the
+// end of its input (as when the writer dies) or, with stall, nothing more until stall ends.
+type cutUpload struct {
 	sshexec.Executor
-	n int64
+	n     int64
+	stall io.Reader
 }
 
-func (c cutSession) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
+func (c cutUpload) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
 	if stdin != nil {
 		stdin = io.LimitReader(stdin, c.n)
+		if c.stall != nil {
+			stdin = io.MultiReader(stdin, c.stall)
+		}
 	}
 	return c.Executor.Run(ctx, cmd, stdin)
+}
+
+// cutScript is longer than what a cut upload delivers; each run of it appends a line to cutMarks.
+const (
+	cutMarks  = "/var/lib/yonder-ssh/cut"
+	cutScript = "echo first >> " + cutMarks + "\n" + "# padding\n# padding\n# padding\n# padding\n# padding\n" +
+		"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+)
+
+// cutUploadBytes is how much of cutScript a cut upload delivers.
+const cutUploadBytes = 60
+
+// runsDir lists the host's runs directory.
+func runsDir(ctx context.Context, g Gomega, h *sshhosts.Host) string {
+	out, err := h.Output(ctx, "ls -A "+remote.RunsDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+// expectWholeRunOnce starts run-cut on e after a cut upload: this start runs, the whole script runs
+// once, and the runs directory holds that run only.
+func expectWholeRunOnce(ctx context.Context, g Gomega, e sshexec.Executor, h *sshhosts.Host) {
+	started, err := remote.Start(ctx, e, "run-cut", cutScript)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(started).To(BeTrue())
+	g.Eventually(func() remote.RunState {
+		s, err := remote.State(ctx, e, "run-cut")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
+	out, err := h.Output(ctx, "cat "+cutMarks)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("first\n"), "the script ran once, whole")
+	g.Expect(runsDir(ctx, g, h)).To(Equal("run-cut\n"), "no upload is left")
 }
 
 // A start whose upload is cut leaves no run (never a run of part of the script), and the next start
@@ -164,10 +202,8 @@ func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
 	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = e.Close() }()
-	script := "echo first >> /var/lib/yonder-ssh/cut\n" + strings.Repeat("# padding\n", 1000) +
-		"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
 
-	started, err := remote.Start(ctx, cutSession{e, 100}, "run-cut", script)
+	started, err := remote.Start(ctx, cutUpload{Executor: e, n: cutUploadBytes}, "run-cut", cutScript)
 	g.Expect(err).To(HaveOccurred(), "a cut upload is an error, not a start")
 	g.Expect(started).To(BeFalse())
 	g.Expect(err.Error()).To(ContainSubstring("incomplete upload"))
@@ -175,40 +211,13 @@ func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(remote.RunState{}), "no run was taken")
 
-	started, err = remote.Start(ctx, e, "run-cut", script)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(started).To(BeTrue())
-	g.Eventually(func() remote.RunState {
-		s, err := remote.State(ctx, e, "run-cut")
-		g.Expect(err).NotTo(HaveOccurred())
-		return s
-	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
-	out, err := hs[0].Output(ctx, "cat /var/lib/yonder-ssh/cut; ls -A /var/lib/yonder-ssh/runs")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out).To(Equal("first\nrun-cut\n"), "the script ran once, whole; no upload is left")
+	expectWholeRunOnce(ctx, g, e, hs[0])
 
 	// An upload cut where the host is killed too is left behind; cleaning the run removes it.
-	_, err = hs[0].Output(ctx, "touch /var/lib/yonder-ssh/runs/.run-cut.AbC123")
+	_, err = hs[0].Output(ctx, "touch "+remote.RunsDir+"/.run-cut.AbC123")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(remote.Cleanup(ctx, e, "run-cut", nil)).To(Succeed())
-	out, err = hs[0].Output(ctx, "ls -A /var/lib/yonder-ssh/runs")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out).To(BeEmpty())
-}
-
-// stalledUpload is an SSH session whose upload stalls: the host gets the first n bytes of stdin, then
-// nothing more until stall ends (with an error: the writer is gone).
-type stalledUpload struct {
-	sshexec.Executor
-	n     int64
-	stall io.Reader
-}
-
-func (c stalledUpload) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
-	if stdin != nil {
-		stdin = io.MultiReader(io.LimitReader(stdin, c.n), c.stall)
-	}
-	return c.Executor.Run(ctx, cmd, stdin)
+	g.Expect(runsDir(ctx, g, hs[0])).To(BeEmpty())
 }
 
 // The connection itself cut mid-upload, as when the controller is killed: its SSH connection closes while
@@ -219,14 +228,6 @@ func TestStartWithConnectionCutMidUploadLeavesNoRun(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	hs, _ := sshhosts.StartForTest(t, "cutc", 1)
-	script := "echo first >> /var/lib/yonder-ssh/cut\n" + strings.Repeat("# padding\n", 1000) +
-		"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
-	const sent = 100
-	runsDir := func() string {
-		out, err := hs[0].Output(ctx, "ls -A /var/lib/yonder-ssh/runs")
-		g.Expect(err).NotTo(HaveOccurred())
-		return out
-	}
 
 	cut, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -237,36 +238,26 @@ func TestStartWithConnectionCutMidUploadLeavesNoRun(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		started, err := remote.Start(ctx, stalledUpload{cut, sent, stall}, "run-cut", script)
+		started, err := remote.Start(ctx, cutUpload{cut, cutUploadBytes, stall}, "run-cut", cutScript)
 		done <- result{started, err}
 	}()
 	g.Eventually(func() string {
-		out, err := hs[0].Output(ctx, "stat -c %s /var/lib/yonder-ssh/runs/.run-cut.* 2>/dev/null; true")
+		out, err := hs[0].Output(ctx, "stat -c %s "+remote.RunsDir+"/.run-cut.* 2>/dev/null; true")
 		g.Expect(err).NotTo(HaveOccurred())
 		return out
-	}, 20*time.Second, 100*time.Millisecond).Should(Equal(fmt.Sprintf("%d\n", sent)), "the upload is under way, part-way")
-	g.Expect(runsDir()).To(HavePrefix(".run-cut."), "only the upload: no run is taken before it is whole")
+	}, 20*time.Second, 100*time.Millisecond).Should(Equal(fmt.Sprintf("%d\n", cutUploadBytes)), "the upload is under way, part-way")
+	g.Expect(runsDir(ctx, g, hs[0])).To(HavePrefix(".run-cut."), "only the upload: no run is taken before it is whole")
 	g.Expect(cut.Close()).To(Succeed())
 	stop.CloseWithError(io.ErrClosedPipe)
 	var r result
 	g.Eventually(done, 20*time.Second).Should(Receive(&r))
 	g.Expect(r.err).To(HaveOccurred(), "a cut connection is an error, not a start")
 	g.Expect(r.started).To(BeFalse())
-	g.Eventually(runsDir, 20*time.Second, 100*time.Millisecond).Should(BeEmpty(), "no run was taken and the partial upload is gone")
+	g.Eventually(func() string { return runsDir(ctx, g, hs[0]) }, 20*time.Second, 100*time.Millisecond).Should(BeEmpty(),
+		"no run was taken and the partial upload is gone")
 
 	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = e.Close() }()
-	started, err := remote.Start(ctx, e, "run-cut", script)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(started).To(BeTrue())
-	g.Eventually(func() remote.RunState {
-		s, err := remote.State(ctx, e, "run-cut")
-		g.Expect(err).NotTo(HaveOccurred())
-		return s
-	}, 20*time.Second, 200*time.Millisecond).Should(Equal(remote.RunState{Started: true, Finished: true, ExitCode: 0, Sentinel: true}))
-	out, err := hs[0].Output(ctx, "cat /var/lib/yonder-ssh/cut")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out).To(Equal("first\n"), "the script ran once, whole")
-	g.Expect(runsDir()).To(Equal("run-cut\n"))
+	expectWholeRunOnce(ctx, g, e, hs[0])
 }

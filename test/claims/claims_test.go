@@ -153,7 +153,7 @@ func restartCycles(t *testing.T, p provider) {
 	prev := int32(0)
 	for i := range cycles {
 		want := replicas[i%len(replicas)]
-		scale(g, md, want)
+		harness.Scale(g, env, md, want)
 		pr := p.start(t, startOptions{})
 		// Scaling up can be stopped while claiming or provisioning, scaling down while deleting.
 		choices := []int{0, 1, 3}
@@ -176,7 +176,7 @@ func restartCycles(t *testing.T, p provider) {
 	}
 
 	p.start(t, startOptions{})
-	scale(g, md, 3)
+	harness.Scale(g, env, md, 3)
 	g.Eventually(func(g Gomega) {
 		ensureNodes(g, wlc, p, ns)
 		harness.ExpectMachinesRunning(g, env, ns, 3)
@@ -213,7 +213,7 @@ func killedAtEveryHostWrite(t *testing.T, p provider) {
 	m := k.claim()
 	k.provision(m)
 	k.release(md, m)
-	scale(g, md, 2)
+	harness.Scale(g, env, md, 2)
 	g.Eventually(func(g Gomega) {
 		ms := p.machines(g, ns)
 		g.Expect(ms).To(HaveLen(2))
@@ -301,7 +301,7 @@ func (k *killer) provision(m machineView) {
 // before the finalizer goes; a fresh provider lets the machine go and every host is free and clean.
 func (k *killer) release(md *clusterv1.MachineDeployment, m machineView) {
 	g := k.g
-	scale(g, md, 0)
+	harness.Scale(g, env, md, 0)
 	if k.has("withdraw") {
 		k.die("withdraw", true)
 		g.Expect(checkClaims(g, k.p, k.ns, true)).To(HaveKeyWithValue(m.ClaimID, m.Reserved), "the host stays claimed while it is withdrawn from")

@@ -193,17 +193,6 @@ func newMachine(g Gomega, p provider, ns, name string, cluster *clusterv1.Cluste
 	g.Expect(env.Create(context.Background(), m)).To(Succeed())
 }
 
-func scale(g Gomega, md *clusterv1.MachineDeployment, n int32) {
-	g.Eventually(func() error {
-		cur := &clusterv1.MachineDeployment{}
-		if err := env.Get(context.Background(), client.ObjectKeyFromObject(md), cur); err != nil {
-			return err
-		}
-		cur.Spec.Replicas = ptr.To(n)
-		return env.Update(context.Background(), cur)
-	}).Should(Succeed())
-}
-
 // ensureNodes stands in for the kubelets: for every provisioned machine it creates, in the workload
 // cluster, the Node a joining kubelet would register with that providerID.
 func ensureNodes(g Gomega, wlc client.Client, p provider, ns string) {

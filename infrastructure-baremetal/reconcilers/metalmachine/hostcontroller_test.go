@@ -92,7 +92,7 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 	g.Expect(env.List(ctx, machines, client.InNamespace(ns))).To(Succeed())
 	g.Expect(machines.Items[0].Status.Phase).NotTo(Equal(string(clusterv1.MachinePhaseProvisioned)))
 
-	scale(g, md, 0)
+	harness.Scale(g, env, md, 0)
 	g.Eventually(func(g Gomega) {
 		g.Expect(metalMachines(g, ns)).To(BeEmpty())
 		h := host(g, ns, "r1")

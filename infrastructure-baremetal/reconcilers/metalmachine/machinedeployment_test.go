@@ -80,7 +80,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 	checkHandedOff(g, ns, data.Name, other)
 	checkScaleDownReleasesWhenAvailable(g, sim, md, wlc, ns)
 
-	scale(g, md, 0)
+	harness.Scale(g, env, md, 0)
 	g.Eventually(func(g Gomega) {
 		g.Expect(metalMachines(g, ns)).To(BeEmpty())
 		g.Expect(checkClaims(g, ns)).To(BeEmpty())
@@ -139,7 +139,7 @@ func checkHandedOff(g *WithT, ns, data string, other *corev1.ObjectReference) {
 func checkScaleDownReleasesWhenAvailable(g *WithT, sim *bmhsim.Simulator, md *clusterv1.MachineDeployment, wlc client.Client, ns string) {
 	sim.SetHold(true)
 	sim.SetHoldDeprovision(true)
-	scale(g, md, 1)
+	harness.Scale(g, env, md, 1)
 	g.Eventually(func(g Gomega) {
 		deprovisioning := 0
 		for _, h := range hostList(g, ns) {
@@ -193,7 +193,7 @@ func TestHostErrorIsReportedAndReleasedOnDelete(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("BareMetalHost e1 reports provisioning error: writing the image failed: checksum mismatch"))
 		g.Expect(condition(&ms[0], clusterv1.ReadyCondition).Status).To(Equal(metav1.ConditionFalse))
 	}).Should(Succeed())
-	scale(g, md, 0)
+	harness.Scale(g, env, md, 0)
 	g.Eventually(func(g Gomega) {
 		g.Expect(metalMachines(g, ns)).To(BeEmpty())
 		h := host(g, ns, "e1")

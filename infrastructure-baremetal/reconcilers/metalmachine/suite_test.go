@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/pkg/manager"
@@ -98,17 +97,6 @@ func newMachineDeploymentFrom(g Gomega, ns, name string, cluster *clusterv1.Clus
 	return harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: name, Cluster: cluster.Name,
 		Replicas: replicas, Labels: map[string]string{"md": name}, DataSecret: data,
 		Infrastructure: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl}})
-}
-
-func scale(g Gomega, md *clusterv1.MachineDeployment, n int32) {
-	g.Eventually(func() error {
-		cur := &clusterv1.MachineDeployment{}
-		if err := env.Get(context.Background(), client.ObjectKeyFromObject(md), cur); err != nil {
-			return err
-		}
-		cur.Spec.Replicas = ptr.To(n)
-		return env.Update(context.Background(), cur)
-	}).Should(Succeed())
 }
 
 // metalMachines lists the YonderMetalMachines of a namespace, uncached: invariants compare machines with

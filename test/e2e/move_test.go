@@ -32,6 +32,8 @@ const movedCluster = "moved"
 //     again (same kubelet processes) and every Node stays Ready.
 //  3. The moved providers take over: a scale-up on the target gets a new Ready Node from a moved host,
 //     and deleting the Cluster there returns every host clean.
+//  4. Back: with no Cluster left, a move from the target returns every host, free, with its Secret, to the
+//     source — whose later scenarios need them.
 //
 // It runs after TestScenarios on the same stack and needs only that every host is free.
 func TestMove(t *testing.T) {
@@ -55,8 +57,18 @@ func TestMove(t *testing.T) {
 	t1 := time.Now()
 	target, err := source.StartManagement(ctx, "target")
 	g.Expect(err).NotTo(HaveOccurred())
+	movedBack := false
 	t.Cleanup(func() {
 		st = source
+		if !movedBack {
+			// A failure past the move leaves the hosts on the target: bring them home before it goes.
+			mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			out, err := target.Clusterctl(mctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace)
+			cancel()
+			if err != nil {
+				t.Logf("failed to move the hosts back to the source: %v: %s", err, out)
+			}
+		}
 		if err := target.Stop(); err != nil {
 			t.Errorf("failed to stop the target management cluster: %v", err)
 		}
@@ -167,6 +179,29 @@ func TestMove(t *testing.T) {
 	t1 = time.Now()
 	deleteCluster(ctx, t, movedCluster)
 	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t1).Round(time.Second))
+
+	// 4. Back to the source: every host, free, and its Secret.
+	t1 = time.Now()
+	free, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = target.Clusterctl(ctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace)
+	g.Expect(err).NotTo(HaveOccurred())
+	movedBack = true
+	st = source
+	home, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(home).To(Equal(free), "every host returns to the source, free")
+	g.Expect(home).To(HaveLen(len(before)))
+	hl = &infrav1.YonderSSHHostList{}
+	g.Expect(source.Client.List(ctx, hl, client.InNamespace(source.HostNamespace))).To(Succeed())
+	for _, h := range hl.Items {
+		sec := &corev1.Secret{}
+		g.Expect(source.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
+			"credential Secret of host %s did not move back", h.Name)
+	}
+	g.Expect(target.Client.List(ctx, hl, client.InNamespace(target.HostNamespace))).To(Succeed())
+	g.Expect(hl.Items).To(BeEmpty(), "the target kept moved hosts")
+	t.Logf("every host moved back to the source in %s", time.Since(t1).Round(time.Second))
 	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // The node daemon's image carries a working iptables: the image is built twice with the same digest, its
-// layer is unpacked and the daemon's own commands (iptables through PATH, the rules of engine.Clamp) run
+// layer is unpacked and the daemon's own commands (iptables through PATH, the rules of kernel.Clamp) run
 // in it with chroot, inside a network namespace made for the test.
 func TestNetNodeImageRunsIptables(t *testing.T) {
 	g := NewWithT(t)
@@ -70,7 +70,7 @@ func checkIptables(t *testing.T, rootfs string) {
 		t.Fatalf("failed to create network namespace %s: %v: %s", ns, err, o)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	// engine.Clamp's rules, with its flags (-w: the xtables lock in /run).
+	// kernel.Clamp's rules, with its flags (-w: the xtables lock in /run).
 	for _, r := range [][]string{
 		{"-w", "-t", "filter", "-I", "INPUT", "-p", "udp", "--dport", "4790", "-i", "yonder-wg", "-j", "ACCEPT"},
 		{"-w", "-t", "filter", "-A", "INPUT", "-p", "udp", "--dport", "4790", "-j", "DROP"},

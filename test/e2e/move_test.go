@@ -32,6 +32,8 @@ const movedCluster = "moved"
 //     again (same kubelet processes) and every Node stays Ready.
 //  3. The moved providers take over: a scale-up on the target gets a new Ready Node from a moved host,
 //     and deleting the Cluster there returns every host clean.
+//  4. Back: with no Cluster left, a move from the target returns every host, free, with its Secret, to the
+//     source — whose later scenarios need them.
 //
 // It runs after TestScenarios on the same stack and needs only that every host is free.
 func TestMove(t *testing.T) {
@@ -47,6 +49,7 @@ func TestMove(t *testing.T) {
 	ms := moveRefusedWhileProvisioning(ctx, t, source, target, md, move)
 	before := moveIdle(ctx, t, source, target, ms, move)
 	targetTakesOver(ctx, t, md, before)
+	moveBack(ctx, t, source, target, len(before))
 	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
 }
 
@@ -68,7 +71,8 @@ func moveClusterUp(ctx context.Context, t *testing.T, source *stack.Stack) {
 }
 
 // startTarget starts the second management cluster; the test's end stops it and points the scenarios'
-// helpers back at source.
+// helpers back at source. A failure past the move leaves the hosts on the target: the end brings them home
+// first, unless moveBack did.
 func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.Stack {
 	t.Helper()
 	t0 := time.Now()
@@ -76,6 +80,14 @@ func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		st = source
+		if hostsLeftOn(ctx, target) {
+			mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			out, err := target.Clusterctl(mctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace)
+			cancel()
+			if err != nil {
+				t.Logf("failed to move the hosts back to the source: %v: %s", err, out)
+			}
+		}
 		if err := target.Stop(); err != nil {
 			t.Errorf("failed to stop the target management cluster: %v", err)
 		}
@@ -200,6 +212,41 @@ func targetTakesOver(ctx context.Context, t *testing.T, md string, before map[st
 	t0 = time.Now()
 	deleteCluster(ctx, t, movedCluster)
 	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t0).Round(time.Second))
+}
+
+// moveBack is part 4: with no Cluster left, a move from the target returns every host (n in all), free, and
+// its credential Secret to the source; the target keeps none.
+func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack, n int) {
+	t.Helper()
+	g := NewWithT(t)
+	t0 := time.Now()
+	free, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = target.Clusterctl(ctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace)
+	g.Expect(err).NotTo(HaveOccurred())
+	st = source
+	home, err := claims(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(home).To(Equal(free), "every host returns to the source, free")
+	g.Expect(home).To(HaveLen(n))
+	hl := &infrav1.YonderSSHHostList{}
+	g.Expect(source.Client.List(ctx, hl, client.InNamespace(source.HostNamespace))).To(Succeed())
+	for _, h := range hl.Items {
+		sec := &corev1.Secret{}
+		g.Expect(source.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
+			"credential Secret of host %s did not move back", h.Name)
+	}
+	g.Expect(hostsLeftOn(ctx, target)).To(BeFalse(), "the target kept moved hosts")
+	t.Logf("every host moved back to the source in %s", time.Since(t0).Round(time.Second))
+}
+
+// hostsLeftOn reports whether management cluster m holds YonderSSHHosts (true when it cannot tell).
+func hostsLeftOn(ctx context.Context, m *stack.Stack) bool {
+	hl := &infrav1.YonderSSHHostList{}
+	if err := m.Client.List(ctx, hl, client.InNamespace(m.HostNamespace)); err != nil {
+		return true
+	}
+	return len(hl.Items) > 0
 }
 
 // errorLine returns clusterctl's "Error: …" line from its output (all of s when there is none).

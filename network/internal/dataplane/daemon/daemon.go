@@ -183,7 +183,7 @@ func (d *Daemon) step(now time.Time) {
 		d.dirty = true
 	default:
 	}
-	if d.redialDue(now) {
+	if d.redialDue(now) || d.ap.RetireDue(now) {
 		d.dirty = true
 	}
 	if !now.Before(d.nextResync) {

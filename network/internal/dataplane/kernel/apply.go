@@ -46,14 +46,25 @@ func (w Writes) Total() int {
 	return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps + w.WireGuardDevice
 }
 
-// Applier programs the kernel; it runs inside the node's network namespace.
+// Applier programs the kernel; it runs inside the node's network namespace. One goroutine uses it.
 type Applier struct {
 	Dev Devices
 	BPF *bpf.Datapath
 	Log *slog.Logger
 	// Writes accumulates over the Applier's life.
 	Writes Writes
+	// retiring holds, per WireGuard device, the peers no hop needs any more and since when (see
+	// PeerRetireDelay).
+	retiring map[string]map[wgtypes.Key]time.Time
 }
+
+// PeerRetireDelay is how long a WireGuard peer that no hop needs any more (a peer's previous key after its
+// switch, a node that left) stays on the device after the Apply that pointed the FDB and routes away from it.
+// Packets routed to it just before are still queued inside the WireGuard implementation (the TUN's queue,
+// the peer's encryption and send queues; received ones not yet delivered): removing the peer drops them
+// (wireguard-go's Peer.Stop discards its queues), which lost a datagram of TestWireGuardL3's flow under CPU
+// load. Shorter than a rotation's drain (drainMin, 10 s), so the peer's old device is still up meanwhile.
+const PeerRetireDelay = 3 * time.Second
 
 // Redial forgets the WireGuard sessions with the given peers (public keys) on every device of own, so the
 // next Apply adds them afresh and the next packet starts a handshake. Invalid keys are skipped.
@@ -93,8 +104,8 @@ type OwnWireGuard struct {
 const PersistentKeepalive = 25 * time.Second
 
 // Apply makes the kernel match st: devices, addresses, WireGuard peers (new and changed first), FDB and
-// neighbour entries, routes, peers that left (last, once nothing points at them) and the eBPF maps. Each
-// phase is a diff, so a retry after a failure repeats only what is still missing.
+// neighbour entries, routes, peers that left (last, PeerRetireDelay after nothing points at them) and the
+// eBPF maps. Each phase is a diff, so a retry after a failure repeats only what is still missing.
 func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
 	r := &applyRun{a: a, st: st, own: own}
 	for _, phase := range []struct {
@@ -177,8 +188,8 @@ func (r *applyRun) upsertPeers() error {
 			r.addPeer(h, h.NextPublicKey, h.NextWGAddr, h.NextWGPort, nil)
 		}
 	}
-	// Peers that left are removed last (removePeers), after the FDB and routes stopped pointing at them (a
-	// peer that switched its key slot keeps receiving until then).
+	// Peers that left are removed last (removePeers), PeerRetireDelay after the FDB and routes stopped
+	// pointing at them (a peer that switched its key slot keeps receiving until then).
 	for _, dev := range r.wireGuardDevices() {
 		ch, err := dev.UpsertPeers(r.peers)
 		if err != nil {
@@ -231,16 +242,66 @@ func (r *applyRun) routes() error {
 	return r.a.syncRoutes(wantedRoutes(r.st, r.links, r.wg, r.src), r.wg.Attrs().Index)
 }
 
-// removePeers removes the WireGuard peers no hop needs any more.
+// removePeers removes the WireGuard peers no hop needs any more once they have been unneeded for
+// PeerRetireDelay (a later Apply does: RetireDue).
 func (r *applyRun) removePeers() error {
+	now := time.Now()
+	want := map[wgtypes.Key]bool{}
+	for _, p := range r.peers {
+		want[p.PublicKey] = true
+	}
+	if r.a.retiring == nil {
+		r.a.retiring = map[string]map[wgtypes.Key]time.Time{}
+	}
+	devs := map[string]bool{}
 	for _, dev := range r.wireGuardDevices() {
-		ch, err := dev.ReconcilePeers(r.peers)
+		devs[dev.Name] = true
+		cur, err := dev.State()
 		if err != nil {
 			return err
 		}
-		r.a.Writes.Peers += len(ch.Removed)
+		since, kept := r.a.retiring[dev.Name], map[wgtypes.Key]time.Time{}
+		var remove []wgtypes.Key
+		for _, p := range cur.Peers {
+			if want[p.PublicKey] {
+				continue
+			}
+			t, ok := since[p.PublicKey]
+			if !ok {
+				t = now
+			}
+			if now.Sub(t) >= PeerRetireDelay {
+				remove = append(remove, p.PublicKey)
+			} else {
+				kept[p.PublicKey] = t
+			}
+		}
+		if err := dev.RemovePeers(remove); err != nil {
+			return err
+		}
+		r.a.Writes.Peers += len(remove)
+		r.a.retiring[dev.Name] = kept
+	}
+	// A device that is no longer used (a drained slot) takes its peers with it.
+	for name := range r.a.retiring {
+		if !devs[name] {
+			delete(r.a.retiring, name)
+		}
 	}
 	return nil
+}
+
+// RetireDue reports whether a WireGuard peer waits for removal and its PeerRetireDelay has passed: the
+// caller applies again.
+func (a *Applier) RetireDue(now time.Time) bool {
+	for _, peers := range a.retiring {
+		for _, t := range peers {
+			if now.Sub(t) >= PeerRetireDelay {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maps syncs the eBPF program's prefixes and groups.

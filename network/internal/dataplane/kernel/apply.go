@@ -63,7 +63,7 @@ type Applier struct {
 // Packets routed to it just before are still queued inside the WireGuard implementation (the TUN's queue,
 // the peer's encryption and send queues; received ones not yet delivered): removing the peer drops them
 // (wireguard-go's Peer.Stop discards its queues), which lost a datagram of TestWireGuardL3's flow under CPU
-// load. Shorter than a rotation's drain (drainMin, 10 s), so the peer's old device is still up meanwhile.
+// load. Shorter than a rotation's drain (drainShortest, 10 s), so the peer's old device is still up meanwhile.
 const PeerRetireDelay = 3 * time.Second
 
 // Redial forgets the WireGuard sessions with the given peers (public keys) on every device of own, so the

@@ -110,21 +110,9 @@ func (s *Stack) ReloadManagers(ctx context.Context) error {
 // the EndpointSlice that routes its webhook Service to the process.
 func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Manager, error) {
 	name := d.Labels[ProviderLabel]
-	pod := d.Spec.Template.Spec
-	var c *corev1.Container
-	for i := range pod.Containers {
-		if pod.Containers[i].Name == "manager" {
-			c = &pod.Containers[i]
-		}
-	}
-	if c == nil {
-		return nil, fmt.Errorf("failed to run Deployment %s/%s: no container named manager", d.Namespace, d.Name)
-	}
-	bin := "manager"
-	args := append([]string{}, c.Args...)
-	if len(c.Command) > 0 {
-		bin = path.Base(c.Command[0])
-		args = append(append([]string{}, c.Command[1:]...), args...)
+	c, bin, args, err := managerContainer(d)
+	if err != nil {
+		return nil, err
 	}
 	binPath := filepath.Join(s.binDir, bin)
 	if _, err := os.Stat(binPath); err != nil {
@@ -134,56 +122,96 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-
-	// The webhook certificate: the Secret the Deployment mounts at its cert dir.
-	certDir := ""
-	for _, vm := range c.VolumeMounts {
-		for _, v := range pod.Volumes {
-			if v.Name != vm.Name || v.Secret == nil {
-				continue
-			}
-			sec := &corev1.Secret{}
-			if err := s.Client.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: v.Secret.SecretName}, sec); err != nil {
-				return nil, fmt.Errorf("failed to read Secret %s/%s mounted by %s: %w", d.Namespace, v.Secret.SecretName, name, err)
-			}
-			certDir = filepath.Join(dir, "certs")
-			if err := os.MkdirAll(certDir, 0o700); err != nil {
-				return nil, err
-			}
-			for k, val := range sec.Data {
-				if err := os.WriteFile(filepath.Join(certDir, k), val, 0o600); err != nil {
-					return nil, err
-				}
-			}
-		}
+	certDir, err := s.mountedCertificate(ctx, d, c, dir)
+	if err != nil {
+		return nil, err
 	}
-
 	// Credentials: what the kubelet mounts into a Pod — a token of the Deployment's ServiceAccount (so the
 	// provider's RBAC is what applies), the cluster CA and the namespace — plus the in-cluster service env.
 	// The process sees them at the usual path in a private mount namespace (see StartManager).
 	saDir := filepath.Join(dir, "serviceaccount")
-	if err := s.serviceAccountFiles(ctx, d.Namespace, pod.ServiceAccountName, saDir); err != nil {
+	if err := s.serviceAccountFiles(ctx, d.Namespace, d.Spec.Template.Spec.ServiceAccountName, saDir); err != nil {
 		return nil, err
 	}
 	env := []string{
 		"KUBERNETES_SERVICE_HOST=" + s.Management.Host.String(), fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", s.Management.Port),
 		"POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH"),
 	}
-
-	// What the kubelet would give a Pod: its own ports (on the bridge address) and the mounted cert dir.
-	webhookAddr, webhookPort, err := s.freeAddr()
+	portArgs, healthAddr, webhookPort, err := s.podPorts(bin, certDir)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.routeWebhookService(ctx, d.Namespace, webhookPort); err != nil {
+		return nil, err
+	}
+	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr}, nil
+}
+
+// managerContainer returns the Deployment's container named manager, its binary's name and its arguments
+// (command and args, as a container runtime joins them).
+func managerContainer(d *appsv1.Deployment) (*corev1.Container, string, []string, error) {
+	pod := d.Spec.Template.Spec
+	var c *corev1.Container
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == "manager" {
+			c = &pod.Containers[i]
+		}
+	}
+	if c == nil {
+		return nil, "", nil, fmt.Errorf("failed to run Deployment %s/%s: no container named manager", d.Namespace, d.Name)
+	}
+	bin := "manager"
+	args := append([]string{}, c.Args...)
+	if len(c.Command) > 0 {
+		bin = path.Base(c.Command[0])
+		args = append(append([]string{}, c.Command[1:]...), args...)
+	}
+	return c, bin, args, nil
+}
+
+// mountedCertificate writes the webhook certificate — the Secret the Deployment mounts into container c —
+// below dir and returns its directory ("" when the container mounts no Secret).
+func (s *Stack) mountedCertificate(ctx context.Context, d *appsv1.Deployment, c *corev1.Container, dir string) (string, error) {
+	certDir := ""
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			sec := &corev1.Secret{}
+			if err := s.Client.Get(ctx, client.ObjectKey{Namespace: d.Namespace, Name: v.Secret.SecretName}, sec); err != nil {
+				return "", fmt.Errorf("failed to read Secret %s/%s mounted by %s: %w", d.Namespace, v.Secret.SecretName, d.Labels[ProviderLabel], err)
+			}
+			certDir = filepath.Join(dir, "certs")
+			if err := os.MkdirAll(certDir, 0o700); err != nil {
+				return "", err
+			}
+			for k, val := range sec.Data {
+				if err := os.WriteFile(filepath.Join(certDir, k), val, 0o600); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	return certDir, nil
+}
+
+// podPorts gives the process what the kubelet would give a Pod: its own ports (on the bridge address) and
+// the mounted cert dir. It returns the flags, the health address and the webhook port.
+func (s *Stack) podPorts(bin, certDir string) ([]string, string, int, error) {
+	_, webhookPort, err := s.freeAddr()
+	if err != nil {
+		return nil, "", 0, err
 	}
 	healthAddr, _, err := s.freeAddr()
 	if err != nil {
-		return nil, err
+		return nil, "", 0, err
 	}
 	_, metricsPort, err := s.freeAddr()
 	if err != nil {
-		return nil, err
+		return nil, "", 0, err
 	}
-	args = append(args, fmt.Sprintf("--webhook-port=%d", webhookPort), "--health-addr="+healthAddr)
+	args := []string{fmt.Sprintf("--webhook-port=%d", webhookPort), "--health-addr=" + healthAddr}
 	if certDir != "" {
 		args = append(args, "--webhook-cert-dir="+certDir)
 	}
@@ -193,11 +221,7 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 	} else {
 		args = append(args, fmt.Sprintf("--metrics-bind-addr=%s:%d", s.Net.Gateway, metricsPort))
 	}
-	if err := s.routeWebhookService(ctx, d.Namespace, webhookPort); err != nil {
-		return nil, err
-	}
-	_ = webhookAddr
-	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: args, deployment: d, env: env, healthAddr: healthAddr}, nil
+	return args, healthAddr, webhookPort, nil
 }
 
 // routeWebhookService writes an EndpointSlice for each webhook Service of the namespace that points at the

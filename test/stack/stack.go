@@ -195,21 +195,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	if err := labnet.RequireRoot(); err != nil {
 		return nil, err
 	}
-	if opts.HostNamespace == "" {
-		opts.HostNamespace = metav1.NamespaceDefault
-	}
-	if opts.Log == nil {
-		opts.Log = func(string, ...any) {}
-	}
-	seen := map[string]bool{}
-	for _, site := range opts.Sites {
-		if site.Name == "" || site.Hosts < 0 || seen[site.Name] {
-			return nil, fmt.Errorf("failed to start the stack: site names must be unique and non-empty, host counts not negative: %+v", opts.Sites)
-		}
-		seen[site.Name] = true
-	}
-	if opts.MetalHosts < 0 || opts.MetalHosts > 20 {
-		return nil, fmt.Errorf("failed to start the stack: MetalHosts must be 0 to 20, got %d", opts.MetalHosts)
+	if err := opts.complete(); err != nil {
+		return nil, err
 	}
 	// Every manager, apiserver, kubelet and containerd holds inotify instances; with other stacks on the same
 	// machine the kernel's default of 128 per user runs out (seen: a kubelet failing "inotify_init: too many
@@ -232,34 +219,91 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 			_ = s.Stop()
 		}
 	}()
+	for _, p := range []struct {
+		run func(context.Context) error
+		// done is logged with the phase's duration (a phase without one logs itself).
+		done string
+	}{
+		// Builds run while nothing else is up yet: they are the slow part of a cold start.
+		{s.prepare, "built the managers, the agent and the release manifests"},
+		{s.startNetwork, ""},
+		{s.startManagementPlane, "management control plane up"},
+		{s.clusterctlInit, "clusterctl init done"},
+		{s.IssueCertificates, ""},
+		{s.startManagers, "managers ready"},
+		{s.startWorkload, "workload control plane up"},
+		{s.startHosts, "hosts up and registered"},
+	} {
+		t0 := time.Now()
+		if err := p.run(ctx); err != nil {
+			return nil, err
+		}
+		if p.done != "" {
+			opts.Log("%s in %s", p.done, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	if opts.MetalHosts > 0 {
+		t0 := time.Now()
+		if err := s.startMetal(ctx); err != nil {
+			return nil, err
+		}
+		opts.Log("%d bare-metal host(s) registered and inspected over Redfish (available) in %s", opts.MetalHosts, time.Since(t0).Round(time.Millisecond))
+	}
+	return s, nil
+}
+
+// complete fills in the defaults and refuses options Start cannot run with.
+func (opts *Options) complete() error {
+	if opts.HostNamespace == "" {
+		opts.HostNamespace = metav1.NamespaceDefault
+	}
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	seen := map[string]bool{}
+	for _, site := range opts.Sites {
+		if site.Name == "" || site.Hosts < 0 || seen[site.Name] {
+			return fmt.Errorf("failed to start the stack: site names must be unique and non-empty, host counts not negative: %+v", opts.Sites)
+		}
+		seen[site.Name] = true
+	}
+	if opts.MetalHosts < 0 || opts.MetalHosts > 20 {
+		return fmt.Errorf("failed to start the stack: MetalHosts must be 0 to 20, got %d", opts.MetalHosts)
+	}
+	return nil
+}
+
+// prepare creates the stack's directories and certificate authority, finds clusterctl and builds the
+// managers, the agent and the release manifests.
+func (s *Stack) prepare(ctx context.Context) error {
 	s.binDir, s.logDir = filepath.Join(s.Dir, "bin"), filepath.Join(s.Dir, "logs")
 	for _, d := range []string{s.binDir, s.logDir} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
-			return nil, fmt.Errorf("failed to create %s: %w", d, err)
+			return fmt.Errorf("failed to create %s: %w", d, err)
 		}
 	}
 	var err error
 	if s.clusterctl, err = testbins.Path("clusterctl"); err != nil {
-		return nil, err
+		return err
 	}
 	if s.ca, err = newCertAuthority(); err != nil {
-		return nil, err
+		return err
 	}
+	return s.build(ctx)
+}
 
-	// Builds run while nothing else is up yet: they are the slow part of a cold start.
-	t0 := time.Now()
-	if err := s.build(ctx); err != nil {
-		return nil, err
-	}
-	opts.Log("built the managers, the agent and the release manifests in %s", time.Since(t0).Round(time.Millisecond))
-
+// startNetwork creates the lab network and starts the registry on it.
+func (s *Stack) startNetwork(ctx context.Context) error {
+	var err error
 	if s.Net, err = labnet.New(ctx); err != nil {
-		return nil, fmt.Errorf("failed to create the lab network: %w", err)
+		return fmt.Errorf("failed to create the lab network: %w", err)
 	}
-	if err := s.startRegistry(ctx); err != nil {
-		return nil, err
-	}
-	t0 = time.Now()
+	return s.startRegistry(ctx)
+}
+
+// startManagementPlane starts the management cluster's control plane and the stack's client of it.
+func (s *Stack) startManagementPlane(ctx context.Context) error {
+	var err error
 	if s.Management, err = controlplane.Start(ctx, controlplane.Options{
 		Name: "management", BindAddress: s.Net.Gateway, Dir: filepath.Join(s.Dir, "management"),
 		// Webhook calls go to the Service's EndpointSlice addresses: the managers run on the bridge address.
@@ -270,49 +314,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		WithControllerManager:      true,
 		ExtraControllerManagerArgs: map[string]string{"controllers": "*,-deployment-controller,-replicaset-controller"},
 	}); err != nil {
-		return nil, fmt.Errorf("failed to start the management control plane: %w", err)
+		return fmt.Errorf("failed to start the management control plane: %w", err)
 	}
 	scheme, err := Scheme()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if s.Client, err = client.New(s.Management.Config, client.Options{Scheme: scheme}); err != nil {
-		return nil, fmt.Errorf("failed to create the management client: %w", err)
+		return fmt.Errorf("failed to create the management client: %w", err)
 	}
-	opts.Log("management control plane up in %s", time.Since(t0).Round(time.Millisecond))
-
-	t0 = time.Now()
-	if err := s.clusterctlInit(ctx); err != nil {
-		return nil, err
-	}
-	opts.Log("clusterctl init done in %s", time.Since(t0).Round(time.Millisecond))
-	if err := s.IssueCertificates(ctx); err != nil {
-		return nil, err
-	}
-	t0 = time.Now()
-	if err := s.startManagers(ctx); err != nil {
-		return nil, err
-	}
-	opts.Log("managers ready in %s", time.Since(t0).Round(time.Millisecond))
-
-	t0 = time.Now()
-	if err := s.startWorkload(ctx); err != nil {
-		return nil, err
-	}
-	opts.Log("workload control plane up in %s", time.Since(t0).Round(time.Millisecond))
-	t0 = time.Now()
-	if err := s.startHosts(ctx); err != nil {
-		return nil, err
-	}
-	opts.Log("hosts up and registered in %s", time.Since(t0).Round(time.Millisecond))
-	if opts.MetalHosts > 0 {
-		t0 = time.Now()
-		if err := s.startMetal(ctx); err != nil {
-			return nil, err
-		}
-		opts.Log("%d bare-metal host(s) registered and inspected over Redfish (available) in %s", opts.MetalHosts, time.Since(t0).Round(time.Millisecond))
-	}
-	return s, nil
+	return nil
 }
 
 // Stop stops the managers, the hosts (which reset their nodes first), both control planes and the network,

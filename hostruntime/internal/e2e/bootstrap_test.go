@@ -101,43 +101,9 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 			}},
 		},
 	}
-	_, err = c.admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() corev1.PodPhase {
-		p, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return p.Status.Phase
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(corev1.PodRunning))
-	p, _ := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	p := c.runPod(t, pod, "a pod with the node's imported image starts")
 	g.Expect(p.Status.PodIP).To(HavePrefix("10.244."))
-
-	// A privileged pod with the host paths the network add-on's yonder-net-node mounts runs too: the machine
-	// has /sys/fs/bpf (its /sys is a read-only tmpfs; the kubelet could not create the mount point),
-	// /lib/modules (the rootfs has none) and /dev/net/tun (embedded wireguard-go).
-	hp := func(name, path string, typ corev1.HostPathType) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
-	}
-	netPod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hostpaths", Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName: nd.name, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Volumes: []corev1.Volume{hp("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate), hp("modules", "/lib/modules", corev1.HostPathDirectory),
-				hp("tun", "/dev/net/tun", corev1.HostPathCharDev)},
-			Containers: []corev1.Container{{
-				Name: "net", Image: busyboxImage, ImagePullPolicy: corev1.PullNever, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-				Command: []string{"/bin/sh", "-c", "exec sleep 3600"},
-				VolumeMounts: []corev1.VolumeMount{{Name: "bpffs", MountPath: "/sys/fs/bpf"}, {Name: "modules", MountPath: "/lib/modules", ReadOnly: true},
-					{Name: "tun", MountPath: "/dev/net/tun"}},
-			}},
-		},
-	}
-	_, err = c.admin.CoreV1().Pods("default").Create(ctx, netPod, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() corev1.PodPhase {
-		p, err := c.admin.CoreV1().Pods("default").Get(ctx, "hostpaths", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return p.Status.Phase
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(corev1.PodRunning), "a pod with yonder-net-node's host paths starts")
+	c.runPod(t, hostPathsPod(nd.name), "a pod with yonder-net-node's host paths starts")
 
 	// status reports it all.
 	s := status(t, nd)
@@ -149,23 +115,7 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 		g.Expect(s.Phases).To(HaveKey(ph))
 		g.Expect(s.Phases[ph].Result).To(Equal("Succeeded"), ph)
 	}
-
-	// Bootstrap again: nothing changes (same machine process, same Node, no file rewritten).
-	launcher := s.Machine.LauncherPID
-	mtime := fileMTime(t, filepath.Join(nd.stateDir, "machines", nd.machine, "var/lib/kubelet/config.yaml"))
-	stdout, stderr, err = nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
-	g.Expect(err).NotTo(HaveOccurred(), "second bootstrap: %s\n%s", stdout, stderr)
-	g.Expect(stderr).NotTo(ContainSubstring("Wrote machine files"))
-	g.Expect(stderr).NotTo(ContainSubstring("Started machine"))
-	s2 := status(t, nd)
-	g.Expect(s2.Machine.LauncherPID).To(Equal(launcher))
-	g.Expect(fileMTime(t, filepath.Join(nd.stateDir, "machines", nd.machine, "var/lib/kubelet/config.yaml"))).To(Equal(mtime))
-	n2, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n2.UID).To(Equal(n.UID))
-	p2, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(p2.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	n2 := c.expectBootstrapAgainChangesNothing(t, nd, n, s)
 
 	// Reset leaves nothing: no machine, no cgroups, no mounts, no files, sysctls as before.
 	stdout, stderr, err = nd.agent(ctx, "reset")
@@ -183,6 +133,68 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	stdout, stderr, err = nd.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
 	expectNothingLeft(t, nd, before)
+}
+
+// runPod creates pod and waits until it runs; it returns the running pod.
+func (c *cluster) runPod(t testing.TB, pod *corev1.Pod, why string) *corev1.Pod {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, err := c.admin.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var p *corev1.Pod
+	g.Eventually(func() corev1.PodPhase {
+		p, err = c.admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return p.Status.Phase
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal(corev1.PodRunning), why)
+	return p
+}
+
+// hostPathsPod is a privileged pod with the host paths the network add-on's yonder-net-node mounts: the
+// machine has /sys/fs/bpf (its /sys is a read-only tmpfs; the kubelet could not create the mount point),
+// /lib/modules (the rootfs has none) and /dev/net/tun (embedded wireguard-go).
+func hostPathsPod(nodeName string) *corev1.Pod {
+	hp := func(name, path string, typ corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostpaths", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName, HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Volumes: []corev1.Volume{hp("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate), hp("modules", "/lib/modules", corev1.HostPathDirectory),
+				hp("tun", "/dev/net/tun", corev1.HostPathCharDev)},
+			Containers: []corev1.Container{{
+				Name: "net", Image: busyboxImage, ImagePullPolicy: corev1.PullNever, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				Command: []string{"/bin/sh", "-c", "exec sleep 3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "bpffs", MountPath: "/sys/fs/bpf"}, {Name: "modules", MountPath: "/lib/modules", ReadOnly: true},
+					{Name: "tun", MountPath: "/dev/net/tun"}},
+			}},
+		},
+	}
+}
+
+// expectBootstrapAgainChangesNothing bootstraps nd again: same machine process (s is its status before),
+// same Node n, no file rewritten, the pod "hello" never restarted. It returns the Node.
+func (c *cluster) expectBootstrapAgainChangesNothing(t testing.TB, nd *node, n *corev1.Node, s *agent.Status) *corev1.Node {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	kubeletConfig := filepath.Join(nd.stateDir, "machines", nd.machine, "var/lib/kubelet/config.yaml")
+	mtime := fileMTime(t, kubeletConfig)
+	stdout, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), "second bootstrap: %s\n%s", stdout, stderr)
+	g.Expect(stderr).NotTo(ContainSubstring("Wrote machine files"))
+	g.Expect(stderr).NotTo(ContainSubstring("Started machine"))
+	g.Expect(status(t, nd).Machine.LauncherPID).To(Equal(s.Machine.LauncherPID))
+	g.Expect(fileMTime(t, kubeletConfig)).To(Equal(mtime))
+	n2, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n2.UID).To(Equal(n.UID))
+	p2, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p2.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	return n2
 }
 
 func ready(n *corev1.Node) bool {

@@ -150,63 +150,80 @@ func Cluster(ctx context.Context, o *cli.Options, name string) error {
 	return Print(o, v)
 }
 
-// Print writes the human view.
+// Print writes the human view: the Cluster, its hosts, Machines, Nodes and tunnels.
 func Print(o *cli.Options, v *View) error {
 	w := o.Out
 	cl := v.Cluster
 	_, _ = fmt.Fprintf(w, "Cluster %s/%s  phase %s  control plane %s  age %s\n", cl.Namespace, cl.Name, cli.Dash(cl.Status.Phase), endpoint(cl), o.Age(cl.CreationTimestamp.Time))
 	conditions(w, "  ", cl.Status.Conditions)
-
-	_, _ = fmt.Fprintf(w, "\nHosts (YonderSSHHosts claimed by this Cluster): %d\n", len(v.Hosts))
-	if len(v.Hosts) > 0 {
-		rows := [][]string{}
-		for _, h := range v.Hosts {
-			rows = append(rows, []string{h.Name, h.Spec.Address, string(h.Status.Phase), h.Spec.ConsumerRef.Name, cli.Dash(h.Spec.FailureDomain)})
-		}
-		table(w, []string{"HOST", "ADDRESS", "PHASE", "MACHINE", "FAILURE DOMAIN"}, rows)
-	}
-
-	_, _ = fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
-	if len(v.Machines) > 0 {
-		// The host a Machine runs on and its failure domain, from the host's claim: a MachineDeployment's
-		// Machines often carry no failure domain of their own, the host they landed on always has one.
-		hostOf := map[string]*infrav1.YonderSSHHost{}
-		for i := range v.Hosts {
-			hostOf[v.Hosts[i].Spec.ConsumerRef.Name] = &v.Hosts[i]
-		}
-		rows := [][]string{}
-		for _, m := range v.Machines {
-			host, fd := "", m.Spec.FailureDomain
-			if h := hostOf[m.Spec.InfrastructureRef.Name]; h != nil {
-				host = h.Name
-				if fd == "" {
-					fd = h.Spec.FailureDomain
-				}
-			}
-			rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(host), cli.Dash(fd), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
-		}
-		table(w, []string{"MACHINE", "PHASE", "HOST", "FAILURE DOMAIN", "NODE", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
-	}
-
+	printHosts(w, v)
+	printMachines(w, v)
 	_, _ = fmt.Fprintf(w, "\nNodes (workload cluster): ")
 	if v.WorkloadError != "" {
 		_, _ = fmt.Fprintf(w, "unavailable: %s\n", v.WorkloadError)
 		return nil
 	}
-	_, _ = fmt.Fprintf(w, "%d\n", len(v.Nodes))
-	if len(v.Nodes) > 0 {
-		rows := [][]string{}
-		for _, n := range v.Nodes {
-			rows = append(rows, []string{n.Name, ready(n), cli.Dash(nodeSite(n)), cli.Dash(internalIP(n)), cli.Dash(strings.Join(n.Spec.PodCIDRs, ",")), cli.Dash(n.Status.NodeInfo.KubeletVersion), o.Age(n.CreationTimestamp.Time)})
-		}
-		table(w, []string{"NODE", "READY", "SITE", "INTERNAL IP", "POD CIDRS", "KUBELET", "AGE"}, rows)
-	}
-
+	printNodes(o, v)
 	_, _ = fmt.Fprintf(w, "\nTunnels (network add-on): ")
 	if v.NetworkError != "" {
 		_, _ = fmt.Fprintf(w, "%s\n", v.NetworkError)
 		return nil
 	}
+	printTunnels(w, v)
+	return nil
+}
+
+func printHosts(w io.Writer, v *View) {
+	_, _ = fmt.Fprintf(w, "\nHosts (YonderSSHHosts claimed by this Cluster): %d\n", len(v.Hosts))
+	if len(v.Hosts) == 0 {
+		return
+	}
+	rows := [][]string{}
+	for _, h := range v.Hosts {
+		rows = append(rows, []string{h.Name, h.Spec.Address, string(h.Status.Phase), h.Spec.ConsumerRef.Name, cli.Dash(h.Spec.FailureDomain)})
+	}
+	table(w, []string{"HOST", "ADDRESS", "PHASE", "MACHINE", "FAILURE DOMAIN"}, rows)
+}
+
+func printMachines(w io.Writer, v *View) {
+	_, _ = fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
+	if len(v.Machines) == 0 {
+		return
+	}
+	// The host a Machine runs on and its failure domain, from the host's claim: a MachineDeployment's
+	// Machines often carry no failure domain of their own, the host they landed on always has one.
+	hostOf := map[string]*infrav1.YonderSSHHost{}
+	for i := range v.Hosts {
+		hostOf[v.Hosts[i].Spec.ConsumerRef.Name] = &v.Hosts[i]
+	}
+	rows := [][]string{}
+	for _, m := range v.Machines {
+		host, fd := "", m.Spec.FailureDomain
+		if h := hostOf[m.Spec.InfrastructureRef.Name]; h != nil {
+			host = h.Name
+			if fd == "" {
+				fd = h.Spec.FailureDomain
+			}
+		}
+		rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(host), cli.Dash(fd), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
+	}
+	table(w, []string{"MACHINE", "PHASE", "HOST", "FAILURE DOMAIN", "NODE", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
+}
+
+func printNodes(o *cli.Options, v *View) {
+	w := o.Out
+	_, _ = fmt.Fprintf(w, "%d\n", len(v.Nodes))
+	if len(v.Nodes) == 0 {
+		return
+	}
+	rows := [][]string{}
+	for _, n := range v.Nodes {
+		rows = append(rows, []string{n.Name, ready(n), cli.Dash(nodeSite(n)), cli.Dash(internalIP(n)), cli.Dash(strings.Join(n.Spec.PodCIDRs, ",")), cli.Dash(n.Status.NodeInfo.KubeletVersion), o.Age(n.CreationTimestamp.Time)})
+	}
+	table(w, []string{"NODE", "READY", "SITE", "INTERNAL IP", "POD CIDRS", "KUBELET", "AGE"}, rows)
+}
+
+func printTunnels(w io.Writer, v *View) {
 	_, _ = fmt.Fprintf(w, "%d NodeNetworks, %d PeerSlices\n", len(v.NodeNetworks), len(v.PeerSlices))
 	if len(v.NodeNetworks) > 0 {
 		rows := [][]string{}
@@ -240,7 +257,6 @@ func Print(o *cli.Options, v *View) error {
 		}
 		table(w, []string{"PEERSLICE", "SITE", "ROLE", "PEERS", "ACTIVE GATEWAYS"}, rows)
 	}
-	return nil
 }
 
 func endpoint(cl *clusterv1.Cluster) string {

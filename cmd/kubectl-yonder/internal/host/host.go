@@ -279,13 +279,9 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 	if err != nil {
 		return err
 	}
-	keyPEM, err := os.ReadFile(a.KeyFile)
+	keyPEM, signer, err := a.readKey()
 	if err != nil {
-		return fmt.Errorf("failed to read --key %s: %w", a.KeyFile, err)
-	}
-	signer, err := ssh.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return fmt.Errorf("failed to parse --key %s (it must be unencrypted): %w", a.KeyFile, err)
+		return err
 	}
 	ns, err := o.Ns()
 	if err != nil {
@@ -295,39 +291,13 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 	if err != nil {
 		return err
 	}
-	// An existing host keeps its pinned keys: the probe must see exactly them.
-	existing := &infrav1.YonderSSHHost{}
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: a.Name}, existing); {
-	case apierrors.IsNotFound(err):
-		existing = nil
-	case err != nil:
-		return fmt.Errorf("failed to get YonderSSHHost %s/%s: %w", ns, a.Name, err)
+	existing, err := getHost(ctx, c, ns, a.Name)
+	if err != nil {
+		return err
 	}
-	var wantTarget, wantBastion ssh.PublicKey
-	if a.HostKey != "" {
-		wantTarget, _ = parseKey(a.HostKey)
-	}
-	if a.BastionKey != "" {
-		wantBastion, _ = parseKey(a.BastionKey)
-	}
-	if existing != nil && existing.Spec.HostKey != "" {
-		pinned, err := parseKey(existing.Spec.HostKey)
-		if err != nil {
-			return fmt.Errorf("YonderSSHHost %s/%s has an unparsable spec.hostKey: %w", ns, a.Name, err)
-		}
-		if wantTarget != nil && string(wantTarget.Marshal()) != string(pinned.Marshal()) {
-			return fmt.Errorf("YonderSSHHost %s/%s already pins %s, not --host-key %s: delete the host first if it was re-installed", ns, a.Name, ssh.FingerprintSHA256(pinned), ssh.FingerprintSHA256(wantTarget))
-		}
-		wantTarget = pinned
-	}
-	target := endpoint{user: a.User, address: a.Address, port: a.Port}
-	var bastion *endpoint
-	if a.Bastion != "" {
-		b, _ := parseBastion(a.Bastion, a.User)
-		bastion = &b
-		if existing != nil && existing.Spec.Bastion != nil && existing.Spec.Bastion.HostKey != "" && wantBastion == nil {
-			wantBastion, _ = parseKey(existing.Spec.Bastion.HostKey)
-		}
+	target, bastion, wantTarget, wantBastion, err := a.endpoints(ns, existing)
+	if err != nil {
+		return err
 	}
 	_, _ = fmt.Fprintf(o.ErrOut, "Connecting to %s as %s%s…\n", target.hostPort(), target.user, viaText(bastion))
 	tk, bk, err := probe(ctx, signer, target, wantTarget, bastion, wantBastion, a.Timeout)
@@ -342,40 +312,11 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		_, _ = fmt.Fprintf(o.ErrOut, "Bastion %s host key: %s (%s)\n", bastion.hostPort(), FormatKey(bk), ssh.FingerprintSHA256(bk))
 	}
 	_, _ = fmt.Fprintf(o.ErrOut, "Host key of %s: %s\n  fingerprint %s\n", target.hostPort(), FormatKey(tk), ssh.FingerprintSHA256(tk))
-
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretName(a.Name), Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-yonder"}},
-		Type:       corev1.SecretTypeSSHAuth,
-		Data:       map[string][]byte{PrivateKeyKey: keyPEM},
+	secret, err := saveCredentials(ctx, c, ns, a.Name, keyPEM)
+	if err != nil {
+		return err
 	}
-	if err := c.Create(ctx, sec); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("failed to create Secret %s/%s: %w", ns, sec.Name, err)
-		}
-		old := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(sec), old); err != nil {
-			return fmt.Errorf("failed to get Secret %s/%s: %w", ns, sec.Name, err)
-		}
-		old.Data = sec.Data
-		if err := c.Update(ctx, old); err != nil {
-			return fmt.Errorf("failed to update Secret %s/%s: %w", ns, sec.Name, err)
-		}
-	}
-	spec := infrav1.YonderSSHHostSpec{
-		SSHEndpoint: infrav1.SSHEndpoint{
-			Address: a.Address, Port: int32(a.Port), User: a.User, //nolint:gosec // validated to 1…65535
-			CredentialsSecretRef: infrav1.SecretReference{Name: sec.Name},
-			HostKey:              FormatKey(tk), HostKeyPolicy: infrav1.HostKeyPolicyPinned,
-		},
-		FailureDomain: a.FailureDomain,
-	}
-	if bastion != nil {
-		spec.Bastion = &infrav1.SSHEndpoint{
-			Address: bastion.address, Port: int32(bastion.port), User: bastion.user, //nolint:gosec // validated to 1…65535
-			CredentialsSecretRef: infrav1.SecretReference{Name: sec.Name},
-			HostKey:              FormatKey(bk), HostKeyPolicy: infrav1.HostKeyPolicyPinned,
-		}
-	}
+	spec := a.hostSpec(secret, tk, bastion, bk)
 	if existing == nil {
 		h := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: a.Name, Labels: labels}, Spec: spec}
 		if err := c.Create(ctx, h); err != nil {
@@ -384,7 +325,115 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		_, _ = fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s created (host key %s pinned)\n", a.Name, ssh.FingerprintSHA256(tk))
 		return nil
 	}
-	// Re-adding updates the endpoint and labels but never touches the claim.
+	if err := updateHost(ctx, c, existing, spec, labels); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s configured (host key %s unchanged)\n", a.Name, ssh.FingerprintSHA256(tk))
+	return nil
+}
+
+// readKey reads and parses --key.
+func (a *AddOptions) readKey() ([]byte, ssh.Signer, error) {
+	keyPEM, err := os.ReadFile(a.KeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to read --key %s: %w", a.KeyFile, err)
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to parse --key %s (it must be unencrypted): %w", a.KeyFile, err)
+	}
+	return keyPEM, signer, nil
+}
+
+// getHost returns the YonderSSHHost ns/name, nil when there is none.
+func getHost(ctx context.Context, c client.Client, ns, name string) (*infrav1.YonderSSHHost, error) {
+	existing := &infrav1.YonderSSHHost{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, existing); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("failed to get YonderSSHHost %s/%s: %w", ns, name, err)
+	}
+	return existing, nil
+}
+
+// endpoints returns the host and bastion to probe and the keys each must present: the flags' keys, and an
+// existing host's pinned keys (the probe must see exactly them).
+func (a *AddOptions) endpoints(ns string, existing *infrav1.YonderSSHHost) (endpoint, *endpoint, ssh.PublicKey, ssh.PublicKey, error) {
+	var wantTarget, wantBastion ssh.PublicKey
+	if a.HostKey != "" {
+		wantTarget, _ = parseKey(a.HostKey)
+	}
+	if a.BastionKey != "" {
+		wantBastion, _ = parseKey(a.BastionKey)
+	}
+	target := endpoint{user: a.User, address: a.Address, port: a.Port}
+	if existing != nil && existing.Spec.HostKey != "" {
+		pinned, err := parseKey(existing.Spec.HostKey)
+		if err != nil {
+			return target, nil, nil, nil, fmt.Errorf("YonderSSHHost %s/%s has an unparsable spec.hostKey: %w", ns, a.Name, err)
+		}
+		if wantTarget != nil && string(wantTarget.Marshal()) != string(pinned.Marshal()) {
+			return target, nil, nil, nil, fmt.Errorf("YonderSSHHost %s/%s already pins %s, not --host-key %s: delete the host first if it was re-installed", ns, a.Name, ssh.FingerprintSHA256(pinned), ssh.FingerprintSHA256(wantTarget))
+		}
+		wantTarget = pinned
+	}
+	var bastion *endpoint
+	if a.Bastion != "" {
+		b, _ := parseBastion(a.Bastion, a.User)
+		bastion = &b
+		if existing != nil && existing.Spec.Bastion != nil && existing.Spec.Bastion.HostKey != "" && wantBastion == nil {
+			wantBastion, _ = parseKey(existing.Spec.Bastion.HostKey)
+		}
+	}
+	return target, bastion, wantTarget, wantBastion, nil
+}
+
+// saveCredentials creates or updates the host's credentials Secret with keyPEM and returns its name.
+func saveCredentials(ctx context.Context, c client.Client, ns, host string, keyPEM []byte) (string, error) {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretName(host), Labels: map[string]string{"app.kubernetes.io/managed-by": "kubectl-yonder"}},
+		Type:       corev1.SecretTypeSSHAuth,
+		Data:       map[string][]byte{PrivateKeyKey: keyPEM},
+	}
+	if err := c.Create(ctx, sec); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("failed to create Secret %s/%s: %w", ns, sec.Name, err)
+		}
+		old := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sec), old); err != nil {
+			return "", fmt.Errorf("failed to get Secret %s/%s: %w", ns, sec.Name, err)
+		}
+		old.Data = sec.Data
+		if err := c.Update(ctx, old); err != nil {
+			return "", fmt.Errorf("failed to update Secret %s/%s: %w", ns, sec.Name, err)
+		}
+	}
+	return sec.Name, nil
+}
+
+// hostSpec is the host's spec with the probed keys pinned.
+func (a *AddOptions) hostSpec(secret string, tk ssh.PublicKey, bastion *endpoint, bk ssh.PublicKey) infrav1.YonderSSHHostSpec {
+	spec := infrav1.YonderSSHHostSpec{
+		SSHEndpoint: infrav1.SSHEndpoint{
+			Address: a.Address, Port: int32(a.Port), User: a.User, //nolint:gosec // validated to 1…65535
+			CredentialsSecretRef: infrav1.SecretReference{Name: secret},
+			HostKey:              FormatKey(tk), HostKeyPolicy: infrav1.HostKeyPolicyPinned,
+		},
+		FailureDomain: a.FailureDomain,
+	}
+	if bastion != nil {
+		spec.Bastion = &infrav1.SSHEndpoint{
+			Address: bastion.address, Port: int32(bastion.port), User: bastion.user, //nolint:gosec // validated to 1…65535
+			CredentialsSecretRef: infrav1.SecretReference{Name: secret},
+			HostKey:              FormatKey(bk), HostKeyPolicy: infrav1.HostKeyPolicyPinned,
+		}
+	}
+	return spec
+}
+
+// updateHost re-adds an existing host: the endpoint and labels change, the claim never does.
+func updateHost(ctx context.Context, c client.Client, existing *infrav1.YonderSSHHost, spec infrav1.YonderSSHHostSpec, labels map[string]string) error {
 	spec.ConsumerRef = existing.Spec.ConsumerRef
 	spec.Cleanup = existing.Spec.Cleanup
 	if spec.FailureDomain == "" {
@@ -398,9 +447,8 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		existing.Labels[k] = v
 	}
 	if err := c.Update(ctx, existing); err != nil {
-		return fmt.Errorf("failed to update YonderSSHHost %s/%s: %w", ns, a.Name, err)
+		return fmt.Errorf("failed to update YonderSSHHost %s/%s: %w", existing.Namespace, existing.Name, err)
 	}
-	_, _ = fmt.Fprintf(o.Out, "yondersshhost.infrastructure.cluster.x-k8s.io/%s configured (host key %s unchanged)\n", a.Name, ssh.FingerprintSHA256(tk))
 	return nil
 }
 

@@ -135,142 +135,173 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	build.Dir = testbins.RepoRoot()
 	out, err := build.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	dir := t.TempDir()
+	lab := labUnderTest{bin: bin, dir: t.TempDir(), withCluster: os.Getenv("YONDER_LAB_TEST_NO_CLUSTER") == "", metal: os.Getenv("YONDER_LAB_TEST_METAL") != ""}
+	bys := startBystanders(t)
+	before := take(t)
+	bys.find(t, before)
+	st := lab.up(t)
+	lab.expectStatus(t, st)
+	during := take(t)
+	ours, owned := lab.owns(t, st, before, during)
+	down, err := exec.Command(bin, "lab", "down", "--dir", lab.dir).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(down))
+	g.Expect(string(down)).To(ContainSubstring("lab removed"))
+	lab.expectGone(t, before, take(t), bys, ours, owned)
+}
 
-	// A process the lab did not start: it must survive.
-	bystander := exec.Command("sleep", "600")
-	g.Expect(bystander.Start()).To(Succeed())
-	t.Cleanup(func() { _ = bystander.Process.Kill(); _ = bystander.Wait() })
+// labUnderTest is the plugin binary and the lab directory of TestLabDownLeavesTheMachineAsItFoundIt, and
+// what its lab runs.
+type labUnderTest struct {
+	bin, dir string
+	// withCluster: a Cluster, Nodes, the network add-on and the pod check (YONDER_LAB_TEST_NO_CLUSTER=1
+	// checks only the plumbing, 1-2 minutes instead of 5-8).
+	withCluster bool
+	// metal: a QEMU host, swtpm (once a Cluster claims it), its tap and the Redfish emulator
+	// (YONDER_LAB_TEST_METAL=1).
+	metal bool
+}
 
-	// A namespace, a link and a mount the lab did not make: they must survive too.
-	bys := fmt.Sprintf("ybys%d", os.Getpid()%100000)
-	g.Expect(exec.Command("ip", "netns", "add", bys).Run()).To(Succeed())
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", bys).Run() })
-	g.Expect(exec.Command("ip", "link", "add", bys, "type", "bridge").Run()).To(Succeed())
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bys).Run() })
+// bystanders are a process, a namespace, a link and a mount the lab did not make: they must survive.
+type bystanders struct {
+	process          *exec.Cmd
+	name             string
+	netns, link, mnt string
+}
+
+func startBystanders(t *testing.T) *bystanders {
+	t.Helper()
+	g := NewWithT(t)
+	b := &bystanders{process: exec.Command("sleep", "600"), name: fmt.Sprintf("ybys%d", os.Getpid()%100000)}
+	g.Expect(b.process.Start()).To(Succeed())
+	t.Cleanup(func() { _ = b.process.Process.Kill(); _ = b.process.Wait() })
+	g.Expect(exec.Command("ip", "netns", "add", b.name).Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", b.name).Run() })
+	g.Expect(exec.Command("ip", "link", "add", b.name, "type", "bridge").Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", b.name).Run() })
 	mnt := t.TempDir()
 	g.Expect(exec.Command("mount", "-t", "tmpfs", "ybystander", mnt).Run()).To(Succeed())
 	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	b.mnt = mnt + " ybystander"
+	return b
+}
 
-	before := take(t)
-	var bystanderNS, bystanderLink string
+// find records the bystanders' keys in the snapshot taken before the lab.
+func (b *bystanders) find(t *testing.T, before snapshot) {
+	t.Helper()
+	g := NewWithT(t)
 	for k := range before.netns {
-		if strings.HasPrefix(k, bys+"@") {
-			bystanderNS = k
+		if strings.HasPrefix(k, b.name+"@") {
+			b.netns = k
 		}
 	}
 	for k := range before.links {
-		if strings.HasPrefix(k, bys+"@") {
-			bystanderLink = k
+		if strings.HasPrefix(k, b.name+"@") {
+			b.link = k
 		}
 	}
-	bystanderMount := mnt + " ybystander"
-	g.Expect(before.mounts).To(HaveKey(bystanderMount))
-	g.Expect(bystanderNS).NotTo(BeEmpty())
-	g.Expect(bystanderLink).NotTo(BeEmpty())
-	args := []string{"lab", "up", "--dir", dir, "--hosts", "1", "--sites", "4"}
-	withCluster := os.Getenv("YONDER_LAB_TEST_NO_CLUSTER") == ""
-	if !withCluster {
-		// YONDER_LAB_TEST_NO_CLUSTER=1 checks only the plumbing (1-2 minutes instead of 5-8): no Cluster,
-		// no Nodes, no network add-on, no pod check.
+	g.Expect(before.mounts).To(HaveKey(b.mnt))
+	g.Expect(b.netns).NotTo(BeEmpty())
+	g.Expect(b.link).NotTo(BeEmpty())
+}
+
+// up runs `lab up` and checks its output: ready, the pod check across the three kinds of link.
+func (l labUnderTest) up(t *testing.T) *State {
+	t.Helper()
+	g := NewWithT(t)
+	args := []string{"lab", "up", "--dir", l.dir, "--hosts", "1", "--sites", "4"}
+	if !l.withCluster {
 		args = append(args, "--no-cluster")
 	}
-	metal := os.Getenv("YONDER_LAB_TEST_METAL") != ""
-	if metal {
-		// The QEMU host, swtpm (once a Cluster claims it), its tap and the Redfish emulator go too.
+	if l.metal {
 		args = append(args, "--metal")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	up := exec.CommandContext(ctx, bin, args...)
-	out, err = up.CombinedOutput()
+	out, err := exec.CommandContext(ctx, l.bin, args...).CombinedOutput()
 	t.Logf("lab up:\n%s", out)
-	st, stErr := ReadState(dir)
-	t.Cleanup(func() { _ = exec.Command(bin, "lab", "down", "--dir", dir).Run() })
+	st, stErr := ReadState(l.dir)
+	t.Cleanup(func() { _ = exec.Command(l.bin, "lab", "down", "--dir", l.dir).Run() })
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stErr).NotTo(HaveOccurred())
 	g.Expect(string(out)).To(ContainSubstring(ReadyMarker))
-	if withCluster {
-		// The pod check passed: each pod's answer crossed to the other site over TCP, pings came back.
-		g.Expect(st.CheckPods).To(HaveKeyWithValue("site-a", "lab-net-site-a"))
-		g.Expect(st.CheckPods).To(HaveKeyWithValue("site-b", "lab-net-site-b"))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b"`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a"`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-b\) ICMP: [1-3]/3 echo replies`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+ \(site-a\) ICMP: [1-3]/3 echo replies`))
-		// The three kinds of link, each crossed both ways: Direct (site-a, site-b), NAT-initiated (site-a,
-		// site-c behind NAT) and relayed (site-c, site-d, both behind NAT) through the relay the controller
-		// chose (equal MTUs: the first by name).
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b" \[Direct\]`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a" \[NATInitiated \(site-c behind NAT\)\]`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[NATInitiated`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d" \[Relayed via site-a\]`))
-		g.Expect(string(out)).To(MatchRegexp(`pod check: lab-net-site-d \(site-d\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[Relayed via site-a\]`))
-		g.Expect(string(out)).To(ContainSubstring("pod check passed"))
-		g.Expect(st.PodCheck).To(HaveLen(12))
+	if l.withCluster {
+		expectPodCheck(g, string(out), st)
 	}
-	if metal {
+	if l.metal {
 		g.Expect(st.Hosts).To(HaveLen(8), "a host per site, the other sites' gateways and the metal host")
 	} else {
 		g.Expect(st.Hosts).To(HaveLen(7), "a host per site and the other sites' gateways")
 	}
+	return st
+}
 
-	status, err := exec.Command(bin, "lab", "status", "--dir", dir).CombinedOutput()
+// expectPodCheck: each pod's answer crossed to the other site over TCP, pings came back, over the three
+// kinds of link, each crossed both ways: Direct (site-a, site-b), NAT-initiated (site-a, site-c behind
+// NAT) and relayed (site-c, site-d, both behind NAT) through the relay the controller chose (equal MTUs:
+// the first by name).
+func expectPodCheck(g Gomega, out string, st *State) {
+	g.Expect(st.CheckPods).To(HaveKeyWithValue("site-a", "lab-net-site-a"))
+	g.Expect(st.CheckPods).To(HaveKeyWithValue("site-b", "lab-net-site-b"))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b"`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a"`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-b\) ICMP: [1-3]/3 echo replies`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+ \(site-a\) ICMP: [1-3]/3 echo replies`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b" \[Direct\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a" \[NATInitiated \(site-c behind NAT\)\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[NATInitiated`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d" \[Relayed via site-a\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-d \(site-d\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[Relayed via site-a\]`))
+	g.Expect(out).To(ContainSubstring("pod check passed"))
+	g.Expect(st.PodCheck).To(HaveLen(12))
+}
+
+// expectStatus: `lab status` shows the lab ready, its hosts and the network add-on's tunnels.
+func (l labUnderTest) expectStatus(t *testing.T, st *State) {
+	t.Helper()
+	g := NewWithT(t)
+	status, err := exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(status))
 	g.Expect(string(status)).To(ContainSubstring("Lab: ready"))
 	g.Expect(string(status)).To(ContainSubstring(st.Hosts[2].Address))
-	if metal {
+	if l.metal {
 		g.Expect(string(status)).To(ContainSubstring("BareMetalHosts: 1"))
 	}
-	if withCluster {
-		g.Expect(string(status)).To(ContainSubstring("Tunnels:"), "lab status shows the network add-on's tunnels")
-		g.Expect(string(status)).To(MatchRegexp(`lab\s+Gateway\s+True`), "the SitePeering of the four sites is Ready")
-		g.Expect(string(status)).To(MatchRegexp(`site-a<->site-b\s+Direct\s+-\s+-\s+WireGuard\s+\d+\s+true`))
-		g.Expect(string(status)).To(MatchRegexp(`site-a<->site-c\s+NATInitiated\s+site-c\s+-\s+WireGuard\s+\d+\s+true`))
-		g.Expect(string(status)).To(MatchRegexp(`site-c<->site-d\s+Relayed\s+site-c,site-d\s+site-a\s+WireGuard\s+\d+\s+true`))
-		g.Expect(string(status)).To(MatchRegexp(`site-c\s+userspace\s+\S+\s+BehindNAT \(seen from 10\.250\.`), "a NATed Node detected it")
-		g.Expect(string(status)).To(MatchRegexp(`site-b\s+userspace\s+\S+\s+Reachable`))
+	if !l.withCluster {
+		return
 	}
+	g.Expect(string(status)).To(ContainSubstring("Tunnels:"), "lab status shows the network add-on's tunnels")
+	g.Expect(string(status)).To(MatchRegexp(`lab\s+Gateway\s+True`), "the SitePeering of the four sites is Ready")
+	g.Expect(string(status)).To(MatchRegexp(`site-a<->site-b\s+Direct\s+-\s+-\s+WireGuard\s+\d+\s+true`))
+	g.Expect(string(status)).To(MatchRegexp(`site-a<->site-c\s+NATInitiated\s+site-c\s+-\s+WireGuard\s+\d+\s+true`))
+	g.Expect(string(status)).To(MatchRegexp(`site-c<->site-d\s+Relayed\s+site-c,site-d\s+site-a\s+WireGuard\s+\d+\s+true`))
+	g.Expect(string(status)).To(MatchRegexp(`site-c\s+userspace\s+\S+\s+BehindNAT \(seen from 10\.250\.`), "a NATed Node detected it")
+	g.Expect(string(status)).To(MatchRegexp(`site-b\s+userspace\s+\S+\s+Reachable`))
+}
 
-	during := take(t)
+// owns returns what the lab owns, by identity: its processes (pid → snapshot entry) — those it started or
+// that run in its hosts' namespaces — and its namespaces (named after its slot or holding one of its
+// processes), links (named after its slot or enslaved to its bridge) and mounts (of those namespaces or
+// under its directory).
+func (l labUnderTest) owns(t *testing.T, st *State, before, during snapshot) (map[int]string, map[string]bool) {
+	t.Helper()
+	g := NewWithT(t)
 	var slots []string
 	for _, b := range st.Bridges {
 		slots = append(slots, strings.TrimPrefix(b, "ylab"))
 	}
 	g.Expect(slots).To(HaveLen(4), "every site but the first has its own bridge")
 	slotAlt := strings.Join(slots, "|")
-	// What the lab owns, by identity: namespaces named after its slot or holding one of its processes,
-	// links named after its slot or enslaved to its bridge, mounts of those namespaces or under its directory.
 	ours := map[int]string{}
 	for pid, p := range during.procs {
 		if before.procs[pid] == p {
 			continue
 		}
-		if pid == st.PID || strings.Contains(p, dir) || regexp.MustCompile(`10\.250\.(`+slotAlt+`)\.`).MatchString(p) {
+		if pid == st.PID || strings.Contains(p, l.dir) || regexp.MustCompile(`10\.250\.(`+slotAlt+`)\.`).MatchString(p) {
 			ours[pid] = p
 		}
 	}
 	g.Expect(len(ours)).To(BeNumerically(">=", 5), "supervisor, etcd and apiserver ×2, managers, sshd: %v", ours)
-	ourNetns := map[uint64]bool{}
-	for pid := range ours {
-		var st syscall.Stat_t
-		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err == nil {
-			ourNetns[st.Ino] = true
-		}
-	}
-	var rootNetns syscall.Stat_t
-	g.Expect(syscall.Stat("/proc/self/ns/net", &rootNetns)).To(Succeed())
-	delete(ourNetns, rootNetns.Ino)
-	// Everything running in the hosts' namespaces is the lab's too: sshd, the nspawn machines with
-	// containerd, kubelet and the pods, among them yonder-net-node (whose wireguard-go device lives as long
-	// as the process).
-	for k := range during.netns {
-		var nst syscall.Stat_t
-		if !before.netns[k] && syscall.Stat("/run/netns/"+strings.SplitN(k, "@", 2)[0], &nst) == nil &&
-			regexp.MustCompile(`^(yh|ylab|yv|yp)(`+slotAlt+`)(\D|$)`).MatchString(k) {
-			ourNetns[nst.Ino] = true
-		}
-	}
+	ourNetns := labNetns(t, ours, before, during, slotAlt)
 	netDaemons := 0
 	for pid, p := range during.procs {
 		var pst syscall.Stat_t
@@ -282,7 +313,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 			netDaemons++
 		}
 	}
-	if withCluster {
+	if l.withCluster {
 		g.Expect(netDaemons).To(Equal(4), "a yonder-net-node per Node, in its host's namespace: %v", ours)
 	}
 	ownName := regexp.MustCompile(`(^|/run/netns/)(yh|ylab|yv|yp)(` + slotAlt + `)(\D|$)`)
@@ -302,7 +333,7 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	}
 	for k := range during.mounts {
 		mp := strings.Fields(k)[0]
-		if !before.mounts[k] && (ownedNS[strings.TrimPrefix(mp, "/run/netns/")] || strings.Contains(k, dir)) {
+		if !before.mounts[k] && (ownedNS[strings.TrimPrefix(mp, "/run/netns/")] || strings.Contains(k, l.dir)) {
 			owned[k] = true
 		}
 	}
@@ -313,18 +344,44 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g.Expect(ownedNames).To(ContainElements("yh"+slots[0]+"-site-a-0", "yh"+slots[0]+"-site-b-gw", "yh"+slots[1]+"-site-b-0",
 		"yh"+slots[0]+"-site-c-gw", "yh"+slots[2]+"-site-c-0", "yh"+slots[0]+"-site-d-gw", "yh"+slots[3]+"-site-d-0", st.Bridges[0], st.Bridges[3]),
 		"the lab's hosts are namespaces on its bridges, with a gateway (routing or NAT) to every other site")
+	return ours, owned
+}
+
+// labNetns returns the network namespaces (inodes) of the lab's processes ours and of its hosts'
+// namespaces (named after its slots): everything running in them is the lab's too — sshd, the nspawn
+// machines with containerd, kubelet and the pods, among them yonder-net-node (whose wireguard-go device
+// lives as long as the process).
+func labNetns(t *testing.T, ours map[int]string, before, during snapshot, slotAlt string) map[uint64]bool {
+	t.Helper()
+	ourNetns := map[uint64]bool{}
+	for pid := range ours {
+		var st syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err == nil {
+			ourNetns[st.Ino] = true
+		}
+	}
+	var rootNetns syscall.Stat_t
+	NewWithT(t).Expect(syscall.Stat("/proc/self/ns/net", &rootNetns)).To(Succeed())
+	delete(ourNetns, rootNetns.Ino)
+	for k := range during.netns {
+		var nst syscall.Stat_t
+		if !before.netns[k] && syscall.Stat("/run/netns/"+strings.SplitN(k, "@", 2)[0], &nst) == nil &&
+			regexp.MustCompile(`^(yh|ylab|yv|yp)(`+slotAlt+`)(\D|$)`).MatchString(k) {
+			ourNetns[nst.Ino] = true
+		}
+	}
+	return ourNetns
+}
+
+// expectGone: nothing the lab owned is left, and nothing that looks like the lab's appeared or vanished
+// otherwise. (Other engineers' tests create and remove their own namespaces at the same time: a strict diff
+// of the whole machine would flag them; the bystanders check "nothing else" for real objects.)
+func (l labUnderTest) expectGone(t *testing.T, before, after snapshot, bys *bystanders, ours map[int]string, owned map[string]bool) {
+	t.Helper()
+	g := NewWithT(t)
 	// yonder-*: the network daemons' devices (yonder-wg, yonder-vx, yonder-vw) belong in the hosts'
 	// namespaces; one appearing in the root namespace is a leak.
-	ignore := foreign(owned, regexp.MustCompile(regexp.QuoteMeta(dir)+`|^ylab|^(yv|yp)\d|^yonder-`))
-
-	down, err := exec.Command(bin, "lab", "down", "--dir", dir).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(down))
-	g.Expect(string(down)).To(ContainSubstring("lab removed"))
-	after := take(t)
-
-	// Nothing the lab owned is left, and nothing that looks like the lab's appeared or vanished otherwise.
-	// (Other engineers' tests create and remove their own namespaces at the same time: a strict diff of
-	// the whole machine would flag them; the bystanders below check "nothing else" for real objects.)
+	ignore := foreign(owned, regexp.MustCompile(regexp.QuoteMeta(l.dir)+`|^ylab|^(yv|yp)\d|^yonder-`))
 	for name, pair := range map[string][2]map[string]bool{
 		"network namespaces": {before.netns, after.netns},
 		"links":              {before.links, after.links},
@@ -334,10 +391,10 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		g.Expect(added).To(BeEmpty(), "%s that look like the lab's and appeared", name)
 		g.Expect(removed).To(BeEmpty(), "%s that existed before the lab and are gone", name)
 	}
-	for _, k := range []string{bystanderNS, bystanderLink} {
+	for _, k := range []string{bys.netns, bys.link} {
 		g.Expect(after.netns[k] || after.links[k]).To(BeTrue(), "bystander %s survives", k)
 	}
-	g.Expect(after.mounts).To(HaveKey(bystanderMount), "bystander mount survives")
+	g.Expect(after.mounts).To(HaveKey(bys.mnt), "bystander mount survives")
 	for k := range owned {
 		g.Expect(after.netns[k] || after.links[k] || after.mounts[k]).To(BeFalse(), "%s of the lab is still there", k)
 	}
@@ -348,10 +405,10 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 		}
 	}
 	g.Expect(left).To(BeEmpty(), "processes of the lab still running")
-	g.Expect(after.procs).To(HaveKeyWithValue(bystander.Process.Pid, before.procs[bystander.Process.Pid]), "a process the lab did not start survives")
-	_, err = os.Stat(StatePath(dir))
+	g.Expect(after.procs).To(HaveKeyWithValue(bys.process.Process.Pid, before.procs[bys.process.Process.Pid]), "a process the lab did not start survives")
+	_, err := os.Stat(StatePath(l.dir))
 	g.Expect(os.IsNotExist(err)).To(BeTrue(), "no state is left")
-	g.Expect(exec.Command(bin, "lab", "status", "--dir", dir).Run()).NotTo(Succeed(), "status says no lab runs")
+	g.Expect(exec.Command(l.bin, "lab", "status", "--dir", l.dir).Run()).NotTo(Succeed(), "status says no lab runs")
 }
 
 func TestOptionsRejectBadInput(t *testing.T) {

@@ -45,10 +45,7 @@ func behindNAT(i int) bool { return i >= 2 }
 func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr error) {
 	ctx, stop := notifyContext(ctx)
 	defer stop()
-	start := time.Now()
-	step := func(format string, args ...any) {
-		_, _ = fmt.Fprintf(out, "[lab %6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
+	r := &labRun{l: l, out: out, start: time.Now()}
 	defer func() {
 		if rerr != nil {
 			_, _ = fmt.Fprintf(out, "error: %v\n%s\n", rerr, FailedMarker)
@@ -57,161 +54,223 @@ func Serve(ctx context.Context, l *Options, out io.Writer, hold bool) (rerr erro
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", l.Dir, err)
 	}
-	st := &State{PID: os.Getpid(), Started: start, Dir: l.Dir, Namespace: "default"}
-	if err := st.write(); err != nil {
+	r.st = &State{PID: os.Getpid(), Started: r.start, Dir: l.Dir, Namespace: "default"}
+	if err := r.st.write(); err != nil {
 		return err
 	}
 	defer func() { _ = os.Remove(StatePath(l.Dir)) }()
-
-	step("building what is missing: Kubernetes, etcd, CAPI, containerd and the node rootfs (the first time takes many minutes; progress follows), then Yonder's managers and agent")
-	if err := testBins(ctx, out); err != nil {
+	if err := r.prepare(ctx, hold); err != nil {
 		return err
 	}
-	step("binaries ready")
+	if err := r.startStack(ctx); err != nil {
+		return err
+	}
+	defer func() { rerr = r.teardown(rerr) }()
+	if err := r.startSites(ctx); err != nil {
+		return err
+	}
+	if !l.NoCluster {
+		if err := r.cluster(ctx); err != nil {
+			return err
+		}
+	}
+	if err := addMetal(ctx, r.s, l, r.st, l.Dir, r.step); err != nil {
+		return err
+	}
+	return r.ready(ctx, hold)
+}
 
+// labRun is one run of Serve: what it was asked for, what it has started and the state it records, so
+// that each phase is a method.
+type labRun struct {
+	l     *Options
+	out   io.Writer
+	start time.Time
+	st    *State
+	// sites are the stack's own sites (the first one, on the management bridge).
+	sites []stack.Site
+	// images are the network add-on's images, pushed into the lab registry.
+	images  map[string]string
+	s       *stack.Stack
+	remotes []*remoteSite
+}
+
+// step prints one progress line, with the seconds since the start.
+func (r *labRun) step(format string, args ...any) {
+	_, _ = fmt.Fprintf(r.out, "[lab %6.1fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// prepare builds what is missing (test-bins, the network add-on's images) and raises the inotify limit
+// the hosts' kubelets need.
+func (r *labRun) prepare(ctx context.Context, hold bool) error {
+	r.step("building what is missing: Kubernetes, etcd, CAPI, containerd and the node rootfs (the first time takes many minutes; progress follows), then Yonder's managers and agent")
+	if err := testBins(ctx, r.out); err != nil {
+		return err
+	}
+	r.step("binaries ready")
 	if hold {
 		// The stack's directory is recreated each time; its logs of the last run are gone with `lab down`.
-		_ = os.RemoveAll(filepath.Join(l.Dir, "stack"))
+		_ = os.RemoveAll(filepath.Join(r.l.Dir, "stack"))
 	}
-	st.StackDir = filepath.Join(l.Dir, "stack")
-	if err := os.MkdirAll(st.StackDir, 0o700); err != nil {
+	r.st.StackDir = filepath.Join(r.l.Dir, "stack")
+	if err := os.MkdirAll(r.st.StackDir, 0o700); err != nil {
 		return err
 	}
 	// The first site shares the management bridge; every further site sits behind its own gateway.
-	sites := []stack.Site{{Name: siteName(0), Hosts: l.HostsPerSite}}
-	var images map[string]string
-	if !l.NoCluster {
+	r.sites = []stack.Site{{Name: siteName(0), Hosts: r.l.HostsPerSite}}
+	if !r.l.NoCluster {
 		t0 := time.Now()
 		var err error
-		if images, err = buildNetworkImages(ctx, filepath.Join(st.StackDir, "images")); err != nil {
+		if r.images, err = buildNetworkImages(ctx, filepath.Join(r.st.StackDir, "images")); err != nil {
 			return err
 		}
-		step("network add-on images %v built (go run ./hack/images) in %.1fs; pushed into the lab registry", networkImages, time.Since(t0).Seconds())
+		r.step("network add-on images %v built (go run ./hack/images) in %.1fs; pushed into the lab registry", networkImages, time.Since(t0).Seconds())
 	}
-	if err := stack.EnsureInotifyInstances(inotifyInstancesFor(l.HostsPerSite*l.Sites), step); err != nil {
-		return err
-	}
-	s, err := stack.Start(ctx, stack.Options{Dir: st.StackDir, Sites: sites, HostNamespace: st.Namespace, FastNodeMonitoring: true, ExtraImages: images, MetalHosts: metalHosts(l), Log: step})
-	var remotes []*remoteSite
+	return stack.EnsureInotifyInstances(inotifyInstancesFor(r.l.HostsPerSite*r.l.Sites), r.step)
+}
+
+// startStack starts the management plane, the workload control plane and the first site's hosts.
+func (r *labRun) startStack(ctx context.Context) error {
+	s, err := stack.Start(ctx, stack.Options{Dir: r.st.StackDir, Sites: r.sites, HostNamespace: r.st.Namespace, FastNodeMonitoring: true,
+		ExtraImages: r.images, MetalHosts: metalHosts(r.l), Log: r.step})
 	if err != nil {
-		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(st.StackDir, "logs"), err)
+		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(r.st.StackDir, "logs"), err)
 	}
-	defer func() {
-		t0 := time.Now()
-		step("tearing down: managers, hosts (yonder-agent reset), control planes, lab network %s", s.Net.Bridge)
-		// The stack resets every host (remote ones through their gateways) before it removes its network;
-		// the remote sites' networks go after it.
-		if err := s.Stop(); err != nil {
-			step("teardown reported: %v", err)
+	r.s = s
+	return nil
+}
+
+// teardown stops everything startStack and startSites started and removes the lab's files; rerr is the
+// run's error so far, returned with what the teardown reported. A failed run keeps the stack's directory.
+func (r *labRun) teardown(rerr error) error {
+	t0 := time.Now()
+	r.step("tearing down: managers, hosts (yonder-agent reset), control planes, lab network %s", r.s.Net.Bridge)
+	// The stack resets every host (remote ones through their gateways) before it removes its network;
+	// the remote sites' networks go after it.
+	if err := r.s.Stop(); err != nil {
+		r.step("teardown reported: %v", err)
+		rerr = errors.Join(rerr, err)
+	}
+	for _, rs := range r.remotes {
+		if err := rs.close(); err != nil {
+			r.step("teardown of site %s reported: %v", rs.name, err)
 			rerr = errors.Join(rerr, err)
 		}
-		for _, r := range remotes {
-			if err := r.close(); err != nil {
-				step("teardown of site %s reported: %v", r.name, err)
-				rerr = errors.Join(rerr, err)
-			}
-		}
-		if rerr == nil {
-			_ = os.RemoveAll(st.StackDir)
-		} else {
-			step("kept %s (component logs in logs/) for a look at what failed", st.StackDir)
-		}
-		for _, f := range []string{"management.kubeconfig", "workload.kubeconfig", "id_ed25519", "known_hosts", "cluster.yaml"} {
-			_ = os.Remove(filepath.Join(l.Dir, f))
-		}
-		step("lab removed in %.1fs", time.Since(t0).Seconds())
-	}()
+	}
+	if rerr == nil {
+		_ = os.RemoveAll(r.st.StackDir)
+	} else {
+		r.step("kept %s (component logs in logs/) for a look at what failed", r.st.StackDir)
+	}
+	for _, f := range []string{"management.kubeconfig", "workload.kubeconfig", "id_ed25519", "known_hosts", "cluster.yaml"} {
+		_ = os.Remove(filepath.Join(r.l.Dir, f))
+	}
+	r.step("lab removed in %.1fs", time.Since(t0).Seconds())
+	return rerr
+}
+
+// startSites records the first site's hosts, starts every further site behind its gateway, and writes
+// the access files and the state: every host is then a YonderSSHHost.
+func (r *labRun) startSites(ctx context.Context) error {
+	s, st, first := r.s, r.st, r.sites[0].Name
 	st.Bridge, st.Prefix = s.Net.Bridge, s.Net.Prefix.String()
 	st.Bridges = []string{s.Net.Bridge}
-	for _, h := range s.Hosts[sites[0].Name] {
-		st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: sites[0].Name, Address: h.Address.String(), Namespace: h.Namespace})
+	for _, h := range s.Hosts[first] {
+		st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: first, Address: h.Address.String(), Namespace: h.Namespace})
 	}
-	step("site %s: %d hosts on the management bridge %s (%s)", sites[0].Name, l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
-	for i := 1; i < l.Sites; i++ {
+	r.step("site %s: %d hosts on the management bridge %s (%s)", first, r.l.HostsPerSite, s.Net.Bridge, s.Net.Prefix)
+	for i := 1; i < r.l.Sites; i++ {
 		t0 := time.Now()
-		r, err := startRemoteSite(ctx, s, sites[0].Name, siteName(i), l.HostsPerSite, behindNAT(i), remotes)
+		rs, err := startRemoteSite(ctx, s, first, siteName(i), r.l.HostsPerSite, behindNAT(i), r.remotes)
 		if err != nil {
 			return err
 		}
-		remotes = append(remotes, r)
-		st.Bridges = append(st.Bridges, r.net.Bridge)
+		r.remotes = append(r.remotes, rs)
+		st.Bridges = append(st.Bridges, rs.net.Bridge)
 		role, how := " (gateway)", "reachable only through gateway"
-		if r.nat {
+		if rs.nat {
 			role, how = " (NAT gateway)", "behind NAT gateway"
 		}
-		st.Hosts = append(st.Hosts, Host{Name: r.gateway.Namespace, Site: r.name + role, Address: r.gateway.Address.String() + "," + r.gwSite.String(), Namespace: r.gateway.Namespace})
-		for _, h := range r.hosts {
-			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: r.name, Address: h.Address.String(), Namespace: h.Namespace})
+		st.Hosts = append(st.Hosts, Host{Name: rs.gateway.Namespace, Site: rs.name + role, Address: rs.gateway.Address.String() + "," + rs.gwSite.String(), Namespace: rs.gateway.Namespace})
+		for _, h := range rs.hosts {
+			st.Hosts = append(st.Hosts, Host{Name: h.Name, Site: rs.name, Address: h.Address.String(), Namespace: h.Namespace})
 		}
-		step("site %s: %d hosts on bridge %s (%s), %s %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
-			r.name, l.HostsPerSite, r.net.Bridge, r.net.Prefix, how, r.gateway.Address, r.gwSite, time.Since(t0).Seconds())
+		r.step("site %s: %d hosts on bridge %s (%s), %s %s/%s; checked SSH in and HTTPS out through it (%.1fs)",
+			rs.name, r.l.HostsPerSite, rs.net.Bridge, rs.net.Prefix, how, rs.gateway.Address, rs.gwSite, time.Since(t0).Seconds())
 	}
-	if err := writeAccess(ctx, l.Dir, s, st); err != nil {
+	if err := writeAccess(ctx, r.l.Dir, s, st); err != nil {
 		return err
 	}
 	if err := st.write(); err != nil {
 		return err
 	}
-	step("%d hosts at %d sites registered as YonderSSHHosts (failure domain = site)", l.HostsPerSite*l.Sites, l.Sites)
+	r.step("%d hosts at %d sites registered as YonderSSHHosts (failure domain = site)", r.l.HostsPerSite*r.l.Sites, r.l.Sites)
+	return nil
+}
 
+// cluster applies the lab's Cluster, waits for its workers, installs the network add-on and runs the
+// cross-site pod check.
+func (r *labRun) cluster(ctx context.Context) error {
+	l, s, st := r.l, r.s, r.st
 	workers := l.Workers
 	if workers == 0 {
 		workers = l.HostsPerSite * l.Sites
 	}
-	if !l.NoCluster {
-		st.Cluster = ClusterName
-		t0 := time.Now()
-		step("applying Cluster %q from templates/cluster-template-ssh.yaml (clusterctl generate cluster --flavor ssh) with %d workers", ClusterName, workers)
-		if err := applyCluster(ctx, s, l.Dir, st.Namespace, workers); err != nil {
-			return err
-		}
-		if err := st.write(); err != nil {
-			return err
-		}
-		step("waiting for %d worker Nodes to be Ready at %d sites (each host: agent install, nspawn, containerd, kubelet TLS bootstrap)", workers, min(l.Sites, workers))
-		if err := waitForNodes(ctx, s, st.Namespace, workers, min(l.Sites, workers), l.Timeout, step); err != nil {
-			return err
-		}
-		step("%d workers Ready in %.1fs", workers, time.Since(t0).Seconds())
-
-		t0 = time.Now()
-		nodes, err := nodeSites(ctx, s, st.Namespace, remotes)
-		if err != nil {
-			return err
-		}
-		step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
-		natSites := map[string]bool{}
-		for _, r := range remotes {
-			natSites[r.name] = r.nat
-		}
-		if err := installNetwork(ctx, s, nodes, natSites, netTimeout, step); err != nil {
-			return err
-		}
-		step("network ready in %.1fs", time.Since(t0).Seconds())
-		if l.Sites > 1 && workers > 1 {
-			res, err := podCheck(ctx, s, nodes, natSites, netTimeout, step)
-			if err != nil {
-				return err
-			}
-			st.PodCheck, st.CheckPods, st.CheckPodIPs = res.Lines, res.Pods, res.IPs
-		}
-	}
-	if err := addMetal(ctx, s, l, st, l.Dir, step); err != nil {
+	st.Cluster = ClusterName
+	t0 := time.Now()
+	r.step("applying Cluster %q from templates/cluster-template-ssh.yaml (clusterctl generate cluster --flavor ssh) with %d workers", ClusterName, workers)
+	if err := applyCluster(ctx, s, l.Dir, st.Namespace, workers); err != nil {
 		return err
 	}
-	st.Ready = time.Now()
 	if err := st.write(); err != nil {
 		return err
 	}
-	step("lab ready in %.1fs", time.Since(start).Seconds())
-	printNext(out, l, st)
-	printPodNext(out, st)
-	_, _ = fmt.Fprintln(out, ReadyMarker)
+	r.step("waiting for %d worker Nodes to be Ready at %d sites (each host: agent install, nspawn, containerd, kubelet TLS bootstrap)", workers, min(l.Sites, workers))
+	if err := waitForNodes(ctx, s, st.Namespace, workers, min(l.Sites, workers), l.Timeout, r.step); err != nil {
+		return err
+	}
+	r.step("%d workers Ready in %.1fs", workers, time.Since(t0).Seconds())
+
+	t0 = time.Now()
+	nodes, err := nodeSites(ctx, s, st.Namespace, r.remotes)
+	if err != nil {
+		return err
+	}
+	r.step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
+	natSites := map[string]bool{}
+	for _, rs := range r.remotes {
+		natSites[rs.name] = rs.nat
+	}
+	if err := installNetwork(ctx, s, nodes, natSites, netTimeout, r.step); err != nil {
+		return err
+	}
+	r.step("network ready in %.1fs", time.Since(t0).Seconds())
+	if l.Sites > 1 && workers > 1 {
+		res, err := podCheck(ctx, s, nodes, natSites, netTimeout, r.step)
+		if err != nil {
+			return err
+		}
+		st.PodCheck, st.CheckPods, st.CheckPodIPs = res.Lines, res.Pods, res.IPs
+	}
+	return nil
+}
+
+// ready records the lab as ready, prints the next commands and ReadyMarker and, with hold, keeps the lab
+// (and the Nodes' site labels) until ctx ends.
+func (r *labRun) ready(ctx context.Context, hold bool) error {
+	r.st.Ready = time.Now()
+	if err := r.st.write(); err != nil {
+		return err
+	}
+	r.step("lab ready in %.1fs", time.Since(r.start).Seconds())
+	printNext(r.out, r.l, r.st)
+	printPodNext(r.out, r.st)
+	_, _ = fmt.Fprintln(r.out, ReadyMarker)
 	if !hold {
 		return nil
 	}
-	if !l.NoCluster {
-		go keepLabelling(ctx, s, st.Namespace, remotes)
+	if !r.l.NoCluster {
+		go keepLabelling(ctx, r.s, r.st.Namespace, r.remotes)
 	}
 	<-ctx.Done()
 	return nil

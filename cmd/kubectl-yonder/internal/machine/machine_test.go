@@ -52,24 +52,7 @@ func TestManualBootstrapJoinsAHostOverSSH(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	h := hs[0]
 
-	ns := env.CreateNamespace(ctx, t, "manual").Name
-	// The control plane reports the version the kubelet gets (CAPI's generic test control plane kind).
-	gcp := &unstructured.Unstructured{}
-	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
-	gcp.SetKind(builder.GenericControlPlaneKind)
-	gcp.SetNamespace(ns)
-	gcp.SetName("edge-cp")
-	g.Expect(env.Create(ctx, gcp)).To(Succeed())
-	g.Expect(unstructured.SetNestedField(gcp.Object, "v1.36.3", "status", "version")).To(Succeed())
-	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
-		Spec: clusterv1.ClusterSpec{
-			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)},
-			ControlPlaneRef:      clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "edge-cp"},
-		}}
-	g.Expect(env.Create(ctx, cluster)).To(Succeed())
-	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
-
+	ns := edgeCluster(t, cp)
 	agentFile := filepath.Join(t.TempDir(), "yonder-agent")
 	g.Expect(os.WriteFile(agentFile, []byte(fakeAgent), 0o755)).To(Succeed())
 	sum := sha256.Sum256([]byte(fakeAgent))
@@ -112,10 +95,43 @@ func TestManualBootstrapJoinsAHostOverSSH(t *testing.T) {
 	g.Expect(cfg.APIServer.Endpoint).To(Equal(cp.Endpoint))
 	g.Expect(cfg.APIServer.CACertificate).To(Equal(string(cp.CACertPEM)))
 
-	// The token is real, scoped to Yonder's bootstrapper group, and expires.
+	expectBootstrapperToken(t, cp, cfg.BootstrapToken)
+}
+
+// edgeCluster creates, in a namespace of its own, the Cluster "edge" whose control plane is cp: a generic
+// control plane that reports the version the kubelet gets (CAPI's test control plane kind), and cp's
+// kubeconfig Secret. It returns the namespace.
+func edgeCluster(t *testing.T, cp *controlplane.ControlPlane) string {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "manual").Name
+	gcp := &unstructured.Unstructured{}
+	gcp.SetAPIVersion(builder.ControlPlaneGroupVersion.String())
+	gcp.SetKind(builder.GenericControlPlaneKind)
+	gcp.SetNamespace(ns)
+	gcp.SetName("edge-cp")
+	g.Expect(env.Create(ctx, gcp)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(gcp.Object, "v1.36.3", "status", "version")).To(Succeed())
+	g.Expect(env.Status().Update(ctx, gcp)).To(Succeed())
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "edge"},
+		Spec: clusterv1.ClusterSpec{
+			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: cp.Host.String(), Port: int32(cp.Port)},
+			ControlPlaneRef:      clusterv1.ContractVersionedObjectReference{APIGroup: builder.ControlPlaneGroupVersion.Group, Kind: builder.GenericControlPlaneKind, Name: "edge-cp"},
+		}}
+	g.Expect(env.Create(ctx, cluster)).To(Succeed())
+	g.Expect(cp.WriteKubeconfigSecret(ctx, env.Client, cluster)).To(Succeed())
+	return ns
+}
+
+// expectBootstrapperToken: the token is real, scoped to Yonder's bootstrapper group, and expires.
+func expectBootstrapperToken(t *testing.T, cp *controlplane.ControlPlane, token string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
 	wl, err := cp.Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	id := strings.SplitN(cfg.BootstrapToken, ".", 2)[0]
+	id := strings.SplitN(token, ".", 2)[0]
 	sec := &corev1.Secret{}
 	g.Expect(wl.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + id}, sec)).To(Succeed())
 	g.Expect(sec.Data).To(HaveKey("expiration"))
@@ -124,7 +140,7 @@ func TestManualBootstrapJoinsAHostOverSSH(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(exp).To(BeTemporally("~", time.Now().Add(10*time.Minute), time.Minute))
 	asToken := rest.AnonymousClientConfig(cp.Config)
-	asToken.BearerToken = cfg.BootstrapToken
+	asToken.BearerToken = token
 	tc, err := client.New(asToken, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	review := &authenticationv1.SelfSubjectReview{}

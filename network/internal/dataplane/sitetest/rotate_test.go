@@ -136,52 +136,8 @@ func TestKeyRotationLosesNothing(t *testing.T) {
 	st := startSeqStream(t, a1.Pod, to, 2*time.Millisecond)
 	g.Eventually(st.count, 5*time.Second).Should(BeNumerically(">", 100))
 
-	rotate := func(nodes ...*Node) {
-		t.Helper()
-		old := map[string]string{}
-		for _, n := range nodes {
-			old[n.Name] = n.PubKey
-			_, err := s.Lab.Exec(n.NS, s.bin, "rotate")
-			g.Expect(err).NotTo(HaveOccurred())
-		}
-		start := time.Now()
-		t.Logf("rotation of %d node(s) started at %s", len(nodes), start.Format("15:04:05.000"))
-		// The controller's part: publications → plans, until every rotating node has switched.
-		g.Eventually(func() bool {
-			s.Republish()
-			for _, n := range nodes {
-				if n.PubKey == old[n.Name] || n.NextKey != "" {
-					return false
-				}
-			}
-			return true
-		}, 60*time.Second, 20*time.Millisecond).Should(BeTrue(), diag)
-		switched := time.Since(start)
-		// Peers moved to the new slot; the previous slot drains and is removed.
-		for _, n := range nodes {
-			g.Eventually(func(g Gomega) {
-				d, err := s.Debug(n)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(d.WireGuard.Rotation).To(BeEmpty())
-				g.Expect(d.WireGuard.OtherDevice).To(BeEmpty())
-				g.Expect(d.PublicKey).To(Equal(n.PubKey))
-				g.Expect(d.WireGuard.Slot).To(Equal(int(n.Slot)))
-			}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
-		}
-		// The peers removed the old keys too (PeerRetireDelay after they stopped routing to them).
-		for _, m := range []*Node{ga1, ga2, gb1} {
-			g.Eventually(func(g Gomega) {
-				d, err := s.Debug(m)
-				g.Expect(err).NotTo(HaveOccurred())
-				for _, p := range d.WireGuard.Peers {
-					for _, n := range nodes {
-						g.Expect(p.PublicKey).NotTo(Equal(old[n.Name]), "%s still has %s's old key", m.Name, n.Name)
-					}
-				}
-			}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
-		}
-		t.Logf("rotated %d node(s): switched after %v, old slot removed after %v", len(nodes), switched.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	}
+	gateways := []*Node{ga1, ga2, gb1}
+	rotate := func(nodes ...*Node) { rotateKeys(t, s, diag, gateways, nodes...) }
 	rotate(gb1)
 	g.Expect(gb1.Slot).To(Equal(int32(1)))
 	rotate(gb1)
@@ -196,4 +152,54 @@ func TestKeyRotationLosesNothing(t *testing.T) {
 	g.Expect(lost).To(BeZero(), diag)
 	// The flow still works after the rotations.
 	g.Expect(udpRoundTrip(a1.Pod, to, 1000)).To(Succeed())
+}
+
+// rotateKeys rotates the keys of nodes at once and plays the controller until each has switched, drained
+// and removed its previous slot, and every one of peers has removed the old keys.
+func rotateKeys(t *testing.T, s *Sites, diag func() string, peers []*Node, nodes ...*Node) {
+	t.Helper()
+	g := NewWithT(t)
+	old := map[string]string{}
+	for _, n := range nodes {
+		old[n.Name] = n.PubKey
+		_, err := s.Lab.Exec(n.NS, s.bin, "rotate")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	start := time.Now()
+	t.Logf("rotation of %d node(s) started at %s", len(nodes), start.Format("15:04:05.000"))
+	// The controller's part: publications → plans, until every rotating node has switched.
+	g.Eventually(func() bool {
+		s.Republish()
+		for _, n := range nodes {
+			if n.PubKey == old[n.Name] || n.NextKey != "" {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond).Should(BeTrue(), diag)
+	switched := time.Since(start)
+	// Peers moved to the new slot; the previous slot drains and is removed.
+	for _, n := range nodes {
+		g.Eventually(func(g Gomega) {
+			d, err := s.Debug(n)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d.WireGuard.Rotation).To(BeEmpty())
+			g.Expect(d.WireGuard.OtherDevice).To(BeEmpty())
+			g.Expect(d.PublicKey).To(Equal(n.PubKey))
+			g.Expect(d.WireGuard.Slot).To(Equal(int(n.Slot)))
+		}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+	}
+	// The peers removed the old keys too (PeerRetireDelay after they stopped routing to them).
+	for _, m := range peers {
+		g.Eventually(func(g Gomega) {
+			d, err := s.Debug(m)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, p := range d.WireGuard.Peers {
+				for _, n := range nodes {
+					g.Expect(p.PublicKey).NotTo(Equal(old[n.Name]), "%s still has %s's old key", m.Name, n.Name)
+				}
+			}
+		}, 60*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+	}
+	t.Logf("rotated %d node(s): switched after %v, old slot removed after %v", len(nodes), switched.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }

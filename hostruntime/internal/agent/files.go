@@ -35,14 +35,24 @@ func (w *writer) file(path, content string, mode os.FileMode) {
 	}
 	tmp := p + ".yonder-tmp"
 	if err := os.WriteFile(tmp, []byte(content), mode); err != nil { //nolint:gosec // paths are the machine's tree joined with our own constants
+		_ = os.Remove(tmp)
 		w.err = fmt.Errorf("failed to write %s: %w", p, err)
 		return
 	}
+	w.install(tmp, path, mode)
+}
+
+// install moves the written temporary file tmp into place as path (under the root) with mode, and
+// records the change; a failure removes tmp, so no half-written file stays behind.
+func (w *writer) install(tmp, path string, mode os.FileMode) {
+	p := filepath.Join(w.root, path)
 	if err := os.Chmod(tmp, mode); err != nil {
+		_ = os.Remove(tmp)
 		w.err = err
 		return
 	}
 	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
 		w.err = err
 		return
 	}
@@ -80,22 +90,16 @@ func (w *writer) copyVerified(src, path string, mode os.FileMode) {
 	}
 	if _, err := io.Copy(out, in); err != nil {
 		_ = out.Close()
+		_ = os.Remove(tmp)
 		w.err = err
 		return
 	}
 	if err := out.Close(); err != nil {
+		_ = os.Remove(tmp)
 		w.err = err
 		return
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		w.err = err
-		return
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		w.err = err
-		return
-	}
-	w.changed = append(w.changed, path)
+	w.install(tmp, path, mode)
 }
 
 func (w *writer) untarOnce(src, dir string) {

@@ -20,10 +20,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/labnet"
 )
@@ -144,10 +146,16 @@ func startOne(ctx context.Context, n *labnet.Network, name string, opts Options)
 	if len(opts.PrivateDirs) > 0 {
 		unshare = append(unshare, "--mount", "--propagation", "private")
 	}
-	// $0 = hostname, $1 = sshd, $2 = its config, then the private directories.
-	script := `hostname "$0" && sshd="$1" && cfg="$2" && shift 2 && for d in "$@"; do mount -t tmpfs -o mode=0755 tmpfs "$d" || exit 1; done && mkdir -p /run/sshd && exec "$sshd" -D -e -f "$cfg"`
+	kernel, err := kernelDirMounts(dir, opts.PrivateDirs)
+	if err != nil {
+		return nil, err
+	}
+	// $0 = hostname, $1 = sshd, $2 = its config, $3 = the number of KernelDirs pairs (directory, where it is
+	// kept) that follow, then the private directories. Each kept directory is bound back over the tmpfs.
+	script := `hostname "$0" && sshd="$1" && cfg="$2" && n="$3" && shift 3 && kernel="" && while [ "$n" -gt 0 ]; do mount --bind "$1" "$2" || exit 1; kernel="$kernel $1=$2"; shift 2; n=$((n-1)); done && for d in "$@"; do mount -t tmpfs -o mode=0755 tmpfs "$d" || exit 1; done && for p in $kernel; do mkdir -p "${p%%=*}" && mount --bind "${p#*=}" "${p%%=*}" || exit 1; done && mkdir -p /run/sshd && exec "$sshd" -D -e -f "$cfg"`
 	args := append([]string{"--net=" + att.NamespacePath}, unshare...)
-	args = append(args, "--", "sh", "-c", script, name, sshd, filepath.Join(dir, "sshd_config"))
+	args = append(args, "--", "sh", "-c", script, name, sshd, filepath.Join(dir, "sshd_config"), strconv.Itoa(len(kernel)/2))
+	args = append(args, kernel...)
 	args = append(args, opts.PrivateDirs...)
 	h.sshd, err = proc.Start("sshd", dir, nil, "nsenter", args...)
 	if err != nil {
@@ -155,6 +163,35 @@ func startOne(ctx context.Context, n *labnet.Network, name string, opts Options)
 	}
 	n.OnClose(func() error { return h.sshd.Stop(5 * time.Second) })
 	return h, nil
+}
+
+// KernelDirs hold state about the machine's one kernel, which every host shares even where a private
+// directory would hide the machine's copy: the agents' sysctl registry (sysctls are global to the kernel,
+// so the agents of all hosts on this machine, and any agent outside them, must see each other's records —
+// else one restores the host's values under another's running kubelet).
+var KernelDirs = []string{agentv1.SysctlRegistryDir}
+
+// kernelDirMounts returns, for each of KernelDirs below one of private, the directory and where the host
+// keeps it (below its dir) while the private tmpfs mounts go on: pairs, flattened.
+func kernelDirMounts(dir string, private []string) ([]string, error) {
+	var pairs []string
+	for i, d := range KernelDirs {
+		hidden := false
+		for _, p := range private {
+			hidden = hidden || d == p || strings.HasPrefix(d, strings.TrimSuffix(p, "/")+"/")
+		}
+		if !hidden {
+			continue
+		}
+		kept := filepath.Join(dir, fmt.Sprintf("kernel-%d", i))
+		for _, m := range []string{d, kept} {
+			if err := os.MkdirAll(m, 0o700); err != nil {
+				return nil, fmt.Errorf("failed to create %s: %w", m, err)
+			}
+		}
+		pairs = append(pairs, d, kept)
+	}
+	return pairs, nil
 }
 
 func sshdConfig(h *Host) string {

@@ -106,3 +106,29 @@ func TestPrivateDirectoriesAreHostLocal(t *testing.T) {
 	_, err = hs[1].Dial(ctx)
 	g.Expect(err).To(HaveOccurred())
 }
+
+// The kernel's shared state stays shared: with a private /run, every host still sees the machine's sysctl
+// registry, and what an agent on one host records there, the machine and the other hosts see.
+func TestKernelDirectoriesStaySharedUnderAPrivateRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := labnet.NewForTest(t)
+	keyPEM, _, err := hosts.NewClientKey()
+	g.Expect(err).NotTo(HaveOccurred())
+	hs, err := hosts.Start(ctx, n, "kern", 2, hosts.Options{ClientKeyPEM: keyPEM, PrivateDirs: []string{"/run"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, d := range hosts.KernelDirs {
+		marker := fmt.Sprintf("holder-kern-%d", os.Getpid())
+		t.Cleanup(func() { _ = os.Remove(filepath.Join(d, marker)) })
+		_, err = hs[0].Output(ctx, "touch "+filepath.Join(d, marker))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(filepath.Join(d, marker)).To(BeAnExistingFile(), "the machine sees what host 0 wrote in %s", d)
+		out, err := hs[1].Output(ctx, "ls -A "+d)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(marker), "host 1 sees it too")
+		// The rest of /run stays private.
+		out, err = hs[1].Output(ctx, "ls -A /run")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).NotTo(ContainSubstring("yonder-test"), "the machine's /run is hidden")
+	}
+}

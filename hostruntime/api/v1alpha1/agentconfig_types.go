@@ -14,6 +14,9 @@ const (
 	Kind = "AgentConfig"
 	// DefaultPath is where the bootstrap data writes the file on a host.
 	DefaultPath = "/etc/yonder/agent-config.yaml"
+	// SysctlRegistryDir is where the nodes on one kernel coordinate its global sysctls (the agent's
+	// default): whatever shares the kernel must share this directory.
+	SysctlRegistryDir = "/run/yonder/sysctls"
 )
 
 // AgentConfig is the whole configuration of one host's yonder-agent.

@@ -83,7 +83,13 @@ func TestRegistryRestoresWhenTheLastHolderReleases(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(restored).To(ConsistOf("kernel.panic", "vm.overcommit_memory"))
 	g.Expect(s.Get("kernel.panic")).To(Equal("0"))
-	g.Expect(r.Dir).NotTo(BeAnExistingFile(), "the registry is removed with the last node")
+	g.Expect(filepath.Join(r.Dir, "holders")).NotTo(BeAnExistingFile(), "the last node empties the registry")
+	g.Expect(filepath.Join(r.Dir, "originals.json")).NotTo(BeAnExistingFile(), "the last node empties the registry")
+	// The lock file stays: removed, a waiting agent and the next one would lock different files.
+	g.Expect(filepath.Join(r.Dir, ".lock")).To(BeAnExistingFile())
+	_, _, err = r.Acquire("node-c", want)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Get("kernel.panic")).To(Equal("10"), "an emptied registry works for the next node")
 }
 
 // The host's own values stay readable while nodes hold the sysctls (other agents on the host change the

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+
+	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 )
 
 // DefaultRegistryDir is where agents on one host coordinate the host-global sysctls.
-const DefaultRegistryDir = "/run/yonder/sysctls"
+const DefaultRegistryDir = agentv1.SysctlRegistryDir
 
 // Registry coordinates several nodes on one host. Sysctls are global to the machine, so the host's
 // originals are recorded by the first node that changes them and restored only when the last node is
@@ -96,8 +98,11 @@ func (r Registry) Acquire(holder string, want map[string]string) ([]string, map[
 	return changed, orig, err
 }
 
-// Release unregisters holder; when no holder remains it restores the originals and removes the registry.
-// It returns the names restored (none while other nodes hold them) and the remaining holders.
+// Release unregisters holder; when no holder remains it restores the originals and empties the registry.
+// The directory and its lock file stay: a lock file removed while another agent waits on it would let two
+// agents lock different files, and something else on the kernel may have the directory mounted (test hosts
+// with a private /run do); /run forgets them at the next boot. It returns the names restored (none while
+// other nodes hold them) and the remaining holders.
 func (r Registry) Release(holder string) ([]string, []string, error) {
 	if _, err := os.Stat(r.dir()); errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil
@@ -130,11 +135,6 @@ func (r Registry) Release(holder string) ([]string, []string, error) {
 	sort.Strings(names)
 	_ = os.RemoveAll(filepath.Join(r.dir(), "holders"))
 	_ = os.Remove(filepath.Join(r.dir(), "originals.json"))
-	_ = os.Remove(filepath.Join(r.dir(), ".lock"))
-	_ = os.Remove(r.dir())
-	if r.Dir == "" {
-		_ = os.Remove(filepath.Dir(DefaultRegistryDir)) // /run/yonder, when nothing else is in it
-	}
 	return names, nil, nil
 }
 
@@ -175,8 +175,8 @@ func (r Registry) HostValues(names []string) (map[string]string, []string, error
 	}
 }
 
-// lockExisting takes the registry's lock only if the registry exists; a lock taken on a file Release has
-// removed meanwhile belongs to a registry that no longer exists.
+// lockExisting takes the registry's lock only if the registry exists; a lock taken on a file removed
+// meanwhile (agents before the lock file stayed removed it) belongs to a registry that no longer exists.
 func (r Registry) lockExisting() (func(), bool, error) {
 	f, err := os.OpenFile(r.lockPath(), os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
@@ -258,9 +259,12 @@ func TestPublishedObjectsAreRepaired(t *testing.T) {
 	}).Should(Succeed())
 
 	g.Expect(env.Delete(ctx, &netv1.PeerSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-nodes-0"}})).To(Succeed())
-	rp := routePlan(ctx, g)
-	rp.Spec.Links = nil
-	g.Expect(env.Update(ctx, rp)).To(Succeed())
+	// The controller repairs the deleted PeerSlice meanwhile and may write the RoutePlan: edit the latest.
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rp := routePlan(ctx, g)
+		rp.Spec.Links = nil
+		return env.Update(ctx, rp)
+	})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := &netv1.PeerSlice{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "a-nodes-0"}, s)).To(Succeed())

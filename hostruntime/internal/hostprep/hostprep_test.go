@@ -1,8 +1,10 @@
 package hostprep
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -120,4 +122,32 @@ func TestHostValuesAreTheOriginalsWhileNodesHoldThem(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(values).To(Equal(host))
 	g.Expect(holders).To(BeEmpty())
+}
+
+// Nodes coming and going at once (agents of several hosts on one kernel) never fail on the registry, and
+// the host's values are back when the last one leaves.
+func TestRegistryUnderConcurrentNodes(t *testing.T) {
+	g := NewWithT(t)
+	s := fakeProcSys(t, map[string]string{"kernel.panic": "0"})
+	r := Registry{Dir: filepath.Join(t.TempDir(), "reg"), Sysctls: s}
+	errs := make(chan error, 8*20*2)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				_, _, err := r.Acquire(fmt.Sprintf("node-%d", i), map[string]string{"kernel.panic": "10"})
+				errs <- err
+				_, _, err = r.Release(fmt.Sprintf("node-%d", i))
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(s.Get("kernel.panic")).To(Equal("0"))
 }

@@ -36,8 +36,11 @@ func (r Registry) dir() string {
 // lockPath is the registry's lock file.
 func (r Registry) lockPath() string { return filepath.Join(r.dir(), ".lock") }
 
+// lock takes the registry's lock, creating the registry as needed. The holders directory is created under
+// the lock: the last Release removes it, and one created before waiting would be gone by the time the lock
+// is held.
 func (r Registry) lock() (func(), error) {
-	if err := os.MkdirAll(filepath.Join(r.dir(), "holders"), 0o700); err != nil {
+	if err := os.MkdirAll(r.dir(), 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create the sysctl registry %s: %w", r.dir(), err)
 	}
 	f, err := os.OpenFile(r.lockPath(), os.O_CREATE|os.O_RDWR, 0o600)
@@ -47,6 +50,10 @@ func (r Registry) lock() (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		_ = f.Close()
 		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(r.dir(), "holders"), 0o700); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("failed to create the sysctl registry %s: %w", r.dir(), err)
 	}
 	return func() { _ = f.Close() }, nil
 }

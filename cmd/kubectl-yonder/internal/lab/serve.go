@@ -498,6 +498,10 @@ func notReadyReport(ctx context.Context, s *stack.Stack, namespace string) strin
 					fmt.Fprintf(&b, "  %s condition %v=%v %v: %v\n", ref.Kind, cm["type"], cm["status"], cm["reason"], cm["message"])
 				}
 			}
+			// A failed SSH bootstrap records the end of its output: what failed on the host.
+			if tail, _, _ := unstructured.NestedString(infra.Object, "status", "bootstrap", "outputTail"); tail != "" {
+				fmt.Fprintf(&b, "  bootstrap output (last lines):\n    %s\n", strings.ReplaceAll(strings.TrimSpace(tail), "\n", "\n    "))
+			}
 		}
 		for _, line := range logLinesAbout(filepath.Join(s.Logs(), "infrastructure-yonder-ssh.log"), ref.Name, 15) {
 			fmt.Fprintf(&b, "  log: %s\n", line)

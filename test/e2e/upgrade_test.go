@@ -73,17 +73,20 @@ func TestClusterctlUpgrade(t *testing.T) {
 	g.Expect(versions).To(HaveKeyWithValue("control-plane-yonder", nextRelease))
 	g.Expect(versions).To(HaveKeyWithValue("infrastructure-yonder-ssh", nextRelease))
 
-	// Running Machines left alone: same objects, same Nodes, same kubelets — also a while after the
-	// upgraded managers reconciled them.
-	time.Sleep(15 * time.Second)
-	after := waitWorkers(ctx, t, upgradeCluster, 2, 3*time.Minute)
-	for _, m := range after {
-		g.Expect(uids).To(HaveKeyWithValue(m.Name, m.UID), "Machine %s was replaced by the upgrade", m.Name)
-		g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
-		pids, err := kubeletPIDs(hostByName(hostOf(m.Spec.ProviderID)))
+	// Running Machines left alone: same objects, same Nodes, same kubelets — throughout a while after the
+	// upgraded managers started reconciling them.
+	g.Consistently(func(g Gomega) {
+		after, err := machines(ctx, upgradeCluster)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pids).To(Equal(kubelets[m.Spec.ProviderID]), "the node of %s was bootstrapped or reset again", m.Name)
-	}
+		g.Expect(after).To(HaveLen(len(uids)))
+		for _, m := range after {
+			g.Expect(uids).To(HaveKeyWithValue(m.Name, m.UID), "Machine %s was replaced by the upgrade", m.Name)
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
+			pids, err := kubeletPIDs(hostByName(hostOf(m.Spec.ProviderID)))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pids).To(Equal(kubelets[m.Spec.ProviderID]), "the node of %s was bootstrapped or reset again", m.Name)
+		}
+	}, 15*time.Second, 3*time.Second).Should(Succeed())
 	nodesAfter, err := readyNodes(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(nodesAfter).To(Equal(nodesBefore))

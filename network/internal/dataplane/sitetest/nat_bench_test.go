@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
+
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
 
@@ -20,16 +22,13 @@ func BenchmarkLinkKinds(b *testing.B) {
 	v1, v2 := vethBaseline(lab)
 	q1, n1, m1, p1 := s.Nodes["q1"], s.Nodes["n1"], s.Nodes["m1"], s.Nodes["p1"]
 	deadline := time.Now().Add(60 * time.Second)
-	for {
+	NewWithT(b).Eventually(func(g Gomega) {
 		l := s.Link("m", "n")
-		if l.Kind == netv1.LinkKindRelayed && l.Up && s.Link("n", "p").Kind == netv1.LinkKindNATInitiated && s.Link("p", "q").Kind == netv1.LinkKindDirect {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the link kinds did not converge: m↔n %+v", l)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		g.Expect(l.Kind).To(Equal(netv1.LinkKindRelayed), "m↔n %+v", l)
+		g.Expect(l.Up).To(BeTrue(), "m↔n %+v", l)
+		g.Expect(s.Link("n", "p").Kind).To(Equal(netv1.LinkKindNATInitiated))
+		g.Expect(s.Link("p", "q").Kind).To(Equal(netv1.LinkKindDirect))
+	}, time.Until(deadline), 100*time.Millisecond).Should(Succeed(), "the link kinds did not converge")
 	waitPaths(b, lab, deadline, [][2]*Node{{q1, p1}, {n1, p1}, {n1, m1}})
 	var veth, direct, nat, relay, vethRTT, directRTT, natRTT, relayRTT, directCPU, natCPU, relayCPU float64
 	b.ResetTimer()

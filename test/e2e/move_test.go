@@ -171,13 +171,7 @@ func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms
 	after, err := claims(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(after).To(Equal(before), "every host (free ones too) moved with its claim")
-	hl := &infrav1.YonderSSHHostList{}
-	g.Expect(target.Client.List(ctx, hl, client.InNamespace(target.HostNamespace))).To(Succeed())
-	for _, h := range hl.Items {
-		sec := &corev1.Secret{}
-		g.Expect(target.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
-			"credential Secret of host %s did not move", h.Name)
-	}
+	expectHostSecrets(ctx, g, target, "did not move")
 	ms = waitWorkers(ctx, t, movedCluster, 2, 5*time.Minute)
 	nodesAfter, err := readyNodes(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -229,15 +223,21 @@ func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack, n 
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(home).To(Equal(free), "every host returns to the source, free")
 	g.Expect(home).To(HaveLen(n))
-	hl := &infrav1.YonderSSHHostList{}
-	g.Expect(source.Client.List(ctx, hl, client.InNamespace(source.HostNamespace))).To(Succeed())
-	for _, h := range hl.Items {
-		sec := &corev1.Secret{}
-		g.Expect(source.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
-			"credential Secret of host %s did not move back", h.Name)
-	}
+	expectHostSecrets(ctx, g, source, "did not move back")
 	g.Expect(hostsLeftOn(ctx, target)).To(BeFalse(), "the target kept moved hosts")
 	t.Logf("every host moved back to the source in %s", time.Since(t0).Round(time.Second))
+}
+
+// expectHostSecrets: every YonderSSHHost on management cluster m has its credential Secret there (what
+// went wrong otherwise: the Secret did not move, or not back).
+func expectHostSecrets(ctx context.Context, g Gomega, m *stack.Stack, what string) {
+	hl := &infrav1.YonderSSHHostList{}
+	g.Expect(m.Client.List(ctx, hl, client.InNamespace(m.HostNamespace))).To(Succeed())
+	for _, h := range hl.Items {
+		sec := &corev1.Secret{}
+		g.Expect(m.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.CredentialsSecretRef.Name}, sec)).To(Succeed(),
+			"credential Secret of host %s %s", h.Name, what)
+	}
 }
 
 // hostsLeftOn reports whether management cluster m holds YonderSSHHosts (true when it cannot tell).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +39,8 @@ import (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the apiserver.
 	Client client.Client
+	// Recorder records Site assignments and pod CIDR allocations on the Node (the manager's when nil).
+	Recorder record.EventRecorder
 	// Nodes, when set, is the manager's Node informer store: allocation scans it in place instead of
 	// listing (a List copies every Node; with thousands joining at once that dominated the CPU).
 	Nodes toolscache.Store
@@ -56,6 +60,9 @@ func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	r.reserved = map[string]string{}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor(netv1.ControllerName) //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
+	}
 	if r.Nodes == nil {
 		inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
 		if err != nil {
@@ -193,6 +200,7 @@ func (r *Reconciler) allocatePodCIDRs(ctx context.Context, site *netv1.Site, n *
 	switch {
 	case errors.Is(err, ipam.ErrExhausted):
 		ctrl.LoggerFrom(ctx).Info("Waiting for a free pod CIDR", "Site", klog.KObj(site), "reason", err.Error())
+		r.Recorder.Eventf(n, corev1.EventTypeWarning, netv1.PodCIDRPoolExhaustedEvent, "Waiting for a pod CIDR: %v (grow a pool of Site %s or remove a Node)", err, site.Name)
 	case err != nil:
 		return err
 	default:
@@ -224,7 +232,25 @@ func (r *Reconciler) patchNode(ctx context.Context, base, n *corev1.Node) error 
 		// Conflicts too are returned: the retry re-reads the Node with the rate limiter's backoff.
 		return fmt.Errorf("failed to patch Node %s: %w", n.Name, err)
 	}
+	r.recordAssignment(base, n)
 	return nil
+}
+
+// recordAssignment records what patchNode changed on the Node, once it is written.
+func (r *Reconciler) recordAssignment(base, n *corev1.Node) {
+	was, is := base.Labels[netv1.SiteLabel], n.Labels[netv1.SiteLabel]
+	switch {
+	case was == is:
+	case is == "":
+		r.Recorder.Eventf(n, corev1.EventTypeNormal, netv1.SiteUnassignedEvent, "Left Site %s: the Node matches no Site", was)
+	case was == "":
+		r.Recorder.Eventf(n, corev1.EventTypeNormal, netv1.SiteAssignedEvent, "Assigned to Site %s", is)
+	default:
+		r.Recorder.Eventf(n, corev1.EventTypeNormal, netv1.SiteAssignedEvent, "Moved from Site %s to Site %s", was, is)
+	}
+	if len(base.Spec.PodCIDRs) == 0 && len(n.Spec.PodCIDRs) > 0 {
+		r.Recorder.Eventf(n, corev1.EventTypeNormal, netv1.PodCIDRsAllocatedEvent, "Allocated pod CIDRs %s from Site %s", strings.Join(n.Spec.PodCIDRs, ", "), is)
+	}
 }
 
 // allocate picks blocks for a Node from the Site's pools, given every Node's current CIDRs and the

@@ -86,6 +86,15 @@ func TestNodesGetSiteLabelsAndPodCIDRs(t *testing.T) {
 		g.Expect(n.Labels).NotTo(HaveKey(netv1.SiteLabel))
 		g.Expect(n.Spec.PodCIDRs).To(BeEmpty())
 	}).Should(Succeed())
+	// Each assignment is an Event on its Node (kubectl get events).
+	g.Eventually(func(g Gomega) {
+		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "edge-0"))).To(ConsistOf(
+			"Normal "+netv1.SiteAssignedEvent+": Assigned to Site edge",
+			"Normal "+netv1.PodCIDRsAllocatedEvent+": Allocated pod CIDRs 10.200.0.0/26 from Site edge"))
+		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "edge-preset"))).To(ConsistOf(
+			"Normal " + netv1.SiteAssignedEvent + ": Assigned to Site edge"))
+	}).Should(Succeed())
+	g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "elsewhere"))).To(BeEmpty())
 }
 
 // When the pool is exhausted the Site says so with a clear condition; freeing a block (deleting a Node)
@@ -129,6 +138,10 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 		}
 	}
 	g.Expect(waiting).NotTo(BeEmpty())
+	g.Eventually(func(g Gomega) {
+		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, waiting))).To(ContainElement(
+			HavePrefix("Warning " + netv1.PodCIDRPoolExhaustedEvent + ": Waiting for a pod CIDR: ")))
+	}).Should(Succeed())
 	freed := getNode(ctx, g, holder).Spec.PodCIDRs
 	g.Expect(env.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: holder}})).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -148,6 +161,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 		n := getNode(ctx, g, waiting)
 		g.Expect(n.Labels).To(HaveKeyWithValue(netv1.SiteLabel, "other"))
 		g.Expect(n.Spec.PodCIDRs).To(Equal(freed))
+		g.Expect(testenv.Events(ctx, env.Client, n)).To(ContainElement("Normal " + netv1.SiteAssignedEvent + ": Moved from Site small to Site other"))
 	}).Should(Succeed())
 	// Its CIDR is routed to its new Site.
 	g.Eventually(func(g Gomega) {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -43,6 +44,8 @@ type Reconciler struct {
 	Client client.Client
 	// SliceSize is the maximum number of peers per PeerSlice (plan.DefaultSliceSize when 0).
 	SliceSize int
+	// Recorder records gateway elections, failovers and condition changes (the manager's when nil).
+	Recorder record.EventRecorder
 
 	passes         atomic.Int64
 	writes         atomic.Int64
@@ -63,6 +66,9 @@ func (r *Reconciler) LastPassWrites() int64 { return r.lastPassWrites.Load() }
 func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{key} })
 	r.lastPassWrites.Store(-1)
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor(netv1.ControllerName) //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
+	}
 	// One key: more than one worker would only contend.
 	opts.MaxConcurrentReconciles = 1
 	err := ctrl.NewControllerManagedBy(mgr).

@@ -94,6 +94,35 @@ func TestPlansFollowGatewayHealth(t *testing.T) {
 	after := &netv1.PeerSlice{}
 	g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-nodes-0"}, after)).To(Succeed())
 	g.Expect(after.ResourceVersion).To(Equal(nodesSlice.ResourceVersion))
+	expectGatewayEvents(ctx, g)
+}
+
+// expectGatewayEvents: the elections, the failover, the outage and the recovery that
+// TestPlansFollowGatewayHealth caused are Events on the objects an operator looks at.
+func expectGatewayEvents(ctx context.Context, g Gomega) {
+	g.Eventually(func(g Gomega) {
+		pool := &netv1.GatewayPool{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gateways"}, pool)).To(Succeed())
+		g.Expect(testenv.Events(ctx, env.Client, pool)).To(ContainElements(
+			"Normal "+netv1.GatewayActivatedEvent+": Gateway b-gw1 carries traffic",
+			"Normal "+netv1.GatewayActivatedEvent+": Gateway b-gw2 carries traffic",
+			"Warning "+netv1.GatewayDeactivatedEvent+": Gateway b-gw1 stopped carrying traffic: "+netv1.GatewayDataplaneNotReady,
+			"Warning "+netv1.GatewayFailoverEvent+": Traffic failed over from b-gw1 ("+netv1.GatewayDataplaneNotReady+") to b-gw2",
+			"Warning "+netv1.GatewayDeactivatedEvent+": Gateway b-gw2 stopped carrying traffic: "+netv1.GatewayNodeNotReady,
+			HavePrefix("Warning "+netv1.GatewayPoolNoActiveGatewayReason+": Ready is False: None of 2 candidate(s) is healthy"),
+			"Normal "+netv1.ReadyCondition+": Ready is True again (was False)",
+		))
+		site := &netv1.Site{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "b"}, site)).To(Succeed())
+		g.Expect(testenv.Events(ctx, env.Client, site)).To(ContainElement(
+			HavePrefix("Warning " + netv1.SiteNoActiveGatewayReason + ": " + netv1.SiteGatewaysAvailableCondition + " is False: No active gateway carries the links to Site(s) a")))
+		peering := &netv1.SitePeering{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Name: "ab"}, peering)).To(Succeed())
+		g.Expect(testenv.Events(ctx, env.Client, peering)).To(ContainElements(
+			HavePrefix("Warning "+netv1.SitePeeringLinkDownReason+": Ready is False: Link(s) a↔b have no active gateway"),
+			"Normal "+netv1.ReadyCondition+": Ready is True again (was False)",
+		))
+	}).Should(Succeed())
 }
 
 // expectTwoSitePlan waits for twoSites' plan and slices and returns site b's nodes slice.

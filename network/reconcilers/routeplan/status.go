@@ -28,37 +28,53 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 		s := &in.sites[i]
 		next := s.DeepCopy()
 		siteStatus(next, out.Sites[s.Name])
-		errs = append(errs, r.patchStatus(ctx, s, next, !equality.Semantic.DeepEqual(s.Status, next.Status)))
+		written, err := r.patchStatus(ctx, s, next, !equality.Semantic.DeepEqual(s.Status, next.Status))
+		if written {
+			recordConditionEvents(r.Recorder, next, s.Status.Conditions, next.Status.Conditions)
+		}
+		errs = append(errs, err)
 	}
 	for i := range in.pools {
 		p := &in.pools[i]
 		next := p.DeepCopy()
 		poolStatus(next, out.Pools[p.Name])
-		errs = append(errs, r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status)))
+		written, err := r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status))
+		if written {
+			recordGatewayEvents(r.Recorder, next, p.Status.Gateways, next.Status.Gateways)
+			recordConditionEvents(r.Recorder, next, p.Status.Conditions, next.Status.Conditions)
+		}
+		errs = append(errs, err)
 	}
 	for i := range in.peerings {
 		p := &in.peerings[i]
 		next := p.DeepCopy()
 		peeringStatus(next, out.Peerings[p.Name])
-		errs = append(errs, r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status)))
+		written, err := r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status))
+		if written {
+			recordConditionEvents(r.Recorder, next, p.Status.Conditions, next.Status.Conditions)
+		}
+		errs = append(errs, err)
 	}
 	return kerrors.NewAggregate(errs)
 }
 
-func (r *Reconciler) patchStatus(ctx context.Context, old, next client.Object, changed bool) error {
+// patchStatus writes next's status when it changed and reports whether the API server really changed the
+// object (only then are Events recorded).
+func (r *Reconciler) patchStatus(ctx context.Context, old, next client.Object, changed bool) (bool, error) {
 	if !changed {
-		return nil
+		return false, nil
 	}
 	before := next.GetResourceVersion()
 	if err := r.Client.Status().Patch(ctx, next, client.MergeFrom(old)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("failed to patch status of %T %s: %w", next, next.GetName(), err))
+		return false, client.IgnoreNotFound(fmt.Errorf("failed to patch status of %T %s: %w", next, next.GetName(), err))
 	}
 	// A cache that lags our own last patch makes the same change look new; the API server then applies
 	// an empty change and keeps the resourceVersion. Only real changes count as writes.
-	if next.GetResourceVersion() != before {
-		r.writes.Add(1)
+	if next.GetResourceVersion() == before {
+		return false, nil
 	}
-	return nil
+	r.writes.Add(1)
+	return true, nil
 }
 
 func cond(gen int64, t string, ok bool, reason, msg string) metav1.Condition {

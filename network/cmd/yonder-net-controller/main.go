@@ -17,10 +17,10 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/yonder-dev/yonder/network/internal/certs"
+	"github.com/yonder-dev/yonder/network/internal/metricsauth"
 	"github.com/yonder-dev/yonder/network/internal/plan"
 	"github.com/yonder-dev/yonder/network/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
@@ -32,6 +32,8 @@ const controllerName = "yonder-net-controller"
 // Leader election and the webhook caBundle (the certificate Secret is a namespaced Role, config/rbac).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;patch
 
 func main() { manager.Main(controllerName, run) }
@@ -48,7 +50,7 @@ type flags struct {
 // addFlags registers every flag of the controller on fs.
 func addFlags(fs *flag.FlagSet) *flags {
 	f := &flags{}
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint: HTTPS, callers authenticated and authorized by the API server (0 disables it).")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	fs.StringVar(&f.certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key.")
@@ -118,7 +120,7 @@ func (f *flags) ensureCerts(ctx context.Context, cfg *rest.Config, scheme *runti
 func (f *flags) newManager(cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
+		Metrics:                 metricsauth.Options(f.metricsAddr),
 		HealthProbeBindAddress:  f.probeAddr,
 		WebhookServer:           webhook.NewServer(webhook.Options{Port: f.webhookPort, CertDir: f.certDir}),
 		LeaderElection:          f.leaderElect,

@@ -18,20 +18,23 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/apisync"
-
 	"github.com/yonder-dev/yonder/network/internal/dataplane/bpf"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
+	"github.com/yonder-dev/yonder/network/internal/metricsauth"
 )
 
 func main() {
@@ -46,7 +49,7 @@ func run(args []string) error {
 	var o daemon.Options
 	var attach string
 	var cleanup, useAPI bool
-	var kubeconfig string
+	var kubeconfig, metricsAddr string
 	var resync time.Duration
 	fs.StringVar(&o.Node, "node", os.Getenv("NODE_NAME"), "this node's name")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/yonder-net", "directory holding the private key (0600)")
@@ -69,6 +72,7 @@ func run(args []string) error {
 	fs.BoolVar(&cleanup, "cleanup-on-exit", false, "remove devices on exit (default: keep them so a restart keeps flows)")
 	fs.BoolVar(&useAPI, "api", os.Getenv("KUBERNETES_SERVICE_HOST") != "", "publish the NodeNetwork and read the route plan from the API (else --input is written by someone else)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --api (default: in-cluster)")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", defaultMetricsAddr, "where Prometheus scrapes /metrics over HTTPS, callers authenticated and authorized by the API server (needs --api; 0 disables it; --debug-addr serves the same metrics without authentication on loopback)")
 	fs.DurationVar(&o.ResyncInterval, "resync-interval", daemon.DefaultResyncInterval, "apply the whole dataplane again this often, repairing what was changed behind the daemon's back (a failed apply is retried sooner, with backoff)")
 	fs.DurationVar(&resync, "api-resync", 10*time.Minute, "safety resync with the API (changes arrive through watches)")
 	if len(args) > 0 && args[0] == "debug" {
@@ -82,6 +86,8 @@ func run(args []string) error {
 	}
 	o.Attach = bpf.Attachment(attach)
 	o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The metrics server and the API cache log through controller-runtime's logger.
+	ctrllog.SetLogger(logr.FromSlogHandler(o.Log.Handler()))
 	if o.Node == "" {
 		return fmt.Errorf("failed to start: --node (or NODE_NAME) is required")
 	}
@@ -91,10 +97,24 @@ func run(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
+	if !useAPI && kubeconfig == "" && metricsAddr != "0" && fs.Changed("metrics-bind-address") {
+		return fmt.Errorf("failed to start: --metrics-bind-address needs --api or --kubeconfig (the API server authenticates scrapers)")
+	}
 	if useAPI || kubeconfig != "" {
-		c, ca, err := apiClient(kubeconfig, o.Node)
+		cfg, err := apiConfig(kubeconfig)
 		if err != nil {
 			return err
+		}
+		c, ca, err := apiClient(cfg, o.Node)
+		if err != nil {
+			return err
+		}
+		if metricsAddr != "0" {
+			go func() {
+				if err := metricsauth.Serve(ctx, metricsAddr, cfg, d.Collector()); err != nil {
+					o.Log.Error("Serving metrics", "err", err)
+				}
+			}()
 		}
 		go func() {
 			if err := ca.Start(ctx); err != nil {
@@ -115,21 +135,29 @@ func run(args []string) error {
 	return err
 }
 
+// defaultMetricsAddr is the metrics port the DaemonSet declares (containerPort "metrics").
+const defaultMetricsAddr = ":9871"
+
+// apiConfig loads the API configuration: kubeconfig when given, else in-cluster.
+func apiConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := ctrlconfig.GetConfig()
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to load API configuration: %w", err)
+	}
+	return cfg, nil
+}
+
 // apiClient returns a client for writes and the informer cache reads and events come from.
-func apiClient(kubeconfig, node string) (client.Client, cache.Cache, error) {
+func apiClient(cfg *rest.Config, node string) (client.Client, cache.Cache, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, nil, fmt.Errorf("failed to build scheme: %w", err)
 	}
 	if err := netv1.AddToScheme(scheme); err != nil {
 		return nil, nil, fmt.Errorf("failed to build scheme: %w", err)
-	}
-	cfg, err := ctrlconfig.GetConfig()
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to load API configuration: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

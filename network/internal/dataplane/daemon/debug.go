@@ -13,9 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Collector returns the daemon's Prometheus collector (tunnels, probes, failovers, eBPF maps, kernel
+// writes), served on the debug address and, authenticated, on the metrics address.
+func (d *Daemon) Collector() prometheus.Collector { return &collector{d: d} }
+
 func (d *Daemon) serveDebug(ctx context.Context) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{d: d})
+	reg.MustRegister(d.Collector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// POST /rotate starts a key rotation (yonder-net-node rotate). The debug address is loopback by default:

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -80,6 +81,15 @@ func checkIptables(t *testing.T, rootfs string) {
 		out, err := chroot(ns, append([]string{"iptables"}, r...)...)
 		g.Expect(err).NotTo(HaveOccurred(), "iptables %v: %s", r, out)
 	}
+	// The underlay VXLAN filter (kernel.filterVXLAN): one iptables-restore replaces the chain.
+	restore := exec.Command("nsenter", "--net=/run/netns/"+ns, "chroot", rootfs, "iptables-restore", "-w", "--noflush")
+	restore.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	restore.Stdin = strings.NewReader("*filter\n:YONDER-VXLAN - [0:0]\n-F YONDER-VXLAN\n-A YONDER-VXLAN -s 192.0.2.1/32 -j RETURN\n-A YONDER-VXLAN -j DROP\nCOMMIT\n")
+	rout, err := restore.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(rout))
+	out, err = chroot(ns, "iptables", "-w", "-t", "filter", "-S", "YONDER-VXLAN")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(Equal("-N YONDER-VXLAN\n-A YONDER-VXLAN -s 192.0.2.1/32 -j RETURN\n-A YONDER-VXLAN -j DROP\n"))
 	out, err = chroot(ns, "iptables", "-w", "-t", "filter", "-S", "INPUT")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(Equal("-P INPUT ACCEPT\n" +

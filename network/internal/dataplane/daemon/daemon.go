@@ -309,6 +309,7 @@ func (d *Daemon) Close(remove bool) error {
 				errs = append(errs, netlink.LinkDel(l))
 			}
 		}
+		errs = append(errs, kernel.RemoveVXLANFilter())
 	}
 	return errors.Join(errs...)
 }

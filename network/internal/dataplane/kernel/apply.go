@@ -36,6 +36,8 @@ type Devices struct {
 // Writes counts kernel writes, by kind (the restart test expects none for unchanged state).
 type Writes struct {
 	Links, FDB, Neigh, Routes, Peers, Maps int
+	// Filter counts writes of the underlay VXLAN filter (VXLANFilterChain and its jump).
+	Filter int
 	// WireGuardDevice counts the address and routes of the WireGuard device (an embedded device is new after a
 	// restart, and the kernel removed its routes with the old one).
 	WireGuardDevice int
@@ -43,7 +45,7 @@ type Writes struct {
 
 // Total is the number of writes.
 func (w Writes) Total() int {
-	return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps + w.WireGuardDevice
+	return w.Links + w.FDB + w.Neigh + w.Routes + w.Peers + w.Maps + w.WireGuardDevice + w.Filter
 }
 
 // Applier programs the kernel; it runs inside the node's network namespace. One goroutine uses it.
@@ -103,7 +105,7 @@ type OwnWireGuard struct {
 // dialling end open, and starts a handshake as soon as a peer is configured.
 const PersistentKeepalive = 25 * time.Second
 
-// Apply makes the kernel match st: devices, addresses, WireGuard peers (new and changed first), FDB and
+// Apply makes the kernel match st: devices, addresses, the underlay VXLAN filter, WireGuard peers (new and changed first), FDB and
 // neighbour entries, routes, peers that left (last, PeerRetireDelay after nothing points at them) and the
 // eBPF maps. Each phase is a diff, so a retry after a failure repeats only what is still missing.
 func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
@@ -113,6 +115,7 @@ func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
 		run  func() error
 	}{
 		{"devices", r.devices},
+		{"underlay VXLAN filter", r.filterVXLAN},
 		{"WireGuard peers", r.upsertPeers},
 		{"FDB and neighbours", r.neighbours},
 		{"routes", r.routes},

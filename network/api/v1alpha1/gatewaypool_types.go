@@ -13,7 +13,8 @@ type GatewayPoolSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="site is immutable"
 	Site string `json:"site"`
 	// nodeSelector selects candidates among the Site's Nodes. Every healthy candidate is active; flows are
-	// spread over all of them.
+	// spread over all of them. Its keys must be in the node-restriction.kubernetes.io domain, which a
+	// Node's own kubelet cannot set (CAPI copies such labels from Machines to Nodes).
 	// +required
 	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
 	// type says which address of a gateway remote peers dial: External (public/NATed endpoint) or

@@ -54,7 +54,8 @@ type HealthProbeSpec struct {
 // SiteSpec describes one site: which nodes belong to it and how its network behaves.
 type SiteSpec struct {
 	// nodeSelector selects the Nodes of this Site by label. A Node matching several Sites joins the first
-	// by name (reported in status.conflictingNodes).
+	// by name (reported in status.conflictingNodes). Its keys must be in the node-restriction.kubernetes.io
+	// domain, which a Node's own kubelet cannot set (CAPI copies such labels from Machines to Nodes).
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 	// nodeCIDRs select Nodes by address: a Node whose InternalIP lies in one of them belongs to this Site.

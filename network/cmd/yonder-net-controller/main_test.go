@@ -89,7 +89,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 	t.Cleanup(func() { _ = testenv.Cleanup(context.Background(), env.Client) })
 
 	g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "hq"}, Spec: netv1.SiteSpec{
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"loc": "hq"}}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.77.0.0/16"}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"node-restriction.kubernetes.io/loc": "hq"}}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.77.0.0/16"}},
 	}})).To(Succeed())
 	labelled := func(name string) func(Gomega) {
 		return func(g Gomega) {
@@ -99,7 +99,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 			g.Expect(n.Spec.PodCIDRs).To(HaveLen(1))
 		}
 	}
-	_, err := testenv.CreateNode(ctx, env.Client, "hq-1", map[string]string{"loc": "hq"}, "", true)
+	_, err := testenv.CreateNode(ctx, env.Client, "hq-1", map[string]string{"node-restriction.kubernetes.io/loc": "hq"}, "", true)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(labelled("hq-1")).Should(Succeed())
 
@@ -109,7 +109,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 	// Stopping the leader releases the Lease; replica two takes over and keeps reconciling.
 	g.Expect(procs["one"].Process.Signal(syscall.SIGTERM)).To(Succeed())
 	_, _ = procs["one"].Process.Wait()
-	_, err = testenv.CreateNode(ctx, env.Client, "hq-2", map[string]string{"loc": "hq"}, "", true)
+	_, err = testenv.CreateNode(ctx, env.Client, "hq-2", map[string]string{"node-restriction.kubernetes.io/loc": "hq"}, "", true)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(labelled("hq-2")).Should(Succeed())
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: leaseName}, lease)).To(Succeed())

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,7 +11,8 @@ import (
 )
 
 // FromNode builds the plan's view of a Node and its daemon's NodeNetwork (nil when none is published).
-// The Site is the Node's SiteLabel: the node reconciler owns that decision, the plan follows it.
+// The Site is the Node's SiteLabel; the route plan reconciler replaces it with its own assignment (the
+// same assign.Assign the node reconciler runs), so a node relabelling itself changes nothing.
 func FromNode(n *corev1.Node, nn *netv1.NodeNetwork) Node {
 	out := Node{
 		Name:          n.Name,
@@ -42,6 +45,20 @@ func FromNode(n *corev1.Node, nn *netv1.NodeNetwork) Node {
 		if c := meta.FindStatusCondition(nn.Status.Conditions, netv1.NodeNetworkGatewayReadyCondition); c != nil && c.Status != metav1.ConditionUnknown {
 			ok := c.Status == metav1.ConditionTrue
 			out.GatewayReady = &ok
+		}
+	}
+	return out
+}
+
+// InternalIPs are the Node's InternalIP addresses (what Sites' nodeCIDRs match).
+func InternalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip)
 		}
 	}
 	return out

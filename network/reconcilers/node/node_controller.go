@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +29,7 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/assign"
 	"github.com/yonder-dev/yonder/network/internal/ipam"
+	"github.com/yonder-dev/yonder/network/internal/plan"
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
@@ -165,7 +165,7 @@ func (r *Reconciler) assignSite(ctx context.Context, n *corev1.Node) (*netv1.Sit
 		// An invalid Site (the webhook normally prevents it) must not stop the others from working.
 		log.Error(err, "Ignoring invalid Sites")
 	}
-	siteName, matched := assign.Assign(compiled, n.Labels, internalIPs(n))
+	siteName, matched := assign.Assign(compiled, n.Labels, plan.InternalIPs(n))
 	if len(matched) > 1 {
 		log.V(4).Info("Node matches several Sites, the first by name wins", "sites", matched)
 	}
@@ -320,19 +320,6 @@ func (r *Reconciler) listNodes(ctx context.Context) ([]*corev1.Node, error) {
 		out = append(out, &list.Items[i])
 	}
 	return out, nil
-}
-
-func internalIPs(n *corev1.Node) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, ip)
-		}
-	}
-	return out
 }
 
 func mapsEqual(a, b map[string]string) bool {

@@ -17,6 +17,10 @@ import (
 	"github.com/yonder-dev/yonder/network/setup"
 )
 
+// locationLabel is a label only admins (and CAPI's Machine label sync) can set on a Node: Site selectors
+// may select nothing else.
+const locationLabel = "node-restriction.kubernetes.io/location"
+
 func cleanup(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() { NewWithT(t).Expect(testenv.Cleanup(context.Background(), env.Client)).To(Succeed()) })
@@ -38,7 +42,7 @@ func TestNodesGetSiteLabelsAndPodCIDRs(t *testing.T) {
 		NodeCIDRs: []string{"10.0.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.100.0.0/16"}, {CIDR: "fd00:100::/56"}},
 	}})).To(Succeed())
 	g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: netv1.SiteSpec{
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"yonder.dev/location": "edge"}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{locationLabel: "edge"}},
 		PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.200.0.0/16", BlockSize: 26}},
 	}})).To(Succeed())
 	testenv.Start(t, env, setup.Options{})
@@ -47,9 +51,9 @@ func TestNodesGetSiteLabelsAndPodCIDRs(t *testing.T) {
 		_, err := testenv.CreateNode(ctx, env.Client, fmt.Sprintf("cloud-%d", i), nil, fmt.Sprintf("10.0.1.%d", i+1), true)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	_, err := testenv.CreateNode(ctx, env.Client, "edge-0", map[string]string{"yonder.dev/location": "edge"}, "192.168.7.2", true)
+	_, err := testenv.CreateNode(ctx, env.Client, "edge-0", map[string]string{locationLabel: "edge"}, "192.168.7.2", true)
 	g.Expect(err).NotTo(HaveOccurred())
-	preset := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-preset", Labels: map[string]string{"yonder.dev/location": "edge"}},
+	preset := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-preset", Labels: map[string]string{locationLabel: "edge"}},
 		Spec: corev1.NodeSpec{PodCIDR: "10.200.99.0/26", PodCIDRs: []string{"10.200.99.0/26"}}}
 	g.Expect(env.Create(ctx, preset)).To(Succeed())
 	_, err = testenv.CreateNode(ctx, env.Client, "elsewhere", nil, "172.16.0.1", true)
@@ -104,7 +108,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 	ctx := context.Background()
 	cleanup(t)
 	sel := func(v string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchLabels: map[string]string{"loc": v}}
+		return &metav1.LabelSelector{MatchLabels: map[string]string{locationLabel: v}}
 	}
 	g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Spec: netv1.SiteSpec{
 		NodeSelector: sel("small"), PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.50.0.0/23"}},
@@ -115,7 +119,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 	testenv.Start(t, env, setup.Options{})
 
 	for _, name := range []string{"s1", "s2", "s3"} {
-		_, err := testenv.CreateNode(ctx, env.Client, name, map[string]string{"loc": "small"}, "", true)
+		_, err := testenv.CreateNode(ctx, env.Client, name, map[string]string{locationLabel: "small"}, "", true)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	site := &netv1.Site{}
@@ -155,7 +159,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 	// The waiting Node moves to the other Site: new label, same pod CIDR.
 	n := getNode(ctx, g, waiting)
 	patch := client.MergeFrom(n.DeepCopy())
-	n.Labels["loc"] = "other"
+	n.Labels[locationLabel] = "other"
 	g.Expect(env.Patch(ctx, n, patch)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		n := getNode(ctx, g, waiting)
@@ -180,7 +184,7 @@ func TestConcurrentAllocationsAreDistinct(t *testing.T) {
 	ctx := context.Background()
 	cleanup(t)
 	g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: "burst"}, Spec: netv1.SiteSpec{
-		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"loc": "burst"}},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{locationLabel: "burst"}},
 		PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.70.0.0/16"}},
 	}})).To(Succeed())
 	c := testenv.Start(t, env, setup.Options{NodeConcurrency: 8})
@@ -188,7 +192,7 @@ func TestConcurrentAllocationsAreDistinct(t *testing.T) {
 	g.Expect(c.Node.Nodes).NotTo(BeNil())
 	const count = 60
 	for i := range count {
-		g.Expect(env.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i), Labels: map[string]string{"loc": "burst"}}})).To(Succeed())
+		g.Expect(env.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i), Labels: map[string]string{locationLabel: "burst"}}})).To(Succeed())
 	}
 	g.Eventually(func(g Gomega) {
 		nodes := &corev1.NodeList{}

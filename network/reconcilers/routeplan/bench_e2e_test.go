@@ -34,14 +34,14 @@ func BenchmarkControllerEndToEnd(b *testing.B) {
 		g.Expect(testenv.Cleanup(ctx, env.Client)).To(Succeed())
 		for s := range 20 {
 			g.Expect(env.Create(ctx, &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%02d", s)}, Spec: netv1.SiteSpec{
-				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"loc": fmt.Sprint(s)}},
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"node-restriction.kubernetes.io/loc": fmt.Sprint(s)}},
 				PodCIDRPools: []netv1.PodCIDRPool{{CIDR: fmt.Sprintf("10.%d.0.0/16", 10+s)}},
 			}})).To(Succeed())
 		}
 		// converged pokes this NodeNetwork to start a pass; it belongs to no Node.
 		g.Expect(testenv.PublishNodeNetwork(ctx, env.Client, "a1", key("a1"), "192.0.2.1", nil)).To(Succeed())
 		for i := range nodes {
-			_, err := testenv.CreateNode(ctx, env.Client, fmt.Sprintf("n%05d", i), map[string]string{"loc": fmt.Sprint(i % 20)}, "", true)
+			_, err := testenv.CreateNode(ctx, env.Client, fmt.Sprintf("n%05d", i), map[string]string{"node-restriction.kubernetes.io/loc": fmt.Sprint(i % 20)}, "", true)
 			g.Expect(err).NotTo(HaveOccurred())
 		}
 		b.ResetTimer()

@@ -189,7 +189,16 @@ func (r *Reconciler) snapshot(ctx context.Context) (*snapshot, error) {
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		pn := plan.FromNode(n, nnByName[n.Name])
-		if _, matched := assign.Assign(compiled, n.Labels, nil); len(matched) > 1 {
+		// Membership comes from the Sites, never from the Node's network.yonder.dev/site label alone: a
+		// kubelet can change labels on its own Node, and the plan must not follow a node that relabels
+		// itself into another Site. A Node is placed only where the label and the Sites agree, so it joins
+		// once the node reconciler has labelled it and given it pod CIDRs (one write of its slice), and a
+		// forged label takes it out of the plan until the node reconciler puts the label back.
+		site, matched := assign.Assign(compiled, n.Labels, plan.InternalIPs(n))
+		if pn.Site != site {
+			pn.Site = ""
+		}
+		if len(matched) > 1 {
 			pn.Conflicts = matched[1:]
 		}
 		in.Nodes = append(in.Nodes, pn)

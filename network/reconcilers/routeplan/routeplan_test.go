@@ -20,6 +20,9 @@ import (
 	"github.com/yonder-dev/yonder/network/setup"
 )
 
+// gatewayLabel marks gateway candidates; only admins (and CAPI's Machine label sync) can set it on a Node.
+const gatewayLabel = "node-restriction.kubernetes.io/gateway"
+
 func key(name string) string {
 	sum := sha256.Sum256([]byte(name))
 	return base64.StdEncoding.EncodeToString(sum[:])
@@ -39,7 +42,7 @@ func twoSites(ctx context.Context, g Gomega) {
 		}})).To(Succeed())
 	}
 	g.Expect(env.Create(ctx, &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "b-gateways"}, Spec: netv1.GatewayPoolSpec{
-		Site: "b", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gateway": "true"}},
+		Site: "b", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{gatewayLabel: "true"}},
 		ListenPorts: netv1.Ports{WireGuard: 443},
 	}})).To(Succeed())
 	g.Expect(env.Create(ctx, &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "ab"}, Spec: netv1.SitePeeringSpec{
@@ -53,7 +56,7 @@ func twoSites(ctx context.Context, g Gomega) {
 		labels := map[string]string{}
 		var gwReady *bool
 		if n.gw {
-			labels["gateway"] = "true"
+			labels[gatewayLabel] = "true"
 			gwReady = ptr.To(true)
 		}
 		_, err := testenv.CreateNode(ctx, env.Client, n.name, labels, n.ip, true)

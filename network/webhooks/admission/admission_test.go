@@ -12,6 +12,9 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 )
 
+// gwLabel is a label only admins (and CAPI's Machine label sync) can set on a Node.
+const gwLabel = "node-restriction.kubernetes.io/gateway"
+
 func site(name string, spec netv1.SiteSpec) *netv1.Site {
 	return &netv1.Site{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
 }
@@ -24,7 +27,7 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 		NodeCIDRs: []string{"10.0.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.100.0.0/16"}, {CIDR: "fd00:100::/56"}},
 	}))).To(Succeed())
 	NewWithT(t).Expect(env.Create(ctx, &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "cloud-gw"}, Spec: netv1.GatewayPoolSpec{
-		Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "true"}}, RoutedCIDRs: []string{"172.16.0.0/16"},
+		Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{gwLabel: "true"}}, RoutedCIDRs: []string{"172.16.0.0/16"},
 	}})).To(Succeed())
 
 	for _, tc := range rejections() {
@@ -62,7 +65,8 @@ func TestWebhooksRejectWithFieldPaths(t *testing.T) {
 	})
 	t.Run("a valid disjoint Site and peering are accepted", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(env.Create(ctx, site("edge", netv1.SiteSpec{NodeCIDRs: []string{"192.168.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.200.0.0/16"}}}))).To(Succeed())
+		g.Expect(env.Create(ctx, site("edge", netv1.SiteSpec{NodeCIDRs: []string{"192.168.0.0/16"}, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.200.0.0/16"}},
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"site.node-restriction.kubernetes.io/name": "edge"}}}))).To(Succeed())
 		g.Expect(env.Create(ctx, &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "ok"}, Spec: netv1.SitePeeringSpec{Sites: []string{"cloud", "edge"}}})).To(Succeed())
 	})
 }
@@ -94,10 +98,18 @@ func rejections() []rejection {
 			want: []string{"spec.mtu", "below 1280", "at least 1410"}},
 		{name: "Site name that cannot be a label value", obj: site("Edge_1", netv1.SiteSpec{}),
 			want: []string{"metadata.name"}},
+		{name: "Site selecting a label the Node's kubelet can set", obj: site("edge", netv1.SiteSpec{NodeSelector: &metav1.LabelSelector{
+			MatchLabels:      map[string]string{"node-restriction.kubernetes.io/site": "edge", "yonder.dev/location": "edge"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: metav1.LabelSelectorOpExists}}}}),
+			want: []string{`spec.nodeSelector.matchLabels[yonder.dev/location]: Invalid value: "yonder.dev/location": a Node's own kubelet can set this label`,
+				`spec.nodeSelector.matchExpressions[0].key: Invalid value: "topology.kubernetes.io/zone"`}},
+		{name: "gateway pool selecting a label the Node's kubelet can set", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "self"}, Spec: netv1.GatewayPoolSpec{
+			Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gateway": "true"}}}},
+			want: []string{`spec.nodeSelector.matchLabels[gateway]: Invalid value: "gateway"`, "node-restriction.kubernetes.io"}},
 		{name: "gateway pool selecting everything", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "all"}, Spec: netv1.GatewayPoolSpec{Site: "cloud"}},
 			want: []string{"spec.nodeSelector: Required"}},
 		{name: "routed CIDR shadowing pods", obj: &netv1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: netv1.GatewayPoolSpec{
-			Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "true"}}, RoutedCIDRs: []string{"10.100.7.0/24"}}},
+			Site: "cloud", NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{gwLabel: "true"}}, RoutedCIDRs: []string{"10.100.7.0/24"}}},
 			want: []string{"spec.routedCIDRs[0]", "of Site cloud"}},
 		{name: "peering of one Site", obj: &netv1.SitePeering{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: netv1.SitePeeringSpec{Sites: []string{"cloud", "cloud"}}},
 			want: []string{"spec.sites"}},

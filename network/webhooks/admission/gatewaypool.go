@@ -40,6 +40,7 @@ func (w *GatewayPool) validate(ctx context.Context, p *netv1.GatewayPool) (admis
 	if _, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err != nil {
 		errs = append(errs, field.Invalid(spec.Child("nodeSelector"), p.Spec.NodeSelector, err.Error()))
 	}
+	errs = append(errs, kubeletProofKeys(spec.Child("nodeSelector"), &p.Spec.NodeSelector)...)
 	if len(p.Spec.NodeSelector.MatchLabels) == 0 && len(p.Spec.NodeSelector.MatchExpressions) == 0 {
 		errs = append(errs, field.Required(spec.Child("nodeSelector"), "an empty selector would make every Node of the Site a gateway; select the gateway Nodes"))
 	}

@@ -47,6 +47,7 @@ func (w *Site) validate(ctx context.Context, old, s *netv1.Site) (admission.Warn
 	for _, msg := range validation.IsDNS1123Label(s.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), s.Name, msg))
 	}
+	errs = append(errs, kubeletProofKeys(spec.Child("nodeSelector"), s.Spec.NodeSelector)...)
 	nodeCIDRs, e := parseCIDRs(spec.Child("nodeCIDRs"), s.Spec.NodeCIDRs)
 	errs = append(errs, e...)
 	_, e = parseCIDRs(spec.Child("nonMasqueradeCIDRs"), s.Spec.NonMasqueradeCIDRs)

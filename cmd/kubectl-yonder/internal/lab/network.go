@@ -34,7 +34,7 @@ import (
 
 // SiteLabel is the Node label the lab sets from the site of the host a Node runs on; the lab's Sites and
 // GatewayPools select it. (The network controller's own output label is network.yonder.dev/site.)
-const SiteLabel = "lab.yonder.dev/site"
+const SiteLabel = "lab.node-restriction.kubernetes.io/site"
 
 // networkImages are the add-on's images the lab builds with hack/images and hands to every node; their
 // names and tags are the ones the embedded manifests (network/config/default) reference.

@@ -33,8 +33,8 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	siteLabel = "e2e.yonder.dev/site"
-	gwLabel   = "e2e.yonder.dev/gateway"
+	siteLabel = "e2e.node-restriction.kubernetes.io/site"
+	gwLabel   = "e2e.node-restriction.kubernetes.io/gateway"
 )
 
 // TestControllerAndDaemons: Sites, GatewayPools and a SitePeering are created; the controller allocates pod

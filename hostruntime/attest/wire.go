@@ -101,4 +101,10 @@ const (
 	ReasonUnknownReleaseToken        = "UnknownReleaseToken"
 	ReasonAlreadyReleased            = "BootstrapDataAlreadyReleased"
 	ReasonNoBootstrapData            = "NoBootstrapData"
+	// ReasonTicketBoundElsewhere: the ticket was issued to another source address than the request's.
+	ReasonTicketBoundElsewhere = "TicketBoundToAnotherAddress"
+	// ReasonEnrolmentClosed: the host has no pinned TPM, no registered EK fingerprint and no open window.
+	ReasonEnrolmentClosed = "EnrolmentClosed"
+	// ReasonEKRootsNotConfigured: the server has no TPM vendor roots and was not told to accept any EK.
+	ReasonEKRootsNotConfigured = "EKRootsNotConfigured"
 )

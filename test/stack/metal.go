@@ -95,32 +95,23 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 	return metalboot.Build(ctx, s.metal.bootDir)
 }
 
-// copyEKCA gives the metal manager the vendor roots of the VMs' TPMs: swtpm-localca's root and issuing CA
-// (created by the first swtpm_setup, so one throwaway TPM is manufactured when none was yet), copied
-// where the manager, which does not run as root, can read them.
+// copyEKCA gives the metal manager the vendor roots of the VMs' TPMs, swtpm-localca's root and issuing CA,
+// copied where the manager, which does not run as root, can read them.
 func (m *metal) copyEKCA(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(swtpm.LocalCADir, "issuercert.pem")); err != nil {
-		dir, err := os.MkdirTemp("", "yonder-ekca-")
-		if err != nil {
-			return fmt.Errorf("failed to create a directory for the first swtpm: %w", err)
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		tpm, err := swtpm.Start(ctx, dir)
-		if err != nil {
-			return fmt.Errorf("failed to manufacture a first swtpm (creates swtpm-localca's CA): %w", err)
-		}
-		_ = tpm.Stop()
+	root, intermediate, err := swtpm.LocalCA(ctx)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(m.ekCADir, 0o755); err != nil { //nolint:gosec // public CA certificates
 		return fmt.Errorf("failed to create the EK CA directory: %w", err)
 	}
-	for _, f := range []string{"swtpm-localca-rootca-cert.pem", "issuercert.pem"} {
-		data, err := os.ReadFile(filepath.Join(swtpm.LocalCADir, f))
+	for _, f := range []string{root, intermediate} {
+		data, err := os.ReadFile(f) //nolint:gosec // swtpm-localca's fixed paths
 		if err != nil {
-			return fmt.Errorf("failed to read swtpm-localca's %s: %w", f, err)
+			return fmt.Errorf("failed to read swtpm-localca's CA: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(m.ekCADir, f), data, 0o644); err != nil { //nolint:gosec // a public CA certificate
-			return fmt.Errorf("failed to copy swtpm-localca's %s: %w", f, err)
+		if err := os.WriteFile(filepath.Join(m.ekCADir, filepath.Base(f)), data, 0o644); err != nil { //nolint:gosec // a public CA certificate
+			return fmt.Errorf("failed to copy swtpm-localca's CA: %w", err)
 		}
 	}
 	return nil

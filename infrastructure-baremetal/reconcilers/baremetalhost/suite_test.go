@@ -193,7 +193,7 @@ func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 }
 
 // add registers a host and gives it a fresh TPM (call again to swap the TPM: a changed machine).
-func (p *pxeHosts) add(id, mac string) { //nolint:unparam // the driver serves any number of systems; the tests boot one
+func (p *pxeHosts) add(id, mac string) {
 	dir, err := os.MkdirTemp("", "ybmh-tpm-")
 	if err != nil {
 		p.t.Fatal(err)
@@ -292,7 +292,7 @@ func attestWith(ctx context.Context, server, ticket string, tpm *swtpm.TPM) ([]b
 	return (&wire.Client{Server: server}).Attest(ctx, ticket, keys)
 }
 
-func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) { //nolint:unparam // see add
+func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pxeBoots[id], append([]string(nil), p.data[id]...), append([]string(nil), p.errs[id]...)

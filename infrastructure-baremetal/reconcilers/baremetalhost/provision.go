@@ -259,6 +259,11 @@ func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, e
 	// Timed out: the host never PXE-booted, or never reached the attestation API.
 	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
 		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
+	if rec := readAttestation(h); rec != nil && !rec.Success && !rec.At.Before(s.state.BootRequestedAt) {
+		// It did reach the boot server, which refused it without evidence against it (e.g. EnrolmentClosed).
+		msg = fmt.Sprintf("the boot server refused PXE boot %d of %d (%s: %s) and the host attested no later within %s",
+			s.state.Attempt, r.MaxProvisionAttempts, rec.Reason, rec.Message, r.ProvisionTimeout)
+	}
 	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostPXEBootTimeoutReason, msg)
 	s.setError(metal3v1.ProvisioningError, msg, true)
 	ctrl.LoggerFrom(ctx).Info("PXE boot timed out", "attempt", s.state.Attempt)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/describe"
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/enrol"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/host"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/machine"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/site"
@@ -30,7 +31,7 @@ func newRootCommand(o *cli.Options) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl yonder"},
 	}
 	o.AddFlags(root.PersistentFlags())
-	root.AddCommand(host.NewCommand(o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o))
+	root.AddCommand(enrol.Attach(host.NewCommand(o), o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o))
 	for _, c := range developerCommands {
 		root.AddCommand(c(o))
 	}

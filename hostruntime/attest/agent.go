@@ -5,7 +5,11 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +34,30 @@ type Client struct {
 	Server string
 	// HTTP is the client to use (default http.DefaultClient); production uses HTTPS with the site CA.
 	HTTP *http.Client
+	// ServerKey is the provider's Ed25519 public key (from the boot image, never from the network): when set,
+	// bootstrap data whose envelope it did not sign is refused (ErrEnvelopeNotSigned) before it is opened.
+	ServerKey ed25519.PublicKey
+}
+
+// ErrEnvelopeNotSigned refuses bootstrap data without the provider's signature.
+var ErrEnvelopeNotSigned = errors.New(ReasonEnvelopeNotSigned + ": the bootstrap data is not signed by the provider's key: " +
+	"another server answered on the boot network, or the manager's signing key does not match the boot image's")
+
+// ParseServerKey reads a PEM "PUBLIC KEY" (PKIX) Ed25519 key, as `openssl pkey -pubout` writes it.
+func ParseServerKey(data []byte) (ed25519.PublicKey, error) {
+	blk, _ := pem.Decode(data)
+	if blk == nil || blk.Type != "PUBLIC KEY" {
+		return nil, errors.New("failed to parse the provider key: no PEM PUBLIC KEY block")
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse the provider key: %w", err)
+	}
+	ek, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("failed to parse the provider key: %T is not an Ed25519 key", k)
+	}
+	return ek, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -110,6 +138,9 @@ func (c *Client) Fetch(ctx context.Context, token string) (*Envelope, error) {
 	var env Envelope
 	if err := c.do(ctx, http.MethodGet, PathBootstrap+token, nil, &env); err != nil {
 		return nil, err
+	}
+	if c.ServerKey != nil && !ed25519.Verify(c.ServerKey, env.SignedBytes(), env.Signature) {
+		return nil, ErrEnvelopeNotSigned
 	}
 	return &env, nil
 }

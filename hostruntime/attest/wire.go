@@ -12,6 +12,8 @@
 // and the agent decode the same JSON.
 package attest
 
+import "encoding/binary"
+
 // API paths.
 const (
 	PathStart     = "/attestation/v1/start"
@@ -69,6 +71,21 @@ type Envelope struct {
 	// Nonce and Ciphertext are AES-256-GCM with EnvelopeAAD as additional data.
 	Nonce      []byte `json:"nonce"`
 	Ciphertext []byte `json:"ciphertext"`
+	// Signature is the provider's Ed25519 signature of SignedBytes, when the server has a signing key: the
+	// encryption proves only that this TPM can read the data (anyone can encrypt to an EK), the signature
+	// that the provider sent it. An agent with the provider's public key (built into its boot image)
+	// refuses an envelope without a valid one.
+	Signature []byte `json:"signature,omitempty"`
+}
+
+// SignedBytes is what Signature signs: a domain separator and every other field, length-prefixed.
+func (e *Envelope) SignedBytes() []byte {
+	b := []byte("yonder-bootstrap-signature-v1\x00")
+	for _, f := range [][]byte{e.CredentialBlob, e.EncryptedSecret, e.Nonce, e.Ciphertext} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f))) //nolint:gosec // fields are at most 16 MiB (the agent's read limit)
+		b = append(b, f...)
+	}
+	return b
 }
 
 // EnvelopeAAD is the GCM additional data of an Envelope.
@@ -101,4 +118,14 @@ const (
 	ReasonUnknownReleaseToken        = "UnknownReleaseToken"
 	ReasonAlreadyReleased            = "BootstrapDataAlreadyReleased"
 	ReasonNoBootstrapData            = "NoBootstrapData"
+	// ReasonTicketBoundElsewhere: the ticket was issued to another source address than the request's.
+	ReasonTicketBoundElsewhere = "TicketBoundToAnotherAddress"
+	// ReasonEnrolmentClosed: the host has no pinned TPM, no registered EK fingerprint and no open window.
+	ReasonEnrolmentClosed = "EnrolmentClosed"
+	// ReasonEKRootsNotConfigured: the server has no TPM vendor roots and was not told to accept any EK.
+	ReasonEKRootsNotConfigured = "EKRootsNotConfigured"
 )
+
+// ReasonEnvelopeNotSigned is the agent's own refusal of bootstrap data that its provider did not sign
+// (ErrEnvelopeNotSigned): what a rogue boot server on the LAN gets.
+const ReasonEnvelopeNotSigned = "EnvelopeNotSignedByProvider"

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,9 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
@@ -123,8 +126,11 @@ type metalLab struct {
 	userData *corev1.Secret
 }
 
+// labs numbers the metal labs of this test process (their VMs' MACs).
+var labs atomic.Uint32
+
 // newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
-func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
+func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
 	t.Helper()
 	g := NewWithT(t)
 	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup", "/usr/lib/ipxe/virtio-net.rom"} {
@@ -145,13 +151,28 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 		g.Expect(err).NotTo(HaveOccurred(), string(out))
 	}
 	n.OnClose(func() error { _ = exec.Command("ip", "link", "del", tap).Run(); return nil })
-	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), 0x01}
+	// A MAC of its own per lab: the hosts of earlier tests stay in the API server (envtest deletes no
+	// namespaces) and boot MACs are unique across every managed host.
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x6d, byte(n.Slot), byte(labs.Add(1))}
 
 	dir := t.TempDir()
-	boot := artifacts(t, dir)
+	// The provider's signing key: the manager signs released data, the boot image carries the public half.
+	signingKey, serverKey, err := metalboot.GenerateSigningKey(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	signer, err := attest.LoadSigningKey(signingKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	boot := artifacts(t, dir, serverKey)
 	inv := inventory.NewStatic()
+	// The VM's swtpm has an EK certificate from swtpm-localca: the EK chain is verified against it.
+	root, intermediate, err := swtpm.LocalCA(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	roots, err := attest.LoadCertPool(root)
+	g.Expect(err).NotTo(HaveOccurred())
+	intermediates, err := attest.LoadCertPool(intermediate)
+	g.Expect(err).NotTo(HaveOccurred())
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}}, inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
+		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates, SigningKey: signer}},
+		inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
 		testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
@@ -198,7 +219,9 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 		Data: map[string][]byte{"userData": []byte("#cloud-config\n# bootstrap data for vm0\n")}}
 	g.Expect(env.Create(ctx, l.userData)).To(Succeed())
 	l.host = &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: "vm0", Labels: map[string]string{baremetalhost.ManagedLabel: "true"},
-		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: fmt.Sprintf("10.250.%d.100", n.Slot)}},
+		// A new machine: the operator opens its enrolment window (kubectl yonder host enrol vm0 --for 1h).
+		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: fmt.Sprintf("10.250.%d.100", n.Slot),
+			baremetalhost.EnrolmentWindowAnnotation: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}},
 		Spec: metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: l.sim.Address("vm0"), CredentialsName: sec.Name}, BootMACAddress: mac.String()}}
 	return l
 }
@@ -238,7 +261,7 @@ func (l *metalLab) register(g Gomega) time.Duration {
 	return time.Since(start)
 }
 
-func artifactsPlaceholder(t *testing.T, dir string) inventory.BootConfig {
+func artifactsPlaceholder(t *testing.T, dir string, _ []byte) inventory.BootConfig {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("not a kernel"), 0o600); err != nil {
 		t.Fatal(err)
@@ -293,9 +316,9 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 // artifactsAgent builds the provisioning boot the e2e stack and the lab use too (test/metalboot): Debian's
 // kernel (hack/test-bins.sh --metal-kernel) and an initramfs of busybox-static, the virtio modules and the
 // static yonder-agent built from this tree, which attests with the VM's TPM and then runs live (idles).
-func artifactsAgent(t *testing.T, dir string) inventory.BootConfig {
+func artifactsAgent(t *testing.T, dir string, serverKey []byte) inventory.BootConfig {
 	t.Helper()
-	if err := metalboot.Build(context.Background(), dir); err != nil {
+	if err := metalboot.Build(context.Background(), dir, metalboot.Options{ServerKey: serverKey}); err != nil {
 		t.Fatalf("failed to build the provisioning boot: %v", err)
 	}
 	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}

@@ -11,6 +11,10 @@ package metalboot
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -79,8 +83,41 @@ func KernelDir(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// Options are what Build puts into the boot image besides the kernel, busybox and the agent.
+type Options struct {
+	// ServerKey is the provider's Ed25519 public key (PEM, GenerateSigningKey): written to
+	// /etc/yonder/boot-server.pub, where `yonder-agent attest` reads it and refuses unsigned data.
+	ServerKey []byte
+}
+
+// GenerateSigningKey writes a new Ed25519 private key (PEM PKCS#8, mode 0600) to dir/boot-signing-key.pem,
+// what --boot-signing-key reads, and returns its path and the public key (PEM) for Options.ServerKey.
+func GenerateSigningKey(dir string) (keyFile string, publicPEM []byte, err error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to generate the boot signing key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to encode the boot signing key: %w", err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", nil, fmt.Errorf("failed to encode the boot signing key: %w", err)
+	}
+	keyFile = filepath.Join(dir, "boot-signing-key.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return "", nil, fmt.Errorf("failed to write the boot signing key: %w", err)
+	}
+	return keyFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), nil
+}
+
 // Build writes Kernel and Initrd into dir. It builds a static, stripped yonder-agent from this checkout.
-func Build(ctx context.Context, dir string) error {
+func Build(ctx context.Context, dir string, opts ...Options) error {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	kdir, err := KernelDir(ctx)
 	if err != nil {
 		return err
@@ -95,7 +132,7 @@ func Build(ctx context.Context, dir string) error {
 		return fmt.Errorf("failed to create the initramfs tree: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(root) }()
-	for _, d := range []string{"bin", "etc", "lib/modules", "proc", "sys", "dev", "run", "tmp"} {
+	for _, d := range []string{"bin", "etc/yonder", "lib/modules", "proc", "sys", "dev", "run", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil { //nolint:gosec // an initramfs tree
 			return err
 		}
@@ -117,7 +154,11 @@ func Build(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	for name, text := range map[string]string{"init": initScript, "etc/udhcpc.script": udhcpcScript} {
+	files := map[string]string{"init": initScript, "etc/udhcpc.script": udhcpcScript}
+	if o.ServerKey != nil {
+		files["etc/yonder/boot-server.pub"] = string(o.ServerKey)
+	}
+	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o755); err != nil { //nolint:gosec // executables of the initramfs
 			return fmt.Errorf("failed to write %s of the initramfs: %w", name, err)
 		}

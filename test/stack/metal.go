@@ -25,6 +25,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/metalboot"
@@ -60,9 +61,12 @@ type MetalHost struct {
 // metal is the stack's bare-metal site: the Redfish emulator and its QEMU power driver.
 type metal struct {
 	bootDir string
-	driver  *redfishsim.QEMUDriver
-	sim     *redfishsim.Server
-	hosts   []*MetalHost
+	// ekCADir holds the VMs' EK certificate CAs (--ek-roots, --ek-intermediates) and signingKey, the
+	// manager's --boot-signing-key.
+	ekCADir, signingKey string
+	driver              *redfishsim.QEMUDriver
+	sim                 *redfishsim.Server
+	hosts               []*MetalHost
 }
 
 // metalBMCUser and metalBMCPassword are the emulator's credentials (in the BMC Secrets).
@@ -82,11 +86,42 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 	if _, err := os.Stat("/usr/lib/ipxe/virtio-net.rom"); err != nil {
 		return fmt.Errorf("the iPXE option ROM is missing: run `hack/test-bins.sh --packages` (installs ipxe-qemu): %w", err)
 	}
-	s.metal = &metal{bootDir: filepath.Join(s.Dir, "boot")}
+	s.metal = &metal{bootDir: filepath.Join(s.Dir, "boot"), ekCADir: filepath.Join(s.Dir, "ek-ca")}
 	if err := os.MkdirAll(s.metal.bootDir, 0o750); err != nil {
 		return fmt.Errorf("failed to create the boot artifacts directory: %w", err)
 	}
-	return metalboot.Build(ctx, s.metal.bootDir)
+	if err := s.metal.copyEKCA(ctx); err != nil {
+		return err
+	}
+	// The provider's signing key: the manager signs released data, the boot image's agent holds the public half.
+	key, pub, err := metalboot.GenerateSigningKey(s.metal.ekCADir)
+	if err != nil {
+		return err
+	}
+	s.metal.signingKey = key
+	return metalboot.Build(ctx, s.metal.bootDir, metalboot.Options{ServerKey: pub})
+}
+
+// copyEKCA gives the metal manager the vendor roots of the VMs' TPMs, swtpm-localca's root and issuing CA,
+// copied where the manager, which does not run as root, can read them.
+func (m *metal) copyEKCA(ctx context.Context) error {
+	root, intermediate, err := swtpm.LocalCA(ctx)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.ekCADir, 0o755); err != nil { //nolint:gosec // public CA certificates
+		return fmt.Errorf("failed to create the EK CA directory: %w", err)
+	}
+	for _, f := range []string{root, intermediate} {
+		data, err := os.ReadFile(f) //nolint:gosec // swtpm-localca's fixed paths
+		if err != nil {
+			return fmt.Errorf("failed to read swtpm-localca's CA: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(m.ekCADir, filepath.Base(f)), data, 0o644); err != nil { //nolint:gosec // a public CA certificate
+			return fmt.Errorf("failed to copy swtpm-localca's CA: %w", err)
+		}
+	}
+	return nil
 }
 
 // metalInitEnv are the clusterctl variables that configure the metal manager's boot services on the lab
@@ -103,6 +138,10 @@ func (s *Stack) metalInitEnv() ([]string, error) {
 		"YONDER_BOOT_ARTIFACTS_DIR=" + s.metal.bootDir,
 		// TCG boots take about a minute; a VM that has not attested in 6 is not going to.
 		"YONDER_PROVISION_TIMEOUT=6m",
+		// The VMs' swtpms are manufactured with EK certificates from swtpm-localca: its CA is the vendor root.
+		"YONDER_EK_ROOTS=" + filepath.Join(s.metal.ekCADir, "swtpm-localca-rootca-cert.pem"),
+		"YONDER_EK_INTERMEDIATES=" + filepath.Join(s.metal.ekCADir, "issuercert.pem"),
+		"YONDER_BOOT_SIGNING_KEY=" + s.metal.signingKey,
 	}, nil
 }
 
@@ -172,7 +211,8 @@ func (s *Stack) addTap(ctx context.Context, tap string) error {
 }
 
 // registerMetalHost writes the BMC Secret and the BareMetalHost an operator would: BMC address and
-// credentials, boot MAC, the DHCP reservation, and the label that hands the host to Yonder.
+// credentials, boot MAC, the DHCP reservation, the label that hands the host to Yonder, and an enrolment
+// window (the lab's hosts are new machines whose TPMs are pinned by their first attested boot).
 func (s *Stack) registerMetalHost(ctx context.Context, h *MetalHost) error {
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.HostNamespace, Name: h.BMCSecret},
 		Data: map[string][]byte{"username": []byte(metalBMCUser), "password": []byte(metalBMCPassword)}}
@@ -180,14 +220,19 @@ func (s *Stack) registerMetalHost(ctx context.Context, h *MetalHost) error {
 		return fmt.Errorf("failed to create BMC Secret %s: %w", sec.Name, err)
 	}
 	bmh := &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: s.HostNamespace, Name: h.Name,
-		Labels:      map[string]string{baremetalhost.ManagedLabel: "true", MetalPoolLabel: "stack"},
-		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: h.BootAddress.String()}},
+		Labels: map[string]string{baremetalhost.ManagedLabel: "true", MetalPoolLabel: "stack"},
+		Annotations: map[string]string{baremetalhost.BootAddressAnnotation: h.BootAddress.String(),
+			baremetalhost.EnrolmentWindowAnnotation: time.Now().Add(MetalEnrolmentWindow).UTC().Format(time.RFC3339)}},
 		Spec: metal3v1.BareMetalHostSpec{BMC: metal3v1.BMCDetails{Address: h.BMCAddress, CredentialsName: sec.Name}, BootMACAddress: h.MAC}}
 	if err := s.Client.Create(ctx, bmh); err != nil {
 		return fmt.Errorf("failed to create BareMetalHost %s: %w", h.Name, err)
 	}
 	return nil
 }
+
+// MetalEnrolmentWindow is how long a lab host's enrolment window stays open after registration: its
+// first provisioning must attest within it.
+const MetalEnrolmentWindow = 24 * time.Hour
 
 // MetalHosts returns the stack's bare-metal hosts.
 func (s *Stack) MetalHosts() []*MetalHost {

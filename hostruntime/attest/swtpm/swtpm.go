@@ -97,3 +97,24 @@ func (t *TPM) Stop() error {
 
 // String describes the TPM for logs.
 func (t *TPM) String() string { return "swtpm[" + strconv.Itoa(t.cmd.Process.Pid) + "]@" + t.Socket }
+
+// LocalCA returns the PEM files of swtpm-localca's root and issuing CA: what a site configures as its TPM
+// vendor roots (--ek-roots, --ek-intermediates) for TPMs that Start manufactures. swtpm_setup creates the
+// CA with the first TPM it manufactures, so one throwaway TPM is manufactured when it does not exist yet.
+func LocalCA(ctx context.Context) (root, intermediate string, err error) {
+	root, intermediate = filepath.Join(LocalCADir, "swtpm-localca-rootca-cert.pem"), filepath.Join(LocalCADir, "issuercert.pem")
+	if _, err := os.Stat(intermediate); err == nil {
+		return root, intermediate, nil
+	}
+	dir, err := os.MkdirTemp("", "yswtpm-ca-")
+	if err != nil {
+		return "", "", fmt.Errorf("failed to create a directory for the first swtpm: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	t, err := Start(ctx, dir)
+	if err != nil {
+		return "", "", fmt.Errorf("failed to manufacture a first swtpm (it creates swtpm-localca's CA): %w", err)
+	}
+	_ = t.Stop()
+	return root, intermediate, nil
+}

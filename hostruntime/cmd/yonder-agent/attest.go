@@ -15,7 +15,7 @@ import (
 // one-time ticket come from the kernel command line the per-host iPXE script set) and receive the
 // bootstrap data, which only that TPM can decrypt and the server releases once.
 func newAttestCommand() *cobra.Command {
-	var tpmPath, cmdlinePath, server, ticket, output string
+	var tpmPath, cmdlinePath, server, ticket, output, serverKey string
 	cmd := &cobra.Command{
 		Use:   "attest",
 		Short: "Attest this host's TPM to the boot server and write the bootstrap data it releases",
@@ -36,6 +36,17 @@ func newAttestCommand() *cobra.Command {
 			if server == "" || ticket == "" {
 				return fmt.Errorf("no boot server or ticket: %s has no yonder.server= / yonder.ticket= (was this host booted by its Yonder iPXE script?); pass --server and --ticket to override", cmdlinePath)
 			}
+			client := &attest.Client{Server: server}
+			switch pemKey, err := os.ReadFile(serverKey); { //nolint:gosec // the boot image's key file
+			case err == nil:
+				if client.ServerKey, err = attest.ParseServerKey(pemKey); err != nil {
+					return fmt.Errorf("%s: %w", serverKey, err)
+				}
+			case errors.Is(err, os.ErrNotExist) && !cmd.Flags().Changed("server-key"):
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %s is absent: the bootstrap data's origin is not verified (build the provider's public key into the boot image)\n", serverKey)
+			default:
+				return fmt.Errorf("failed to read the provider key: %w", err)
+			}
 			tpm, err := attest.OpenTPM(tpmPath)
 			if err != nil {
 				return err
@@ -46,11 +57,14 @@ func newAttestCommand() *cobra.Command {
 				return fmt.Errorf("failed to load the TPM's endorsement and attestation keys: %w", err)
 			}
 			defer func() { _ = keys.Close() }()
-			data, err := (&attest.Client{Server: server}).Attest(cmd.Context(), ticket, keys)
+			data, err := client.Attest(cmd.Context(), ticket, keys)
 			if err != nil {
 				var refused *attest.RefusedError
 				if errors.As(err, &refused) {
 					return fmt.Errorf("the boot server refused this host (%s): %w; the host's condition on the management cluster says which check failed", refused.Reason, err)
+				}
+				if errors.Is(err, attest.ErrEnvelopeNotSigned) {
+					return fmt.Errorf("refusing the bootstrap data from %s: %w", server, err)
 				}
 				return fmt.Errorf("attestation with %s failed: %w", server, err)
 			}
@@ -67,6 +81,7 @@ func newAttestCommand() *cobra.Command {
 	f.StringVar(&server, "server", "", "boot server URL (default: yonder.server= from the command line)")
 	f.StringVar(&ticket, "ticket", "", "one-time boot ticket (default: yonder.ticket= from the command line)")
 	f.StringVar(&output, "output", "/run/yonder/bootstrap-data", "where to write the released bootstrap data (mode 0600)")
+	f.StringVar(&serverKey, "server-key", "/etc/yonder/boot-server.pub", "the provider's Ed25519 public key (PEM), built into the boot image: data it did not sign is refused (absent default file: not verified, with a warning)")
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -21,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -50,7 +52,22 @@ type Result struct {
 	// Reason is a wire.Reason* constant, or "Attested" / "Enrolled" / "BootstrapDataReleased".
 	Reason  string
 	Message string
+	// Fatal marks a refusal that is evidence against the host (Fatal(Reason)): the TPM is not the enrolled
+	// one, its EK does not chain to a vendor root, or its quote or PCRs are wrong. Other refusals (a
+	// malformed request, a closed enrolment window) say nothing about the host and must not stop it.
+	Fatal bool
 }
+
+// fatalReasons are the refusals that are real attestation failures.
+var fatalReasons = map[string]bool{
+	wire.ReasonEKMismatch: true, wire.ReasonEKCertificateMismatch: true, wire.ReasonEKCertificateUntrusted: true,
+	wire.ReasonEKCertificateMissing: true, wire.ReasonAKInvalid: true, wire.ReasonNonceReplayed: true,
+	wire.ReasonNonceMismatch: true, wire.ReasonCredentialActivationFailed: true, wire.ReasonQuoteInvalid: true,
+	wire.ReasonQuoteSignatureInvalid: true, wire.ReasonPCRDigestMismatch: true, wire.ReasonPCRMismatch: true,
+}
+
+// Fatal reports whether a refusal reason is a real attestation failure (see Result.Fatal).
+func Fatal(reason string) bool { return fatalReasons[reason] }
 
 // Success reasons.
 const (
@@ -63,7 +80,8 @@ const (
 type Store interface {
 	// Enrolment returns the host's pinned TPM, nil when the host is not enrolled yet.
 	Enrolment(ctx context.Context, host string) (*Enrolment, error)
-	// Enrol pins a TPM for a host that has none.
+	// Enrol pins a TPM for a host that has none. A *RefusedError (EnrolmentClosed, EKMismatch) is a
+	// refusal of the host's policy and is answered as such.
 	Enrol(ctx context.Context, host string, e Enrolment) error
 	// BootstrapData returns the data to release to the host.
 	BootstrapData(ctx context.Context, host string) ([]byte, error)
@@ -79,9 +97,19 @@ type Config struct {
 	EKRoots *x509.CertPool
 	// EKIntermediates are offered when verifying EK certificates.
 	EKIntermediates *x509.CertPool
+	// InsecureAcceptAnyEK accepts EKs without a certificate chain when EKRoots is nil. Without it and
+	// without EKRoots every attestation is refused (EKRootsNotConfigured): a software TPM could otherwise
+	// enrol in an open window and receive the host's data.
+	InsecureAcceptAnyEK bool
 	// TicketTTL bounds how long a boot ticket is valid (default 30m); SessionTTL a challenge (default 2m).
 	TicketTTL  time.Duration
 	SessionTTL time.Duration
+	// SigningKey signs every released envelope (wire.Envelope.Signature); the boot image's agent holds
+	// the public half and refuses data without it. Nil: envelopes are unsigned.
+	SigningKey ed25519.PrivateKey
+	// MaxTicketsPerHost is how many scripts (tickets) one host is issued within TicketTTL (default 10): a
+	// refetch gets a new ticket and leaves the earlier ones valid, a flood of fetches is refused.
+	MaxTicketsPerHost int
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -118,19 +146,19 @@ func refuse(status int, reason, format string, args ...any) *RefusedError {
 
 type ticket struct {
 	host    string
+	from    netip.Addr
 	expires time.Time
 }
 
 type session struct {
-	host      string
-	ticketKey string
-	nonce     []byte
-	secret    []byte
-	ekPub     tpm2.TPMTPublic
-	ekCert    []byte
-	akPub     tpm2.TPMTPublic
-	akName    []byte
-	expires   time.Time
+	host    string
+	nonce   []byte
+	secret  []byte
+	ekPub   tpm2.TPMTPublic
+	ekCert  []byte
+	akPub   tpm2.TPMTPublic
+	akName  []byte
+	expires time.Time
 }
 
 type release struct {
@@ -149,12 +177,12 @@ type Service struct {
 	metrics *Metrics
 
 	mu         sync.Mutex
-	tickets    map[string]ticket    // sha256(ticket) → host
-	hostTicket map[string]string    // host → current ticket key
-	sessions   map[string]*session  // session id → session
-	usedNonces map[string]time.Time // hex nonce → expiry of the memory
-	releases   map[string]*release  // sha256(token) → release
-	released   map[string]*release  // sha256(token) of consumed tokens
+	tickets    map[string]ticket      // sha256(ticket) → host
+	issued     map[string][]time.Time // host → expiry of each ticket issued within TicketTTL (rate limit)
+	sessions   map[string]*session    // session id → session
+	usedNonces map[string]time.Time   // hex nonce → expiry of the memory
+	releases   map[string]*release    // sha256(token) → release
+	released   map[string]*release    // sha256(token) of consumed tokens
 }
 
 // New returns a Service.
@@ -170,6 +198,9 @@ func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 2 * time.Minute
 	}
+	if cfg.MaxTicketsPerHost == 0 {
+		cfg.MaxTicketsPerHost = 10
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -177,7 +208,7 @@ func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
 		metrics = NewMetrics(nil)
 	}
 	return &Service{cfg: cfg, store: store, log: log, metrics: metrics,
-		tickets: map[string]ticket{}, hostTicket: map[string]string{}, sessions: map[string]*session{},
+		tickets: map[string]ticket{}, issued: map[string][]time.Time{}, sessions: map[string]*session{},
 		usedNonces: map[string]time.Time{}, releases: map[string]*release{}, released: map[string]*release{}}
 }
 
@@ -192,20 +223,24 @@ func hashKey(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// IssueTicket returns a new one-time boot ticket for host; it replaces the host's previous ticket. Only
-// its hash is kept, and it is never logged.
-func (s *Service) IssueTicket(host string) string {
-	t := randomToken(32)
+// ErrTooManyTickets refuses a ticket to a host that was issued MaxTicketsPerHost within TicketTTL.
+var ErrTooManyTickets = errors.New("too many boot tickets issued for this host")
+
+// IssueTicket returns a new one-time boot ticket for host, bound to from: only a request from that
+// address can open a session with it. Earlier tickets stay valid (a host that fetches its script twice,
+// or a stranger who names its MAC, invalidates nothing). Only its hash is kept, and it is never logged.
+func (s *Service) IssueTicket(host string, from netip.Addr) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gc()
-	if old, ok := s.hostTicket[host]; ok {
-		delete(s.tickets, old)
+	if len(s.issued[host]) >= s.cfg.MaxTicketsPerHost {
+		return "", fmt.Errorf("%w (%d within %s): wait for the earlier ones to expire", ErrTooManyTickets, s.cfg.MaxTicketsPerHost, s.cfg.TicketTTL)
 	}
-	k := hashKey(t)
-	s.tickets[k] = ticket{host: host, expires: s.cfg.Now().Add(s.cfg.TicketTTL)}
-	s.hostTicket[host] = k
-	return t
+	t := randomToken(32)
+	exp := s.cfg.Now().Add(s.cfg.TicketTTL)
+	s.tickets[hashKey(t)] = ticket{host: host, from: from.Unmap(), expires: exp}
+	s.issued[host] = append(s.issued[host], exp)
+	return t, nil
 }
 
 // gc forgets expired state; callers hold mu.
@@ -214,9 +249,14 @@ func (s *Service) gc() {
 	for k, t := range s.tickets {
 		if now.After(t.expires) {
 			delete(s.tickets, k)
-			if s.hostTicket[t.host] == k {
-				delete(s.hostTicket, t.host)
-			}
+		}
+	}
+	for h, exps := range s.issued {
+		exps = slices.DeleteFunc(exps, func(e time.Time) bool { return now.After(e) })
+		if len(exps) == 0 {
+			delete(s.issued, h)
+		} else {
+			s.issued[h] = exps
 		}
 	}
 	for k, v := range s.sessions {
@@ -244,14 +284,15 @@ func (s *Service) gc() {
 func (s *Service) fail(ctx context.Context, host string, err *RefusedError) *RefusedError {
 	s.metrics.Results.WithLabelValues(err.Reason).Inc()
 	if host != "" {
-		s.store.Record(ctx, host, Result{Reason: err.Reason, Message: err.Message})
+		s.store.Record(ctx, host, Result{Reason: err.Reason, Message: err.Message, Fatal: Fatal(err.Reason)})
 	}
 	s.log.Info("Refusing attestation", "host", host, "reason", err.Reason, "message", err.Message)
 	return err
 }
 
-// Start checks the ticket and the TPM's identity and returns a credential challenge and a nonce.
-func (s *Service) Start(ctx context.Context, req *wire.StartRequest) (*wire.StartResponse, error) {
+// Start checks the ticket (issued to the request's source address from) and the TPM's identity and
+// returns a credential challenge and a nonce. The session it opens spends the ticket.
+func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.Addr) (*wire.StartResponse, error) {
 	s.mu.Lock()
 	s.gc()
 	tk, ok := s.tickets[hashKey(req.Ticket)]
@@ -259,7 +300,15 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest) (*wire.Star
 	if !ok || req.Ticket == "" {
 		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket is unknown, used or expired: PXE-boot the host again"))
 	}
+	if tk.from != from.Unmap() {
+		// Someone else than the host that fetched the script: nothing is recorded on the host.
+		return nil, s.fail(ctx, "", refuse(403, wire.ReasonTicketBoundElsewhere, "the boot ticket was issued to another address"))
+	}
 	host := tk.host
+	if s.cfg.EKRoots == nil && !s.cfg.InsecureAcceptAnyEK {
+		return nil, s.fail(ctx, host, refuse(503, wire.ReasonEKRootsNotConfigured,
+			"the boot server has no TPM vendor roots to verify EK certificates: configure them (--ek-roots) or start it with --insecure-accept-any-ek"))
+	}
 	ekPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.EKPublic)
 	if err != nil {
 		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK public area does not decode: %v", err))
@@ -292,7 +341,12 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest) (*wire.Star
 	}
 	id := randomToken(16)
 	s.mu.Lock()
-	s.sessions[id] = &session{host: host, ticketKey: hashKey(req.Ticket), nonce: nonce, secret: secret, ekPub: *ekPub,
+	if _, ok := s.tickets[hashKey(req.Ticket)]; !ok {
+		s.mu.Unlock() // a concurrent Start spent it: one ticket, one session
+		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket was used by another session: PXE-boot the host again"))
+	}
+	delete(s.tickets, hashKey(req.Ticket))
+	s.sessions[id] = &session{host: host, nonce: nonce, secret: secret, ekPub: *ekPub,
 		ekCert: req.EKCertificate, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.log.V(4).Info("Starting attestation session", "host", host)
@@ -344,6 +398,26 @@ func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPubl
 		}
 	}
 	return nil
+}
+
+// EKFingerprint is the hex SHA-256 of an EK's public key in PKIX (SubjectPublicKeyInfo) DER form, given its
+// TPMT_PUBLIC: what `openssl x509 -in ek.pem -pubkey -noout | openssl pkey -pubin -outform DER | sha256sum`
+// prints for the TPM's EK certificate. Operators register it on a host out of band.
+func EKFingerprint(ekPublic []byte) (string, error) {
+	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](ekPublic)
+	if err != nil {
+		return "", fmt.Errorf("failed to decode EK public area: %w", err)
+	}
+	key, err := tpm2.Pub(*p)
+	if err != nil {
+		return "", fmt.Errorf("failed to read EK public key: %w", err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key)
+	if err != nil {
+		return "", fmt.Errorf("failed to encode EK public key: %w", err)
+	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // samePinnedEK compares a pinned EK public area with a session's EK by key.
@@ -419,6 +493,10 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.Ve
 	if enr == nil {
 		e := Enrolment{EKPublic: tpm2.Marshal(sess.ekPub), EKCertificate: sess.ekCert, PCRs: values}
 		if err := s.store.Enrol(ctx, host, e); err != nil {
+			var re *RefusedError
+			if errors.As(err, &re) {
+				return nil, s.fail(ctx, host, re)
+			}
 			return nil, fmt.Errorf("failed to enrol host %s: %w", host, err)
 		}
 		reason = ReasonEnrolled
@@ -431,10 +509,6 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.Ve
 	}
 	token := randomToken(32)
 	s.mu.Lock()
-	if s.hostTicket[host] == sess.ticketKey {
-		delete(s.hostTicket, host)
-	}
-	delete(s.tickets, sess.ticketKey) // the boot ticket is spent
 	s.releases[hashKey(token)] = &release{host: host, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.metrics.Results.WithLabelValues(reason).Inc()
@@ -532,6 +606,9 @@ func (s *Service) Release(ctx context.Context, token string) (*wire.Envelope, er
 	env, err := seal(&rel.ekPub, rel.akName, data)
 	if err != nil {
 		return nil, fmt.Errorf("failed to encrypt bootstrap data for host %s: %w", rel.host, err)
+	}
+	if s.cfg.SigningKey != nil {
+		env.Signature = ed25519.Sign(s.cfg.SigningKey, env.SignedBytes())
 	}
 	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
 	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: "bootstrap data delivered to the attested TPM"})

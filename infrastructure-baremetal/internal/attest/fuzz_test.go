@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
+	"net/netip"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -40,15 +41,23 @@ func FuzzDecodeAttestationRequests(f *testing.F) {
 		f.Add(seed)
 	}
 	store := attest.NewMemoryStore()
-	svc := attest.New(attest.Config{}, store, logr.Discard(), nil)
+	svc := attest.New(attest.Config{InsecureAcceptAnyEK: true, MaxTicketsPerHost: 1 << 30}, store, logr.Discard(), nil)
+	from := netip.MustParseAddr("192.0.2.10")
+	ticket := func() string {
+		tk, err := svc.IssueTicket("fuzz/host", from)
+		if err != nil {
+			panic(err)
+		}
+		return tk
+	}
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if req, err := attest.DecodeStartRequest(bytes.NewReader(body)); err == nil {
-			req.Ticket = svc.IssueTicket("fuzz/host")
-			_, _ = svc.Start(ctx, req)
+			req.Ticket = ticket()
+			_, _ = svc.Start(ctx, req, from)
 		}
 		if req, err := attest.DecodeVerifyRequest(bytes.NewReader(body)); err == nil {
-			ch, err := svc.Start(ctx, &wire.StartRequest{Ticket: svc.IssueTicket("fuzz/host"), EKPublic: ek, AKPublic: ak})
+			ch, err := svc.Start(ctx, &wire.StartRequest{Ticket: ticket(), EKPublic: ek, AKPublic: ak}, from)
 			if err != nil {
 				t.Fatalf("failed to start a session: %v", err)
 			}

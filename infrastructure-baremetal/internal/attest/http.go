@@ -2,11 +2,16 @@ package attest
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"os"
 	"strings"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
@@ -72,7 +77,12 @@ func (s *Service) Handler() http.Handler {
 			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
 			return
 		}
-		rsp, err := s.Start(r.Context(), req)
+		from, err := SourceAddr(r)
+		if err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			return
+		}
+		rsp, err := s.Start(r.Context(), req, from)
 		respond(w, rsp, err)
 	})
 	mux.HandleFunc("POST "+wire.PathVerify, func(w http.ResponseWriter, r *http.Request) {
@@ -97,6 +107,53 @@ func (s *Service) Handler() http.Handler {
 		respond(w, env, err)
 	})
 	return mux
+}
+
+// LoadCertPool reads PEM certificates (CA bundles) from files into a pool; a file without a certificate
+// is an error.
+func LoadCertPool(files ...string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, f := range files {
+		data, err := os.ReadFile(f) //nolint:gosec // the operator names the CA files
+		if err != nil {
+			return nil, fmt.Errorf("failed to read CA file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("failed to load CA file %s: it holds no PEM certificate", f)
+		}
+	}
+	return pool, nil
+}
+
+// LoadSigningKey reads a PEM "PRIVATE KEY" (PKCS#8) Ed25519 key, as `openssl genpkey -algorithm ed25519`
+// writes it.
+func LoadSigningKey(file string) (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(file) //nolint:gosec // the operator names the key file
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the signing key: %w", err)
+	}
+	blk, _ := pem.Decode(data)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("failed to load the signing key %s: no PEM PRIVATE KEY block", file)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load the signing key %s: %w", file, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("failed to load the signing key %s: %T is not an Ed25519 key", file, k)
+	}
+	return ek, nil
+}
+
+// SourceAddr is a request's source address (IPv4-mapped addresses unmapped): what boot tickets are bound to.
+func SourceAddr(r *http.Request) (netip.Addr, error) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("failed to parse remote address %q: %w", r.RemoteAddr, err)
+	}
+	return ap.Addr().Unmap(), nil
 }
 
 func respond(w http.ResponseWriter, v any, err error) {

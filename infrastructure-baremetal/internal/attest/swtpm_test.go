@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,6 +24,19 @@ import (
 )
 
 const host = "metal/host-0"
+
+// loopback is where the tests' agents connect from: the address their tickets are bound to.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// issue is what the boot server does for a script fetched from loopback.
+func issue(t testing.TB, e *env) string {
+	t.Helper()
+	tk, err := e.svc.IssueTicket(host, loopback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
 
 // realTPM is a running swtpm, one held connection to it and the keys the agent derives.
 type realTPM struct {
@@ -123,7 +137,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 
 	t.Run("a later boot of the same TPM attests against the enrolment", func(t *testing.T) {
 		g := NewWithT(t)
-		data, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		data, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(data)).To(ContainSubstring("join token"))
 		g.Expect(testutil.ToFloat64(e.metrics.Results.WithLabelValues(attest.ReasonAttested))).To(Equal(1.0))
@@ -134,12 +148,13 @@ func TestAttestationWithSwtpm(t *testing.T) {
 	t.Run("different TPM", func(t *testing.T) {
 		g := NewWithT(t)
 		tpmB := startTPM(t)
-		_, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmB.keys)
+		_, err := e.client.Attest(ctx, issue(t, e), tpmB.keys)
 		g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
 		g.Expect(e.store.LastReason(host)).To(Equal(wire.ReasonEKMismatch))
+		g.Expect(e.store.Results(host)[len(e.store.Results(host))-1].Fatal).To(BeTrue(), "a different TPM is a real attestation failure")
 
 		// An AK from another TPM cannot answer a challenge bound to the enrolled EK either.
-		ch, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		ch, err := e.client.Start(ctx, issue(t, e), tpmA.keys)
 		g.Expect(err).NotTo(HaveOccurred())
 		_, err = tpmB.keys.Activate(ch.CredentialBlob, ch.EncryptedSecret)
 		g.Expect(err).To(HaveOccurred())
@@ -148,7 +163,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 	t.Run("changed PCR", func(t *testing.T) {
 		g := NewWithT(t)
 		extendPCR(t, tpmA.conn, 7) // e.g. Secure Boot state changed
-		_, err := e.client.Attest(ctx, e.svc.IssueTicket(host), tpmA.keys)
+		_, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
 		g.Expect(refusal(err)).To(Equal(wire.ReasonPCRMismatch))
 		g.Expect(e.store.Results(host)[len(e.store.Results(host))-1].Message).To(ContainSubstring("[7]"))
 	})
@@ -156,7 +171,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 	t.Run("EK certificate from an untrusted CA", func(t *testing.T) {
 		g := NewWithT(t)
 		other := newEnv(t, attest.Config{EKRoots: x509.NewCertPool()})
-		_, err := other.client.Attest(ctx, other.svc.IssueTicket(host), tpmA.keys)
+		_, err := other.client.Attest(ctx, issue(t, other), tpmA.keys)
 		g.Expect(refusal(err)).To(Equal(wire.ReasonEKCertificateUntrusted))
 	})
 }
@@ -165,7 +180,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 func firstBootEnrols(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
 	t.Helper()
 	g := NewWithT(t)
-	ticket := e.svc.IssueTicket(host)
+	ticket := issue(t, e)
 	ch, err := e.client.Start(ctx, ticket, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred())
 	ans, err := wire.Answer(tpmA.keys, ch)
@@ -203,7 +218,7 @@ func firstBootEnrols(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
 func replayedNonceRefused(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
 	t.Helper()
 	g := NewWithT(t)
-	ticket := e.svc.IssueTicket(host)
+	ticket := issue(t, e)
 	ch1, err := e.client.Start(ctx, ticket, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred())
 	old, err := wire.Answer(tpmA.keys, ch1)
@@ -212,7 +227,7 @@ func replayedNonceRefused(ctx context.Context, t *testing.T, e *env, tpmA *realT
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// An attacker who recorded that exchange replays its quote in a new session (with a new ticket).
-	ch2, err := e.client.Start(ctx, e.svc.IssueTicket(host), tpmA.keys)
+	ch2, err := e.client.Start(ctx, issue(t, e), tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred())
 	fresh, err := wire.Answer(tpmA.keys, ch2)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -227,24 +242,63 @@ func replayedNonceRefused(ctx context.Context, t *testing.T, e *env, tpmA *realT
 	g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownSession))
 }
 
-// TestRacingFirstBootsOnOneTicket: two TPMs start sessions with the same ticket before the host is enrolled;
-// the first to verify enrols, the second is refused as a different TPM.
-func TestRacingFirstBootsOnOneTicket(t *testing.T) {
+// TestOneTicketOpensOneSession: two TPMs start sessions with the same ticket before the host is enrolled
+// (a stranger who learnt a ticket, racing the host): the second is refused, and the first still enrols.
+func TestOneTicketOpensOneSession(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	tpmA, tpmB := startTPM(t), startTPM(t)
-	e := newEnv(t, attest.Config{})
-	ticket := e.svc.IssueTicket(host)
+	e := newEnv(t, attest.Config{InsecureAcceptAnyEK: true})
+	ticket := issue(t, e)
 	chA, err := e.client.Start(ctx, ticket, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred())
-	chB, err := e.client.Start(ctx, ticket, tpmB.keys)
-	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.client.Start(ctx, ticket, tpmB.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonUnknownTicket))
+	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(403))
 	ansA, err := wire.Answer(tpmA.keys, chA)
-	g.Expect(err).NotTo(HaveOccurred())
-	ansB, err := wire.Answer(tpmB.keys, chB)
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = e.client.Verify(ctx, ansA)
 	g.Expect(err).NotTo(HaveOccurred())
-	_, err = e.client.Verify(ctx, ansB)
-	g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
+	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonEnrolled))
+}
+
+// TestTicketsBoundToTheFetchingAddress: a ticket issued to another address (a script fetched by the host)
+// opens no session for whoever else presents it; a refetch leaves earlier tickets valid; a flood of
+// fetches is refused; nothing of it is recorded on the host.
+func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tpmA := startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates, MaxTicketsPerHost: 3})
+	elsewhere, err := e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.client.Start(ctx, elsewhere, tpmA.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonTicketBoundElsewhere))
+	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(403))
+	g.Expect(e.store.Results(host)).To(BeEmpty(), "a stranger's request is not the host's failure")
+
+	first := issue(t, e)
+	_ = issue(t, e) // the host fetched its script again
+	_, err = e.svc.IssueTicket(host, loopback)
+	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL is the limit")
+	data, err := e.client.Attest(ctx, first, tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred(), "the refetch did not invalidate the first ticket")
+	g.Expect(string(data)).To(ContainSubstring("join token"))
+}
+
+// TestAttestationRefusedWithoutEKRoots: a boot server configured with neither vendor roots nor
+// InsecureAcceptAnyEK refuses every attestation (named, non-fatal: the host did nothing wrong).
+func TestAttestationRefusedWithoutEKRoots(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tpmA := startTPM(t)
+	e := newEnv(t, attest.Config{})
+	_, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonEKRootsNotConfigured))
+	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(503))
+	g.Expect(e.store.Results(host)).To(ConsistOf(HaveField("Fatal", false)))
+	enr, err := e.store.Enrolment(ctx, host)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enr).To(BeNil())
 }

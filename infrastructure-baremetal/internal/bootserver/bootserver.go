@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"strconv"
@@ -23,13 +24,23 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 )
 
-// TicketIssuer issues one-time boot tickets (attest.Service).
+// TicketIssuer issues one-time boot tickets (attest.Service), each bound to the address that fetched the
+// script; an error (too many tickets for the host) refuses the script.
 type TicketIssuer interface {
-	IssueTicket(host string) string
+	IssueTicket(host string, from netip.Addr) (string, error)
 }
+
+// Refusal reasons of GET /ipxe/<mac>, in the response body and the log.
+const (
+	// ReasonNotReservedAddress: the script was asked for from another address than the host's DHCP lease.
+	ReasonNotReservedAddress = "NotTheHostsLeaseAddress"
+	// ReasonTicketRefused: the attestation service issued no ticket (per-host rate limit).
+	ReasonTicketRefused = "TicketRefused"
+)
 
 // Config configures the boot server.
 type Config struct {
@@ -43,6 +54,9 @@ type Config struct {
 	Tickets TicketIssuer
 	// API serves /attestation/ and /bootstrap/ (attest.Service.Handler()); nil: not mounted.
 	API http.Handler
+	// BindToReservation serves a host's script only to the address its DHCP reservation leases (set when
+	// this site's DHCP server leases the addresses; a host without a reservation is served from anywhere).
+	BindToReservation bool
 }
 
 // Metrics are the HTTP Prometheus metrics.
@@ -114,18 +128,30 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// ScriptFor renders a host's iPXE script with a fresh ticket.
-func (s *Server) ScriptFor(h inventory.Host) string {
+// ScriptFor renders a host's iPXE script with a fresh ticket bound to from (the address that asked). A
+// value that would change the script instead of filling one word of it is refused (an error wrapping
+// inventory.ErrInvalidBootParameter) before any ticket is issued.
+func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
+	if err := inventory.CheckBootValue("host name", h.Name); err != nil {
+		return "", err
+	}
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
 	fmt.Fprintf(&b, "echo Yonder: booting %s\n", h.Name)
 	if h.Boot.Kernel == "" {
 		b.WriteString("echo Yonder: no boot configuration for this host yet, retrying in 30s\nsleep 30\nreboot\n")
-		return b.String()
+		return b.String(), nil
 	}
-	cmdline := strings.TrimSpace(h.Boot.Cmdline + " yonder.server=" + s.cfg.BaseURL)
+	if err := h.Boot.Check(); err != nil {
+		return "", err
+	}
+	cmdline := strings.Trim(h.Boot.Cmdline+" yonder.server="+s.cfg.BaseURL, " ")
 	if s.cfg.Tickets != nil {
-		cmdline += " yonder.ticket=" + s.cfg.Tickets.IssueTicket(h.Name)
+		t, err := s.cfg.Tickets.IssueTicket(h.Name, from)
+		if err != nil {
+			return "", err
+		}
+		cmdline += " yonder.ticket=" + t
 	}
 	if h.Boot.Initrd != "" {
 		cmdline = "initrd=initrd " + cmdline
@@ -135,7 +161,7 @@ func (s *Server) ScriptFor(h inventory.Host) string {
 		fmt.Fprintf(&b, "initrd --name initrd %s\n", s.url(h.Boot.Initrd))
 	}
 	b.WriteString("boot\n")
-	return b.String()
+	return b.String(), nil
 }
 
 func (s *Server) url(artifact string) string {
@@ -157,9 +183,31 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	from, err := attest.SourceAddr(r)
+	if err != nil {
+		http.Error(w, "no remote address", http.StatusBadRequest)
+		return
+	}
+	if s.cfg.BindToReservation && h.Address.IsValid() && from != h.Address {
+		// Only the host's own lease gets its ticket: anyone else on the boot LAN naming its MAC gets nothing.
+		s.log.Info("Refusing iPXE script: not asked from the host's lease address", "host", h.Name, "remote", from.String(), "lease", h.Address.String())
+		http.Error(w, ReasonNotReservedAddress+": this MAC's script is served only to its DHCP lease", http.StatusForbidden)
+		return
+	}
+	script, err := s.ScriptFor(h, from)
+	switch {
+	case errors.Is(err, inventory.ErrInvalidBootParameter):
+		s.log.Info("Refusing iPXE script: invalid boot parameter", "host", h.Name, "error", err.Error())
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	case err != nil:
+		s.log.Info("Refusing iPXE script: no ticket", "host", h.Name, "remote", from.String(), "error", err.Error())
+		http.Error(w, ReasonTicketRefused+": "+err.Error(), http.StatusTooManyRequests)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store") // carries a one-time ticket
-	_, _ = io.WriteString(w, s.ScriptFor(h))
+	_, _ = io.WriteString(w, script)            //nolint:gosec // a text/plain iPXE script whose every value passed inventory.CheckBootValue
 	s.log.V(2).Info("Served iPXE script", "host", h.Name, "remote", r.RemoteAddr)
 }
 

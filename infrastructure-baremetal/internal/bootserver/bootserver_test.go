@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +32,9 @@ func TestBootServerWithCurl(t *testing.T) {
 	n := labnet.NewForTest(t)
 	client, err := n.Attach(ctx, "httpc")
 	g.Expect(err).NotTo(HaveOccurred())
+	// A stranger on the same boot LAN who knows (or guesses) the host's MAC.
+	stranger, err := n.Attach(ctx, "rogue")
+	g.Expect(err).NotTo(HaveOccurred())
 
 	dir := t.TempDir()
 	kernel := make([]byte, 5*1024*1024+3)
@@ -43,14 +45,18 @@ func TestBootServerWithCurl(t *testing.T) {
 	g.Expect(os.Symlink(secret, filepath.Join(dir, "escape"))).To(Succeed())
 
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0xcd, 0xef}
-	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-0", MAC: mac, Address: netip.MustParseAddr("10.250.0.200"),
-		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	injected := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0xcd, 0x01}
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-0", MAC: mac, Address: client.Address,
+		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}},
+		// An image URL with a newline would add iPXE commands after the kernel line.
+		inventory.Host{Name: "metal/host-1", MAC: injected, Boot: inventory.BootConfig{Kernel: "vmlinuz",
+			Cmdline: "console=ttyS0 yonder.image=http://images.example/a.iso\nshell"}})
 	ln, err := net.Listen("tcp4", n.Gateway.String()+":0")
 	g.Expect(err).NotTo(HaveOccurred())
 	base := "http://" + ln.Addr().String()
-	svc := attest.New(attest.Config{}, attest.NewMemoryStore(), testr.New(t), nil)
+	svc := attest.New(attest.Config{InsecureAcceptAnyEK: true}, attest.NewMemoryStore(), testr.New(t), nil)
 	metrics := bootserver.NewMetrics(prometheus.NewRegistry())
-	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: dir, Lookup: inv, Tickets: svc, API: svc.Handler()},
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: dir, Lookup: inv, Tickets: svc, API: svc.Handler(), BindToReservation: true},
 		testr.New(t), metrics)
 	g.Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{Handler: bs.Handler()}
@@ -61,6 +67,11 @@ func TestBootServerWithCurl(t *testing.T) {
 		out, err := exec.Command("nsenter", append([]string{"--net=" + client.NamespacePath, "curl", "-sS"}, args...)...).CombinedOutput()
 		return string(out), err
 	}
+	rogue := func(args ...string) (string, error) {
+		out, err := exec.Command("nsenter", append([]string{"--net=" + stranger.NamespacePath, "curl", "-sS"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	ticketRE := regexp.MustCompile(`yonder\.ticket=(\S+)`)
 
 	t.Run("per-host iPXE script with a fresh one-time ticket", func(t *testing.T) {
 		g := NewWithT(t)
@@ -71,8 +82,37 @@ func TestBootServerWithCurl(t *testing.T) {
 		g.Expect(out).To(ContainSubstring("initrd --name initrd " + base + "/artifacts/initrd.img\n"))
 		again, err := curl("--fail", base+"/ipxe/"+strings.ToUpper(mac.String()))
 		g.Expect(err).NotTo(HaveOccurred(), again)
-		re := regexp.MustCompile(`yonder\.ticket=(\S+)`)
-		g.Expect(re.FindStringSubmatch(again)[1]).NotTo(Equal(re.FindStringSubmatch(out)[1]))
+		g.Expect(ticketRE.FindStringSubmatch(again)[1]).NotTo(Equal(ticketRE.FindStringSubmatch(out)[1]))
+	})
+	t.Run("a stranger naming the host's MAC gets no script, and no ticket works from its address", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := rogue("-w", "\n%{http_code}", base+"/ipxe/"+mac.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HavePrefix(bootserver.ReasonNotReservedAddress + ":"))
+		g.Expect(out).To(HaveSuffix("\n403"))
+		g.Expect(out).NotTo(ContainSubstring("yonder.ticket="))
+		// The host's own ticket, were it overheard, opens no session from the stranger's address...
+		script, err := curl("--fail", base+"/ipxe/"+mac.String())
+		g.Expect(err).NotTo(HaveOccurred(), script)
+		overheard := ticketRE.FindStringSubmatch(script)[1]
+		body := `{"ticket":"` + overheard + `","ekPublic":"AA==","akPublic":"AA=="}`
+		out, err = rogue("-w", "\n%{http_code}", "-X", "POST", "-d", body, base+"/attestation/v1/start")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"TicketBoundToAnotherAddress"`))
+		g.Expect(out).To(HaveSuffix("\n403"))
+		// ...and is still the host's: its (here malformed) request gets past the ticket check.
+		out, err = curl("-w", "\n%{http_code}", "-X", "POST", "-d", body, base+"/attestation/v1/start")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring(`"reason":"MalformedRequest"`))
+		g.Expect(out).To(HaveSuffix("\n400"))
+	})
+	t.Run("a newline in the image URL never reaches a script", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := curl("-w", "\n%{http_code}", base+"/ipxe/"+injected.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HavePrefix(inventory.ReasonInvalidBootParameter + ": kernel command line word 2 holds control character '\\n'"))
+		g.Expect(out).To(HaveSuffix("\n500"))
+		g.Expect(out).NotTo(ContainSubstring("shell"))
 	})
 	t.Run("unknown MAC gets no script", func(t *testing.T) {
 		g := NewWithT(t)
@@ -90,7 +130,8 @@ func TestBootServerWithCurl(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(out).To(ContainSubstring(`"reason":"UnknownReleaseToken"`))
 	})
-	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(3.0))
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "403"))).To(Equal(1.0))
 	g.Expect(testutil.ToFloat64(metrics.Bytes.WithLabelValues("artifacts"))).To(BeNumerically(">=", len(kernel)))
 }
 

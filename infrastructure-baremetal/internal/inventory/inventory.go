@@ -73,6 +73,16 @@ func (s *Static) Delete(mac net.HardwareAddr) {
 	delete(s.byMAC, key(mac))
 }
 
+// DeleteHost removes the entry with this MAC only when it is the named host's: a host that gives up its
+// boot never removes another host's entry with the same MAC.
+func (s *Static) DeleteHost(mac net.HardwareAddr, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.byMAC[key(mac)]; ok && h.Name == name {
+		delete(s.byMAC, key(mac))
+	}
+}
+
 // HostByMAC implements Lookup.
 func (s *Static) HostByMAC(mac net.HardwareAddr) (Host, bool) {
 	s.mu.RLock()

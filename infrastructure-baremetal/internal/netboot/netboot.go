@@ -79,7 +79,7 @@ func Start(ctx context.Context, cfg Config, lookup inventory.Lookup, store attes
 	closeAll := func() { _ = httpLn.Close(); _ = tftpConn.Close() }
 	svc := attest.New(cfg.Attestation, store, log.WithName("attest"), attest.NewMetrics(reg))
 	boot, err := bootserver.New(bootserver.Config{BaseURL: cfg.HTTPBase, ArtifactsDir: cfg.ArtifactsDir, Lookup: lookup,
-		Tickets: svc, API: svc.Handler()}, log.WithName("http"), bootserver.NewMetrics(reg))
+		Tickets: svc, API: svc.Handler(), BindToReservation: !cfg.DisableDHCP && !cfg.DHCP.ProxyDHCP}, log.WithName("http"), bootserver.NewMetrics(reg))
 	if err != nil {
 		closeAll()
 		return nil, err

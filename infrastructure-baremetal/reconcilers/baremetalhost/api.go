@@ -26,11 +26,15 @@ const (
 	StateAnnotation = "metal.yonder.dev/state"
 	// EnrolmentAnnotation is the host's pinned TPM (JSON attest.Enrolment).
 	EnrolmentAnnotation = "metal.yonder.dev/tpm-enrolment"
-	// EnrolmentWindowAnnotation, "open", lets the host's TPM be pinned by its next attested boot. The
-	// controller opens it when it registers a host that has no pinned TPM and the first enrolment closes
-	// it; an operator who pins EKs out of band removes it (or never lets it open: set EnrolmentAnnotation
-	// before labelling the host).
+	// EnrolmentWindowAnnotation is an RFC 3339 deadline until which the host's next attested boot may pin
+	// its TPM (trust on first use, bounded). Nothing opens it automatically: an operator does, with
+	// `kubectl yonder host enrol <host> --for 30m` or `kubectl annotate`, and the first enrolment removes
+	// it. A window whose deadline passed is closed.
 	EnrolmentWindowAnnotation = "metal.yonder.dev/tpm-enrolment-window"
+	// EKFingerprintAnnotation registers the host's TPM out of band: the hex SHA-256 of its EK public key
+	// in PKIX DER form (attest.EKFingerprint). The first attested boot whose EK has this fingerprint pins
+	// the TPM without a window; any other EK is refused (EKMismatch).
+	EKFingerprintAnnotation = "metal.yonder.dev/tpm-ek-sha256"
 	// AttestationAnnotation is the latest attestation outcome reported by the boot server (JSON
 	// AttestationRecord); written by the boot server's store, read by the reconciler.
 	AttestationAnnotation = "metal.yonder.dev/attestation"
@@ -61,6 +65,11 @@ const (
 	BareMetalHostProvisionedCondition = "Provisioned"
 	// BareMetalHostAttestedCondition: the latest attestation outcome.
 	BareMetalHostAttestedCondition = "Attested"
+	// BareMetalHostEKTrustCondition: whether the boot server verifies TPM EK certificates against vendor
+	// roots (False with reason InsecureAcceptAnyEK when it accepts any EK).
+	BareMetalHostEKTrustCondition = "EKCertificatesVerified"
+	// BareMetalHostBootMACUniqueCondition: no other managed host, in any namespace, has this boot MAC.
+	BareMetalHostBootMACUniqueCondition = "BootMACUnique"
 )
 
 // Condition reasons (of the conditions above).
@@ -83,6 +92,14 @@ const (
 	BareMetalHostPowerFailedReason         = "PowerActionFailed"
 	BareMetalHostProvisionedReason         = "Provisioned"
 	BareMetalHostNotProvisionedReason      = "NotProvisioned"
+	// BareMetalHostAttestationRefusedReason: the boot server refused a request of the host without
+	// evidence against it (malformed request, closed enrolment window, no EK roots); the attempt goes on
+	// to its timeout and retry, the host is not powered off.
+	BareMetalHostAttestationRefusedReason  = "AttestationRefused"
+	BareMetalHostDuplicateBootMACReason    = "DuplicateBootMAC"
+	BareMetalHostBootMACUniqueReason       = "Unique"
+	BareMetalHostEKRootsConfiguredReason   = "VendorRootsConfigured"
+	BareMetalHostInsecureAcceptAnyEKReason = "InsecureAcceptAnyEK"
 )
 
 // HostState is the durable part of a host's state, kept in StateAnnotation.
@@ -114,6 +131,9 @@ type AttestationRecord struct {
 	Success bool        `json:"success"`
 	Reason  string      `json:"reason"`
 	Message string      `json:"message,omitempty"`
+	// Fatal marks a refusal that is a real attestation failure (attest.Result.Fatal): only those power
+	// the host off.
+	Fatal bool `json:"fatal,omitempty"`
 }
 
 func readState(h *metal3v1.BareMetalHost) (HostState, error) {

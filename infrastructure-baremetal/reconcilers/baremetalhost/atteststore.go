@@ -17,6 +17,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 )
 
@@ -83,13 +84,18 @@ func (s AttestStore) Enrolment(ctx context.Context, host string) (*attest.Enrolm
 	return e, nil
 }
 
-// Enrol implements attest.Store: it pins the TPM only while the host's enrolment window is open (the
-// controller opens it at registration) and closes the window in the same update, so a second TPM can
-// never be pinned by a later boot.
+// Enrol implements attest.Store. Enrolment is explicit: the TPM is pinned only when its EK has the
+// fingerprint registered in EKFingerprintAnnotation, or while an operator's enrolment window
+// (EnrolmentWindowAnnotation, an RFC 3339 deadline) is open; the pin closes the window in the same update,
+// so a second TPM can never be pinned by a later boot. A refusal is an *attest.RefusedError.
 func (s AttestStore) Enrol(ctx context.Context, host string, e attest.Enrolment) error {
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("failed to encode enrolment of %s: %w", host, err)
+	}
+	fp, err := attest.EKFingerprint(e.EKPublic)
+	if err != nil {
+		return &attest.RefusedError{Status: 400, Reason: wire.ReasonMalformedRequest, Message: err.Error()}
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		h, err := s.get(ctx, host)
@@ -99,8 +105,8 @@ func (s AttestStore) Enrol(ctx context.Context, host string, e attest.Enrolment)
 		if _, pinned := h.Annotations[EnrolmentAnnotation]; pinned {
 			return fmt.Errorf("host %s already has a pinned TPM", host)
 		}
-		if h.Annotations[EnrolmentWindowAnnotation] != "open" {
-			return fmt.Errorf("host %s has no pinned TPM and its enrolment window is closed: set annotation %s=open to let its next boot pin its TPM", host, EnrolmentWindowAnnotation)
+		if rerr := enrolmentAllowed(h, fp, time.Now()); rerr != nil {
+			return rerr
 		}
 		orig := h.DeepCopy()
 		h.Annotations[EnrolmentAnnotation] = string(raw)
@@ -109,9 +115,37 @@ func (s AttestStore) Enrol(ctx context.Context, host string, e attest.Enrolment)
 		if err := s.Client.Patch(ctx, h, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err
 		}
-		ctrl.LoggerFrom(ctx).Info("Pinned host TPM", "BareMetalHost", host)
+		ctrl.LoggerFrom(ctx).Info("Pinned host TPM", "BareMetalHost", host, "ekSHA256", fp)
 		return nil
 	})
+}
+
+// enrolmentAllowed is the explicit enrolment policy of a host without a pinned TPM whose EK has
+// fingerprint fp: a registered fingerprint decides alone; otherwise a window must be open at now.
+func enrolmentAllowed(h *metal3v1.BareMetalHost, fp string, now time.Time) *attest.RefusedError {
+	if want, ok := h.Annotations[EKFingerprintAnnotation]; ok {
+		if !strings.EqualFold(strings.TrimSpace(want), fp) {
+			return &attest.RefusedError{Status: 403, Reason: wire.ReasonEKMismatch, Message: fmt.Sprintf(
+				"the TPM's EK (sha256 %s) is not the one registered in annotation %s (%s)", fp, EKFingerprintAnnotation, want)}
+		}
+		return nil
+	}
+	raw, ok := h.Annotations[EnrolmentWindowAnnotation]
+	if !ok {
+		return &attest.RefusedError{Status: 403, Reason: wire.ReasonEnrolmentClosed, Message: fmt.Sprintf(
+			"the host has no pinned TPM, no registered EK (annotation %s) and no enrolment window: run `kubectl yonder host enrol %s/%s --for 30m` "+
+				"(annotation %s=<RFC 3339 deadline>) and provision again", EKFingerprintAnnotation, h.Namespace, h.Name, EnrolmentWindowAnnotation)}
+	}
+	deadline, err := time.Parse(time.RFC3339, raw)
+	if err != nil {
+		return &attest.RefusedError{Status: 403, Reason: wire.ReasonEnrolmentClosed, Message: fmt.Sprintf(
+			"annotation %s=%q is not an RFC 3339 deadline: the window is closed", EnrolmentWindowAnnotation, raw)}
+	}
+	if !now.Before(deadline) {
+		return &attest.RefusedError{Status: 403, Reason: wire.ReasonEnrolmentClosed, Message: fmt.Sprintf(
+			"the enrolment window closed at %s: open a new one to enrol this host's TPM", deadline.Format(time.RFC3339))}
+	}
+	return nil
 }
 
 // BootstrapData implements attest.Store: the user data Secret's "userData" key (what CAPM3 writes), or
@@ -146,7 +180,7 @@ var recordBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Fac
 
 // Record implements attest.Store: the outcome lands on the host (annotation and Attested condition).
 func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
-	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message}
+	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message, Fatal: r.Fatal}
 	raw, _ := json.Marshal(rec)
 	err := retry.RetryOnConflict(recordBackoff, func() error {
 		h, err := s.get(ctx, host)

@@ -2,6 +2,7 @@ package baremetalhost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
@@ -41,6 +43,15 @@ type Options struct {
 	BootArtifactsDir           string
 	// BootKernel, BootInitrd, BootCmdline: what a provisioning host boots (artifact names or URLs).
 	BootKernel, BootInitrd, BootCmdline string
+	// EKRoots and EKIntermediates are PEM files of the TPM vendors' EK certificate roots and intermediate
+	// CAs; InsecureAcceptAnyEK accepts any EK instead (required when EKRoots is empty). AttestationPCRs
+	// are the SHA-256 PCRs quoted and compared with the values recorded at enrolment.
+	EKRoots, EKIntermediates []string
+	InsecureAcceptAnyEK      bool
+	AttestationPCRs          []int
+	// BootSigningKey is a PEM PKCS#8 Ed25519 private key that signs released bootstrap data; its public
+	// half goes into the boot image (/etc/yonder/boot-server.pub), whose agent refuses unsigned data.
+	BootSigningKey string
 }
 
 // AddFlags registers the options' flags.
@@ -60,6 +71,41 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BootKernel, "boot-kernel", "vmlinuz", "Kernel a provisioning host boots (artifact name or URL)")
 	fs.StringVar(&o.BootInitrd, "boot-initrd", "yonder-initrd.img", "Initramfs with yonder-agent a provisioning host boots")
 	fs.StringVar(&o.BootCmdline, "boot-cmdline", "console=ttyS0", "Kernel command line of the provisioning boot (the server adds its URL and the ticket)")
+	fs.StringSliceVar(&o.EKRoots, "ek-roots", nil, "PEM files of the TPM vendor root CAs that must sign every host's EK certificate (required with --boot-interface unless --insecure-accept-any-ek)")
+	fs.StringSliceVar(&o.EKIntermediates, "ek-intermediates", nil, "PEM files of intermediate CAs offered when verifying EK certificates")
+	fs.BoolVar(&o.InsecureAcceptAnyEK, "insecure-accept-any-ek", false, "INSECURE: accept TPMs without verifying their EK certificate (a software TPM can enrol in an open window); hosts show EKCertificatesVerified=False")
+	fs.StringVar(&o.BootSigningKey, "boot-signing-key", "", "PEM PKCS#8 Ed25519 private key that signs released bootstrap data (the boot image's agent holds the public key and refuses anything else)")
+	fs.IntSliceVar(&o.AttestationPCRs, "attestation-pcrs", []int{0, 1, 2, 3, 4, 5, 6, 7}, "SHA-256 PCRs a host quotes; they must equal the values recorded when its TPM was enrolled")
+}
+
+// attestation is the attestation policy of the options: the EK roots read from their files.
+func (o Options) attestation() (attest.Config, error) {
+	cfg := attest.Config{PCRs: o.AttestationPCRs, InsecureAcceptAnyEK: o.InsecureAcceptAnyEK}
+	if len(o.EKRoots) == 0 && !o.InsecureAcceptAnyEK {
+		return cfg, errors.New("--boot-interface needs --ek-roots (the TPM vendors' EK root CAs) or, knowingly, --insecure-accept-any-ek")
+	}
+	var err error
+	if len(o.EKRoots) > 0 {
+		if cfg.EKRoots, err = attest.LoadCertPool(o.EKRoots...); err != nil {
+			return cfg, fmt.Errorf("--ek-roots: %w", err)
+		}
+	}
+	if len(o.EKIntermediates) > 0 {
+		if cfg.EKIntermediates, err = attest.LoadCertPool(o.EKIntermediates...); err != nil {
+			return cfg, fmt.Errorf("--ek-intermediates: %w", err)
+		}
+	}
+	if o.BootSigningKey != "" {
+		if cfg.SigningKey, err = attest.LoadSigningKey(o.BootSigningKey); err != nil {
+			return cfg, fmt.Errorf("--boot-signing-key: %w", err)
+		}
+	}
+	for _, p := range o.AttestationPCRs {
+		if p < 0 || p > 23 {
+			return cfg, fmt.Errorf("--attestation-pcrs: %d is not a PCR index (0-23)", p)
+		}
+	}
+	return cfg, nil
 }
 
 // SetupWithManager registers the BareMetalHost controller with mgr and, when a boot interface is
@@ -74,10 +120,15 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err != nil || !ip.Is4() {
 			return fmt.Errorf("--boot-server-ip %q is not an IPv4 address (required with --boot-interface)", o.BootServerIP)
 		}
+		att, err := o.attestation()
+		if err != nil {
+			return err
+		}
 		inv := inventory.NewStatic()
 		r.NetBoot = inv
+		r.InsecureAcceptAnyEK = att.EKRoots == nil
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
-			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}}
+			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}
 		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			svcs, err := netboot.Start(ctx, cfg, inv, store, metrics.Registry, ctrl.Log.WithName("netboot"))

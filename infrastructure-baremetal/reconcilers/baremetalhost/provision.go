@@ -1,17 +1,22 @@
 package baremetalhost
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 )
 
@@ -88,25 +93,98 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 	if rec.Success && rec.Reason == "BootstrapDataReleased" {
 		return r.provisioned(ctx, s), true, nil
 	}
-	if !rec.Success {
+	if !rec.Success && rec.Fatal {
 		res, err := r.attestationFailed(ctx, s, rec)
+		return res, true, err
+	}
+	if !rec.Success {
+		// No evidence against the host (a malformed request, a closed enrolment window): it stays on, the
+		// attempt runs to its timeout and is retried, and the condition says what to fix meanwhile.
+		setCondition(s.host, BareMetalHostProvisionedCondition, false, BareMetalHostAttestationRefusedReason,
+			fmt.Sprintf("the boot server refused PXE boot %d of %d (%s): %s; the attempt is retried after its timeout (%s)",
+				s.state.Attempt, r.MaxProvisionAttempts, rec.Reason, rec.Message, r.ProvisionTimeout))
+		res, err := r.awaitAttempt(ctx, s)
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil
 }
 
 // serveBoot is step 2: the boot services know the host (rebuilt on every pass: the table is in memory
-// and a restart empties it).
-func (r *Reconciler) serveBoot(_ context.Context, s *scope) (ctrl.Result, bool, error) {
+// and a restart empties it). A host whose boot MAC another managed host already uses (in any namespace),
+// or whose image would change its iPXE script, never enters the table.
+func (r *Reconciler) serveBoot(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	if res, done, err := r.checkBootMACUnique(ctx, s); err != nil || done {
+		return res, done, err
+	}
 	bh, err := bootHost(s.host, r.Boot)
 	if err != nil {
 		msg := err.Error()
-		setCondition(s.host, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, msg)
+		reason := BareMetalHostNotProvisionedReason
+		if errors.Is(err, inventory.ErrInvalidBootParameter) {
+			reason = inventory.ReasonInvalidBootParameter
+		}
+		setCondition(s.host, BareMetalHostProvisionedCondition, false, reason, msg)
 		s.setError(metal3v1.ProvisioningError, msg, false)
 		return ctrl.Result{}, true, nil
 	}
 	r.NetBoot.Set(bh)
 	return ctrl.Result{}, false, nil
+}
+
+// checkBootMACUnique refuses to boot a host whose boot MAC an earlier-created managed host (any
+// namespace; ties broken by namespace/name) also names: the MAC-keyed boot table would hand one host's
+// script, ticket and data to the other. The condition names the other host only by namespace when it
+// is in another one.
+func (r *Reconciler) checkBootMACUnique(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	h := s.host
+	other, err := r.bootMACOwner(ctx, h)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if other == "" {
+		setCondition(h, BareMetalHostBootMACUniqueCondition, true, BareMetalHostBootMACUniqueReason, "")
+		return ctrl.Result{}, false, nil
+	}
+	msg := fmt.Sprintf("boot MAC %s is already the boot MAC of managed host %s: this host is not booted until its spec.bootMACAddress is unique", h.Spec.BootMACAddress, other)
+	setCondition(h, BareMetalHostBootMACUniqueCondition, false, BareMetalHostDuplicateBootMACReason, msg)
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostDuplicateBootMACReason, msg)
+	s.setError(metal3v1.ProvisioningError, msg, false)
+	return ctrl.Result{RequeueAfter: r.RetryInterval}, true, nil
+}
+
+// bootMACOwner is the managed host that has h's boot MAC and was created first ("" when that is h).
+func (r *Reconciler) bootMACOwner(ctx context.Context, h *metal3v1.BareMetalHost) (string, error) {
+	mac, err := net.ParseMAC(h.Spec.BootMACAddress)
+	if err != nil {
+		return "", nil // bootHost names the error
+	}
+	list := &metal3v1.BareMetalHostList{}
+	if err := r.Client.List(ctx, list, client.MatchingLabels{ManagedLabel: "true"}); err != nil {
+		return "", fmt.Errorf("failed to list BareMetalHosts for the boot MAC check: %w", err)
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == h.UID {
+			continue
+		}
+		om, err := net.ParseMAC(o.Spec.BootMACAddress)
+		if err != nil || !bytes.Equal(om, mac) || !earlier(o, h) {
+			continue
+		}
+		if o.Namespace != h.Namespace {
+			return "in namespace " + o.Namespace, nil
+		}
+		return o.Name, nil
+	}
+	return "", nil
+}
+
+// earlier orders hosts by creation, then namespace/name: the first claimant of a MAC keeps it.
+func earlier(a, b *metal3v1.BareMetalHost) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 }
 
 // resumeBoot is step 3 for an attempt whose pass recorded it but not its power action: it was stopped in
@@ -170,6 +248,9 @@ func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, e
 	h := s.host
 	waited := time.Since(s.state.BootRequestedAt.Time)
 	if waited < r.ProvisionTimeout {
+		if c := meta.FindStatusCondition(h.Status.Conditions, BareMetalHostProvisionedCondition); c != nil && c.Reason == BareMetalHostAttestationRefusedReason {
+			return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
+		}
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWaitingForPXEBootReason,
 			fmt.Sprintf("PXE boot %d of %d requested at %s; waiting for the host to boot, attest and fetch its bootstrap data (timeout %s)",
 				s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout))
@@ -178,6 +259,11 @@ func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, e
 	// Timed out: the host never PXE-booted, or never reached the attestation API.
 	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
 		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
+	if rec := readAttestation(h); rec != nil && !rec.Success && !rec.At.Before(s.state.BootRequestedAt) {
+		// It did reach the boot server, which refused it without evidence against it (e.g. EnrolmentClosed).
+		msg = fmt.Sprintf("the boot server refused PXE boot %d of %d (%s: %s) and the host attested no later within %s",
+			s.state.Attempt, r.MaxProvisionAttempts, rec.Reason, rec.Message, r.ProvisionTimeout)
+	}
 	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostPXEBootTimeoutReason, msg)
 	s.setError(metal3v1.ProvisioningError, msg, true)
 	ctrl.LoggerFrom(ctx).Info("PXE boot timed out", "attempt", s.state.Attempt)
@@ -254,8 +340,8 @@ func (r *Reconciler) provisioned(ctx context.Context, s *scope) ctrl.Result {
 func (r *Reconciler) attestationFailed(ctx context.Context, s *scope, rec *AttestationRecord) (ctrl.Result, error) {
 	h := s.host
 	msg := fmt.Sprintf("attestation refused (%s): %s; the host was powered off and gets no bootstrap data. "+
-		"If its TPM was replaced on purpose, update annotation %s (or remove it and set %s=open), then remove and re-add spec.image",
-		rec.Reason, rec.Message, EnrolmentAnnotation, EnrolmentWindowAnnotation)
+		"If its TPM was replaced on purpose, remove annotation %s and register the new EK (%s) or open an enrolment window (%s), then remove and re-add spec.image",
+		rec.Reason, rec.Message, EnrolmentAnnotation, EKFingerprintAnnotation, EnrolmentWindowAnnotation)
 	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostAttestationFailedReason, msg)
 	if h.Status.ErrorMessage != msg {
 		s.setError(metal3v1.ProvisioningError, msg, true)

@@ -45,7 +45,7 @@ func release(g Gomega, h *metal3v1.BareMetalHost) {
 
 // The provisioning path with the real boot server pieces: a claimed host gets a one-time PXE override
 // and a power cycle, its boot fetches an iPXE script with a one-time ticket, attests with its own TPM
-// (pinned by this first boot, as the enrolment window is open after registration) and receives exactly
+// (pinned by this first boot, in the enrolment window the operator opened at registration) and receives exactly
 // the user data; the host is provisioned. Releasing it powers it off and makes it available; the second
 // provisioning is attested against the pinned TPM.
 func TestProvisionAttestDeprovision(t *testing.T) {

@@ -48,7 +48,8 @@ import (
 // is being provisioned, so DHCP answers and the iPXE script is served only then.
 type NetBoot interface {
 	Set(h inventory.Host)
-	Delete(mac net.HardwareAddr)
+	// DeleteHost removes the MAC's entry if it is the named host's.
+	DeleteHost(mac net.HardwareAddr, name string)
 }
 
 // Reconciler reconciles BareMetalHosts labelled metal.yonder.dev/managed=true.
@@ -73,6 +74,9 @@ type Reconciler struct {
 	Namespaces []string
 	// BasicAuth sends credentials with every request instead of opening Redfish sessions.
 	BasicAuth bool
+	// InsecureAcceptAnyEK says that the boot services accept TPMs without verifying their EK certificate
+	// against vendor roots; every host then carries condition EKCertificatesVerified=False.
+	InsecureAcceptAnyEK bool
 }
 
 // SetupWithManager registers the reconciler. Called from yonder-metal-manager's main.go (setup package).
@@ -179,6 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 	setCondition(h, BareMetalHostSpecSupportedCondition, true, BareMetalHostSupportedReason, "")
+	r.setEKTrust(h)
 	if s.state.State == metal3v1.StateNone {
 		s.transition(metal3v1.StateRegistering)
 	}
@@ -384,11 +389,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	case metal3v1.StateRegistering:
 		s.endOperation(metal3v1.StateRegistering)
 		s.host.UpdateGoodCredentials(s.secret())
-		if _, pinned := h.Annotations[EnrolmentAnnotation]; !pinned {
-			if _, set := h.Annotations[EnrolmentWindowAnnotation]; !set {
-				h.Annotations[EnrolmentWindowAnnotation] = "open"
-			}
-		}
+		// Enrolment is explicit: no window is opened here (EKFingerprintAnnotation or EnrolmentWindowAnnotation).
 		// Each state is recorded before its work starts, so a restart resumes inside the right one.
 		s.transition(metal3v1.StateInspecting)
 		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
@@ -606,8 +607,22 @@ func (r *Reconciler) forgetBoot(h *metal3v1.BareMetalHost) {
 		return
 	}
 	if mac, err := net.ParseMAC(h.Spec.BootMACAddress); err == nil {
-		r.NetBoot.Delete(mac)
+		r.NetBoot.DeleteHost(mac, h.Namespace+"/"+h.Name)
 	}
+}
+
+// setEKTrust reports on the host whether the boot services that provision it verify EK certificates.
+func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
+	if r.NetBoot == nil {
+		meta.RemoveStatusCondition(&h.Status.Conditions, BareMetalHostEKTrustCondition)
+		return
+	}
+	if r.InsecureAcceptAnyEK {
+		setCondition(h, BareMetalHostEKTrustCondition, false, BareMetalHostInsecureAcceptAnyEKReason,
+			"the manager runs with --insecure-accept-any-ek: a software TPM inside an open enrolment window can pin itself and receive this host's bootstrap data")
+		return
+	}
+	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, "TPM EK certificates must chain to the configured vendor roots")
 }
 
 func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Host, error) {
@@ -625,10 +640,21 @@ func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Ho
 	}
 	if img := h.Spec.Image; img != nil {
 		// The agent learns what to run from its command line; the checksum lets it verify what it fetches.
-		ih.Boot.Cmdline = strings.TrimSpace(ih.Boot.Cmdline + " yonder.image=" + img.URL)
+		// Each value must stay one word of the iPXE script's kernel line.
+		for _, v := range []struct{ field, value string }{
+			{"spec.image.url", img.URL}, {"spec.image.checksum", img.Checksum}, {"spec.image.checksumType", string(img.ChecksumType)},
+		} {
+			if err := inventory.CheckBootValue(v.field, v.value); err != nil {
+				return inventory.Host{}, err
+			}
+		}
+		ih.Boot.Cmdline = strings.Trim(ih.Boot.Cmdline+" yonder.image="+img.URL, " ")
 		if img.Checksum != "" {
 			ih.Boot.Cmdline += " yonder.image_checksum=" + string(img.ChecksumType) + ":" + img.Checksum
 		}
+	}
+	if err := ih.Boot.Check(); err != nil {
+		return inventory.Host{}, err
 	}
 	return ih, nil
 }
@@ -638,23 +664,31 @@ func setConditionRaw(h *metal3v1.BareMetalHost, c metav1.Condition) {
 	meta.SetStatusCondition(&h.Status.Conditions, c)
 }
 
-// ownCredentials makes the host an owner of its BMC credentials Secret, as Metal3's baremetal-operator
-// does: the BareMetalHost CRD is labelled clusterctl.cluster.x-k8s.io/move-hierarchy, so `clusterctl move`
-// carries what a host owns along with it, and a moved host finds its credentials on the new management
-// cluster. The reference is not a controller reference (a Secret may serve several hosts); the patch is
-// only sent when the reference is missing, so it costs nothing on later reconciles.
+// MoveLabel is clusterctl's label for objects that `clusterctl move` carries whatever their owners.
+const MoveLabel = "clusterctl.cluster.x-k8s.io/move"
+
+// ownCredentials makes `clusterctl move` carry the host's BMC credentials Secret along with the host,
+// without making the host an owner of it: an owner reference would let the garbage collector delete a
+// Secret the provider does not own (one that may serve several hosts, or that the user manages) when the
+// host is deleted. The Secret gets clusterctl's move label instead, and an owner reference an earlier
+// version added is removed. The patch is only sent when something changes, so it costs nothing on later
+// reconciles.
 func (r *Reconciler) ownCredentials(ctx context.Context, h *metal3v1.BareMetalHost, sec *corev1.Secret) error {
-	for _, ref := range sec.OwnerReferences {
-		if ref.UID == h.UID {
-			return nil
-		}
+	_, labelled := sec.Labels[MoveLabel]
+	refs := slices.DeleteFunc(slices.Clone(sec.OwnerReferences), func(ref metav1.OwnerReference) bool {
+		return ref.UID == h.UID && ref.Kind == "BareMetalHost"
+	})
+	if labelled && len(refs) == len(sec.OwnerReferences) {
+		return nil
 	}
 	p := client.MergeFromWithOptions(sec.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if err := controllerutil.SetOwnerReference(h, sec, r.Client.Scheme()); err != nil {
-		return fmt.Errorf("failed to add %s as owner of its BMC credentials Secret %s: %w", klog.KObj(h), klog.KObj(sec), err)
+	if sec.Labels == nil {
+		sec.Labels = map[string]string{}
 	}
+	sec.Labels[MoveLabel] = ""
+	sec.OwnerReferences = refs
 	if err := r.Client.Patch(ctx, sec, p); err != nil {
-		return fmt.Errorf("failed to add %s as owner of its BMC credentials Secret %s: %w", klog.KObj(h), klog.KObj(sec), err)
+		return fmt.Errorf("failed to label the BMC credentials Secret %s of %s for clusterctl move: %w", klog.KObj(sec), klog.KObj(h), err)
 	}
 	return nil
 }

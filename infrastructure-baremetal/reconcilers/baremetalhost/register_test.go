@@ -17,7 +17,8 @@ import (
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
-// A host written for Metal3 goes registering → inspecting → available: the BMC certificate is pinned,
+// A host written for Metal3 goes registering → inspecting → available: the BMC certificate is pinned (no
+// TPM enrolment window is opened),
 // status.hardware holds the Redfish inventory (GPUs in an annotation and labels), the host stays powered off, and
 // every Redfish session is logged out. A host without the opt-in label is never touched.
 func TestRegisterInspectAvailable(t *testing.T) {
@@ -31,7 +32,9 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	sim.AddSystem(redfishsim.DefaultSystem("s2", "52:54:00:10:00:02"))
 	startController(t, testReconciler(nil), ns)
 
-	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:10:00:01", bmcPass)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:10:00:01", bmcPass, func(h *metal3v1.BareMetalHost) {
+		delete(h.Annotations, baremetalhost.EnrolmentWindowAnnotation)
+	})
 	other := newHost(g, ns, "not-ours", sim, "s2", "52:54:00:10:00:02", bmcPass, func(h *metal3v1.BareMetalHost) { h.Labels = nil })
 
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
@@ -41,7 +44,7 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	// Selectors cannot read annotations: the GPUs are also labels, written with the move to available.
 	g.Expect(got.Labels).To(HaveKeyWithValue(baremetalhost.GPUCountLabel, "2"))
 	g.Expect(got.Labels).To(HaveKeyWithValue(baremetalhost.GPUVendorLabel, "nvidia"))
-	g.Expect(got.Annotations[baremetalhost.EnrolmentWindowAnnotation]).To(Equal("open"))
+	g.Expect(got.Annotations).NotTo(HaveKey(baremetalhost.EnrolmentWindowAnnotation), "enrolment is never opened automatically")
 	g.Expect(got.Finalizers).To(ContainElement(baremetalhost.Finalizer))
 	hw := got.Status.HardwareDetails
 	g.Expect(hw).NotTo(BeNil())

@@ -87,7 +87,9 @@ func newHost(g Gomega, ns, name string, sim *redfishsim.Server, id, mac, passwor
 		Data: map[string][]byte{"username": []byte(bmcUser), "password": []byte(password)}}
 	g.Expect(env.Create(ctx, sec)).To(Succeed())
 	h := &metal3v1.BareMetalHost{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{baremetalhost.ManagedLabel: "true"}},
+		// The operator registers a new machine with an enrolment window: its first attested boot pins its TPM.
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{baremetalhost.ManagedLabel: "true"},
+			Annotations: map[string]string{baremetalhost.EnrolmentWindowAnnotation: time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}},
 		Spec: metal3v1.BareMetalHostSpec{
 			BMC:            metal3v1.BMCDetails{Address: sim.Address(id), CredentialsName: sec.Name},
 			BootMACAddress: mac,
@@ -138,7 +140,20 @@ func startBootLab(t testing.TB, c client.Client) *bootLab {
 	}
 	base := "http://" + ln.Addr().String()
 	inv := inventory.NewStatic()
-	svc := attest.New(attest.Config{}, baremetalhost.AttestStore{Client: c}, testr.NewWithInterface(t, testr.Options{}), nil)
+	// The hosts' swtpms have EK certificates from swtpm-localca: the site's TPM vendor root.
+	root, intermediate, err := swtpm.LocalCA(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, err := attest.LoadCertPool(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intermediates, err := attest.LoadCertPool(intermediate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := attest.New(attest.Config{EKRoots: roots, EKIntermediates: intermediates}, baremetalhost.AttestStore{Client: c}, testr.NewWithInterface(t, testr.Options{}), nil)
 	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: svc, API: svc.Handler()}, testr.NewWithInterface(t, testr.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -163,19 +178,22 @@ type pxeHosts struct {
 	pxeBoots map[string]int
 	data     map[string][]string
 	errs     map[string][]string
-	wg       sync.WaitGroup
+	// bootAs replaces what a host's PXE boot does (a misbehaving host); nil: fetch the script and attest.
+	bootAs map[string]func(mac string, tpm *swtpm.TPM) ([]byte, error)
+	wg     sync.WaitGroup
 }
 
 func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 	t.Helper()
 	p := &pxeHosts{t: t, lab: lab, macs: map[string]string{}, tpms: map[string]*swtpm.TPM{},
-		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{}}
+		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{},
+		bootAs: map[string]func(string, *swtpm.TPM) ([]byte, error){}}
 	t.Cleanup(p.wg.Wait)
 	return p
 }
 
 // add registers a host and gives it a fresh TPM (call again to swap the TPM: a changed machine).
-func (p *pxeHosts) add(id, mac string) { //nolint:unparam // the driver serves any number of systems; the tests boot one
+func (p *pxeHosts) add(id, mac string) {
 	dir, err := os.MkdirTemp("", "ybmh-tpm-")
 	if err != nil {
 		p.t.Fatal(err)
@@ -197,15 +215,18 @@ func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
 	}
 	p.mu.Lock()
 	p.pxeBoots[id]++
-	mac, tpm := p.macs[id], p.tpms[id]
+	mac, tpm, boot := p.macs[id], p.tpms[id], p.bootAs[id]
 	p.mu.Unlock()
+	if boot == nil {
+		boot = p.boot
+	}
 	if tpm == nil {
 		return nil // a host whose NIC is not on the boot network: nothing answers
 	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		data, err := p.boot(mac, tpm)
+		data, err := boot(mac, tpm)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if err != nil {
@@ -222,15 +243,25 @@ func (p *pxeHosts) PowerOff(context.Context, string) error { return nil }
 func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	server, ticket, err := p.script(ctx, mac)
+	if err != nil {
+		return nil, err
+	}
+	return attestWith(ctx, server, ticket, tpm)
+}
+
+// script fetches the host's iPXE script as its firmware does and returns the server and ticket on its
+// kernel line.
+func (p *pxeHosts) script(ctx context.Context, mac string) (server, ticket string, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.lab.base+"/ipxe/"+mac, nil)
 	rsp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	defer func() { _ = rsp.Body.Close() }()
 	if rsp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(rsp.Body)
-		return nil, fmt.Errorf("iPXE script: HTTP %d: %s", rsp.StatusCode, b)
+		return "", "", fmt.Errorf("iPXE script: HTTP %d: %s", rsp.StatusCode, b)
 	}
 	var kernel string
 	sc := bufio.NewScanner(rsp.Body)
@@ -239,10 +270,15 @@ func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 			kernel = sc.Text()
 		}
 	}
-	server, ticket := wire.ParseCmdline(kernel)
+	server, ticket = wire.ParseCmdline(kernel)
 	if ticket == "" {
-		return nil, fmt.Errorf("iPXE script has no ticket: %q", kernel)
+		return "", "", fmt.Errorf("iPXE script has no ticket: %q", kernel)
 	}
+	return server, ticket, nil
+}
+
+// attestWith is `yonder-agent attest` with the host's TPM.
+func attestWith(ctx context.Context, server, ticket string, tpm *swtpm.TPM) ([]byte, error) {
 	conn, err := wire.OpenTPM(tpm.Socket)
 	if err != nil {
 		return nil, err
@@ -256,7 +292,7 @@ func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 	return (&wire.Client{Server: server}).Attest(ctx, ticket, keys)
 }
 
-func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) { //nolint:unparam // see add
+func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pxeBoots[id], append([]string(nil), p.data[id]...), append([]string(nil), p.errs[id]...)

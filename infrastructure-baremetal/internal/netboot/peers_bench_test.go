@@ -123,7 +123,7 @@ func BenchmarkHTTPVersusNginx(b *testing.B) {
 		writeRandom(b, filepath.Join(dir, name), n)
 		size += int64(n)
 	}
-	_, ours := artifactServers(b, dir)
+	ours := bootHTTPServer(b, dir)
 	peer := startNginx(b, dir)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}}
 	names := []string{"vmlinuz", "initrd.img"}
@@ -427,4 +427,3 @@ func reportVersus(b *testing.B, ours, peer *fetchStats) {
 	b.ReportMetric(peer.percentile(50), "baseline-p50-ms")
 	b.ReportMetric(peer.percentile(99), "baseline-p99-ms")
 }
-

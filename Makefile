@@ -28,8 +28,11 @@ lab: ## Bring up the local lab: management plane, workload cluster, hosts at two
 FUZZTIME ?= 10s
 
 .PHONY: test
-test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), fuzzing
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+# The suite also runs every benchmark once at its tiny size (test/benchsize), in the same test binaries so
+# they share each package's TestMain setup: none of them can rot between `make bench` runs; no timing is
+# asserted.
+test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
+	YONDER_BENCH_TINY=1 $(GO) test -count=1 -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./...
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: fuzz

@@ -419,6 +419,7 @@ func (s *fetchStats) percentile(p int) float64 {
 
 // reportVersus reports ours against the peer in the shared units.
 func reportVersus(b *testing.B, ours, peer *fetchStats) {
+	b.Helper()
 	b.ReportMetric(ours.rate(), "MiB/s")
 	b.ReportMetric(peer.rate(), "baseline-MiB/s")
 	b.ReportMetric(ours.rate()/peer.rate(), "x-baseline")

@@ -129,7 +129,7 @@ func oackPacket(opts []option) []byte {
 }
 
 func errorPacket(code uint16, msg string) []byte {
-	b := []byte{0, opERROR, byte(code >> 8), byte(code)}
+	b := binary.BigEndian.AppendUint16([]byte{0, opERROR}, code)
 	b = append(b, msg...)
 	return append(b, 0)
 }

@@ -145,7 +145,7 @@ func (c *client) run(ctx context.Context, server *net.UDPAddr, req []byte) error
 				return err
 			}
 		case 3:
-			if uint16(next) != binary.BigEndian.Uint16(p[2:]) { //nolint:gosec // wire block numbers wrap
+			if uint16(next) != binary.BigEndian.Uint16(p[2:]) {
 				// A gap or an old block: say once which block we have, the server goes on from there (a lost
 				// ACK is resent by the timeout).
 				if !gapAcked {
@@ -212,4 +212,7 @@ func (c *client) applyOACK(b []byte) error {
 	return nil
 }
 
-func ack(block int64) []byte { return []byte{0, 4, byte(block >> 8), byte(block)} }
+// ack is the ACK of an absolute block number (wrapped to 16 bits on the wire).
+func ack(block int64) []byte {
+	return binary.BigEndian.AppendUint16([]byte{0, 4}, uint16(block)) //nolint:gosec // block numbers wrap by design
+}

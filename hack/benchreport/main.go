@@ -81,6 +81,15 @@ type Results struct {
 	Benches []Bench
 }
 
+func (r Results) failedIn(pkg string) bool {
+	for _, b := range r.Benches {
+		if b.Pkg == pkg && b.Failed {
+			return true
+		}
+	}
+	return false
+}
+
 // Parse reads `go test -bench` output: plain lines or test2json events.
 func Parse(r io.Reader) (Results, error) {
 	var res Results
@@ -109,6 +118,12 @@ func Parse(r io.Reader) (Results, error) {
 		case strings.HasPrefix(strings.TrimSpace(line), "--- FAIL: Benchmark"):
 			name := strings.Fields(strings.TrimSpace(line))[2]
 			res.Benches = append(res.Benches, Bench{Pkg: pkg, Name: strings.TrimPrefix(name, "Benchmark"), Failed: true})
+		case strings.HasPrefix(line, "FAIL\t"):
+			// A package that failed outside any benchmark (build failure, TestMain, panic): one row says so.
+			p := strings.Fields(line)[1]
+			if !res.failedIn(p) {
+				res.Benches = append(res.Benches, Bench{Pkg: p, Name: "(package)", Failed: true})
+			}
 		case strings.HasPrefix(line, "Benchmark"):
 			if b, ok := parseLine(pkg, line); ok {
 				res.Benches = append(res.Benches, b)

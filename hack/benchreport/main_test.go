@@ -24,6 +24,9 @@ BenchmarkHostStartup 	       1	  52 ns/op	 50 baseline-ms/netns	 200 ms/host	 4.
 BenchmarkRegisterInspect1000-2 	 1	 1 ns/op	 38 redfish-req/host	 90 s-to-available	 30 s-baseline	 3 x-baseline
 BenchmarkOdd-2 	 1	 1 ns/op	 7 widgets
 ok  	github.com/yonder-dev/yonder/test/hosts	1.0s
+FAIL	github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot	3.1s
+# github.com/yonder-dev/yonder/network/x
+FAIL	github.com/yonder-dev/yonder/network/x [build failed]
 `
 
 func TestParse(t *testing.T) {
@@ -31,7 +34,7 @@ func TestParse(t *testing.T) {
 	res, err := Parse(strings.NewReader(sample))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.CPU).To(Equal("AMD EPYC"))
-	g.Expect(res.Benches).To(HaveLen(7))
+	g.Expect(res.Benches).To(HaveLen(8))
 	g.Expect(res.Benches[0]).To(Equal(Bench{Pkg: "github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot",
 		Name: "TFTPVersusTFTPDHPA", Procs: 2, Metrics: []Metric{{2487124126, "ns/op"}, {116.6, "MiB/s"}, {25.70, "baseline-MiB/s"},
 			{1900, "baseline-p50-ms"}, {433.6, "p50-ms"}, {4.538, "x-baseline"}}}))
@@ -39,6 +42,8 @@ func TestParse(t *testing.T) {
 	g.Expect(res.Benches[3]).To(Equal(Bench{Pkg: "github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot", Name: "DHCPDiscoverOffer", Failed: true}))
 	g.Expect(res.Benches[4].Pkg).To(Equal("github.com/yonder-dev/yonder/test/hosts"))
 	g.Expect(res.Benches[4].Procs).To(Equal(0)) // GOMAXPROCS=1 prints no suffix
+	// netboot's FAIL line adds nothing (its failed benchmark has a row); a build failure gets one.
+	g.Expect(res.Benches[7]).To(Equal(Bench{Pkg: "github.com/yonder-dev/yonder/network/x", Name: "(package)", Failed: true}))
 }
 
 // TestParseJSON: test2json events give the same results as the plain lines.
@@ -64,7 +69,7 @@ func TestRows(t *testing.T) {
 	res, err := Parse(strings.NewReader(sample))
 	g.Expect(err).NotTo(HaveOccurred())
 	rows := Rows(res)
-	g.Expect(rows).To(HaveLen(7))
+	g.Expect(rows).To(HaveLen(8))
 	g.Expect(rows[0]).To(Equal(Row{Scenario: "TFTPVersusTFTPDHPA (infrastructure-baremetal/internal/netboot)",
 		Figure: "116.6 MiB/s", Baseline: "25.7 baseline-MiB/s", Ratio: "4.538 x-baseline",
 		Goal: goals["TFTPVersusTFTPDHPA"].Text, Status: "met", Other: []string{"1900 baseline-p50-ms", "433.6 p50-ms"}}))
@@ -97,7 +102,8 @@ func TestRender(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("| scenario | figure | baseline | ratio | goal | status | other metrics | machine |\n"))
 	g.Expect(out).To(ContainSubstring("| TFTPVersusTFTPDHPA (infrastructure-baremetal/internal/netboot) | 116.6 MiB/s | 25.7 baseline-MiB/s | 4.538 x-baseline | " +
 		goals["TFTPVersusTFTPDHPA"].Text + " | met | 1900 baseline-p50-ms, 433.6 p50-ms | 2 cores, kernel 6.18.0, AMD EPYC |\n"))
-	g.Expect(strings.Count(out, "\n| ")).To(Equal(8)) // header + 7 rows
+	g.Expect(strings.Count(out, "\n| ")).To(Equal(9)) // header + 8 rows
+	g.Expect(out).To(ContainSubstring("| (package) (network/x) | failed: see the benchmark output |"))
 	empty := Render(Results{}, Machine{}, time.Time{})
 	g.Expect(empty).To(ContainSubstring("| (no benchmark results in the input) |"))
 }

@@ -11,12 +11,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp/tftpclient"
@@ -38,6 +42,7 @@ func BenchmarkTFTPVersusTFTPDHPA(b *testing.B) {
 	clients := benchsize.Pick(envInt("YONDER_BENCH_CLIENTS", 50), 2)
 	dir := b.TempDir()
 	var size int64
+	sizes := map[string]int64{}
 	for _, f := range iPXEFiles {
 		data, err := os.ReadFile(filepath.Join(tftp.DefaultRoot, f)) // ipxe.efi: a symlink to /boot/ipxe.efi
 		if err != nil {
@@ -47,20 +52,33 @@ func BenchmarkTFTPVersusTFTPDHPA(b *testing.B) {
 			b.Fatal(err)
 		}
 		size += int64(len(data))
+		sizes[f] = int64(len(data))
 	}
-	ours := serveOurTFTP(b, dir)
-	peer := startTFTPDHPA(b, dir)
-	opts := tftpclient.Options{BlockSize: 1468, WindowSize: 16, TSize: true, Timeout: 2 * time.Second}
+	if _, err := exec.LookPath("atftp"); err != nil {
+		b.Fatal("atftp is missing: run hack/test-bins.sh --packages")
+	}
+	metrics := tftp.NewMetrics(nil)
+	ours := serveOurTFTP(b, dir, metrics)
+	peer, peerCPU := startTFTPDHPA(b, dir)
+	// The clients are atftp processes (Debian's TFTP client with RFC 7440), as a boot network has one client
+	// per machine: a Go client inside the benchmark cost ~15 ms of CPU per MiB, ten times the servers, and
+	// made the benchmark measure itself.
+	out := b.TempDir()
 	fetch := func(addr string) func(int) error {
-		return func(int) error {
+		host, port, _ := net.SplitHostPort(addr)
+		return func(i int) error {
 			for _, f := range iPXEFiles {
-				res, err := tftpclient.Get(context.Background(), addr, f, io.Discard, opts)
-				if err != nil {
-					return fmt.Errorf("fetching %s from %s: %w", f, addr, err)
+				dst := filepath.Join(out, fmt.Sprintf("%d-%s", i, f))
+				cmd := exec.Command("atftp", "--option", "windowsize 16", "--option", "blksize 1468", "--option", "tsize enable",
+					"--tftp-timeout", "2", "-g", "-r", f, "-l", dst, host, port)
+				if o, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("atftp %s from %s: %w: %s", f, addr, err, o)
 				}
-				if res.TSize != res.Bytes {
-					return fmt.Errorf("fetching %s from %s: %d bytes, tsize %d", f, addr, res.Bytes, res.TSize)
+				fi, err := os.Stat(dst)
+				if err != nil || fi.Size() != sizes[f] {
+					return fmt.Errorf("atftp %s from %s: got %v bytes (%v), want %d", f, addr, fi, err, sizes[f])
 				}
+				_ = os.Remove(dst)
 			}
 			return nil
 		}
@@ -68,17 +86,21 @@ func BenchmarkTFTPVersusTFTPDHPA(b *testing.B) {
 	var y, p fetchStats
 	b.ResetTimer()
 	for range b.N {
-		y.add(b, "yonder TFTP", clients, size, fetch(ours))
-		p.add(b, "tftpd-hpa", clients, size, fetch(peer))
+		y.add(b, "yonder TFTP", clients, size, nil, fetch(ours))
+		p.add(b, "tftpd-hpa", clients, size, peerCPU, fetch(peer))
 	}
 	b.StopTimer()
 	reportVersus(b, &y, &p)
+	// Windows sent again (timeouts or partial ACKs): a lost datagram costs a 2 s timeout, which shows in p99.
+	b.ReportMetric(testutil.ToFloat64(metrics.Retransmits)/float64(b.N), "retransmits")
+	b.ReportMetric(float64(slices.Max(y.lat).Milliseconds()), "max-ms")
+	b.ReportMetric(float64(slices.Max(p.lat).Milliseconds()), "baseline-max-ms")
 }
 
 // serveOurTFTP serves dir with our TFTP server on loopback (the manager's defaults) until the benchmark ends.
-func serveOurTFTP(b *testing.B, dir string) string {
+func serveOurTFTP(b *testing.B, dir string, metrics *tftp.Metrics) string {
 	b.Helper()
-	srv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
+	srv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), metrics)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,18 +117,17 @@ func serveOurTFTP(b *testing.B, dir string) string {
 
 // startTFTPDHPA runs Debian's in.tftpd on a free loopback port serving dir (chrooted: --secure) until the
 // benchmark ends, and waits until it answers.
-func startTFTPDHPA(b *testing.B, dir string) string {
+func startTFTPDHPA(b *testing.B, dir string) (string, func() time.Duration) {
 	b.Helper()
 	addr := freeAddr(b, "udp4")
 	// --user root: the benchmark's temporary directory is private to root.
 	cmd := exec.Command("in.tftpd", "--foreground", "--listen", "--address", addr, "--secure", "--user", "root",
 		"--blocksize", "1468", dir)
-	startDaemon(b, "in.tftpd (Debian package tftpd-hpa)", cmd)
-	waitReady(b, "in.tftpd", func() error {
+	cpu := startDaemon(b, "in.tftpd (Debian package tftpd-hpa)", cmd, func() error {
 		_, err := tftpclient.Get(context.Background(), addr, iPXEFiles[0], io.Discard, tftpclient.Options{Timeout: 200 * time.Millisecond, Retries: 1})
 		return err
 	})
-	return addr
+	return addr, cpu
 }
 
 // BenchmarkHTTPVersusNginx: 50 clients at once (YONDER_BENCH_CLIENTS) each fetch a kernel (8 MiB) and an
@@ -124,7 +145,7 @@ func BenchmarkHTTPVersusNginx(b *testing.B) {
 		size += int64(n)
 	}
 	ours := bootHTTPServer(b, dir)
-	peer := startNginx(b, dir)
+	peer, peerCPU := startNginx(b, dir)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}}
 	names := []string{"vmlinuz", "initrd.img"}
 	// One fetch of each file from each server first: the measured runs are the steady state. (Cold, our boot
@@ -148,9 +169,10 @@ func BenchmarkHTTPVersusNginx(b *testing.B) {
 				for _, s := range []struct {
 					st   *fetchStats
 					base string
-				}{{&y, "http://" + ours}, {&p, "http://" + peer}} {
+					cpu  func() time.Duration
+				}{{&y, "http://" + ours, nil}, {&p, "http://" + peer, peerCPU}} {
 					s.st.perRequest = sc.perReq
-					s.st.add(b, s.base, clients, size, func(int) error {
+					s.st.add(b, s.base, clients, size, s.cpu, func(int) error {
 						for _, n := range names {
 							if err := httpFetch(hc, s.base+"/artifacts/"+n, int64(files[n]), sc.chunk, s.st); err != nil {
 								return err
@@ -219,7 +241,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // startNginx runs Debian's nginx serving dir under /artifacts/ on a free loopback port, with its
 // configuration, pid file, logs and temporary paths in a directory of its own (no system file touched).
-func startNginx(b *testing.B, dir string) string {
+func startNginx(b *testing.B, dir string) (string, func() time.Duration) {
 	b.Helper()
 	addr := freeAddr(b, "tcp4")
 	prefix := b.TempDir()
@@ -251,8 +273,8 @@ http {
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	startDaemon(b, "nginx (Debian package nginx)", exec.Command("nginx", "-p", prefix, "-e", filepath.Join(prefix, "error.log"), "-c", path))
-	waitReady(b, "nginx", func() error {
+	nginx := exec.Command("nginx", "-p", prefix, "-e", filepath.Join(prefix, "error.log"), "-c", path)
+	cpu := startDaemon(b, "nginx (Debian package nginx)", nginx, func() error {
 		rsp, err := http.Get("http://" + addr + "/artifacts/vmlinuz")
 		if err != nil {
 			return err
@@ -263,7 +285,7 @@ http {
 		}
 		return nil
 	})
-	return addr
+	return addr, cpu
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -288,10 +310,12 @@ func freeAddr(b *testing.B, network string) string {
 	return addr
 }
 
-// startDaemon starts cmd in its own process group and stops the group (SIGTERM, then SIGKILL) when the
+// startDaemon starts cmd in its own process group, waits until ready succeeds, moves the group into a
+// cpuacct cgroup and returns what reads its CPU time; it stops the group (SIGTERM, then SIGKILL) when the
 // benchmark ends.
-func startDaemon(b *testing.B, what string, cmd *exec.Cmd) {
+func startDaemon(b *testing.B, what string, cmd *exec.Cmd, ready func() error) (cpu func() time.Duration) {
 	b.Helper()
+	group := newCPUGroup(b)
 	if _, err := exec.LookPath(cmd.Args[0]); err != nil {
 		b.Fatalf("%s is missing: run hack/test-bins.sh --packages", what)
 	}
@@ -315,6 +339,9 @@ func startDaemon(b *testing.B, what string, cmd *exec.Cmd) {
 			b.Logf("%s output:\n%s", what, out.String())
 		}
 	})
+	waitReady(b, what, ready)
+	group.join(b, cmd.Process.Pid)
+	return func() time.Duration { return group.usage(b) }
 }
 
 type syncBuffer struct {
@@ -373,24 +400,31 @@ func (randReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fetchStats sums one server's runs: bytes moved, wall time, and latencies (per client fetch, or per
-// request when perRequest).
+// fetchStats sums one server's runs: bytes moved, wall time, latencies (per client fetch, or per
+// request when perRequest), and CPU time: this process's (clients, plus our server when it is the one
+// measured) and the peer's processes'.
 type fetchStats struct {
-	mu         sync.Mutex
-	bytes      int64
-	wall       time.Duration
-	lat        []time.Duration
-	perRequest bool
+	mu               sync.Mutex
+	bytes            int64
+	wall             time.Duration
+	lat              []time.Duration
+	perRequest       bool
+	selfCPU, peerCPU time.Duration
 }
 
 func (s *fetchStats) observe(d time.Duration) { s.mu.Lock(); s.lat = append(s.lat, d); s.mu.Unlock() }
 
 // add runs fetch for clients concurrent clients (each moving size bytes) and records it; any error fails
 // the benchmark.
-func (s *fetchStats) add(b *testing.B, what string, clients int, size int64, fetch func(i int) error) {
+func (s *fetchStats) add(b *testing.B, what string, clients int, size int64, peerCPU func() time.Duration, fetch func(i int) error) {
 	b.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, clients)
+	if peerCPU == nil {
+		peerCPU = func() time.Duration { return 0 }
+	}
+	self0, peer0 := selfCPU(), peerCPU()
+	defer func() { s.selfCPU += selfCPU() - self0; s.peerCPU += peerCPU() - peer0 }()
 	start := time.Now()
 	for i := range clients {
 		wg.Go(func() {
@@ -417,9 +451,78 @@ func (s *fetchStats) percentile(p int) float64 {
 	return float64(l[(len(l)-1)*p/100].Microseconds()) / 1000
 }
 
-// reportVersus reports ours against the peer in the shared units.
+// selfCPU is this process's user + system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuacctRoot is the cgroup v1 cpuacct hierarchy; a peer runs in a group of its own there, so that its CPU
+// time includes every process it forks (tftpd-hpa forks one per transfer and does not collect their times;
+// nginx's workers).
+const cpuacctRoot = "/sys/fs/cgroup/cpuacct"
+
+// cpuGroup is a new cpuacct cgroup (removed when the benchmark ends, after the peer stopped: cleanups run
+// last-in first-out, so create it before starting the peer).
+type cpuGroup string
+
+var cpuGroups atomic.Int32
+
+func newCPUGroup(b *testing.B) cpuGroup {
+	b.Helper()
+	dir := filepath.Join(cpuacctRoot, fmt.Sprintf("yonder-bench-%d-%d", os.Getpid(), cpuGroups.Add(1)))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatalf("failed to create a cpuacct cgroup for the peer's CPU time: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			b.Logf("failed to remove cgroup %s: %v", dir, err)
+		}
+	})
+	return cpuGroup(dir)
+}
+
+// join moves every process of process group pgid into the group (the daemon and the workers it forked);
+// what they fork later starts there.
+func (g cpuGroup) join(b *testing.B, pgid int) {
+	b.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		st, err := os.ReadFile(p) //nolint:gosec // /proc
+		if err != nil {
+			continue
+		}
+		_, rest, ok := strings.Cut(string(st), ") ") // after the command name, which may hold spaces
+		if f := strings.Fields(rest); !ok || len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		pid := filepath.Base(filepath.Dir(p))
+		if err := os.WriteFile(filepath.Join(string(g), "cgroup.procs"), []byte(pid), 0o644); err != nil && !os.IsNotExist(err) {
+			b.Logf("failed to move process %s into %s: %v", pid, g, err)
+		}
+	}
+}
+
+// usage is the group's CPU time so far.
+func (g cpuGroup) usage(b *testing.B) time.Duration {
+	v, err := os.ReadFile(filepath.Join(string(g), "cpuacct.usage"))
+	if err != nil {
+		b.Fatalf("failed to read the peer's CPU time: %v", err)
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+	return time.Duration(n)
+}
+
+// reportVersus reports ours against the peer in the shared units, and the CPU each server spent per MiB:
+// the peer's from its cgroup, ours as this process's CPU while it was measured minus this process's CPU
+// while the peer was (ours runs in the benchmark's process, beside the clients or their launcher).
 func reportVersus(b *testing.B, ours, peer *fetchStats) {
 	b.Helper()
+	mib := float64(ours.bytes) / (1 << 20)
+	b.ReportMetric(float64((ours.selfCPU-peer.selfCPU).Milliseconds())/mib, "cpu-ms/MiB")
+	b.ReportMetric(float64(peer.peerCPU.Milliseconds())/(float64(peer.bytes)/(1<<20)), "baseline-cpu-ms/MiB")
+	b.ReportMetric(float64(peer.selfCPU.Milliseconds())/(float64(peer.bytes)/(1<<20)), "client-cpu-ms/MiB")
 	b.ReportMetric(ours.rate(), "MiB/s")
 	b.ReportMetric(peer.rate(), "baseline-MiB/s")
 	b.ReportMetric(ours.rate()/peer.rate(), "x-baseline")

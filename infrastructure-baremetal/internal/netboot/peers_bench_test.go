@@ -489,7 +489,7 @@ func (g cpuGroup) join(b *testing.B, pgid int) {
 	b.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
-		st, err := os.ReadFile(p) //nolint:gosec // /proc
+		st, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
@@ -506,6 +506,7 @@ func (g cpuGroup) join(b *testing.B, pgid int) {
 
 // usage is the group's CPU time so far.
 func (g cpuGroup) usage(b *testing.B) time.Duration {
+	b.Helper()
 	v, err := os.ReadFile(filepath.Join(string(g), "cpuacct.usage"))
 	if err != nil {
 		b.Fatalf("failed to read the peer's CPU time: %v", err)

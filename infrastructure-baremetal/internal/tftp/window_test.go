@@ -22,22 +22,10 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp/tftpclient"
 )
 
-// serveLoopback serves dir on 127.0.0.1 with cfg and returns the address.
+// serveLoopback serves cfg on 127.0.0.1 and returns the address.
 func serveLoopback(t *testing.T, cfg tftp.Config, metrics *tftp.Metrics) string {
 	t.Helper()
-	srv, err := tftp.New(cfg, logr.Discard(), metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
-	t.Cleanup(func() { cancel(); <-done; _ = srv.Close() })
-	return conn.LocalAddr().String()
+	return serve(t, cfg, "127.0.0.1:0", metrics).String()
 }
 
 func randomFile(t *testing.T, dir, name string, size int) []byte {

@@ -28,17 +28,30 @@ lab: ## Bring up the local lab: management plane, workload cluster, hosts at two
 FUZZTIME ?= 10s
 
 .PHONY: test
-test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), fuzzing
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+# The suite also runs every benchmark once at its tiny size (test/benchsize), in the same test binaries so
+# they share each package's TestMain setup: none of them can rot between `make bench` runs; no timing is
+# asserted.
+test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
+	YONDER_BENCH_TINY=1 $(GO) test -count=1 -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./...
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
+# Benchmarks to run (a -bench pattern), e.g. BENCH=TFTPVersus; only packages that have benchmarks are run
+# (every other package's TestMain would start its environment for nothing).
+BENCH ?= .
+BENCH_PKGS = $(sort $(patsubst %/,%,$(dir $(shell grep -rl --include='*_test.go' --exclude-dir=out --exclude-dir=_lab --exclude-dir=.git '^func Benchmark' .))))
+
 .PHONY: bench
-bench: test-bins ## Run the benchmarks; each prints its ratio against a baseline measured in the same run
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./...
+bench: test-bins ## Run the benchmarks (BENCH=<pattern>); each prints its ratio against a baseline measured in the same run; writes out/bench/report.md
+	@mkdir -p $(OUT)/bench
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 60m $(BENCH_PKGS) 2>&1 | tee $(OUT)/bench/bench.txt; \
+	  status=$${PIPESTATUS[0]}; \
+	  $(GO) run ./hack/benchreport -o $(OUT)/bench/report.md $(OUT)/bench/bench.txt && \
+	  echo "make bench: wrote $(OUT)/bench/report.md (raw output: $(OUT)/bench/bench.txt)"; \
+	  exit $$status
 
 ##@ Build
 

@@ -2,35 +2,30 @@ package netboot_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	tftplib "github.com/pin/tftp/v3"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
-	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp"
+	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
 // BenchmarkDHCPDiscoverOffer measures DISCOVER→OFFER over real UDP sockets on loopback with 10,000 known
 // hosts: the load generator acts as a relay agent (giaddr), so offers come back by unicast. Each
 // iteration sends one DISCOVER per host with up to 64 in flight and reports offers/s and p50/p99 latency.
 func BenchmarkDHCPDiscoverOffer(b *testing.B) {
-	const hosts, inFlight = 10000, 64
+	hosts, inFlight := benchsize.Pick(10000, 200), 64 // tiny in the test suite
 	inv := inventory.NewStatic()
 	macs := make([]net.HardwareAddr, hosts)
 	for i := range macs {
@@ -141,100 +136,10 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// BenchmarkArtifactTransfers sends one artifact (64 MiB; YONDER_BENCH_ARTIFACT_MIB) to 50 concurrent
-// clients (YONDER_BENCH_CLIENTS) over TFTP (block size 1468, as on Ethernet) and over HTTP, on loopback,
-// and reports each aggregate throughput as a ratio of plain local file copies of the same file by as
-// many concurrent copiers, measured in the same run.
-func BenchmarkArtifactTransfers(b *testing.B) {
-	size := envInt("YONDER_BENCH_ARTIFACT_MIB", 64) << 20
-	clients := envInt("YONDER_BENCH_CLIENTS", 50)
-	dir := b.TempDir()
-	src := filepath.Join(dir, "artifact.img")
-	data := make([]byte, size)
-	_, _ = rand.Read(data)
-	if err := os.WriteFile(src, data, 0o644); err != nil {
-		b.Fatal(err)
-	}
-
-	tftpAddr, httpAddr := artifactServers(b, dir)
-	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	parallel := func(f func(i int) (int64, error)) (float64, error) { return transferRate(clients, size, f) }
-	copyDir := b.TempDir()
-	var base, tftpRate, httpRate float64
-	b.ResetTimer()
-	for range b.N {
-		r, err := parallel(func(i int) (int64, error) {
-			in, err := os.Open(src)
-			if err != nil {
-				return 0, err
-			}
-			defer func() { _ = in.Close() }()
-			dst := filepath.Join(copyDir, strconv.Itoa(i))
-			out, err := os.Create(dst)
-			if err != nil {
-				return 0, err
-			}
-			defer func() { _ = out.Close(); _ = os.Remove(dst) }()
-			return io.Copy(out, in)
-		})
-		if err != nil {
-			b.Fatalf("local copy: %v", err)
-		}
-		base += r
-		r, err = parallel(func(int) (int64, error) {
-			c, err := tftplib.NewClient(tftpAddr)
-			if err != nil {
-				return 0, err
-			}
-			c.SetBlockSize(1468)
-			c.SetTimeout(5 * time.Second)
-			wt, err := c.Receive("artifact.img", "octet")
-			if err != nil {
-				return 0, err
-			}
-			return wt.WriteTo(io.Discard)
-		})
-		if err != nil {
-			b.Fatalf("TFTP: %v", err)
-		}
-		tftpRate += r
-		r, err = parallel(func(int) (int64, error) {
-			rsp, err := httpClient.Get("http://" + httpAddr + "/artifacts/artifact.img")
-			if err != nil {
-				return 0, err
-			}
-			defer func() { _ = rsp.Body.Close() }()
-			return io.Copy(io.Discard, rsp.Body)
-		})
-		if err != nil {
-			b.Fatalf("HTTP: %v", err)
-		}
-		httpRate += r
-	}
-	b.StopTimer()
-	n := float64(b.N)
-	b.ReportMetric(base/n, "copy-MiB/s")
-	b.ReportMetric(tftpRate/n, "tftp-MiB/s")
-	b.ReportMetric(httpRate/n, "http-MiB/s")
-	b.ReportMetric(tftpRate/base, "tftp/copy")
-	b.ReportMetric(httpRate/base, "http/copy")
-}
-
-// artifactServers serves dir over TFTP and HTTP on loopback until the benchmark ends; it returns their
-// addresses.
-func artifactServers(b *testing.B, dir string) (tftpAddr, httpAddr string) {
+// bootHTTPServer serves dir's artifacts with our boot server on loopback, as yonder-metal-manager serves
+// /artifacts/, until the benchmark ends; it returns its address.
+func bootHTTPServer(b *testing.B, dir string) string {
 	b.Helper()
-	tsrv, err := tftp.New(tftp.Config{Root: dir}, logr.Discard(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tconn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	go func() { _ = tsrv.Serve(ctx, tconn) }()
 	bs, err := bootserver.New(bootserver.Config{BaseURL: "http://127.0.0.1", ArtifactsDir: dir, Lookup: inventory.NewStatic()}, logr.Discard(), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -243,37 +148,8 @@ func artifactServers(b *testing.B, dir string) (tftpAddr, httpAddr string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hsrv := &http.Server{Handler: bs.Handler()}
+	hsrv := &http.Server{Handler: bs.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hsrv.Serve(hln) }()
-	b.Cleanup(func() { _ = hsrv.Close() })
-
-	return tconn.LocalAddr().String(), hln.Addr().String()
-}
-
-// transferRate runs f for each of clients concurrent transfers of size bytes and returns the aggregate
-// rate in MiB/s.
-func transferRate(clients, size int, f func(i int) (int64, error)) (float64, error) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var total int64
-	var firstErr error
-	start := time.Now()
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, err := f(i)
-			mu.Lock()
-			defer mu.Unlock()
-			total += n
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr == nil && total != int64(clients)*int64(size) {
-		firstErr = fmt.Errorf("moved %d bytes, want %d", total, int64(clients)*int64(size))
-	}
-	return float64(total) / time.Since(start).Seconds() / (1 << 20), firstErr
+	b.Cleanup(func() { _ = hsrv.Close(); _ = bs.Close() })
+	return hln.Addr().String()
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	tftplib "github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +24,10 @@ import (
 	"github.com/yonder-dev/yonder/test/labnet"
 )
 
-// serveDir starts a server for dir on addr and returns its address.
-func serveDir(t testing.TB, dir, addr string, metrics *tftp.Metrics) *net.UDPAddr {
+// serve starts a server with cfg on addr until the test ends and returns its address.
+func serve(t testing.TB, cfg tftp.Config, addr string, metrics *tftp.Metrics) *net.UDPAddr {
 	t.Helper()
-	srv, err := tftp.New(tftp.Config{Root: dir, Timeout: 500 * time.Millisecond}, testr.New(t.(*testing.T)), metrics)
+	srv, err := tftp.New(cfg, logr.Discard(), metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +59,7 @@ func TestRealTFTPClients(t *testing.T) {
 	NewWithT(t).Expect(os.Symlink(secret, filepath.Join(dir, "escape"))).To(Succeed())
 
 	metrics := tftp.NewMetrics(prometheus.NewRegistry())
-	addr := serveDir(t, dir, n.Gateway.String()+":69", metrics)
+	addr := serve(t, tftp.Config{Root: dir, Timeout: 500 * time.Millisecond}, n.Gateway.String()+":69", metrics)
 	gw := addr.IP.String()
 	want := sha256.Sum256(payload)
 	out := t.TempDir()
@@ -88,10 +87,27 @@ func TestRealTFTPClients(t *testing.T) {
 		})
 	}
 
-	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) { checkSizeProbe(t, addr, len(payload)) })
+	t.Run("size probe answered with tsize, then aborted as UEFI firmware does", func(t *testing.T) {
+		checkSizeProbe(t, addr, len(payload))
+		NewWithT(t).Eventually(func() float64 { return testutil.ToFloat64(metrics.Transfers.WithLabelValues("aborted")) }).
+			WithTimeout(10 * time.Second).Should(Equal(1.0))
+	})
+	t.Run("netascii: tftp-hpa's ascii mode gets the text back as it was", func(t *testing.T) {
+		g := NewWithT(t)
+		text := "#!ipxe\r\nchain http://10.0.0.1/boot.ipxe\nbare\rcarriage return\n"
+		g.Expect(os.WriteFile(filepath.Join(dir, "boot.txt"), []byte(text), 0o644)).To(Succeed())
+		dst := filepath.Join(out, "boot.txt")
+		c := inNS("tftp", gw)
+		c.Stdin = strings.NewReader("ascii\nget boot.txt " + dst + "\nquit\n")
+		b, err := c.CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(b))
+		got, err := os.ReadFile(dst)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(got)).To(Equal(text))
+	})
 	checkRefusals(t, inNS, gw, out, dir)
 	g := NewWithT(t)
-	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 5))
+	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("ok"))).To(BeNumerically(">=", 7))
 	g.Expect(testutil.ToFloat64(metrics.Transfers.WithLabelValues("refused"))).To(BeNumerically(">=", 3))
 }
 
@@ -121,6 +137,15 @@ func tftpClients(inNS func(args ...string) *exec.Cmd, gw string, size int) []tft
 		{name: "curl tftp:// (sends tsize + blksize)", size: size,
 			cmd: func(dst string) *exec.Cmd {
 				return inNS("curl", "-sS", "--fail", "--tftp-blksize", "1024", "-o", dst, "tftp://"+gw+"/undionly.kpxe")
+			}},
+		{name: "atftp with windowsize 8 (RFC 7440), blksize 1468 and tsize", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("atftp", "--option", "windowsize 8", "--option", "blksize 1468", "--option", "tsize enable",
+					"-g", "-r", "undionly.kpxe", "-l", dst, gw)
+			}},
+		{name: "atftp with windowsize 64, default blocks", size: size,
+			cmd: func(dst string) *exec.Cmd {
+				return inNS("atftp", "--option", "windowsize 64", "-g", "-r", "undionly.kpxe", "-l", dst, gw)
 			}},
 		{name: "backslash path from firmware", size: 4096,
 			cmd: func(dst string) *exec.Cmd { return inNS("busybox", "tftp", "-g", "-r", `efi\ipxe.efi`, "-l", dst, gw) }},
@@ -237,19 +262,7 @@ func FuzzRequestPacket(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(dir, "ok"), bytes.Repeat([]byte("y"), 1500), 0o644); err != nil {
 		f.Fatal(err)
 	}
-	srv, err := tftp.New(tftp.Config{Root: dir, Timeout: 50 * time.Millisecond, Retries: 1}, testrDiscard(), nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
-	f.Cleanup(func() { cancel(); <-done; _ = srv.Close() })
-	addr := conn.LocalAddr().String()
+	addr := serve(f, tftp.Config{Root: dir, Timeout: 50 * time.Millisecond, Retries: 1}, "127.0.0.1:0", nil).String()
 	client, err := tftplib.NewClient(addr)
 	if err != nil {
 		f.Fatal(err)
@@ -275,8 +288,6 @@ func FuzzRequestPacket(f *testing.F) {
 	})
 }
 
-func testrDiscard() logr.Logger { return logr.Discard() }
-
 // TestConfiguredFiles: a configured name is served from its path (Debian's ipxe.efi is a symlink out of
 // /usr/lib/ipxe), while the same kind of symlink requested by name through the root stays refused.
 func TestConfiguredFiles(t *testing.T) {
@@ -285,15 +296,8 @@ func TestConfiguredFiles(t *testing.T) {
 	g.Expect(os.WriteFile(filepath.Join(outside, "ipxe.efi"), []byte("efi binary"), 0o644)).To(Succeed())
 	g.Expect(os.Symlink(filepath.Join(outside, "ipxe.efi"), filepath.Join(dir, "ipxe.efi"))).To(Succeed())
 	g.Expect(os.Symlink(filepath.Join(outside, "ipxe.efi"), filepath.Join(dir, "other.efi"))).To(Succeed())
-	srv, err := tftp.New(tftp.Config{Root: dir, Files: map[string]string{"/ipxe.efi": filepath.Join(dir, "ipxe.efi")}}, logr.Discard(), nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, conn) }()
-	defer func() { cancel(); <-done; _ = srv.Close() }()
-	c, err := tftplib.NewClient(conn.LocalAddr().String())
+	addr := serve(t, tftp.Config{Root: dir, Files: map[string]string{"/ipxe.efi": filepath.Join(dir, "ipxe.efi")}}, "127.0.0.1:0", nil)
+	c, err := tftplib.NewClient(addr.String())
 	g.Expect(err).NotTo(HaveOccurred())
 	c.SetTimeout(time.Second)
 	wt, err := c.Receive("ipxe.efi", "octet")

@@ -18,6 +18,7 @@ import (
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
+	"github.com/yonder-dev/yonder/test/benchsize"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -40,7 +41,7 @@ func maxRSSMiB() float64 {
 // server. Reported: wall time of each, the ratio, this process's CPU (controller + emulator; the
 // baseline's CPU is the emulator + client share), peak RSS, Redfish requests per host.
 func BenchmarkRegisterInspect1000(b *testing.B) {
-	n := envInt("BENCH_HOSTS", 1000)
+	n := envInt("BENCH_HOSTS", benchsize.Pick(1000, 4))
 	g := NewWithT(b)
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {

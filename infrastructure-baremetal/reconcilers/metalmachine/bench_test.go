@@ -21,6 +21,7 @@ import (
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
+	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
 // parallel runs f(i) for i in [0,n) on 10 workers.
@@ -51,7 +52,7 @@ func parallel(n int, f func(i int)) {
 // controller: per Machine one uncached read of a host, the consumerRef update and the hand-off update,
 // on 10 workers.
 func BenchmarkClaim200Of1000(b *testing.B) {
-	machines, hosts := 200, 1000
+	machines, hosts := benchsize.Pick(200, 4), benchsize.Pick(1000, 8) // tiny in the test suite
 	if v, err := strconv.Atoi(os.Getenv("YONDER_BENCH_MACHINES")); err == nil && v > 0 {
 		machines = v
 	}

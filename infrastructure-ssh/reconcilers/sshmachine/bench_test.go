@@ -28,6 +28,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
+	"github.com/yonder-dev/yonder/test/benchsize"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 	"github.com/yonder-dev/yonder/test/sshsim"
 )
@@ -81,7 +82,7 @@ func measure(f func()) usage {
 // process (management controllers + simulator; the envtest apiserver is a separate process) and of
 // the simulated hosts' shells, peak RSS, API requests of the provider per Machine, SSH execs per Machine.
 func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
-	count := 200
+	count := benchsize.Pick(200, 4) // tiny in the test suite
 	if v, err := strconv.Atoi(os.Getenv("YONDER_BENCH_MACHINES")); err == nil && v > 0 {
 		count = v
 	}

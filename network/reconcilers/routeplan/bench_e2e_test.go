@@ -15,6 +15,7 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/network/setup"
+	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
 // BenchmarkControllerEndToEnd runs the whole controller against the real apiserver: Nodes (1,000 by
@@ -22,7 +23,7 @@ import (
 // then the controller restarts. It prints the time and writes of both, the restart as a ratio of the
 // initial run (the baseline measured in the same run).
 func BenchmarkControllerEndToEnd(b *testing.B) {
-	nodes := 1000
+	nodes := benchsize.Pick(1000, 20) // tiny in the test suite
 	if v, err := strconv.Atoi(os.Getenv("YONDER_NET_BENCH_NODES")); err == nil && v > 0 {
 		nodes = v
 	}

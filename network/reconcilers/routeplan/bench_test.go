@@ -17,6 +17,7 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/plan"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/network/reconcilers/routeplan"
+	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
 // synthetic is a cluster of nodes spread over sites, each Site with a pool of 2 gateways, all Sites
@@ -91,7 +92,7 @@ func jsonSize(v any) int {
 // (pure) and publication to the real apiserver, with writes counted, against baselines measured in the
 // same run: republishing everything (no diffing) and one plan object per node (no sharding).
 func BenchmarkRoutePlan5000Nodes20Sites(b *testing.B) {
-	const nodes, sites = 5000, 20
+	nodes, sites := benchsize.Pick(5000, 200), benchsize.Pick(20, 4) // tiny in the test suite
 	in := synthetic(nodes, sites)
 	b.Run("compute", func(b *testing.B) { benchCompute(b, in, nodes, sites) })
 	b.Run("publish", func(b *testing.B) { benchPublish(b, in, nodes) })

@@ -10,6 +10,7 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
+	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
 type iperfResult struct {
@@ -37,7 +38,7 @@ func iperf(b *testing.B, lab *topo.Lab, client, server, addr string, port int) (
 	var r iperfResult
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := lab.Exec(client, "iperf3", "-c", addr, "-p", strconv.Itoa(port), "-t", "2", "-J")
+		out, err := lab.Exec(client, "iperf3", "-c", addr, "-p", strconv.Itoa(port), "-t", benchsize.Pick("2", "1"), "-J")
 		r = iperfResult{}
 		if jerr := json.Unmarshal([]byte(out), &r); jerr != nil && err == nil {
 			err = fmt.Errorf("failed to parse iperf3 output: %w", jerr)

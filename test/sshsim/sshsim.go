@@ -165,8 +165,14 @@ func (h *Host) run(command string, ch ssh.Channel) int {
 	if err != nil {
 		return 255
 	}
-	cmd := exec.CommandContext(context.Background(), "sh", "-c", h.rewrite(command))
-	cmd.Stdin = strings.NewReader(h.rewrite(string(in)))
+	command, stdin := h.rewrite(command), h.rewrite(string(in))
+	if len(stdin) != len(in) {
+		// remote.Start checks the uploaded script's length before it runs it (`-ne <bytes> ]`); the
+		// rewritten script is longer, so the check is told the rewritten length.
+		command = strings.ReplaceAll(command, fmt.Sprintf("-ne %d ]", len(in)), fmt.Sprintf("-ne %d ]", len(stdin)))
+	}
+	cmd := exec.CommandContext(context.Background(), "sh", "-c", command)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = ch, ch.Stderr()
 	cmd.Env = append(os.Environ(), "SIM_HOSTNAME="+h.Name)
 	if err := cmd.Run(); err != nil {

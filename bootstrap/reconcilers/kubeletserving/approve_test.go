@@ -39,6 +39,16 @@ func TestCheck(t *testing.T) {
 		{Type: clusterv1.MachineExternalIP, Address: "2001:db8::5"},
 		{Type: clusterv1.MachineHostName, Address: "N1.lab"},
 	}
+	machine.Status.Addresses = append(machine.Status.Addresses,
+		// Forged: what a compromised host could have had recorded as its name or address.
+		clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: "kubernetes.default.svc"},
+		clusterv1.MachineAddress{Type: clusterv1.MachineInternalDNS, Address: "api.kube-system.svc.cluster.local"},
+		clusterv1.MachineAddress{Type: clusterv1.MachineInternalDNS, Address: "anything.corp.internal"},
+		clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: "10.96.0.1"},
+		clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: "127.0.0.1"})
+	cluster := &clusterv1.Cluster{}
+	cluster.Spec.ClusterNetwork.Services.CIDRBlocks = []string{"10.96.0.0/12"}
+	cluster.Spec.ClusterNetwork.ServiceDomain = "corp.internal"
 	subject := pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:nodes"}}
 	good := func() *certificatesv1.CertificateSigningRequest {
 		return &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
@@ -77,6 +87,33 @@ func TestCheck(t *testing.T) {
 		{"foreign DNS", func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"kubernetes.default"}})
 		}, `DNS name "kubernetes.default"`},
+		{"node name", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"n1"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.5")}})
+		}, ""},
+		{"another node's name", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"n2"}})
+		}, `DNS name "n2" is not an address of Machine m`},
+		{"API server service name", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"n1.lab", "kubernetes.default.svc"}})
+		}, `DNS name "kubernetes.default.svc" is a cluster service name`},
+		{"bare kubernetes", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"Kubernetes."}})
+		}, `DNS name "Kubernetes." is a cluster service name`},
+		{"service DNS name", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"api.kube-system.svc.cluster.local"}})
+		}, `DNS name "api.kube-system.svc.cluster.local" is a cluster service name`},
+		{"name under the service domain", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"anything.corp.internal"}})
+		}, `DNS name "anything.corp.internal" is a cluster service name`},
+		{"wildcard", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, DNSNames: []string{"*.lab"}})
+		}, `DNS name "*.lab" is a cluster service name`},
+		{"service IP", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, IPAddresses: []net.IP{net.ParseIP("10.96.0.1")}})
+		}, "IP address 10.96.0.1 is in the cluster's service CIDR 10.96.0.0/12"},
+		{"loopback", func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
+		}, "IP address 127.0.0.1 is loopback or unspecified"},
 		{"URI SAN", func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Request = request(t, &x509.CertificateRequest{Subject: subject, URIs: []*url.URL{u}})
 		}, "URI"},
@@ -89,7 +126,7 @@ func TestCheck(t *testing.T) {
 			g := NewWithT(t)
 			csr := good()
 			tc.mutate(csr)
-			err := Check(csr, machine)
+			err := Check(csr, machine, cluster)
 			if tc.want == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return

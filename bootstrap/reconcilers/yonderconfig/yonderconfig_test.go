@@ -210,7 +210,9 @@ func checkBootstrapToken(ctx context.Context, g *WithT, cs *kubernetes.Clientset
 
 }
 
-// Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one is.
+// Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one
+// is. A host that got its own forged hostname (kubernetes.default.svc) recorded among its Machine's
+// addresses still gets no certificate for a cluster service name.
 func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -218,6 +220,7 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 	addrs := []clusterv1.MachineAddress{
 		{Type: clusterv1.MachineInternalIP, Address: "10.250.7.11"},
 		{Type: clusterv1.MachineHostName, Address: "host-11"},
+		{Type: clusterv1.MachineInternalDNS, Address: "kubernetes.default.svc"},
 	}
 	offline := bootstrapv1.Source{Path: "/media/yonder/yonder-agent", SHA256: strings.Repeat("0f", 32)}
 	m := newMachine(ctx, g, cluster, "worker-11", bootstrapv1.YonderConfigSpec{Agent: offline}, addrs)
@@ -242,7 +245,7 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		got := &clusterv1.Machine{}
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(m), got)).To(Succeed())
 		g.Expect(got.Status.NodeRef.Name).To(Equal(node.Name))
-		g.Expect(got.Status.Addresses).To(HaveLen(2))
+		g.Expect(got.Status.Addresses).To(HaveLen(3))
 	}).Should(Succeed())
 	g.Eventually(func() bool {
 		_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
@@ -259,8 +262,11 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 	wrongIP := createServingCSR(ctx, g, "wrong-ip", node.Name, []string{"host-11"}, []string{"10.250.7.99"})
 	wrongName := createServingCSR(ctx, g, "wrong-dns", node.Name, []string{"evil.example.com"}, []string{"10.250.7.11"})
 	wrongNode := createServingCSR(ctx, g, "wrong-node", "intruder", []string{"host-11"}, []string{"10.250.7.11"})
+	serviceName := createServingCSR(ctx, g, "service-name", node.Name, []string{"host-11", "kubernetes.default.svc"}, []string{"10.250.7.11"})
+	nodeName := createServingCSR(ctx, g, "node-name", node.Name, []string{node.Name}, []string{"10.250.7.11"})
 	g.Eventually(func() bool { return approved(ctx, g, good) }).Should(BeTrue())
-	for _, name := range []string{wrongIP, wrongName, wrongNode} {
+	g.Eventually(func() bool { return approved(ctx, g, nodeName) }).Should(BeTrue(), "the node's own name is bound to its identity")
+	for _, name := range []string{wrongIP, wrongName, wrongNode, serviceName} {
 		g.Consistently(func() bool { return approved(ctx, g, name) }, 2*time.Second).Should(BeFalse(), name)
 		// Left untouched: not denied either.
 		csr, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})

@@ -447,3 +447,59 @@ func TestAdmission(t *testing.T) {
 	}
 	g.Expect(env.Create(ctx, bad)).To(MatchError(ContainSubstring("spec.template.spec.site: Invalid value")))
 }
+
+// A Machine's token is refreshed for a bounded time only: the data Secret records the end of the
+// refresh window; once it has passed (here: moved into the past, as time would) the token is deleted, an
+// expired token is not replaced, and BootstrapTokenReady says why. A Machine that a MachineHealthCheck
+// marked for remediation before joining loses its token the same way.
+func TestTokenRefreshStopsForMachinesThatWillNotJoin(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cluster := newCluster(ctx, t, g, "stop")
+	cs := workloadClient(g)
+	tokenGone := func(id string) func() bool {
+		return func() bool {
+			_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+			return err != nil && strings.Contains(err.Error(), "not found")
+		}
+	}
+	reasonIs := func(name, reason string) func(g Gomega) {
+		return func(g Gomega) {
+			c := conditions.Get(getConfig(ctx, g, cluster.Namespace, name), bootstrapv1.YonderConfigBootstrapTokenReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(reason))
+		}
+	}
+
+	late := newMachine(ctx, g, cluster, "worker-late", bootstrapv1.YonderConfigSpec{BootstrapToken: bootstrapv1.BootstrapToken{RefreshSeconds: 3600}}, nil)
+	s := dataSecret(ctx, g, cluster.Namespace, late.Name)
+	id := s.Annotations[bootstrapv1.TokenIDAnnotation]
+	until, err := time.Parse(time.RFC3339, s.Annotations[bootstrapv1.TokenRefreshUntilAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(until).To(BeTemporally("~", s.CreationTimestamp.Add(time.Hour), 5*time.Second), "the window starts with the data")
+	g.Expect(cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})).Error().NotTo(HaveOccurred())
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Annotations[bootstrapv1.TokenRefreshUntilAnnotation] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	g.Expect(env.Patch(ctx, s, patch)).To(Succeed())
+	g.Eventually(tokenGone(id)).Should(BeTrue(), "the token is deleted once the window has passed")
+	g.Eventually(reasonIs(late.Name, bootstrapv1.YonderConfigBootstrapTokenRefreshWindowExpiredReason)).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		got := &corev1.Secret{}
+		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(s), got)).To(Succeed())
+		g.Expect(got.Annotations[bootstrapv1.TokenIDAnnotation]).To(Equal(id), "no new token")
+	}, 3*time.Second).Should(Succeed())
+
+	sick := newMachine(ctx, g, cluster, "worker-sick", bootstrapv1.YonderConfigSpec{}, nil)
+	sickID := dataSecret(ctx, g, cluster.Namespace, sick.Name).Annotations[bootstrapv1.TokenIDAnnotation]
+	g.Eventually(func() error {
+		m := &clusterv1.Machine{}
+		if err := env.Get(ctx, client.ObjectKeyFromObject(sick), m); err != nil {
+			return err
+		}
+		conditions.Set(m, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason})
+		return env.Status().Update(ctx, m)
+	}).Should(Succeed())
+	g.Eventually(tokenGone(sickID)).Should(BeTrue(), "a Machine being remediated loses its token")
+	g.Eventually(reasonIs(sick.Name, bootstrapv1.YonderConfigBootstrapTokenMachineRemediatingReason)).Should(Succeed())
+}

@@ -211,13 +211,13 @@ func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
 	g := NewWithT(t)
 	root := t.TempDir()
 	spy := filepath.Join(root, "spy")
-	g.Expect(os.WriteFile(spy, nil, 0o644)).To(Succeed()) //nolint:gosec // the world-readable file under test
+	g.Expect(os.WriteFile(spy, nil, 0o644)).To(Succeed())
 	g.Expect(os.MkdirAll(filepath.Join(root, "etc/kubernetes"), 0o755)).To(Succeed())
 	g.Expect(os.Symlink(spy, filepath.Join(root, "etc/kubernetes/bootstrap-kubelet.conf.yonder-tmp"))).To(Succeed())
 	w := &writer{root: root}
 	w.file("/etc/kubernetes/bootstrap-kubelet.conf", "token: secret\n", 0o600)
 	g.Expect(w.err).NotTo(HaveOccurred())
-	leaked, err := os.ReadFile(spy) //nolint:gosec // the test's own file
+	leaked, err := os.ReadFile(spy)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(leaked)).To(BeEmpty(), "the secret went through the planted temporary name")
 	st, err := os.Stat(filepath.Join(root, "etc/kubernetes/bootstrap-kubelet.conf"))
@@ -226,10 +226,10 @@ func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
 
 	cfg := filepath.Join(root, "etc/yonder/agent-config.yaml")
 	g.Expect(os.MkdirAll(filepath.Dir(cfg), 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(cfg, []byte("old\n"), 0o644)).To(Succeed()) //nolint:gosec // the wider mode under test
+	g.Expect(os.WriteFile(cfg, []byte("old\n"), 0o644)).To(Succeed())
 	g.Expect(os.Chmod(cfg, 0o644)).To(Succeed())
 	g.Expect(writeHostFile(agentv1.File{Path: cfg, Content: "bootstrapToken: abcdef.0123456789abcdef\n", Permissions: "0600"})).To(Succeed())
-	b, err := os.ReadFile(cfg) //nolint:gosec // the test's own file
+	b, err := os.ReadFile(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(b)).To(Equal("bootstrapToken: abcdef.0123456789abcdef\n"))
 	st, err = os.Stat(cfg)

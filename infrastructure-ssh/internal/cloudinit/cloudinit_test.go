@@ -92,15 +92,15 @@ func FuzzParse(f *testing.F) {
 func TestScriptWritesFilesWithTheirFinalModeFromTheFirstByte(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
-	real, err := exec.LookPath("base64")
+	base64Path, err := exec.LookPath("base64")
 	g.Expect(err).NotTo(HaveOccurred())
 	bin, log := filepath.Join(dir, "bin"), filepath.Join(dir, "modes")
 	g.Expect(os.Mkdir(bin, 0o755)).To(Succeed())
 	// The mode is read before the redirection to the log: /proc/$$/fd/1 is then still the file written.
-	wrapper := "#!/bin/sh\nm=$(stat -L -c '%a' /proc/$$/fd/1)\necho \"$m\" >> '" + log + "'\nexec '" + real + "' \"$@\"\n"
-	g.Expect(os.WriteFile(filepath.Join(bin, "base64"), []byte(wrapper), 0o755)).To(Succeed()) //nolint:gosec // an executable stand-in
+	wrapper := "#!/bin/sh\nm=$(stat -L -c '%a' /proc/$$/fd/1)\necho \"$m\" >> '" + log + "'\nexec '" + base64Path + "' \"$@\"\n"
+	g.Expect(os.WriteFile(filepath.Join(bin, "base64"), []byte(wrapper), 0o755)).To(Succeed())
 	for _, name := range []string{"existing", "appended"} {
-		g.Expect(os.WriteFile(filepath.Join(dir, name), []byte("old\n"), 0o644)).To(Succeed()) //nolint:gosec // the wider mode under test
+		g.Expect(os.WriteFile(filepath.Join(dir, name), []byte("old\n"), 0o644)).To(Succeed())
 		g.Expect(os.Chmod(filepath.Join(dir, name), 0o644)).To(Succeed())
 	}
 	data := "#cloud-config\nwrite_files:\n" +
@@ -113,14 +113,14 @@ func TestScriptWritesFilesWithTheirFinalModeFromTheFirstByte(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	modes, err := os.ReadFile(log) //nolint:gosec // the test's own file
+	modes, err := os.ReadFile(log)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.Fields(string(modes))).To(Equal([]string{"600", "600", "640"}), "the mode of each file as its content is written")
 	for name, want := range map[string]struct {
 		content string
 		mode    os.FileMode
 	}{"new/token": {"secret-1", 0o600}, "existing": {"secret-2", 0o600}, "appended": {"old\nsecret-3", 0o640}} {
-		b, err := os.ReadFile(filepath.Join(dir, name)) //nolint:gosec // the test's own file
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(b)).To(Equal(want.content), name)
 		st, err := os.Stat(filepath.Join(dir, name))

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -144,4 +145,69 @@ func TestIsPendingServing(t *testing.T) {
 	g.Expect(IsPendingServing(csr)).To(BeFalse())
 	csr = &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName}}
 	g.Expect(IsPendingServing(csr)).To(BeFalse())
+}
+
+// FuzzCheck: whatever a kubelet puts into its serving CSR (names, addresses, or bytes that are no CSR at
+// all), Check never panics, and what it approves names only the node itself or the Machine's recorded
+// addresses, and never a cluster service name or address.
+func FuzzCheck(f *testing.F) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	machine := &clusterv1.Machine{}
+	machine.Name = "m"
+	machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "n1"}
+	machine.Status.Addresses = clusterv1.MachineAddresses{
+		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"},
+		{Type: clusterv1.MachineInternalIP, Address: "10.96.0.10"},
+		{Type: clusterv1.MachineHostName, Address: "n1.lab"},
+		{Type: clusterv1.MachineInternalDNS, Address: "kubernetes.default.svc"},
+	}
+	cluster := &clusterv1.Cluster{}
+	cluster.Spec.ClusterNetwork.Services.CIDRBlocks = []string{"10.96.0.0/12"}
+	allowedDNS := map[string]bool{"n1": true, "n1.lab": true}
+	allowedIP := map[string]bool{"10.0.0.5": true}
+	for _, seed := range [][3]string{{"n1.lab", "10.0.0.5", ""}, {"kubernetes.default.svc,n1", "10.96.0.10", ""}, {"N1.LAB.", "::1", ""}, {"", "", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"}} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	f.Fuzz(func(t *testing.T, dns, ips, raw string) {
+		csr := &certificatesv1.CertificateSigningRequest{Spec: certificatesv1.CertificateSigningRequestSpec{
+			Username: "system:node:n1", Groups: []string{"system:nodes"}, SignerName: certificatesv1.KubeletServingSignerName,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageServerAuth}, Request: []byte(raw)}}
+		if raw == "" {
+			tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:nodes"}}}
+			if dns != "" {
+				tmpl.DNSNames = strings.Split(dns, ",")
+			}
+			for _, s := range strings.Split(ips, ",") {
+				if ip := net.ParseIP(s); ip != nil {
+					tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+				}
+			}
+			der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+			if err != nil {
+				return
+			}
+			csr.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		}
+		if Check(csr, machine, cluster) != nil {
+			return
+		}
+		block, _ := pem.Decode(csr.Spec.Request)
+		req, err := x509.ParseCertificateRequest(block.Bytes)
+		if err != nil {
+			t.Fatalf("approved a request that does not parse: %v", err)
+		}
+		for _, d := range req.DNSNames {
+			if !allowedDNS[strings.ToLower(d)] {
+				t.Fatalf("approved DNS name %q", d)
+			}
+		}
+		for _, ip := range req.IPAddresses {
+			if !allowedIP[ip.String()] {
+				t.Fatalf("approved IP address %s", ip)
+			}
+		}
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/internal/cloudinit"
 	"github.com/yonder-dev/yonder/bootstrap/internal/token"
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/shellwrite"
 )
 
 // OwnerPrefix starts the token owner annotation of manually created tokens ("manual/<cluster>/<node>"),
@@ -132,14 +132,12 @@ func Script(cloudConfig []byte) ([]byte, error) {
 		if owner == "" {
 			owner = "root:root"
 		}
-		fmt.Fprintf(&b, "mkdir -p %s\n", quote(path.Dir(f.Path)))
-		fmt.Fprintf(&b, "printf '%%s' %s | base64 -d > %s\n", quote(base64.StdEncoding.EncodeToString(content)), quote(f.Path))
-		fmt.Fprintf(&b, "chmod %s %s\nchown %s %s\n", quote(mode), quote(f.Path), quote(owner), quote(f.Path))
+		shellwrite.File(&b, f.Path, mode, owner, content, false)
 	}
 	for _, argv := range c.RunCmd {
 		q := make([]string, len(argv))
 		for i, a := range argv {
-			q[i] = quote(a)
+			q[i] = shellwrite.Quote(a)
 		}
 		b.WriteString(strings.Join(q, " ") + "\n")
 	}
@@ -159,5 +157,3 @@ func OneLiner(script []byte) (string, error) {
 	}
 	return "echo " + base64.StdEncoding.EncodeToString(z.Bytes()) + " | base64 -d | gunzip | sh", nil
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -20,6 +20,10 @@ import (
 	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
+// The manager authenticates and authorizes every metrics scrape (pkg/manager) through the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // ControllerName is the manager's name (field owner, user agent, leader election id prefix).
 const ControllerName = "yonder-controlplane-manager"
 

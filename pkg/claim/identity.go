@@ -1,7 +1,10 @@
 package claim
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -30,4 +33,40 @@ func (c *Consumer) Owns(name string, id types.UID) bool {
 // HeldBy reports whether inv records machine m (claim identity key idKey) as the consumer of h.
 func HeldBy[H client.Object](inv Inventory[H], h H, m client.Object, idKey string) bool {
 	return inv.ConsumerOf(h).Owns(m.GetName(), ID(m, idKey))
+}
+
+// IdentityChange checks an update of machine cur's claim identity (annotation key) from old. Only the
+// controller records it, once, when the machine first reserves a host, and then always as the machine's
+// own UID: a value that names any other identity, or a change or removal of a recorded one, would let the
+// machine adopt another machine's host (and the records kept on it), so it is refused.
+func IdentityChange(old, cur client.Object, key string) field.ErrorList {
+	p := field.NewPath("metadata", "annotations").Key(key)
+	was, now := old.GetAnnotations()[key], cur.GetAnnotations()[key]
+	switch {
+	case was != "" && now != was:
+		return field.ErrorList{field.Forbidden(p, fmt.Sprintf("the claim identity %s is recorded by the controller and cannot be changed or removed", was))}
+	case was == "" && now != "" && now != string(cur.GetUID()):
+		return field.ErrorList{field.Forbidden(p, "the claim identity is recorded by the controller as the object's own UID "+string(cur.GetUID())+"; it cannot name another identity")}
+	}
+	return nil
+}
+
+// IdentityOnCreate checks the claim identity (annotation key) a machine m is created with. Only
+// `clusterctl move` creates a machine with one: the moved object keeps its name and annotations, and the
+// host it holds, moved before it, still records the claim under that name and identity. Any other value
+// (copied from another machine, or from a template) would adopt a host that is not m's, so it is refused
+// unless one of hosts (the namespace's hosts, read uncached) records m's name with that identity.
+func IdentityOnCreate[H client.Object](inv Inventory[H], m client.Object, key string, hosts []H) field.ErrorList {
+	id := m.GetAnnotations()[key]
+	if id == "" {
+		return nil
+	}
+	for _, h := range hosts {
+		if c := inv.ConsumerOf(h); c != nil && c.Name == m.GetName() && c.ID == types.UID(id) {
+			return nil
+		}
+	}
+	return field.ErrorList{field.Forbidden(field.NewPath("metadata", "annotations").Key(key),
+		fmt.Sprintf("no %s in namespace %s records a claim by %s under identity %s; the claim identity is recorded by the controller (and carried by clusterctl move), remove the annotation",
+			inv.HostKind(), m.GetNamespace(), m.GetName(), id))}
 }

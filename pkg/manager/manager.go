@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -27,7 +28,9 @@ import (
 type Options struct {
 	// Name is the manager's name (e.g. yonder-bootstrap-manager): user agent and leader election ID.
 	Name string
-	// MetricsBindAddr serves metrics over HTTPS with authn/authz ("0" disables them).
+	// MetricsBindAddr serves metrics over HTTPS ("0" disables them). Every scrape is authenticated (a
+	// TokenReview of its bearer token) and authorized (a SubjectAccessReview for GET on the /metrics
+	// path): grant a scraper the provider's metrics-reader ClusterRole.
 	MetricsBindAddr string
 	// HealthAddr serves /healthz and /readyz.
 	HealthAddr string
@@ -75,7 +78,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 	cfg.UserAgent = o.Name
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddr, SecureServing: o.MetricsBindAddr != "0"},
+		Metrics:                metricsOptions(o.MetricsBindAddr),
 		HealthProbeBindAddress: o.HealthAddr,
 		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       o.LeaderElectionID(),
@@ -93,6 +96,15 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 		return nil, fmt.Errorf("failed to create the %s manager: %w", o.Name, err)
 	}
 	return mgr, nil
+}
+
+// metricsOptions serves metrics on addr over HTTPS, only to authenticated and authorized clients (the
+// way CAPI's util/flags does): an anonymous scrape gets 401, one without the right 403.
+func metricsOptions(addr string) metricsserver.Options {
+	if addr == "0" {
+		return metricsserver.Options{BindAddress: "0"}
+	}
+	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: filters.WithAuthenticationAndAuthorization}
 }
 
 // Setup is one manager's own part: its webhooks and its reconcilers (CABPK's setupWebhooks and

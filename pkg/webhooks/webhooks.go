@@ -55,13 +55,20 @@ type Validator[T client.Object] struct {
 	Validate func(obj T) field.ErrorList
 	// Change checks an update from old to obj beyond Validate; nil accepts every change.
 	Change func(ctx context.Context, old, obj T) field.ErrorList
+	// Create checks a created object beyond Validate against what the API holds (e.g. the hosts a
+	// claim identity must match); nil accepts every object.
+	Create func(ctx context.Context, obj T) field.ErrorList
 	// Defaults fills defaults (registered as a defaulting webhook through WithDefaults).
 	Defaults func(obj T)
 }
 
 // ValidateCreate implements admission.Validator.
-func (v *Validator[T]) ValidateCreate(_ context.Context, obj T) (admission.Warnings, error) {
-	return nil, Invalid(v.Kind, obj.GetName(), v.validate(obj))
+func (v *Validator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
+	errs := v.validate(obj)
+	if v.Create != nil {
+		errs = append(errs, v.Create(ctx, obj)...)
+	}
+	return nil, Invalid(v.Kind, obj.GetName(), errs)
 }
 
 // ValidateUpdate implements admission.Validator.

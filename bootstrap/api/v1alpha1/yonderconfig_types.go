@@ -20,6 +20,16 @@ const (
 
 	// DefaultTokenTTLSeconds is the bootstrap token lifetime when spec.bootstrapToken.ttlSeconds is unset.
 	DefaultTokenTTLSeconds = 900
+
+	// TokenRefreshUntilAnnotation on the data Secret records (RFC 3339) until when the Machine's bootstrap
+	// token is extended or replaced: the data Secret's first write plus spec.bootstrapToken.refreshSeconds.
+	// Past it the token is deleted and never renewed. It moves with the Secret (clusterctl move), so a move
+	// does not restart the window.
+	TokenRefreshUntilAnnotation = "bootstrap.yonder.dev/token-refresh-until"
+
+	// DefaultTokenRefreshSeconds is how long a Machine's token is kept usable when
+	// spec.bootstrapToken.refreshSeconds is unset (24 hours).
+	DefaultTokenRefreshSeconds = 86400
 )
 
 // Conditions and reasons.
@@ -48,6 +58,12 @@ const (
 	YonderConfigBootstrapTokenRemovedReason = "NodeJoined"
 	// YonderConfigBootstrapTokenFailedReason: creating or refreshing the token failed.
 	YonderConfigBootstrapTokenFailedReason = "Failed"
+	// YonderConfigBootstrapTokenRefreshWindowExpiredReason: the Node did not join within
+	// spec.bootstrapToken.refreshSeconds; the token was deleted and is not renewed.
+	YonderConfigBootstrapTokenRefreshWindowExpiredReason = "RefreshWindowExpired"
+	// YonderConfigBootstrapTokenMachineRemediatingReason: a MachineHealthCheck marked the Machine for
+	// remediation (condition OwnerRemediated) before it joined; the token was deleted and is not renewed.
+	YonderConfigBootstrapTokenMachineRemediatingReason = "MachineRemediating"
 )
 
 // Taint is a Node taint set at registration.
@@ -201,6 +217,15 @@ type BootstrapToken struct {
 	// +kubebuilder:validation:Minimum=60
 	// +kubebuilder:validation:Maximum=86400
 	TTLSeconds int32 `json:"ttlSeconds,omitempty"`
+
+	// refreshSeconds bounds how long after the bootstrap data was first written the token is extended
+	// or replaced for the Node to join (default 86400, 600 to 604800). Past it, or once a
+	// MachineHealthCheck marks the Machine for remediation, the token is deleted and never renewed: a
+	// Machine that failed or will never join holds no live credential. Delete the Machine to try again.
+	// +optional
+	// +kubebuilder:validation:Minimum=600
+	// +kubebuilder:validation:Maximum=604800
+	RefreshSeconds int32 `json:"refreshSeconds,omitempty"`
 }
 
 // YonderConfigSpec is what an operator sets per pool of workers.

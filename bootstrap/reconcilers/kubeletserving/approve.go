@@ -41,10 +41,13 @@ func IsPendingServing(csr *certificatesv1.CertificateSigningRequest) bool {
 }
 
 // Check decides whether a kubelet-serving CSR may be approved for machine, the Machine whose Node the
-// requester is. It returns nil when the CSR is exactly what that kubelet should ask for: requested by
-// the node's own identity, subject system:node:<name>/system:nodes, server-auth usages only, and every
-// DNS name and IP address among the Machine's addresses. Anything else is an error saying why.
-func Check(csr *certificatesv1.CertificateSigningRequest, machine *clusterv1.Machine) error {
+// requester is, in cluster. It returns nil when the CSR is exactly what that kubelet should ask for:
+// requested by the node's own identity, subject system:node:<name>/system:nodes, server-auth usages
+// only, every DNS name the node's name or one of the Machine's DNS addresses and every IP address one of
+// its IP addresses — the addresses the infrastructure provider recorded for the Machine, never what the
+// host or kubelet says about itself — and none of them a name or address of the cluster's services
+// (kubernetes.default.svc…, the service CIDRs). Anything else is an error saying why.
+func Check(csr *certificatesv1.CertificateSigningRequest, machine *clusterv1.Machine, cluster *clusterv1.Cluster) error {
 	node := machine.Status.NodeRef.Name
 	if csr.Spec.Username != nodeUserPrefix+node {
 		return fmt.Errorf("requested by %q, not by node %s", csr.Spec.Username, node)
@@ -88,7 +91,11 @@ func Check(csr *certificatesv1.CertificateSigningRequest, machine *clusterv1.Mac
 	if len(req.DNSNames)+len(req.IPAddresses) == 0 {
 		return fmt.Errorf("request names no DNS name or IP address")
 	}
-	dnsOK, ipOK := map[string]bool{}, map[string]bool{}
+	if err := checkNotServices(req, cluster); err != nil {
+		return err
+	}
+	// The node's name is bound to the requester (checked above): no other node can ask for it.
+	dnsOK, ipOK := map[string]bool{strings.ToLower(node): true}, map[string]bool{}
 	for _, a := range machine.Status.Addresses {
 		switch a.Type {
 		case clusterv1.MachineHostName, clusterv1.MachineInternalDNS, clusterv1.MachineExternalDNS:
@@ -107,6 +114,42 @@ func Check(csr *certificatesv1.CertificateSigningRequest, machine *clusterv1.Mac
 	for _, ip := range req.IPAddresses {
 		if !ipOK[ip.String()] {
 			return fmt.Errorf("IP address %s is not an address of Machine %s", ip, machine.Name)
+		}
+	}
+	return nil
+}
+
+// checkNotServices refuses names and addresses that belong to the cluster's services: the API server's
+// service names (kubernetes, kubernetes.default, kubernetes.default.svc, …), any in-cluster service DNS
+// name (<service>.<namespace>.svc[.<domain>], names under the Cluster's service domain), wildcards, and
+// IPs in the Cluster's service CIDRs, loopback or unspecified. A node holding such a certificate could
+// impersonate those services to every client that trusts the kubelet-serving signer.
+func checkNotServices(req *x509.CertificateRequest, cluster *clusterv1.Cluster) error {
+	domain := strings.ToLower(strings.TrimSuffix(cluster.Spec.ClusterNetwork.ServiceDomain, "."))
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	for _, d := range req.DNSNames {
+		n := strings.TrimSuffix(strings.ToLower(d), ".")
+		if n == "kubernetes" || n == "kubernetes.default" || strings.HasPrefix(n, "kubernetes.default.") ||
+			strings.HasSuffix(n, ".svc") || strings.Contains(n, ".svc.") || n == domain || strings.HasSuffix(n, "."+domain) || strings.Contains(n, "*") {
+			return fmt.Errorf("DNS name %q is a cluster service name", d)
+		}
+	}
+	var cidrs []*net.IPNet
+	for _, c := range cluster.Spec.ClusterNetwork.Services.CIDRBlocks {
+		if _, n, err := net.ParseCIDR(c); err == nil {
+			cidrs = append(cidrs, n)
+		}
+	}
+	for _, ip := range req.IPAddresses {
+		if ip.IsLoopback() || ip.IsUnspecified() {
+			return fmt.Errorf("IP address %s is loopback or unspecified", ip)
+		}
+		for _, n := range cidrs {
+			if n.Contains(ip) {
+				return fmt.Errorf("IP address %s is in the cluster's service CIDR %s", ip, n)
+			}
 		}
 	}
 	return nil

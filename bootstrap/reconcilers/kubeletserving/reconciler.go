@@ -113,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := reader.List(ctx, csrs); err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to list CSRs of Cluster %s: %w", klog.KObj(cluster), err)
 	}
-	return ctrl.Result{}, r.approve(ctx, key, csrs.Items, byNode)
+	return ctrl.Result{}, r.approve(ctx, cluster, csrs.Items, byNode)
 }
 
 // machinesByNode returns the Cluster's Yonder Machines by the name of their Node, and whether the
@@ -155,7 +155,8 @@ func (r *Reconciler) watchCSRs(ctx context.Context, key client.ObjectKey) error 
 }
 
 // approve approves the pending kubelet-serving CSRs of Nodes of byNode that pass Check.
-func (r *Reconciler) approve(ctx context.Context, key client.ObjectKey, csrs []certificatesv1.CertificateSigningRequest, byNode map[string]*clusterv1.Machine) error {
+func (r *Reconciler) approve(ctx context.Context, cluster *clusterv1.Cluster, csrs []certificatesv1.CertificateSigningRequest, byNode map[string]*clusterv1.Machine) error {
+	key := client.ObjectKeyFromObject(cluster)
 	log := ctrl.LoggerFrom(ctx)
 	var wl client.Client
 	for i := range csrs {
@@ -168,7 +169,7 @@ func (r *Reconciler) approve(ctx context.Context, key client.ObjectKey, csrs []c
 			// Not a Node of ours, or CAPI has not linked it yet (the Machine update brings us back).
 			continue
 		}
-		if err := Check(csr, m); err != nil {
+		if err := Check(csr, m, cluster); err != nil {
 			log.Info("Leaving kubelet-serving CSR unapproved", "csr", csr.Name, "Machine", klog.KObj(m), "reason", err.Error())
 			continue
 		}

@@ -368,6 +368,9 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, wl client.Clien
 	now := r.Now()
 	ttl := r.ttl(s.config)
 	id := data.Annotations[bootstrapv1.TokenIDAnnotation]
+	if reason, msg := r.refreshStopped(s, data, now); reason != "" {
+		return ctrl.Result{}, r.stopRefreshing(ctx, s, wl, id, reason, msg)
+	}
 	exp, found, err := time.Time{}, false, error(nil)
 	if id != "" {
 		if exp, found, err = token.Expiration(ctx, wl, id); err != nil {
@@ -403,6 +406,50 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, wl client.Clien
 	}
 	r.markTokenValid(s.config, exp)
 	return ctrl.Result{RequeueAfter: r.checkInterval(s.config)}, nil
+}
+
+// refreshWindow is how long a Machine's token is kept usable for its Node to join.
+func (r *Reconciler) refreshWindow(cfg *bootstrapv1.YonderConfig) time.Duration {
+	s := cfg.Spec.BootstrapToken.RefreshSeconds
+	if s == 0 {
+		s = bootstrapv1.DefaultTokenRefreshSeconds
+	}
+	return time.Duration(s) * time.Second
+}
+
+// refreshStopped says why the Machine's token must no longer be refreshed ("" while it may be): its
+// refresh window (the data Secret's annotation; without one, its creation plus the window) has passed,
+// or a MachineHealthCheck marked the Machine for remediation.
+func (r *Reconciler) refreshStopped(s *scope, data *corev1.Secret, now time.Time) (string, string) {
+	if conditions.Has(s.machine, clusterv1.MachineOwnerRemediatedCondition) {
+		return bootstrapv1.YonderConfigBootstrapTokenMachineRemediatingReason,
+			"The Machine is being remediated before its Node joined; its bootstrap token was deleted and is not renewed"
+	}
+	until := data.CreationTimestamp.Add(r.refreshWindow(s.config))
+	if v, err := time.Parse(time.RFC3339, data.Annotations[bootstrapv1.TokenRefreshUntilAnnotation]); err == nil {
+		until = v
+	}
+	if now.Before(until) {
+		return "", ""
+	}
+	return bootstrapv1.YonderConfigBootstrapTokenRefreshWindowExpiredReason,
+		fmt.Sprintf("The Node did not join before %s (spec.bootstrapToken.refreshSeconds); the bootstrap token was deleted and is not renewed: delete the Machine to try again", until.UTC().Format(time.RFC3339))
+}
+
+// stopRefreshing deletes the Machine's token (id; a token already gone is fine) and records why it is
+// no longer refreshed. Nothing is requeued: a Machine or Node change brings the Machine back.
+func (r *Reconciler) stopRefreshing(ctx context.Context, s *scope, wl client.Client, id, reason, msg string) error {
+	if c := conditions.Get(s.config, bootstrapv1.YonderConfigBootstrapTokenReadyCondition); c != nil && c.Reason == reason {
+		return nil
+	}
+	if id != "" {
+		if err := token.Delete(ctx, wl, id); err != nil {
+			return err
+		}
+	}
+	ctrl.LoggerFrom(ctx).Info("Stopped refreshing the bootstrap token", "tokenID", id, "reason", reason)
+	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
+	return nil
 }
 
 // removeToken deletes the token once the Machine's Node exists: a joined kubelet renews its own
@@ -445,6 +492,9 @@ func (r *Reconciler) writeData(ctx context.Context, s *scope, agentCfg *agentv1.
 			sec.Annotations = map[string]string{}
 		}
 		sec.Annotations[bootstrapv1.TokenIDAnnotation] = tokenID
+		if sec.Annotations[bootstrapv1.TokenRefreshUntilAnnotation] == "" {
+			sec.Annotations[bootstrapv1.TokenRefreshUntilAnnotation] = r.Now().Add(r.refreshWindow(s.config)).UTC().Format(time.RFC3339)
+		}
 		sec.Type = clusterv1.ClusterSecretType
 		sec.Data = map[string][]byte{"value": value, "format": []byte(bootstrapv1.DataSecretFormat)}
 		return controllerutil.SetControllerReference(s.config, sec, r.Client.Scheme())

@@ -210,7 +210,9 @@ func checkBootstrapToken(ctx context.Context, g *WithT, cs *kubernetes.Clientset
 
 }
 
-// Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one is.
+// Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one
+// is. A host that got its own forged hostname (kubernetes.default.svc) recorded among its Machine's
+// addresses still gets no certificate for a cluster service name.
 func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -218,6 +220,7 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 	addrs := []clusterv1.MachineAddress{
 		{Type: clusterv1.MachineInternalIP, Address: "10.250.7.11"},
 		{Type: clusterv1.MachineHostName, Address: "host-11"},
+		{Type: clusterv1.MachineInternalDNS, Address: "kubernetes.default.svc"},
 	}
 	offline := bootstrapv1.Source{Path: "/media/yonder/yonder-agent", SHA256: strings.Repeat("0f", 32)}
 	m := newMachine(ctx, g, cluster, "worker-11", bootstrapv1.YonderConfigSpec{Agent: offline}, addrs)
@@ -242,7 +245,7 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		got := &clusterv1.Machine{}
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(m), got)).To(Succeed())
 		g.Expect(got.Status.NodeRef.Name).To(Equal(node.Name))
-		g.Expect(got.Status.Addresses).To(HaveLen(2))
+		g.Expect(got.Status.Addresses).To(HaveLen(3))
 	}).Should(Succeed())
 	g.Eventually(func() bool {
 		_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
@@ -259,8 +262,11 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 	wrongIP := createServingCSR(ctx, g, "wrong-ip", node.Name, []string{"host-11"}, []string{"10.250.7.99"})
 	wrongName := createServingCSR(ctx, g, "wrong-dns", node.Name, []string{"evil.example.com"}, []string{"10.250.7.11"})
 	wrongNode := createServingCSR(ctx, g, "wrong-node", "intruder", []string{"host-11"}, []string{"10.250.7.11"})
+	serviceName := createServingCSR(ctx, g, "service-name", node.Name, []string{"host-11", "kubernetes.default.svc"}, []string{"10.250.7.11"})
+	nodeName := createServingCSR(ctx, g, "node-name", node.Name, []string{node.Name}, []string{"10.250.7.11"})
 	g.Eventually(func() bool { return approved(ctx, g, good) }).Should(BeTrue())
-	for _, name := range []string{wrongIP, wrongName, wrongNode} {
+	g.Eventually(func() bool { return approved(ctx, g, nodeName) }).Should(BeTrue(), "the node's own name is bound to its identity")
+	for _, name := range []string{wrongIP, wrongName, wrongNode, serviceName} {
 		g.Consistently(func() bool { return approved(ctx, g, name) }, 2*time.Second).Should(BeFalse(), name)
 		// Left untouched: not denied either.
 		csr, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
@@ -440,4 +446,60 @@ func TestAdmission(t *testing.T) {
 		Spec:       bootstrapv1.YonderConfigTemplateSpec{Template: bootstrapv1.YonderConfigTemplateResource{Spec: bootstrapv1.YonderConfigSpec{Site: "Not_DNS"}}},
 	}
 	g.Expect(env.Create(ctx, bad)).To(MatchError(ContainSubstring("spec.template.spec.site: Invalid value")))
+}
+
+// A Machine's token is refreshed for a bounded time only: the data Secret records the end of the
+// refresh window; once it has passed (here: moved into the past, as time would) the token is deleted, an
+// expired token is not replaced, and BootstrapTokenReady says why. A Machine that a MachineHealthCheck
+// marked for remediation before joining loses its token the same way.
+func TestTokenRefreshStopsForMachinesThatWillNotJoin(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cluster := newCluster(ctx, t, g, "stop")
+	cs := workloadClient(g)
+	tokenGone := func(id string) func() bool {
+		return func() bool {
+			_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})
+			return err != nil && strings.Contains(err.Error(), "not found")
+		}
+	}
+	reasonIs := func(name, reason string) func(g Gomega) {
+		return func(g Gomega) {
+			c := conditions.Get(getConfig(ctx, g, cluster.Namespace, name), bootstrapv1.YonderConfigBootstrapTokenReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(reason))
+		}
+	}
+
+	late := newMachine(ctx, g, cluster, "worker-late", bootstrapv1.YonderConfigSpec{BootstrapToken: bootstrapv1.BootstrapToken{RefreshSeconds: 3600}}, nil)
+	s := dataSecret(ctx, g, cluster.Namespace, late.Name)
+	id := s.Annotations[bootstrapv1.TokenIDAnnotation]
+	until, err := time.Parse(time.RFC3339, s.Annotations[bootstrapv1.TokenRefreshUntilAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(until).To(BeTemporally("~", s.CreationTimestamp.Add(time.Hour), 5*time.Second), "the window starts with the data")
+	g.Expect(cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})).Error().NotTo(HaveOccurred())
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Annotations[bootstrapv1.TokenRefreshUntilAnnotation] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	g.Expect(env.Patch(ctx, s, patch)).To(Succeed())
+	g.Eventually(tokenGone(id)).Should(BeTrue(), "the token is deleted once the window has passed")
+	g.Eventually(reasonIs(late.Name, bootstrapv1.YonderConfigBootstrapTokenRefreshWindowExpiredReason)).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		got := &corev1.Secret{}
+		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(s), got)).To(Succeed())
+		g.Expect(got.Annotations[bootstrapv1.TokenIDAnnotation]).To(Equal(id), "no new token")
+	}, 3*time.Second).Should(Succeed())
+
+	sick := newMachine(ctx, g, cluster, "worker-sick", bootstrapv1.YonderConfigSpec{}, nil)
+	sickID := dataSecret(ctx, g, cluster.Namespace, sick.Name).Annotations[bootstrapv1.TokenIDAnnotation]
+	g.Eventually(func() error {
+		m := &clusterv1.Machine{}
+		if err := env.Get(ctx, client.ObjectKeyFromObject(sick), m); err != nil {
+			return err
+		}
+		conditions.Set(m, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason})
+		return env.Status().Update(ctx, m)
+	}).Should(Succeed())
+	g.Eventually(tokenGone(sickID)).Should(BeTrue(), "a Machine being remediated loses its token")
+	g.Eventually(reasonIs(sick.Name, bootstrapv1.YonderConfigBootstrapTokenMachineRemediatingReason)).Should(Succeed())
 }

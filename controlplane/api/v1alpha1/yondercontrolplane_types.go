@@ -25,6 +25,10 @@ const (
 	YonderControlPlaneKubeconfigValidReason = "Valid"
 	// YonderControlPlaneKubeconfigSecretNotFoundReason: the Secret named by spec.kubeconfigSecretRef does not exist.
 	YonderControlPlaneKubeconfigSecretNotFoundReason = "SecretNotFound"
+	// YonderControlPlaneKubeconfigSecretForeignReason: the Secret named by spec.kubeconfigSecretRef belongs to another
+	// Cluster (its cluster.x-k8s.io/cluster-name label or an owner Cluster names another Cluster); it is neither
+	// read nor relabelled.
+	YonderControlPlaneKubeconfigSecretForeignReason = "SecretBelongsToAnotherCluster"
 	// YonderControlPlaneKubeconfigKeyNotFoundReason: the Secret exists but has no data under spec.kubeconfigSecretRef.key.
 	YonderControlPlaneKubeconfigKeyNotFoundReason = "KeyNotFound"
 	// YonderControlPlaneKubeconfigInvalidReason: the data is not a kubeconfig with a current context, cluster and user.

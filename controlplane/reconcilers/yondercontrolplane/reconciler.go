@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -272,6 +273,13 @@ func (r *Reconciler) readSourceKubeconfig(ctx context.Context, cluster *clusterv
 		}
 		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", cp.Namespace, name, err)
 	}
+	if other := owningCluster(s, cluster.Name); other != "" {
+		// Another Cluster's Secret (its kubeconfig, or a source another control plane uses): reading it
+		// would hand this Cluster that cluster's credentials, relabelling it would take it away.
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigSecretForeignReason,
+			fmt.Sprintf("Secret %s/%s belongs to Cluster %s; point spec.kubeconfigSecretRef at a Secret of Cluster %s (unlabelled, or labelled %s=%s)",
+				cp.Namespace, name, other, cluster.Name, clusterv1.ClusterNameLabel, cluster.Name)}
+	}
 	// The labels let the manager watch the Secret (only Secrets with a cluster name are cached) and let
 	// clusterctl move carry it, since nothing owns it.
 	if s.Labels[clusterv1.ClusterNameLabel] != cluster.Name || !hasKey(s.Labels, clusterctlv1.ClusterctlMoveLabel) {
@@ -290,6 +298,20 @@ func (r *Reconciler) readSourceKubeconfig(ctx context.Context, cluster *clusterv
 		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigKeyNotFoundReason, fmt.Sprintf("Secret %s/%s has no data under key %q", cp.Namespace, name, key)}
 	}
 	return normalizeKubeconfig(cluster.Name, raw)
+}
+
+// owningCluster returns the Cluster other than cluster that Secret s belongs to — by its cluster-name
+// label or an owner reference to a Cluster — or "" when s is this Cluster's or nobody's.
+func owningCluster(s *corev1.Secret, cluster string) string {
+	if l := s.Labels[clusterv1.ClusterNameLabel]; l != "" && l != cluster {
+		return l
+	}
+	for _, o := range s.OwnerReferences {
+		if o.Kind == "Cluster" && strings.HasPrefix(o.APIVersion, clusterv1.GroupVersion.Group+"/") && o.Name != cluster {
+			return o.Name
+		}
+	}
+	return ""
 }
 
 func hasKey(m map[string]string, k string) bool {

@@ -356,3 +356,54 @@ func TestAdmission(t *testing.T) {
 	got.Labels = map[string]string{"team": "edge"}
 	g.Expect(env.Update(ctx, got)).To(Succeed())
 }
+
+// A YonderControlPlane pointed at another Cluster's Secret — labelled with that Cluster's name, or
+// owned by that Cluster — neither reads it (the Cluster is not attached with that cluster's credentials,
+// no "<cluster>-kubeconfig" is written) nor relabels it; KubeconfigValid says whose it is.
+func TestForeignKubeconfigSecretIsNeitherReadNorRelabelled(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		meta func(victim *clusterv1.Cluster) metav1.ObjectMeta
+	}{
+		{"labelled", func(*clusterv1.Cluster) metav1.ObjectMeta {
+			return metav1.ObjectMeta{Labels: map[string]string{clusterv1.ClusterNameLabel: "victim"}}
+		}},
+		{"owned", func(v *clusterv1.Cluster) metav1.ObjectMeta {
+			return metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster", Name: v.Name, UID: v.UID}}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ns := env.CreateNamespace(ctx, t, "foreign").Name
+			victim := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "victim"},
+				Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group, Kind: "YonderControlPlane", Name: "victim"}}}
+			g.Expect(env.Create(ctx, victim)).To(Succeed())
+			foreign := &corev1.Secret{ObjectMeta: tc.meta(victim), Data: map[string][]byte{"kubeconfig": workload.AdminKubeconfig}}
+			foreign.Namespace, foreign.Name = ns, "victim-kubeconfig"
+			g.Expect(env.Create(ctx, foreign)).To(Succeed())
+			before := foreign.DeepCopy()
+
+			cp := &controlplanev1.YonderControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "thief", Labels: map[string]string{clusterv1.WatchLabel: watchFilter}},
+				Spec: controlplanev1.YonderControlPlaneSpec{KubeconfigSecretRef: controlplanev1.KubeconfigSecretReference{Name: foreign.Name, Key: "kubeconfig"}}}
+			g.Expect(env.Create(ctx, cp)).To(Succeed())
+			cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "thief", Labels: map[string]string{clusterv1.WatchLabel: watchFilter}},
+				Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group, Kind: "YonderControlPlane", Name: cp.Name}}}
+			g.Expect(env.Create(ctx, cluster)).To(Succeed())
+
+			g.Eventually(func(g Gomega) {
+				c := condition(ctx, g, cp, controlplanev1.YonderControlPlaneKubeconfigValidCondition)
+				g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(c.Reason).To(Equal(controlplanev1.YonderControlPlaneKubeconfigSecretForeignReason))
+				g.Expect(c.Message).To(ContainSubstring("Secret " + ns + "/victim-kubeconfig belongs to Cluster victim"))
+			}).Should(Succeed())
+			got := getCP(ctx, g, cp)
+			g.Expect(got.Status.Initialization.ControlPlaneInitialized).To(BeNil())
+			g.Expect(got.Status.Version).To(BeEmpty(), "the foreign credentials never reached the API server")
+			after := &corev1.Secret{}
+			g.Expect(env.Get(ctx, client.ObjectKeyFromObject(foreign), after)).To(Succeed())
+			g.Expect(after.Labels).To(Equal(before.Labels), "not relabelled")
+			g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "thief-kubeconfig"}, &corev1.Secret{})).To(MatchError(ContainSubstring("not found")))
+		})
+	}
+}

@@ -203,3 +203,39 @@ func TestResetKeepsTheOperatorsMountPoints(t *testing.T) {
 	g.Expect(rep.Kept).To(ContainElement(machines + " (mount point)"))
 	g.Expect(filepath.Join(stateDir, "state.json")).NotTo(BeAnExistingFile())
 }
+
+// Files that hold secrets get their final mode before their content is readable anywhere: a leftover
+// (or planted) temporary name beside the target — a link to a world-readable file — receives nothing,
+// and a host file requested 0600 that exists with 0644 ends 0600 (os.WriteFile keeps an existing mode).
+func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	spy := filepath.Join(root, "spy")
+	g.Expect(os.WriteFile(spy, nil, 0o644)).To(Succeed())
+	g.Expect(os.MkdirAll(filepath.Join(root, "etc/kubernetes"), 0o755)).To(Succeed())
+	g.Expect(os.Symlink(spy, filepath.Join(root, "etc/kubernetes/bootstrap-kubelet.conf.yonder-tmp"))).To(Succeed())
+	w := &writer{root: root}
+	w.file("/etc/kubernetes/bootstrap-kubelet.conf", "token: secret\n", 0o600)
+	g.Expect(w.err).NotTo(HaveOccurred())
+	leaked, err := os.ReadFile(spy)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(leaked)).To(BeEmpty(), "the secret went through the planted temporary name")
+	st, err := os.Stat(filepath.Join(root, "etc/kubernetes/bootstrap-kubelet.conf"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+
+	cfg := filepath.Join(root, "etc/yonder/agent-config.yaml")
+	g.Expect(os.MkdirAll(filepath.Dir(cfg), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(cfg, []byte("old\n"), 0o644)).To(Succeed())
+	g.Expect(os.Chmod(cfg, 0o644)).To(Succeed())
+	g.Expect(writeHostFile(agentv1.File{Path: cfg, Content: "bootstrapToken: abcdef.0123456789abcdef\n", Permissions: "0600"})).To(Succeed())
+	b, err := os.ReadFile(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(Equal("bootstrapToken: abcdef.0123456789abcdef\n"))
+	st, err = os.Stat(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)), "an existing file's wider mode is not kept")
+	left, err := filepath.Glob(filepath.Join(root, "etc/*/*.yonder-tmp-*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty(), "no temporary file stays")
+}

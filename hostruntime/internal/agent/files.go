@@ -33,26 +33,47 @@ func (w *writer) file(path, content string, mode os.FileMode) {
 		w.err = err
 		return
 	}
-	tmp := p + ".yonder-tmp"
-	if err := os.WriteFile(tmp, []byte(content), mode); err != nil { //nolint:gosec // paths are the machine's tree joined with our own constants
-		_ = os.Remove(tmp)
+	tmp, err := writeTemp(p, []byte(content))
+	if err != nil {
 		w.err = fmt.Errorf("failed to write %s: %w", p, err)
 		return
 	}
 	w.install(tmp, path, mode)
 }
 
+// writeTemp writes content to a new temporary file beside path and returns its name. os.CreateTemp
+// creates it 0600 and exclusively (never a leftover of an earlier run with a wider mode), so content
+// that holds a secret (a bootstrap token, a kubeconfig) is never readable under a wider mode than the
+// one it is given before being renamed into place.
+func writeTemp(path string, content []byte) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".yonder-tmp-*")
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(content); err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
 // install moves the written temporary file tmp into place as path (under the root) with mode, and
 // records the change; a failure removes tmp, so no half-written file stays behind.
 func (w *writer) install(tmp, path string, mode os.FileMode) {
 	p := filepath.Join(w.root, path)
-	if err := os.Chmod(tmp, mode); err != nil {
-		_ = os.Remove(tmp)
+	// tmp is the temporary file this writer created beside p (writeTemp, or copyVerified's).
+	if err := os.Chmod(tmp, mode); err != nil { //nolint:gosec // see above
+		_ = os.Remove(tmp) //nolint:gosec // see above
 		w.err = err
 		return
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
+	if err := os.Rename(tmp, p); err != nil { //nolint:gosec // see above
+		_ = os.Remove(tmp) //nolint:gosec // see above
 		w.err = err
 		return
 	}

@@ -60,13 +60,31 @@ func writeHostFile(f agentv1.File) error {
 	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil { //nolint:gosec // operator-requested path
 		return err
 	}
-	if err := os.WriteFile(f.Path, content, mode); err != nil {
+	// Written beside the target (created 0600), given its mode and owner, then renamed into place: the
+	// content is never readable under a wider mode, not even when the file exists with one.
+	tmp, err := writeTemp(f.Path, content)
+	if err != nil {
 		return fmt.Errorf("failed to write %s: %w", f.Path, err)
 	}
+	if err := finishHostFile(tmp, f, mode); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// finishHostFile gives the written temporary file tmp of f its mode and owner and renames it into place.
+func finishHostFile(tmp string, f agentv1.File, mode os.FileMode) error {
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fmt.Errorf("failed to set the mode of %s: %w", f.Path, err)
+	}
 	if f.Owner != "" && f.Owner != "root:root" && f.Owner != "root" {
-		if out, err := exec.Command("chown", f.Owner, f.Path).CombinedOutput(); err != nil {
+		if out, err := exec.Command("chown", f.Owner, tmp).CombinedOutput(); err != nil {
 			return fmt.Errorf("failed to chown %s to %s: %s: %w", f.Path, f.Owner, tail(out), err)
 		}
+	}
+	if err := os.Rename(tmp, f.Path); err != nil {
+		return fmt.Errorf("failed to write %s: %w", f.Path, err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ const (
 	// HostKeyPolicyPinned accepts only spec.hostKey; a host without it is never contacted.
 	HostKeyPolicyPinned HostKeyPolicy = "Pinned"
 	// HostKeyPolicyTrustOnFirstUse records the key presented at the first probe into spec.hostKey and
-	// from then on enforces it exactly like Pinned.
+	// sets the policy to Pinned: trust on first use is spent once a key is recorded.
 	HostKeyPolicyTrustOnFirstUse HostKeyPolicy = "TrustOnFirstUse"
 )
 
@@ -65,7 +65,9 @@ type SSHEndpoint struct {
 	HostKey string `json:"hostKey,omitempty"`
 
 	// hostKeyPolicy is Pinned (default: only hostKey is accepted, and a host without one is never
-	// contacted) or TrustOnFirstUse (the first key seen is recorded in hostKey and then enforced).
+	// contacted) or TrustOnFirstUse (the first key seen is recorded in hostKey and the policy becomes
+	// Pinned). Clearing a recorded hostKey re-arms trust on first use only in an update that also changes
+	// this field from Pinned to TrustOnFirstUse; while the host is claimed neither field can change.
 	// +optional
 	// +kubebuilder:default=Pinned
 	HostKeyPolicy HostKeyPolicy `json:"hostKeyPolicy,omitempty"`

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/yonder-dev/yonder/pkg/shellwrite"
 )
 
 // UnsupportedError lists what the data uses that this executor does not run.
@@ -150,7 +152,7 @@ func parseRunCmd(v any) ([]string, error) {
 		case []any:
 			parts := make([]string, 0, len(c))
 			for _, p := range c {
-				parts = append(parts, shellQuote(fmt.Sprint(p)))
+				parts = append(parts, shellwrite.Quote(fmt.Sprint(p)))
 			}
 			out = append(out, strings.Join(parts, " "))
 		case bool, float64, int64, int:
@@ -237,14 +239,7 @@ func (c *Config) Script() string {
 		if owner == "" {
 			owner = "root:root"
 		}
-		redir := ">"
-		if f.Append {
-			redir = ">>"
-		}
-		fmt.Fprintf(&b, "mkdir -p %s\n", shellQuote(path.Dir(f.Path)))
-		fmt.Fprintf(&b, "printf '%%s' %s | base64 -d %s %s\n", shellQuote(base64.StdEncoding.EncodeToString(content)), redir, shellQuote(f.Path))
-		fmt.Fprintf(&b, "chmod %s %s\n", mode, shellQuote(f.Path))
-		fmt.Fprintf(&b, "chown %s %s\n", shellQuote(owner), shellQuote(f.Path))
+		shellwrite.File(&b, f.Path, mode, owner, content, f.Append)
 	}
 	b.WriteString(") || { echo 'yonder-ssh: write_files failed' >&2; exit 97; }\n")
 	b.WriteString("runcmd() {\n:\n")
@@ -254,8 +249,4 @@ func (c *Config) Script() string {
 	}
 	b.WriteString("}\nruncmd\n")
 	return b.String()
-}
-
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -83,4 +84,50 @@ func FuzzParse(f *testing.F) {
 			_ = cfg.Script()
 		}
 	})
+}
+
+// A file holding a secret has its final mode from its first byte: base64 (which writes the content) is
+// wrapped to record the mode of the file it writes to as it starts. Covered: a new file, a file that
+// already exists with a wider mode, and an append to a file that exists with a wider mode.
+func TestScriptWritesFilesWithTheirFinalModeFromTheFirstByte(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	base64Path, err := exec.LookPath("base64")
+	g.Expect(err).NotTo(HaveOccurred())
+	bin, log := filepath.Join(dir, "bin"), filepath.Join(dir, "modes")
+	g.Expect(os.Mkdir(bin, 0o755)).To(Succeed())
+	// The mode is read before the redirection to the log: /proc/$$/fd/1 is then still the file written.
+	wrapper := "#!/bin/sh\nm=$(stat -L -c '%a' /proc/$$/fd/1)\necho \"$m\" >> '" + log + "'\nexec '" + base64Path + "' \"$@\"\n"
+	g.Expect(os.WriteFile(filepath.Join(bin, "base64"), []byte(wrapper), 0o755)).To(Succeed())
+	for _, name := range []string{"existing", "appended"} {
+		g.Expect(os.WriteFile(filepath.Join(dir, name), []byte("old\n"), 0o644)).To(Succeed())
+		g.Expect(os.Chmod(filepath.Join(dir, name), 0o644)).To(Succeed())
+	}
+	data := "#cloud-config\nwrite_files:\n" +
+		"- path: " + dir + "/new/token\n  content: secret-1\n  permissions: '0600'\n" +
+		"- path: " + dir + "/existing\n  content: secret-2\n  permissions: '0600'\n" +
+		"- path: " + dir + "/appended\n  content: secret-3\n  permissions: '0640'\n  append: true\n"
+	cfg, err := Parse([]byte(data), Options{Hostname: "h"})
+	g.Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command("sh", "-c", cfg.Script())
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	modes, err := os.ReadFile(log)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Fields(string(modes))).To(Equal([]string{"600", "600", "640"}), "the mode of each file as its content is written")
+	for name, want := range map[string]struct {
+		content string
+		mode    os.FileMode
+	}{"new/token": {"secret-1", 0o600}, "existing": {"secret-2", 0o600}, "appended": {"old\nsecret-3", 0o640}} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(b)).To(Equal(want.content), name)
+		st, err := os.Stat(filepath.Join(dir, name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Mode().Perm()).To(Equal(want.mode), name)
+	}
+	left, err := filepath.Glob(filepath.Join(dir, "*", ".yonder-write.*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty(), "no temporary file stays")
 }

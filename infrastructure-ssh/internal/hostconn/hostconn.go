@@ -96,7 +96,7 @@ func Reason(err error, h *infrav1.YonderSSHHost) (string, string) {
 	name := klog.KObj(h).String()
 	switch {
 	case errors.As(err, &mm):
-		return infrav1.HostKeyMismatchReason, fmt.Sprintf("YonderSSHHost %s presented host key %s but %s is pinned: if the host was legitimately reinstalled, update spec.hostKey; otherwise treat it as compromised", name, mm.Presented, mm.Expected)
+		return infrav1.HostKeyMismatchReason, fmt.Sprintf("YonderSSHHost %s presented host key %s but %s is pinned: if the host was legitimately reinstalled, pin the new key in spec.hostKey (a claimed host: delete its Machine first, the key cannot change while claimed); otherwise treat it as compromised", name, mm.Presented, mm.Expected)
 	case errors.Is(err, sshexec.ErrNoHostKey):
 		return infrav1.HostKeyUnknownReason, fmt.Sprintf("YonderSSHHost %s has no spec.hostKey: set it, or set hostKeyPolicy TrustOnFirstUse", name)
 	case errors.As(err, &cred):

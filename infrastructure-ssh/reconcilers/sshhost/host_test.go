@@ -32,6 +32,7 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(h), h)).To(Succeed())
 		g.Expect(h.Spec.HostKey).To(Equal(sshexec.FormatHostKey(hs[0].HostKey)))
+		g.Expect(h.Spec.HostKeyPolicy).To(Equal(infrav1.HostKeyPolicyPinned), "trust on first use is spent once a key is recorded")
 		g.Expect(h.Status.Phase).To(Equal(infrav1.HostPhaseAvailable))
 		g.Expect(h.Status.Facts).NotTo(BeNil())
 		g.Expect(h.Status.Facts.Hostname).To(Equal("hh-0"))

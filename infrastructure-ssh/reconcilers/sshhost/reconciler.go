@@ -187,7 +187,10 @@ func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
 	}
 	mu.Lock()
 	if recorded != nil && h.Spec.HostKey == "" {
+		// Trust on first use is spent: the recorded key is pinned from now on, so clearing it later
+		// re-arms trust on first use only through an explicit policy change (see the host webhook).
 		h.Spec.HostKey = sshexec.FormatHostKey(recorded)
+		h.Spec.HostKeyPolicy = infrav1.HostKeyPolicyPinned
 		log.Info("Recorded host key on first use", "fingerprint", ssh.FingerprintSHA256(recorded))
 	}
 	mu.Unlock()

@@ -204,16 +204,16 @@ func providerID(m *infrav1.YonderSSHMachine, host *infrav1.YonderSSHHost) string
 	return ProviderIDPrefix + m.Namespace + "/" + host.Name
 }
 
+// addresses are the Machine's addresses: the host's inventory address only. The hostname a probe
+// found is what the host says about itself; the bootstrap provider approves kubelet-serving
+// certificates for the Machine's addresses, so a host could otherwise have itself certified under any
+// name it chose (another node's, a service's).
 func addresses(h *infrav1.YonderSSHHost) []clusterv1.MachineAddress {
 	t := clusterv1.MachineInternalDNS
 	if _, err := netip.ParseAddr(h.Spec.Address); err == nil {
 		t = clusterv1.MachineInternalIP
 	}
-	out := []clusterv1.MachineAddress{{Type: t, Address: h.Spec.Address}}
-	if h.Status.Facts != nil && h.Status.Facts.Hostname != "" {
-		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: h.Status.Facts.Hostname})
-	}
-	return out
+	return []clusterv1.MachineAddress{{Type: t, Address: h.Spec.Address}}
 }
 
 func setCond(m *infrav1.YonderSSHMachine, t string, status metav1.ConditionStatus, reason, msg string) {

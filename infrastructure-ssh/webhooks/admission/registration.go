@@ -6,6 +6,7 @@ package admission
 
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
@@ -15,7 +16,9 @@ import (
 func Webhooks() []webhooks.Registration {
 	return []webhooks.Registration{
 		webhooks.For(&infrav1.YonderSSHHost{}, YonderSSHHost()),
-		webhooks.For(&infrav1.YonderSSHMachine{}, YonderSSHMachine()),
+		func(mgr ctrl.Manager) error {
+			return webhooks.For(&infrav1.YonderSSHMachine{}, YonderSSHMachine(mgr.GetAPIReader()))(mgr)
+		},
 		webhooks.For(&infrav1.YonderSSHMachineTemplate{}, YonderSSHMachineTemplate()),
 		webhooks.For(&infrav1.YonderSSHCluster{}, YonderSSHCluster()),
 		webhooks.For(&infrav1.YonderSSHClusterTemplate{}, YonderSSHClusterTemplate()),

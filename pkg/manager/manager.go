@@ -78,7 +78,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 	cfg.UserAgent = o.Name
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsOptions(o.MetricsBindAddr),
+		Metrics:                SecureMetricsOptions(o.MetricsBindAddr),
 		HealthProbeBindAddress: o.HealthAddr,
 		LeaderElection:         o.LeaderElect,
 		LeaderElectionID:       o.LeaderElectionID(),
@@ -98,9 +98,11 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, err
 	return mgr, nil
 }
 
-// metricsOptions serves metrics on addr over HTTPS, only to authenticated and authorized clients (the
-// way CAPI's util/flags does): an anonymous scrape gets 401, one without the right 403.
-func metricsOptions(addr string) metricsserver.Options {
+// SecureMetricsOptions serve metrics on addr over HTTPS, only to authenticated and authorized clients
+// (the way CAPI's util/flags does): an anonymous scrape gets 401, one without the right 403. Every Yonder
+// component that serves metrics uses them (the managers here, the network add-on's controller and node
+// daemon through network/internal/metricsauth).
+func SecureMetricsOptions(addr string) metricsserver.Options {
 	if addr == "0" {
 		return metricsserver.Options{BindAddress: "0"}
 	}

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/yonder-dev/yonder/network/internal/certs"
-	"github.com/yonder-dev/yonder/network/internal/metricsauth"
 	"github.com/yonder-dev/yonder/network/internal/plan"
 	"github.com/yonder-dev/yonder/network/setup"
 	"github.com/yonder-dev/yonder/pkg/manager"
@@ -120,7 +119,7 @@ func (f *flags) ensureCerts(ctx context.Context, cfg *rest.Config, scheme *runti
 func (f *flags) newManager(cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsauth.Options(f.metricsAddr),
+		Metrics:                 manager.SecureMetricsOptions(f.metricsAddr),
 		HealthProbeBindAddress:  f.probeAddr,
 		WebhookServer:           webhook.NewServer(webhook.Options{Port: f.webhookPort, CertDir: f.certDir}),
 		LeaderElection:          f.leaderElect,

@@ -10,31 +10,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
-
-// kubectl plugin conventions: the connection flags on every command, -o where objects are printed.
-func TestCommandsFollowKubectlConventions(t *testing.T) {
-	g := NewWithT(t)
-	root := newRootCommand(cli.NewOptions())
-	for _, path := range [][]string{{"host", "add"}, {"host", "list"}, {"machine", "manual-bootstrap"}, {"site", "init"}, {"describe", "cluster"}} {
-		cmd, _, err := root.Find(path)
-		g.Expect(err).NotTo(HaveOccurred(), strings.Join(path, " "))
-		for _, f := range []string{"kubeconfig", "context", "namespace"} {
-			g.Expect(cmd.InheritedFlags().Lookup(f)).NotTo(BeNil(), "%s has --%s", strings.Join(path, " "), f)
-		}
-		g.Expect(cmd.InheritedFlags().ShorthandLookup("n")).NotTo(BeNil())
-	}
-	for _, path := range [][]string{{"host", "list"}, {"describe", "cluster"}} {
-		cmd, _, _ := root.Find(path)
-		g.Expect(cmd.Flags().ShorthandLookup("o")).NotTo(BeNil(), "%s has -o", strings.Join(path, " "))
-	}
-	for _, path := range [][]string{{"lab", "up"}, {"lab", "status"}, {"lab", "down"}} {
-		_, _, err := root.Find(path)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
-}
 
 // kubectl finds the plugin on the PATH and runs it as `kubectl yonder`.
 func TestKubectlRunsThePlugin(t *testing.T) {

@@ -77,7 +77,7 @@ The private key is stored in the Secret <NAME>-ssh (key ssh-privatekey) in the s
 	fs := cmd.Flags()
 	fs.StringVar(&a.Address, "address", "", "IP address or DNS name of the host (required)")
 	fs.IntVar(&a.Port, "port", 22, "sshd port")
-	fs.StringVar(&a.User, "user", "root", "login user (commands run through sudo when not root)")
+	fs.StringVar(&a.User, "ssh-user", "root", "login user (commands run through sudo when not root)")
 	fs.StringVar(&a.KeyFile, "key", defaultKey(), "private key file (unencrypted OpenSSH or PEM)")
 	fs.StringVar(&a.HostKey, "host-key", "", "expected host key (\"ssh-ed25519 AAAA…\"); the presented key must match")
 	fs.StringVar(&a.Bastion, "bastion", "", "jump host as [user@]address[:port], reached with the same key")
@@ -140,7 +140,7 @@ func (a *AddOptions) validate() (map[string]string, error) {
 		errs = append(errs, fmt.Sprintf("--port %d is outside 1…65535", a.Port))
 	}
 	if a.User == "" || len(a.User) > 64 {
-		errs = append(errs, "--user must have 1…64 characters")
+		errs = append(errs, "--ssh-user must have 1…64 characters")
 	}
 	if a.KeyFile == "" {
 		errs = append(errs, "--key is required")

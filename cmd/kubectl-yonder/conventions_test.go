@@ -35,7 +35,7 @@ var connectionFlags = []string{"kubeconfig", "context", "cluster", "user", "name
 // kubectlFlag is one entry of `kubectl options`.
 type kubectlFlag struct{ shorthand, def, usage string }
 
-// kubectlOptions parses the real kubectl's `kubectl options`: "    -n, --namespace='':\n\tUsage…".
+// kubectlOptions parses the real kubectl's `kubectl options`: "    -n, --namespace=”:\n\tUsage…".
 func kubectlOptions(t *testing.T, g *WithT) map[string]kubectlFlag {
 	t.Helper()
 	kubectl, err := testbins.Path("kubectl")

@@ -196,7 +196,6 @@ func machineItem(ix *index, m *clusterv1.Machine) (*Item, string) {
 	return it, site
 }
 
-
 func bareMetalHostItem(h *metal3v1.BareMetalHost) *Item {
 	ready := "Unknown"
 	switch h.Status.OperationalStatus {

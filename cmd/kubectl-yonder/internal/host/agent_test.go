@@ -105,7 +105,7 @@ func TestAddWithSSHAgentAuthorizesTheProvidersOwnKey(t *testing.T) {
 	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(provider.PublicKey())))
 	after, err := os.ReadFile(authorized)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(after)).To(Equal(string(before) + line + "\n"), "the provider's key appended once, the agent's kept")
+	g.Expect(string(after)).To(Equal(string(before)+line+"\n"), "the provider's key appended once, the agent's kept")
 	g.Expect(loginWith(h, providerPEM)).To(Succeed(), "the stored key logs in alone")
 
 	// Again: the Secret's key is reused, authorized_keys unchanged.

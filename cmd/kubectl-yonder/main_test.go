@@ -18,17 +18,14 @@ func TestKubectlRunsThePlugin(t *testing.T) {
 	g := NewWithT(t)
 	kubectl, err := testbins.Path("kubectl")
 	g.Expect(err).NotTo(HaveOccurred())
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-yonder"), ".")
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	dir := filepath.Dir(pluginBinary(t))
 	cmd := exec.Command(kubectl, "yonder", "--help")
 	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
 	g.Expect(cmd.Run()).To(Succeed(), stdout.String())
 	g.Expect(stdout.String()).To(ContainSubstring("kubectl yonder [command]"))
-	for _, group := range []string{"host", "machine", "site", "describe", "lab"} {
+	for _, group := range []string{"host", "machine", "site", "describe", "version", "completion", "lab"} {
 		g.Expect(stdout.String()).To(MatchRegexp(`(?m)^\s+`+group+`\s`), "lists %s", group)
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/envtest"
 )
@@ -26,7 +28,7 @@ func TestMain(m *testing.M) {
 	os.Exit(envtest.Run(m, envtest.Options{
 		CRDDirectoryPaths: []string{"infrastructure-ssh/config/crd/bases",
 			filepath.Join(strings.TrimSpace(string(capi)), "cmd", "clusterctl", "config", "crd", "bases")},
-		AddToScheme:            []func(*runtime.Scheme) error{infrav1.AddToScheme},
+		AddToScheme:            []func(*runtime.Scheme) error{infrav1.AddToScheme, clusterctlv1.AddToScheme},
 		WithoutCAPIControllers: true,
 	}, func(e *envtest.Environment) { env = e }))
 }

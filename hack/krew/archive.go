@@ -41,7 +41,7 @@ func WriteArchive(out, bin, license string) (rerr error) {
 }
 
 func addFile(tw *tar.Writer, path string, mode int64) error {
-	src, err := os.Open(path)
+	src, err := os.Open(filepath.Clean(path))
 	if err != nil {
 		return err
 	}

@@ -67,10 +67,10 @@ func TestReleasePluginWritesAKrewManifest(t *testing.T) {
 	dir := t.TempDir()
 	root, err := filepath.Abs("../..")
 	g.Expect(err).NotTo(HaveOccurred())
-	make := exec.Command("make", "--no-print-directory", "release-plugin", "RELEASE_DIR="+dir, "RELEASE_VERSION=v9.8.7",
+	mk := exec.Command("make", "--no-print-directory", "release-plugin", "RELEASE_DIR="+dir, "RELEASE_VERSION=v9.8.7",
 		"PLUGIN_PLATFORMS="+runtime.GOOS+"/"+runtime.GOARCH, "RELEASE_URL=https://example.test/yonder/v9.8.7")
-	make.Dir = root
-	out, err := make.CombinedOutput()
+	mk.Dir = root
+	out, err := mk.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 
 	manifest := filepath.Join(dir, "yonder.yaml")

@@ -72,7 +72,7 @@ func writeManifest(version, prefix, out string, archives []string) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode the manifest: %w", err)
 	}
-	return os.WriteFile(out, data, 0o644)
+	return os.WriteFile(out, data, 0o644) //nolint:gosec // the manifest is published with the release: world-readable
 }
 
 // platformOf is the platform built from archive a.

@@ -30,7 +30,7 @@ import (
 
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
-	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1" //nolint:importas // the plugin reads both providers' kinds: infrav1 is the SSH provider's
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )

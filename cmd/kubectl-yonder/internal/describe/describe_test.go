@@ -18,7 +18,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/test/builder"
 
-	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1" //nolint:importas // the plugin reads both providers' kinds: infrav1 is the SSH provider's
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 

@@ -152,18 +152,40 @@ push: images ## Push out/images to REGISTRY (e.g. REGISTRY=registry.example:5000
 # `make release`: a directory shaped like a GitHub release that clusterctl reads (out/release/<version>/):
 # each provider's components file (distinct names), metadata.yaml, the templates and ClusterClasses,
 # metal3-crds.yaml, the network add-on, yonder-agent and kubectl-yonder (static, -trimpath; the plugin
-# without the lab, -tags release) for the build's architecture, and checksums.txt (sha256 of every file).
+# without the lab, -tags release) for the build's architecture, the plugin's krew archives and manifest
+# (release-plugin), and checksums.txt (sha256 of every file).
 # With REGISTRY set, the images are pushed there too.
 RELEASE_DIR = $(OUT)/release/$(RELEASE_VERSION)
 
+# The plugin's release: for each of PLUGIN_PLATFORMS a krew archive kubectl-yonder_<os>_<arch>.tar.gz (the
+# binary and LICENSE) and the krew manifest yonder.yaml, whose platforms carry those archives' sha256 and
+# RELEASE_URL; hack/krew checks it with krew's rules. The binaries report RELEASE_VERSION and the commit
+# (`kubectl yonder version`).
+PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+RELEASE_URL ?= https://github.com/yonder-dev/yonder/releases/download/$(RELEASE_VERSION)
+PLUGIN_VERSION_PKG = github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/version
+PLUGIN_LDFLAGS = -X $(PLUGIN_VERSION_PKG).Version=$(RELEASE_VERSION) -X $(PLUGIN_VERSION_PKG).Commit=$(shell git rev-parse HEAD 2>/dev/null)
+
+.PHONY: release-plugin
+release-plugin: ## Write kubectl-yonder's krew archives (PLUGIN_PLATFORMS) and krew manifest yonder.yaml into out/release/<version>/
+	@mkdir -p $(RELEASE_DIR)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; for p in $(PLUGIN_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; bin=$$tmp/$$os-$$arch/kubectl-yonder; if [ "$$os" = windows ]; then bin=$$bin.exe; fi; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags release -ldflags "$(PLUGIN_LDFLAGS)" -o $$bin ./cmd/kubectl-yonder; \
+	  $(GO) run ./hack/krew archive -bin $$bin -license LICENSE -out $(RELEASE_DIR)/kubectl-yonder_$${os}_$${arch}.tar.gz; \
+	done
+	@$(GO) run ./hack/krew manifest -version $(RELEASE_VERSION) -uri-prefix $(RELEASE_URL) -out $(RELEASE_DIR)/yonder.yaml $(RELEASE_DIR)/kubectl-yonder_*.tar.gz
+	@echo $(RELEASE_DIR)/yonder.yaml
+
 .PHONY: release
-release: release-manifests ## Write out/release/<version>/ (components, metadata, templates, binaries, sha256s); pushes the images when REGISTRY is set
+release: release-manifests ## Write out/release/<version>/ (components, metadata, templates, binaries, krew plugin, sha256s); pushes the images when REGISTRY is set
 	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@$(MAKE) --no-print-directory release-plugin
 	@for p in $(PROVIDERS); do cp $(OUT)/$$p/*-components*.yaml $(RELEASE_DIR)/; done
 	@cp metadata.yaml templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/infrastructure-baremetal/metal3-crds.yaml $(OUT)/network/yonder-network.yaml $(RELEASE_DIR)/
 	@arch=$$($(GO) env GOARCH); \
 	  CGO_ENABLED=0 $(GO) build -trimpath -o $(RELEASE_DIR)/yonder-agent-linux-$$arch ./hostruntime/cmd/yonder-agent && \
-	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder
+	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -ldflags "$(PLUGIN_LDFLAGS)" -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder
 	@# The agent file must be the agent the components pin (the agent artifact's blob): reproducible builds.
 	@test "$$(sha256sum $(RELEASE_DIR)/yonder-agent-linux-* | cut -d' ' -f1)" = "$$(tr -d '[:space:]' < $(OUT)/images/agent.sha256)" || \
 	  { echo "make release: yonder-agent differs from the one in out/images (agent.sha256)"; exit 1; }

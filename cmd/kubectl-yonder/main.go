@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ import (
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/host"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/machine"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/site"
+	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/version"
 )
 
 func newRootCommand(o *cli.Options) *cobra.Command {
@@ -31,11 +33,27 @@ func newRootCommand(o *cli.Options) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl yonder"},
 	}
 	o.AddFlags(root.PersistentFlags())
-	root.AddCommand(enrol.Attach(host.NewCommand(o), o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o))
+	root.AddCommand(enrol.Attach(host.NewCommand(o), o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o), version.NewCommand(o))
 	for _, c := range developerCommands {
 		root.AddCommand(c(o))
 	}
+	// cobra's `completion bash|zsh|fish|powershell`, added now (not lazily at Execute) so help and tests see it.
+	root.InitDefaultCompletionCmd()
+	registerFlagCompletions(root, o)
 	return root
+}
+
+// completerName is the name kubectl (1.26+) runs to complete `kubectl yonder …`: a link to this binary
+// under that name on the PATH makes kubectl's own shell completion reach into the plugin.
+const completerName = "kubectl_complete-yonder"
+
+// args are the command line to run: invoked as kubectl_complete-yonder, kubectl asks for completions of
+// its arguments, which is cobra's hidden __complete command.
+func args(argv []string) []string {
+	if filepath.Base(argv[0]) == completerName {
+		return append([]string{cobra.ShellCompRequestCmd}, argv[1:]...)
+	}
+	return argv[1:]
 }
 
 // developerCommands are added to the plugin built from a checkout (lab.go); the released plugin, built
@@ -44,7 +62,9 @@ var developerCommands []func(*cli.Options) *cobra.Command
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand(cli.NewOptions()).ExecuteContext(ctx)
+	root := newRootCommand(cli.NewOptions())
+	root.SetArgs(args(os.Args))
+	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		_, _ = fmt.Fprintln(os.Stderr, "error:", err)

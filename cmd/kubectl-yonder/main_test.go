@@ -10,48 +10,22 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
-
-// kubectl plugin conventions: the connection flags on every command, -o where objects are printed.
-func TestCommandsFollowKubectlConventions(t *testing.T) {
-	g := NewWithT(t)
-	root := newRootCommand(cli.NewOptions())
-	for _, path := range [][]string{{"host", "add"}, {"host", "list"}, {"machine", "manual-bootstrap"}, {"site", "init"}, {"describe", "cluster"}} {
-		cmd, _, err := root.Find(path)
-		g.Expect(err).NotTo(HaveOccurred(), strings.Join(path, " "))
-		for _, f := range []string{"kubeconfig", "context", "namespace"} {
-			g.Expect(cmd.InheritedFlags().Lookup(f)).NotTo(BeNil(), "%s has --%s", strings.Join(path, " "), f)
-		}
-		g.Expect(cmd.InheritedFlags().ShorthandLookup("n")).NotTo(BeNil())
-	}
-	for _, path := range [][]string{{"host", "list"}, {"describe", "cluster"}} {
-		cmd, _, _ := root.Find(path)
-		g.Expect(cmd.Flags().ShorthandLookup("o")).NotTo(BeNil(), "%s has -o", strings.Join(path, " "))
-	}
-	for _, path := range [][]string{{"lab", "up"}, {"lab", "status"}, {"lab", "down"}} {
-		_, _, err := root.Find(path)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
-}
 
 // kubectl finds the plugin on the PATH and runs it as `kubectl yonder`.
 func TestKubectlRunsThePlugin(t *testing.T) {
 	g := NewWithT(t)
 	kubectl, err := testbins.Path("kubectl")
 	g.Expect(err).NotTo(HaveOccurred())
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-yonder"), ".")
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	dir := filepath.Dir(pluginBinary(t))
 	cmd := exec.Command(kubectl, "yonder", "--help")
 	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
 	g.Expect(cmd.Run()).To(Succeed(), stdout.String())
 	g.Expect(stdout.String()).To(ContainSubstring("kubectl yonder [command]"))
-	for _, group := range []string{"host", "machine", "site", "describe", "lab"} {
+	for _, group := range []string{"host", "machine", "site", "describe", "version", "completion", "lab"} {
 		g.Expect(stdout.String()).To(MatchRegexp(`(?m)^\s+`+group+`\s`), "lists %s", group)
 	}
 }

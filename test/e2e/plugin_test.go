@@ -76,7 +76,7 @@ func TestReleasedPlugin(t *testing.T) {
 	t1 := time.Now()
 	h := spare[0]
 	out, errOut, err := run("host", "add", h.Name, "-n", pluginNamespace, "--address", h.Address.String(), "--port", fmt.Sprint(h.Port),
-		"--user", h.User, "--key", keyFile, "--failure-domain", "spare")
+		"--ssh-user", h.User, "--key", keyFile, "--failure-domain", "spare")
 	g.Expect(err).NotTo(HaveOccurred(), "host add: %s %s", out, errOut)
 	added := &infrav1.YonderSSHHost{}
 	g.Expect(st.Client.Get(ctx, client.ObjectKey{Namespace: pluginNamespace, Name: h.Name}, added)).To(Succeed())
@@ -125,7 +125,7 @@ func TestReleasedPlugin(t *testing.T) {
 func joinByHand(ctx context.Context, t *testing.T, run func(...string) (string, string, error), h *hosts.Host, caFile string) {
 	t.Helper()
 	g := NewWithT(t)
-	line, errOut, err := run("machine", "manual-bootstrap", manualNode, "--cluster", pluginCluster, "-n", pluginNamespace,
+	line, errOut, err := run("machine", "manual-bootstrap", manualNode, "--cluster-name", pluginCluster, "-n", pluginNamespace,
 		"--registry-ca-file", caFile, "--registry-mirror-of", "ghcr.io,yonder.test")
 	g.Expect(err).NotTo(HaveOccurred(), errOut)
 	g.Expect(strings.Count(strings.TrimSpace(line), "\n")).To(BeZero(), "one line")

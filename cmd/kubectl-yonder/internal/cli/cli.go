@@ -1,11 +1,10 @@
-// Package cli holds what every kubectl-yonder command shares: kubectl's connection flags (--kubeconfig,
-// --context, -n/--namespace), the output flag (-o yaml|json|wide), the scheme of Yonder's and CAPI's kinds,
-// and printing. k8s.io/cli-runtime is not used: it would pull kustomize and a second copy of kubectl's
-// dependency tree into the module for four flags that client-go's clientcmd already implements.
+// Package cli holds what every kubectl-yonder command shares: kubectl's connection flags (cli-runtime's
+// genericclioptions.ConfigFlags: --kubeconfig, --context, --cluster, --user, -n/--namespace, --as, --token,
+// --server, …), the output flag (-o through cli-runtime's printers), the scheme of Yonder's, CAPI's and
+// Metal3's kinds, and printing.
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,33 +12,37 @@ import (
 	"text/tabwriter"
 	"time"
 
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"github.com/spf13/pflag"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/yaml"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1" //nolint:importas // the plugin reads both providers' kinds: infrav1 is the SSH provider's
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
 
-// Scheme knows the kinds kubectl-yonder reads and writes: Kubernetes core, CAPI core, Yonder's providers
-// and the network add-on.
+// Scheme knows the kinds kubectl-yonder reads and writes: Kubernetes core, CAPI core and clusterctl's
+// inventory, Yonder's providers, Metal3's BareMetalHost and the network add-on.
 var Scheme = runtime.NewScheme()
 
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, infrav1.AddToScheme, bootstrapv1.AddToScheme,
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, clusterctlv1.AddToScheme,
+		infrav1.AddToScheme, metalv1.AddToScheme, metal3v1.AddToScheme, bootstrapv1.AddToScheme,
 		controlplanev1.AddToScheme, netv1.AddToScheme,
 	} {
 		if err := add(Scheme); err != nil {
@@ -48,7 +51,8 @@ func init() {
 	}
 }
 
-// Output formats accepted by -o.
+// Output formats of -o that kubectl-yonder prints itself (tables); every other value goes to cli-runtime's
+// printers (yaml, json, name, jsonpath=…, go-template=…, as kubectl).
 const (
 	OutputTable = ""
 	OutputWide  = "wide"
@@ -58,11 +62,10 @@ const (
 
 // Options are the flags and streams shared by every command.
 type Options struct {
-	// Kubeconfig, Context and Namespace are kubectl's flags of the same names.
-	Kubeconfig string
-	Context    string
-	Namespace  string
-	// Output is -o: "" (table), wide, yaml or json.
+	// ConfigFlags are kubectl's connection flags, bound on the root command; they select the MANAGEMENT
+	// cluster, its credentials and the namespace.
+	ConfigFlags *genericclioptions.ConfigFlags
+	// Output is -o: "" (table), wide, or any of cli-runtime's printer formats.
 	Output string
 
 	// Out and ErrOut are where results and progress go (stdout and stderr by default).
@@ -77,52 +80,63 @@ type Options struct {
 
 // NewOptions returns options writing to the process's stdout and stderr.
 func NewOptions() *Options {
-	return &Options{Out: os.Stdout, ErrOut: os.Stderr, Now: time.Now}
+	// kubectl binds the deprecated --username/--password too: so does the plugin, so every kubectl flag works.
+	f := genericclioptions.NewConfigFlags(true).WithDeprecatedPasswordFlag()
+	f.WrapConfigFn = func(c *rest.Config) *rest.Config {
+		c.UserAgent = "kubectl-yonder"
+		return c
+	}
+	return &Options{ConfigFlags: f, Out: os.Stdout, ErrOut: os.Stderr, Now: time.Now}
 }
 
-// AddFlags registers the connection flags (persistent, so every subcommand has them, as in kubectl).
+// AddFlags registers kubectl's connection flags (persistent, so every subcommand has them, as in kubectl).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to the kubeconfig of the MANAGEMENT cluster (default: $KUBECONFIG, ~/.kube/config)")
-	fs.StringVar(&o.Context, "context", "", "kubeconfig context to use")
-	fs.StringVarP(&o.Namespace, "namespace", "n", "", "namespace (default: the context's namespace, else \"default\")")
+	o.ConfigFlags.AddFlags(fs)
 }
 
 // AddOutputFlag registers -o for commands that print objects.
 func (o *Options) AddOutputFlag(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.Output, "output", "o", "", "output format: wide, yaml or json (default: a table)")
+	fs.StringVarP(&o.Output, "output", "o", "", "output format: wide, yaml, json, name, jsonpath=…, go-template=… (default: a table)")
+}
+
+// printFlags are cli-runtime's printer flags for the current -o.
+func (o *Options) printFlags() *genericclioptions.PrintFlags {
+	pf := genericclioptions.NewPrintFlags("").WithTypeSetter(Scheme)
+	*pf.OutputFormat = o.Output
+	return pf
 }
 
 // ValidateOutput rejects an unknown -o before anything is contacted.
 func (o *Options) ValidateOutput() error {
-	switch o.Output {
-	case OutputTable, OutputWide, OutputYAML, OutputJSON:
+	if o.Output == OutputTable || o.Output == OutputWide {
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q: use wide, yaml or json", o.Output)
+	pf := o.printFlags()
+	if _, err := pf.ToPrinter(); err != nil {
+		if genericclioptions.IsNoCompatiblePrinterError(err) {
+			return fmt.Errorf("unknown output format %q: use wide, %s", o.Output, strings.Join(pf.AllowedFormats(), ", "))
+		}
+		return fmt.Errorf("invalid output format %q: %w", o.Output, err)
+	}
+	return nil
 }
 
 // WithConfig makes the options use cfg instead of a kubeconfig (tests).
 func (o *Options) WithConfig(cfg *rest.Config, namespace string) *Options {
-	o.config, o.Namespace = cfg, namespace
+	o.config = cfg
+	*o.ConfigFlags.Namespace = namespace
 	return o
 }
 
-func (o *Options) loader() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.Kubeconfig
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context})
-}
-
-// RESTConfig is the management cluster's rest config.
+// RESTConfig is the management cluster's rest config, from kubectl's connection flags.
 func (o *Options) RESTConfig() (*rest.Config, error) {
 	if o.config != nil {
 		return rest.CopyConfig(o.config), nil
 	}
-	cfg, err := o.loader().ClientConfig()
+	cfg, err := o.ConfigFlags.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("failed to load the kubeconfig (use --kubeconfig or $KUBECONFIG): %w", err)
 	}
-	cfg.UserAgent = "kubectl-yonder"
 	return cfg, nil
 }
 
@@ -141,50 +155,62 @@ func (o *Options) Client() (client.Client, error) {
 
 // Ns is the namespace to work in: -n, else the context's, else "default".
 func (o *Options) Ns() (string, error) {
-	if o.Namespace != "" {
-		return o.Namespace, nil
+	if ns := *o.ConfigFlags.Namespace; ns != "" {
+		return ns, nil
 	}
 	if o.config != nil {
 		return "default", nil
 	}
-	ns, _, err := o.loader().Namespace()
+	ns, _, err := o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return "", fmt.Errorf("failed to read the namespace from the kubeconfig: %w", err)
 	}
 	return ns, nil
 }
 
-// PrintObjects writes objs as YAML (a List when there are several, like kubectl) or JSON. It returns
-// false when the output format is a table, which the caller prints itself.
+// PrintObjects prints objs with cli-runtime's printer for -o (one object alone, several as a v1 List, like
+// kubectl). It returns false when the output format is a table, which the caller prints itself.
 func (o *Options) PrintObjects(objs ...client.Object) (bool, error) {
-	if o.Output != OutputYAML && o.Output != OutputJSON {
+	if o.Output == OutputTable || o.Output == OutputWide {
 		return false, nil
 	}
-	items := make([]any, 0, len(objs))
-	for _, obj := range objs {
-		if gvk, err := apiutil.GVKForObject(obj, Scheme); err == nil {
-			obj.GetObjectKind().SetGroupVersionKind(gvk)
-		}
-		obj.SetManagedFields(nil)
-		items = append(items, obj)
-	}
-	var v any = map[string]any{"apiVersion": "v1", "kind": "List", "items": items}
-	if len(items) == 1 {
-		v = items[0]
-	}
-	var out []byte
-	var err error
-	if o.Output == OutputJSON {
-		out, err = json.MarshalIndent(v, "", "    ")
-		out = append(out, '\n')
-	} else {
-		out, err = yaml.Marshal(v)
-	}
+	p, err := o.printFlags().ToPrinter()
 	if err != nil {
-		return true, fmt.Errorf("failed to encode output: %w", err)
+		return true, err
 	}
-	_, err = o.Out.Write(out)
-	return true, err
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
+	for _, obj := range objs {
+		u, err := ToUnstructured(obj)
+		if err != nil {
+			return true, err
+		}
+		list.Items = append(list.Items, *u)
+	}
+	var out runtime.Object = list
+	if len(list.Items) == 1 {
+		out = &list.Items[0]
+	}
+	if err := p.PrintObj(out, o.Out); err != nil {
+		return true, fmt.Errorf("failed to print the output: %w", err)
+	}
+	return true, nil
+}
+
+// ToUnstructured converts obj with its kind set and without managed fields (noise in a dump).
+func ToUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	obj = obj.DeepCopyObject()
+	gvk, err := apiutil.GVKForObject(obj, Scheme)
+	if err != nil {
+		return nil, fmt.Errorf("failed to find the kind of %T: %w", obj, err)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("failed to convert %s: %w", gvk.Kind, err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	u.SetManagedFields(nil)
+	return u, nil
 }
 
 // Table writes rows under a header, aligned like kubectl's tables.

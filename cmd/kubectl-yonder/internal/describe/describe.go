@@ -1,25 +1,25 @@
-// Package describe implements `kubectl yonder describe cluster NAME`: one view of a Cluster's conditions,
-// the SSH hosts its Machines claimed, the Machines, the workload cluster's Nodes and the network add-on's
-// tunnel state (NodeNetwork and PeerSlice objects).
+// Package describe implements `kubectl yonder describe cluster NAME`: one view of a Cluster drawn as a
+// tree, like `clusterctl describe cluster`: Cluster → Sites (with their gateway pools) → Machines with the
+// host each runs on (YonderSSHHost or BareMetalHost through its YonderMetalMachine) → Nodes → tunnels
+// (NodeNetwork, gateway role), then the SitePeerings, each line with its health. -o yaml|json prints the
+// same objects as a List.
 package describe
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	metalv1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1" //nolint:importas // the plugin reads both providers' kinds: infrav1 is the SSH provider's
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 
@@ -31,7 +31,7 @@ func NewCommand(o *cli.Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "describe", Short: "Show a Yonder object and everything around it"}
 	c := &cobra.Command{
 		Use:   "cluster NAME",
-		Short: "Show a Cluster's conditions, claimed hosts, Machines, Nodes and tunnels in one view",
+		Short: "Draw a Cluster's sites, hosts, Machines, Nodes and tunnels as a tree with their health",
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return Cluster(cmd.Context(), o, args[0]) },
 	}
@@ -41,16 +41,21 @@ func NewCommand(o *cli.Options) *cobra.Command {
 }
 
 // View is everything describe cluster gathers. Workload fields are empty when the workload cluster could
-// not be reached (WorkloadError says why).
+// not be reached (WorkloadError says why), network fields when the add-on is missing (NetworkError).
 type View struct {
-	Cluster       *clusterv1.Cluster
-	Hosts         []infrav1.YonderSSHHost
-	Machines      []clusterv1.Machine
-	Nodes         []corev1.Node
-	NodeNetworks  []netv1.NodeNetwork
-	PeerSlices    []netv1.PeerSlice
-	WorkloadError string
-	NetworkError  string
+	Cluster        *clusterv1.Cluster
+	Hosts          []infrav1.YonderSSHHost
+	MetalMachines  []metalv1.YonderMetalMachine
+	BareMetalHosts []metal3v1.BareMetalHost
+	Machines       []clusterv1.Machine
+	Nodes          []corev1.Node
+	Sites          []netv1.Site
+	GatewayPools   []netv1.GatewayPool
+	SitePeerings   []netv1.SitePeering
+	NodeNetworks   []netv1.NodeNetwork
+	PeerSlices     []netv1.PeerSlice
+	WorkloadError  string
+	NetworkError   string
 }
 
 // Gather reads the view of Cluster ns/name.
@@ -62,22 +67,9 @@ func Gather(ctx context.Context, c client.Client, ns, name string) (*View, error
 		}
 		return nil, fmt.Errorf("failed to get Cluster %s/%s: %w", ns, name, err)
 	}
-	hosts := &infrav1.YonderSSHHostList{}
-	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil && !meta.IsNoMatchError(err) {
-		return nil, fmt.Errorf("failed to list YonderSSHHosts in %s: %w", ns, err)
+	if err := gatherManagement(ctx, c, v); err != nil {
+		return nil, err
 	}
-	for _, h := range hosts.Items {
-		if r := h.Spec.ConsumerRef; r != nil && r.ClusterName == name {
-			v.Hosts = append(v.Hosts, h)
-		}
-	}
-	machines := &clusterv1.MachineList{}
-	if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: name}); err != nil {
-		return nil, fmt.Errorf("failed to list the Machines of Cluster %s/%s: %w", ns, name, err)
-	}
-	v.Machines = machines.Items
-	sort.Slice(v.Machines, func(i, j int) bool { return v.Machines[i].Name < v.Machines[j].Name })
-
 	wl, err := cli.WorkloadFor(ctx, c, ns, name)
 	if err != nil {
 		v.WorkloadError = err.Error()
@@ -90,18 +82,73 @@ func Gather(ctx context.Context, c client.Client, ns, name string) (*View, error
 	}
 	v.Nodes = nodes.Items
 	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
-	nns := &netv1.NodeNetworkList{}
-	pss := &netv1.PeerSliceList{}
-	if err := wl.Client.List(ctx, nns); err != nil {
-		v.NetworkError = networkErr(err)
-		return v, nil
-	}
-	if err := wl.Client.List(ctx, pss); err != nil {
-		v.NetworkError = networkErr(err)
-		return v, nil
-	}
-	v.NodeNetworks, v.PeerSlices = nns.Items, pss.Items
+	gatherNetwork(ctx, wl.Client, v)
 	return v, nil
+}
+
+// gatherManagement reads the Machines and the hosts they claimed. A provider whose CRDs are not installed
+// (an SSH-only or metal-only management cluster) contributes nothing.
+func gatherManagement(ctx context.Context, c client.Client, v *View) error {
+	ns, name := v.Cluster.Namespace, v.Cluster.Name
+	machines := &clusterv1.MachineList{}
+	if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: name}); err != nil {
+		return fmt.Errorf("failed to list the Machines of Cluster %s/%s: %w", ns, name, err)
+	}
+	v.Machines = machines.Items
+	sort.Slice(v.Machines, func(i, j int) bool { return v.Machines[i].Name < v.Machines[j].Name })
+
+	hosts := &infrav1.YonderSSHHostList{}
+	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("failed to list YonderSSHHosts in %s: %w", ns, err)
+	}
+	for _, h := range hosts.Items {
+		if r := h.Spec.ConsumerRef; r != nil && r.ClusterName == name {
+			v.Hosts = append(v.Hosts, h)
+		}
+	}
+	// A YonderMetalMachine belongs to the Cluster by CAPI's label, or because one of its Machines points at it.
+	infraRefs := map[string]bool{}
+	for _, m := range v.Machines {
+		if r := m.Spec.InfrastructureRef; r.Kind == "YonderMetalMachine" {
+			infraRefs[r.Name] = true
+		}
+	}
+	mms := &metalv1.YonderMetalMachineList{}
+	if err := c.List(ctx, mms, client.InNamespace(ns)); err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("failed to list YonderMetalMachines in %s: %w", ns, err)
+	}
+	consumers := map[string]bool{}
+	for _, m := range mms.Items {
+		if m.Labels[clusterv1.ClusterNameLabel] == name || infraRefs[m.Name] {
+			v.MetalMachines = append(v.MetalMachines, m)
+			consumers[m.Name] = true
+		}
+	}
+	bmhs := &metal3v1.BareMetalHostList{}
+	if err := c.List(ctx, bmhs, client.InNamespace(ns)); err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("failed to list BareMetalHosts in %s: %w", ns, err)
+	}
+	for _, h := range bmhs.Items {
+		r := h.Spec.ConsumerRef
+		if h.Labels[metalv1.ClusterLabel] == name || (r != nil && r.Kind == "YonderMetalMachine" && consumers[r.Name]) {
+			v.BareMetalHosts = append(v.BareMetalHosts, h)
+		}
+	}
+	return nil
+}
+
+// gatherNetwork reads the add-on's objects from the workload cluster.
+func gatherNetwork(ctx context.Context, wl client.Client, v *View) {
+	sites, pools, peerings := &netv1.SiteList{}, &netv1.GatewayPoolList{}, &netv1.SitePeeringList{}
+	nns, pss := &netv1.NodeNetworkList{}, &netv1.PeerSliceList{}
+	for _, l := range []client.ObjectList{sites, pools, peerings, nns, pss} {
+		if err := wl.List(ctx, l); err != nil {
+			v.NetworkError = networkErr(err)
+			return
+		}
+	}
+	v.Sites, v.GatewayPools, v.SitePeerings = sites.Items, pools.Items, peerings.Items
+	v.NodeNetworks, v.PeerSlices = nns.Items, pss.Items
 }
 
 func networkErr(err error) string {
@@ -109,6 +156,27 @@ func networkErr(err error) string {
 		return "the network add-on is not installed (kubectl yonder site init)"
 	}
 	return err.Error()
+}
+
+// Objects are the view's objects in tree order (what -o yaml|json prints).
+func (v *View) Objects() []client.Object {
+	objs := []client.Object{v.Cluster}
+	add := func(n int, at func(int) client.Object) {
+		for i := range n {
+			objs = append(objs, at(i))
+		}
+	}
+	add(len(v.Sites), func(i int) client.Object { return &v.Sites[i] })
+	add(len(v.GatewayPools), func(i int) client.Object { return &v.GatewayPools[i] })
+	add(len(v.SitePeerings), func(i int) client.Object { return &v.SitePeerings[i] })
+	add(len(v.Machines), func(i int) client.Object { return &v.Machines[i] })
+	add(len(v.Hosts), func(i int) client.Object { return &v.Hosts[i] })
+	add(len(v.MetalMachines), func(i int) client.Object { return &v.MetalMachines[i] })
+	add(len(v.BareMetalHosts), func(i int) client.Object { return &v.BareMetalHosts[i] })
+	add(len(v.Nodes), func(i int) client.Object { return &v.Nodes[i] })
+	add(len(v.NodeNetworks), func(i int) client.Object { return &v.NodeNetworks[i] })
+	add(len(v.PeerSlices), func(i int) client.Object { return &v.PeerSlices[i] })
+	return objs
 }
 
 // Cluster prints the view.
@@ -128,210 +196,8 @@ func Cluster(ctx context.Context, o *cli.Options, name string) error {
 	if err != nil {
 		return err
 	}
-	objs := []client.Object{v.Cluster}
-	for i := range v.Hosts {
-		objs = append(objs, &v.Hosts[i])
-	}
-	for i := range v.Machines {
-		objs = append(objs, &v.Machines[i])
-	}
-	for i := range v.Nodes {
-		objs = append(objs, &v.Nodes[i])
-	}
-	for i := range v.NodeNetworks {
-		objs = append(objs, &v.NodeNetworks[i])
-	}
-	for i := range v.PeerSlices {
-		objs = append(objs, &v.PeerSlices[i])
-	}
-	if done, err := o.PrintObjects(objs...); done {
+	if done, err := o.PrintObjects(v.Objects()...); done {
 		return err
 	}
-	return Print(o, v)
-}
-
-// Print writes the human view: the Cluster, its hosts, Machines, Nodes and tunnels.
-func Print(o *cli.Options, v *View) error {
-	w := o.Out
-	cl := v.Cluster
-	_, _ = fmt.Fprintf(w, "Cluster %s/%s  phase %s  control plane %s  age %s\n", cl.Namespace, cl.Name, cli.Dash(cl.Status.Phase), endpoint(cl), o.Age(cl.CreationTimestamp.Time))
-	conditions(w, "  ", cl.Status.Conditions)
-	printHosts(w, v)
-	printMachines(w, v)
-	_, _ = fmt.Fprintf(w, "\nNodes (workload cluster): ")
-	if v.WorkloadError != "" {
-		_, _ = fmt.Fprintf(w, "unavailable: %s\n", v.WorkloadError)
-		return nil
-	}
-	printNodes(o, v)
-	_, _ = fmt.Fprintf(w, "\nTunnels (network add-on): ")
-	if v.NetworkError != "" {
-		_, _ = fmt.Fprintf(w, "%s\n", v.NetworkError)
-		return nil
-	}
-	printTunnels(w, v)
-	return nil
-}
-
-func printHosts(w io.Writer, v *View) {
-	_, _ = fmt.Fprintf(w, "\nHosts (YonderSSHHosts claimed by this Cluster): %d\n", len(v.Hosts))
-	if len(v.Hosts) == 0 {
-		return
-	}
-	rows := [][]string{}
-	for _, h := range v.Hosts {
-		rows = append(rows, []string{h.Name, h.Spec.Address, string(h.Status.Phase), h.Spec.ConsumerRef.Name, cli.Dash(h.Spec.FailureDomain)})
-	}
-	table(w, []string{"HOST", "ADDRESS", "PHASE", "MACHINE", "FAILURE DOMAIN"}, rows)
-}
-
-func printMachines(w io.Writer, v *View) {
-	_, _ = fmt.Fprintf(w, "\nMachines: %d\n", len(v.Machines))
-	if len(v.Machines) == 0 {
-		return
-	}
-	// The host a Machine runs on and its failure domain, from the host's claim: a MachineDeployment's
-	// Machines often carry no failure domain of their own, the host they landed on always has one.
-	hostOf := map[string]*infrav1.YonderSSHHost{}
-	for i := range v.Hosts {
-		hostOf[v.Hosts[i].Spec.ConsumerRef.Name] = &v.Hosts[i]
-	}
-	rows := [][]string{}
-	for _, m := range v.Machines {
-		host, fd := "", m.Spec.FailureDomain
-		if h := hostOf[m.Spec.InfrastructureRef.Name]; h != nil {
-			host = h.Name
-			if fd == "" {
-				fd = h.Spec.FailureDomain
-			}
-		}
-		rows = append(rows, []string{m.Name, cli.Dash(m.Status.Phase), cli.Dash(host), cli.Dash(fd), cli.Dash(m.Status.NodeRef.Name), cli.Dash(m.Spec.Version), notTrue(m.Status.Conditions)})
-	}
-	table(w, []string{"MACHINE", "PHASE", "HOST", "FAILURE DOMAIN", "NODE", "VERSION", "UNHEALTHY CONDITIONS"}, rows)
-}
-
-func printNodes(o *cli.Options, v *View) {
-	w := o.Out
-	_, _ = fmt.Fprintf(w, "%d\n", len(v.Nodes))
-	if len(v.Nodes) == 0 {
-		return
-	}
-	rows := [][]string{}
-	for _, n := range v.Nodes {
-		rows = append(rows, []string{n.Name, ready(n), cli.Dash(nodeSite(n)), cli.Dash(internalIP(n)), cli.Dash(strings.Join(n.Spec.PodCIDRs, ",")), cli.Dash(n.Status.NodeInfo.KubeletVersion), o.Age(n.CreationTimestamp.Time)})
-	}
-	table(w, []string{"NODE", "READY", "SITE", "INTERNAL IP", "POD CIDRS", "KUBELET", "AGE"}, rows)
-}
-
-func printTunnels(w io.Writer, v *View) {
-	_, _ = fmt.Fprintf(w, "%d NodeNetworks, %d PeerSlices\n", len(v.NodeNetworks), len(v.PeerSlices))
-	if len(v.NodeNetworks) > 0 {
-		rows := [][]string{}
-		for _, nn := range v.NodeNetworks {
-			var eps []string
-			for _, e := range nn.Spec.Endpoints {
-				eps = append(eps, e.Address+"("+string(e.Type)+")")
-			}
-			var protos []string
-			for _, p := range nn.Spec.Protocols {
-				protos = append(protos, string(p))
-			}
-			key := "-"
-			if len(nn.Spec.PublicKey) > 8 {
-				key = nn.Spec.PublicKey[:8] + "…"
-			}
-			rows = append(rows, []string{nn.Name, cli.Dash(strings.Join(eps, ",")), cli.Dash(strings.Join(protos, ",")), key, notTrue(nn.Status.Conditions)})
-		}
-		table(w, []string{"NODENETWORK", "ENDPOINTS", "PROTOCOLS", "WG KEY", "UNHEALTHY CONDITIONS"}, rows)
-	}
-	if len(v.PeerSlices) > 0 {
-		rows := [][]string{}
-		for _, ps := range v.PeerSlices {
-			var gws []string
-			for _, p := range ps.Spec.Peers {
-				if p.Gateway != nil && p.Gateway.Active {
-					gws = append(gws, p.Node)
-				}
-			}
-			rows = append(rows, []string{ps.Name, ps.Spec.Site, string(ps.Spec.Role), strconv.Itoa(len(ps.Spec.Peers)), cli.Dash(strings.Join(gws, ","))})
-		}
-		table(w, []string{"PEERSLICE", "SITE", "ROLE", "PEERS", "ACTIVE GATEWAYS"}, rows)
-	}
-}
-
-func endpoint(cl *clusterv1.Cluster) string {
-	if ep := cl.Spec.ControlPlaneEndpoint; ep.IsValid() {
-		return ep.String()
-	}
-	return "-"
-}
-
-func conditions(w io.Writer, indent string, cs []metav1.Condition) {
-	if len(cs) == 0 {
-		_, _ = fmt.Fprintf(w, "%sno conditions reported yet\n", indent)
-		return
-	}
-	rows := [][]string{}
-	for _, c := range cs {
-		rows = append(rows, []string{indent + c.Type, string(c.Status), cli.Dash(c.Reason), oneLine(c.Message)})
-	}
-	table(w, []string{indent + "CONDITION", "STATUS", "REASON", "MESSAGE"}, rows)
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 100 {
-		s = s[:99] + "…"
-	}
-	return cli.Dash(s)
-}
-
-// negative are CAPI's conditions whose healthy state is False.
-var negative = map[string]bool{"Paused": true, "Deleting": true, "Updating": true, "RollingOut": true, "Remediating": true,
-	"ScalingUp": true, "ScalingDown": true, "Provisioning": true}
-
-// notTrue lists the conditions that are not in their healthy state (the ones an operator has to look at).
-func notTrue(cs []metav1.Condition) string {
-	var out []string
-	for _, c := range cs {
-		healthy := metav1.ConditionTrue
-		if negative[c.Type] {
-			healthy = metav1.ConditionFalse
-		}
-		if c.Status != healthy {
-			out = append(out, c.Type+"="+string(c.Status))
-		}
-	}
-	return cli.Dash(strings.Join(out, ","))
-}
-
-func ready(n corev1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return string(c.Status)
-		}
-	}
-	return "Unknown"
-}
-
-// nodeSite is the network add-on's assignment, else the topology zone.
-func nodeSite(n corev1.Node) string {
-	if s := n.Labels[netv1.SiteLabel]; s != "" {
-		return s
-	}
-	return n.Labels[corev1.LabelTopologyZone]
-}
-
-func internalIP(n corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return ""
-}
-
-func table(w io.Writer, header []string, rows [][]string) {
-	o := &cli.Options{Out: w}
-	_ = o.Table(header, rows)
+	return o.Table([]string{"NAME", "READY", "DETAILS"}, Tree(o, v).Rows())
 }

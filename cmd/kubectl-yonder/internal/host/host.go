@@ -3,7 +3,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,17 +47,23 @@ func NewCommand(o *cli.Options) *cobra.Command {
 
 // AddOptions are the flags of `host add`.
 type AddOptions struct {
-	Name          string
-	Address       string
-	Port          int
-	User          string
-	KeyFile       string
-	HostKey       string
-	Bastion       string
-	BastionKey    string
-	Labels        []string
-	FailureDomain string
-	Timeout       time.Duration
+	Name    string
+	Address string
+	Port    int
+	User    string
+	KeyFile string
+	// SSHAgent logs in with the keys of the ssh-agent at SSH_AUTH_SOCK and authorizes the provider's own
+	// key (KeyFile's, else the one already in the credentials Secret, else a new ed25519 key) on the host.
+	SSHAgent bool
+	// AuthorizedKeysFile is where that key is added on the host (and the bastion), relative to the login's
+	// home unless absolute: sshd's AuthorizedKeysFile.
+	AuthorizedKeysFile string
+	HostKey            string
+	Bastion            string
+	BastionKey         string
+	Labels             []string
+	FailureDomain      string
+	Timeout            time.Duration
 }
 
 func newAddCommand(o *cli.Options) *cobra.Command {
@@ -65,20 +76,31 @@ it in the YonderSSHHost (hostKeyPolicy Pinned). With --host-key the presented ke
 When a YonderSSHHost of that name already exists with a different pinned key, nothing is changed and the
 command fails: a changed host key is either a re-installed host or someone in the middle.
 
-The private key is stored in the Secret <NAME>-ssh (key ssh-privatekey) in the same namespace.`,
+The private key is stored in the Secret <NAME>-ssh (key ssh-privatekey) in the same namespace.
+
+With --ssh-agent the login uses the keys of your ssh-agent (SSH_AUTH_SOCK), which never leave it: the
+provider gets a key of its own instead (--key when given, else the one the Secret already holds, else a
+new ed25519 key), which host add appends to --authorized-keys-file on the host (and the bastion) and then
+proves by logging in with it alone.`,
 		Example: `  kubectl yonder host add edge-1 --address 192.0.2.10 --key ~/.ssh/id_ed25519 --labels site=edge-a
+  kubectl yonder host add edge-3 --address 192.0.2.13 --ssh-agent       # log in with ssh-agent's keys
   kubectl yonder host add edge-2 --address 10.0.0.12 --bastion root@192.0.2.10 --failure-domain edge-b`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.Name = args[0]
+			if a.SSHAgent && !cmd.Flags().Changed("key") {
+				a.KeyFile = "" // the provider's key comes from the Secret or is generated
+			}
 			return Add(cmd.Context(), o, a)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&a.Address, "address", "", "IP address or DNS name of the host (required)")
 	fs.IntVar(&a.Port, "port", 22, "sshd port")
-	fs.StringVar(&a.User, "user", "root", "login user (commands run through sudo when not root)")
+	fs.StringVar(&a.User, "ssh-user", "root", "login user (commands run through sudo when not root)")
 	fs.StringVar(&a.KeyFile, "key", defaultKey(), "private key file (unencrypted OpenSSH or PEM)")
+	fs.BoolVar(&a.SSHAgent, "ssh-agent", false, "log in with the ssh-agent's keys (SSH_AUTH_SOCK) and authorize a key of the provider's own on the host")
+	fs.StringVar(&a.AuthorizedKeysFile, "authorized-keys-file", ".ssh/authorized_keys", "with --ssh-agent: the host's authorized_keys file the provider's key is added to (relative to the login's home)")
 	fs.StringVar(&a.HostKey, "host-key", "", "expected host key (\"ssh-ed25519 AAAA…\"); the presented key must match")
 	fs.StringVar(&a.Bastion, "bastion", "", "jump host as [user@]address[:port], reached with the same key")
 	fs.StringVar(&a.BastionKey, "bastion-host-key", "", "expected host key of the bastion (default: pin what it presents)")
@@ -140,10 +162,16 @@ func (a *AddOptions) validate() (map[string]string, error) {
 		errs = append(errs, fmt.Sprintf("--port %d is outside 1…65535", a.Port))
 	}
 	if a.User == "" || len(a.User) > 64 {
-		errs = append(errs, "--user must have 1…64 characters")
+		errs = append(errs, "--ssh-user must have 1…64 characters")
 	}
-	if a.KeyFile == "" {
+	if a.KeyFile == "" && !a.SSHAgent {
 		errs = append(errs, "--key is required")
+	}
+	if a.SSHAgent && os.Getenv("SSH_AUTH_SOCK") == "" {
+		errs = append(errs, "--ssh-agent needs SSH_AUTH_SOCK (start ssh-agent and ssh-add your key)")
+	}
+	if a.SSHAgent && (a.AuthorizedKeysFile == "" || strings.ContainsAny(a.AuthorizedKeysFile, "\n'")) {
+		errs = append(errs, fmt.Sprintf("--authorized-keys-file %q: want a path without quotes or newlines", a.AuthorizedKeysFile))
 	}
 	if a.HostKey != "" {
 		if _, err := parseKey(a.HostKey); err != nil {
@@ -219,12 +247,13 @@ func (e *KeyMismatchError) Error() string {
 }
 
 // probe connects to the target (through the bastion when set), authenticates and returns the keys presented.
-func probe(ctx context.Context, signer ssh.Signer, target endpoint, wantTarget ssh.PublicKey, bastion *endpoint, wantBastion ssh.PublicKey, timeout time.Duration) (targetKey, bastionKey ssh.PublicKey, err error) {
+// With install set, the key it names is authorized on the bastion and the target before they return.
+func probe(ctx context.Context, auth ssh.AuthMethod, target endpoint, wantTarget ssh.PublicKey, bastion *endpoint, wantBastion ssh.PublicKey, timeout time.Duration, install *keyInstall) (targetKey, bastionKey ssh.PublicKey, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	d := net.Dialer{}
 	hop := func(conn net.Conn, e endpoint, want ssh.PublicKey, got *ssh.PublicKey) (*ssh.Client, error) {
-		cfg := &ssh.ClientConfig{User: e.user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: pinning(want, got), Timeout: timeout}
+		cfg := &ssh.ClientConfig{User: e.user, Auth: []ssh.AuthMethod{auth}, HostKeyCallback: pinning(want, got), Timeout: timeout}
 		if dl, ok := ctx.Deadline(); ok {
 			_ = conn.SetDeadline(dl)
 		}
@@ -247,6 +276,9 @@ func probe(ctx context.Context, signer ssh.Signer, target endpoint, wantTarget s
 			return nil, bastionKey, fmt.Errorf("failed to log in to bastion %s: %w", bastion.hostPort(), err)
 		}
 		defer func() { _ = bcl.Close() }()
+		if err := install.on(bcl, *bastion); err != nil {
+			return nil, bastionKey, err
+		}
 		if conn, err = bcl.DialContext(ctx, "tcp", target.hostPort()); err != nil {
 			return nil, bastionKey, fmt.Errorf("failed to reach %s through bastion %s: %w", target.hostPort(), bastion.hostPort(), err)
 		}
@@ -267,7 +299,35 @@ func probe(ctx context.Context, signer ssh.Signer, target endpoint, wantTarget s
 	if out, err := s.CombinedOutput("true"); err != nil {
 		return targetKey, bastionKey, fmt.Errorf("failed to run a command on %s: %w (%s)", target.hostPort(), err, strings.TrimSpace(string(out)))
 	}
-	return targetKey, bastionKey, nil
+	return targetKey, bastionKey, install.on(cl, target)
+}
+
+// keyInstall is a public key to authorize on each hop (--ssh-agent).
+type keyInstall struct {
+	// file is sshd's authorized_keys file, relative to the login's home unless absolute.
+	file string
+	// line is the key in authorized_keys format.
+	line []byte
+}
+
+// on appends the key to the hop's authorized_keys file unless it is there already (re-running host add
+// adds nothing); the key comes on stdin, so no key material is in the command line.
+func (k *keyInstall) on(cl *ssh.Client, e endpoint) error {
+	if k == nil {
+		return nil
+	}
+	s, err := cl.NewSession()
+	if err != nil {
+		return fmt.Errorf("failed to open a session on %s: %w", e.hostPort(), err)
+	}
+	defer func() { _ = s.Close() }()
+	s.Stdin = bytes.NewReader(k.line)
+	script := `f='` + k.file + `'; case "$f" in /*) ;; *) f="$HOME/$f" ;; esac; umask 077; ` +
+		`mkdir -p "$(dirname "$f")" && touch "$f" && read -r k && { grep -qxF "$k" "$f" || printf '%s\n' "$k" >> "$f"; }`
+	if out, err := s.CombinedOutput(script); err != nil {
+		return fmt.Errorf("failed to authorize the provider's key in %s on %s: %w (%s)", k.file, e.hostPort(), err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // SecretName is the credentials Secret of host name.
@@ -279,9 +339,12 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 	if err != nil {
 		return err
 	}
-	keyPEM, signer, err := a.readKey()
-	if err != nil {
-		return err
+	var keyPEM []byte
+	var signer ssh.Signer
+	if a.KeyFile != "" {
+		if keyPEM, signer, err = a.readKey(); err != nil {
+			return err
+		}
 	}
 	ns, err := o.Ns()
 	if err != nil {
@@ -290,6 +353,21 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 	c, err := o.Client()
 	if err != nil {
 		return err
+	}
+	if signer == nil {
+		if keyPEM, signer, err = providerKey(ctx, c, ns, a.Name); err != nil {
+			return err
+		}
+	}
+	login, install := ssh.PublicKeys(signer), (*keyInstall)(nil)
+	if a.SSHAgent {
+		ag, closeAgent, err := dialAgent()
+		if err != nil {
+			return err
+		}
+		defer closeAgent()
+		login = ssh.PublicKeysCallback(ag.Signers)
+		install = &keyInstall{file: a.AuthorizedKeysFile, line: ssh.MarshalAuthorizedKey(signer.PublicKey())}
 	}
 	existing, err := getHost(ctx, c, ns, a.Name)
 	if err != nil {
@@ -300,13 +378,20 @@ func Add(ctx context.Context, o *cli.Options, a *AddOptions) error {
 		return err
 	}
 	_, _ = fmt.Fprintf(o.ErrOut, "Connecting to %s as %s%s…\n", target.hostPort(), target.user, viaText(bastion))
-	tk, bk, err := probe(ctx, signer, target, wantTarget, bastion, wantBastion, a.Timeout)
+	tk, bk, err := probe(ctx, login, target, wantTarget, bastion, wantBastion, a.Timeout, install)
 	if err != nil {
 		var mm *KeyMismatchError
 		if errors.As(err, &mm) {
 			return fmt.Errorf("refusing to register %s: %w; nothing was changed (if the host was re-installed, delete YonderSSHHost %s/%s and add it again)", a.Name, err, ns, a.Name)
 		}
 		return err
+	}
+	if install != nil {
+		// The provider will log in with its key alone: prove that works, against the keys just pinned.
+		_, _ = fmt.Fprintf(o.ErrOut, "Authorized the provider's key %s in %s; logging in with it…\n", ssh.FingerprintSHA256(signer.PublicKey()), a.AuthorizedKeysFile)
+		if _, _, err := probe(ctx, ssh.PublicKeys(signer), target, tk, bastion, bk, a.Timeout, nil); err != nil {
+			return fmt.Errorf("the provider's key does not log in to %s after it was authorized (does sshd read --authorized-keys-file %s?): %w", a.Name, a.AuthorizedKeysFile, err)
+		}
 	}
 	if bk != nil {
 		_, _ = fmt.Fprintf(o.ErrOut, "Bastion %s host key: %s (%s)\n", bastion.hostPort(), FormatKey(bk), ssh.FingerprintSHA256(bk))
@@ -343,6 +428,53 @@ func (a *AddOptions) readKey() ([]byte, ssh.Signer, error) {
 		return nil, nil, fmt.Errorf("failed to parse --key %s (it must be unencrypted): %w", a.KeyFile, err)
 	}
 	return keyPEM, signer, nil
+}
+
+// providerKey is the key the provider logs in with when the login itself uses ssh-agent: the one the
+// host's credentials Secret already holds (re-running host add keeps it), else a new ed25519 key.
+func providerKey(ctx context.Context, c client.Client, ns, host string) ([]byte, ssh.Signer, error) {
+	sec := &corev1.Secret{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretName(host)}, sec); {
+	case err == nil:
+		if signer, err := ssh.ParsePrivateKey(sec.Data[PrivateKeyKey]); err == nil {
+			return sec.Data[PrivateKeyKey], signer, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", ns, SecretName(host), err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to generate a key for host %s: %w", host, err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "yonder-ssh "+ns+"/"+host)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to encode the key of host %s: %w", host, err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to use the key of host %s: %w", host, err)
+	}
+	return pem.EncodeToMemory(block), signer, nil
+}
+
+// dialAgent connects to the ssh-agent at SSH_AUTH_SOCK.
+func dialAgent() (agent.ExtendedAgent, func(), error) {
+	sock := os.Getenv("SSH_AUTH_SOCK")
+	conn, err := net.Dial("unix", sock) //nolint:gosec // the operator's own agent socket (SSH_AUTH_SOCK)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to reach ssh-agent at SSH_AUTH_SOCK=%s: %w", sock, err)
+	}
+	ag := agent.NewClient(conn)
+	keys, err := ag.List()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("failed to list the keys of ssh-agent at %s: %w", sock, err)
+	}
+	if len(keys) == 0 {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("ssh-agent at %s holds no keys (ssh-add your key)", sock)
+	}
+	return ag, func() { _ = conn.Close() }, nil
 }
 
 // getHost returns the YonderSSHHost ns/name, nil when there is none.

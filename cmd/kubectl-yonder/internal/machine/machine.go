@@ -62,7 +62,7 @@ type BootstrapOptions struct {
 func newManualBootstrapCommand(o *cli.Options) *cobra.Command {
 	b := &BootstrapOptions{}
 	cmd := &cobra.Command{
-		Use:   "manual-bootstrap NAME --cluster CLUSTER --agent-url URL --agent-sha256 SHA",
+		Use:   "manual-bootstrap NAME --cluster-name CLUSTER --agent-url URL --agent-sha256 SHA",
 		Short: "Print a one-line command that joins a host to the Cluster as Node NAME",
 		Long: `Creates a bootstrap token in the Cluster's workload cluster (authentication only, extra group
 system:bootstrappers:yonder:worker, expiring after --ttl) and prints one line of shell that writes the
@@ -74,10 +74,10 @@ Kubernetes version in --image-repository (resolved to its digest now) and yonder
 in the same registry. Both default to the installed bootstrap provider's --image-repository and
 --agent-sha256 (its Deployment in the management cluster), so nothing has to be hosted by hand;
 --agent-url or --agent-path and --rootfs-image override them.`,
-		Example: `  kubectl yonder machine manual-bootstrap edge-7 --cluster edge | ssh root@edge-7 sudo bash
-  kubectl yonder machine manual-bootstrap edge-8 --cluster edge --image-repository registry.example:5000/yonder-dev \
+		Example: `  kubectl yonder machine manual-bootstrap edge-7 --cluster-name edge | ssh root@edge-7 sudo bash
+  kubectl yonder machine manual-bootstrap edge-8 --cluster-name edge --image-repository registry.example:5000/yonder-dev \
       --registry-ca-file registry-ca.crt --registry-mirror-of ghcr.io | ssh root@edge-8 sudo bash
-  kubectl yonder machine manual-bootstrap edge-9 --cluster edge \
+  kubectl yonder machine manual-bootstrap edge-9 --cluster-name edge \
       --agent-url https://example.org/yonder-agent --agent-sha256 0123… --rootfs-image example.org/node@sha256:… | ssh root@edge-9 sudo bash`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,7 +86,7 @@ in the same registry. Both default to the installed bootstrap provider's --image
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&b.Cluster, "cluster", "", "the CAPI Cluster whose workload cluster the host joins (required)")
+	fs.StringVar(&b.Cluster, "cluster-name", "", "the CAPI Cluster whose workload cluster the host joins (required)")
 	fs.DurationVar(&b.TTL, "ttl", 15*time.Minute, "lifetime of the bootstrap token (1m…24h)")
 	fs.StringVar(&b.AgentURL, "agent-url", "", "URL the host downloads yonder-agent from (default: its blob in --image-repository)")
 	fs.StringVar(&b.AgentPath, "agent-path", "", "path of yonder-agent already on the host (offline bundle); instead of --agent-url")
@@ -188,7 +188,7 @@ func (b *BootstrapOptions) request() (*manualjoin.Request, error) {
 		errs = append(errs, fmt.Sprintf("NAME %q is not a valid Node name: %s", b.NodeName, strings.Join(msgs, "; ")))
 	}
 	if b.Cluster == "" {
-		errs = append(errs, "--cluster is required")
+		errs = append(errs, "--cluster-name is required")
 	}
 	if b.AgentURL != "" && b.AgentPath != "" {
 		errs = append(errs, "set at most one of --agent-url and --agent-path")

@@ -53,15 +53,15 @@ type InitOptions struct {
 func newInitCommand(o *cli.Options) *cobra.Command {
 	i := &InitOptions{}
 	cmd := &cobra.Command{
-		Use:   "init [--cluster NAME]",
+		Use:   "init [--cluster-name NAME]",
 		Short: "Apply the network add-on's CRDs, RBAC, controller and webhook (server-side apply, idempotent)",
-		Example: `  kubectl yonder site init --cluster edge            # a Cluster of the management cluster
+		Example: `  kubectl yonder site init --cluster-name edge            # a Cluster of the management cluster
   kubectl yonder site init --kubeconfig workload.kubeconfig   # the kubeconfig's cluster itself
   kubectl yonder site init --dry-run > yonder-network.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return Init(cmd.Context(), o, i) },
 	}
-	cmd.Flags().StringVar(&i.Cluster, "cluster", "", "CAPI Cluster (in -n) whose workload cluster gets the add-on; default: the kubeconfig's cluster")
+	cmd.Flags().StringVar(&i.Cluster, "cluster-name", "", "CAPI Cluster (in -n) whose workload cluster gets the add-on; default: the kubeconfig's cluster")
 	cmd.Flags().BoolVar(&i.DryRun, "dry-run", false, "print the manifests instead of applying them")
 	cmd.Flags().DurationVar(&i.Timeout, "timeout", 2*time.Minute, "how long to wait for the CRDs to be established")
 	return cmd

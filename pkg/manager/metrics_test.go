@@ -2,27 +2,20 @@ package manager_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/yaml"
 
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/test/controlplane"
+	"github.com/yonder-dev/yonder/test/metricsaccess"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -59,44 +52,10 @@ func TestMetricsNeedAuthenticationAndAuthorization(t *testing.T) {
 	})
 
 	// The reader role as the providers ship it.
-	raw, err := os.ReadFile(filepath.Join(testbins.RepoRoot(), "bootstrap/config/rbac/metrics_reader_role.yaml"))
+	tokens, err := metricsaccess.NewTokens(ctx, cs, "default", filepath.Join(testbins.RepoRoot(), "bootstrap/config/rbac/metrics_reader_role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
-	role := &rbacv1.ClusterRole{}
-	g.Expect(yaml.UnmarshalStrict(raw, role)).To(Succeed())
-	role.Name = "yonder-test-" + role.Name
-	_, err = cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	token := func(sa string) string {
-		_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return tr.Status.Token
-	}
-	reader, nobody := token("scraper"), token("nobody")
-	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "yonder-test-scraper"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "scraper"}}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-
-	// The serving certificate is the manager's own self-signed one: this test checks access, not TLS.
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	scrape := func(tok string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
+	reader, nobody := tokens.Reader, tokens.Nobody
+	scrape := func(tok string) (int, string, error) { return metricsaccess.Scrape(ctx, addr, tok) }
 	// RBAC changes reach the authorizer within moments; wait for the authorized scrape first.
 	g.Eventually(func(g Gomega) {
 		code, body, err := scrape(reader)

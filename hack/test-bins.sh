@@ -77,7 +77,9 @@ on_error() {
   exit "$rc"
 }
 trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
-trap 'rm -f "$ERR_MARK"' EXIT
+# POLICY_WRITTEN is the policy-rc.d this run wrote for its package install (see install_packages).
+POLICY_WRITTEN=""
+trap 'rm -f "$ERR_MARK"; if [ -n "$POLICY_WRITTEN" ]; then rm -f "$POLICY_WRITTEN"; fi' EXIT
 
 # run_step NAME CMD...: runs CMD with its output in <cache>/logs/NAME.log (shown by the ERR trap on failure).
 run_step() {
@@ -152,7 +154,18 @@ install_packages() {
   [ "$(id -u)" -eq 0 ] || fail "missing Debian packages: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}"
   log "installing Debian packages: ${missing[*]}"
   apt_update_once
+  # Some packages are only peers the benchmarks start themselves (nginx, tftpd-hpa): their daemons must not
+  # start on install (they would hold :80 and :69 on every address, which the boot services' tests bind).
+  # Debian's policy-rc.d protocol (exit 101: do not start) does that, for the install only; a policy the
+  # machine already has is left alone.
+  local policy=${YONDER_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# written by hack/test-bins.sh while it installs packages: start no daemons\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    POLICY_WRITTEN=$policy # removed on exit, failed install or not
+  fi
   run_step apt-install env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [ -n "$POLICY_WRITTEN" ]; then rm -f "$POLICY_WRITTEN"; POLICY_WRITTEN=""; fi
   local still=()
   mapfile -t still < <(missing_packages)
   [ ${#still[@]} -eq 0 ] || fail "apt-get install succeeded but these packages are still not installed: ${still[*]}"

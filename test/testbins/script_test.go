@@ -37,6 +37,8 @@ case "$1" in
 update)
   if [ -e "$STUB_STATE/fail-update" ]; then echo "E: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Could not resolve 'deb.debian.org'" >&2; exit 100; fi ;;
 install)
+  # What a package's maintainer script asks before it starts its daemon (invoke-rc.d's policy-rc.d protocol).
+  if [ -x "$YONDER_POLICY_RC_D" ]; then "$YONDER_POLICY_RC_D" nginx start; echo "policy-rc.d $?" >>"$STUB_STATE/calls"; fi
   if [ -e "$STUB_STATE/fail-install" ]; then echo "E: Unable to locate package kea-admin" >&2; exit 100; fi
   for a in "$@"; do case "$a" in -*|install) ;; *) echo "$a" >>"$STUB_STATE/installed" ;; esac; done ;;
 esac
@@ -84,6 +86,7 @@ func newScriptEnv(t *testing.T, packages string, installed ...string) *scriptEnv
 		"YONDER_CACHE_DIR=" + filepath.Join(dir, "cache"),
 		"YONDER_DEB_PACKAGES=" + packages,
 		"YONDER_MIN_FREE_GIB=0",
+		"YONDER_POLICY_RC_D=" + filepath.Join(dir, "policy-rc.d"),
 	}}
 	e.write("installed", strings.Join(installed, "\n")+"\n")
 	e.write("uid", "0\n")
@@ -170,6 +173,42 @@ func TestPackagesInstallFailureSaysWhichStep(t *testing.T) {
 			g.Expect(stderr).To(ContainSubstring("the step ran: env DEBIAN_FRONTEND=noninteractive apt-get"))
 			g.Expect(stderr).To(ContainSubstring(tc.why), "the tail of the step's output")
 			g.Expect(stderr).NotTo(ContainSubstring("installed 1 Debian packages"))
+		})
+	}
+}
+
+// While packages install, no daemon may start (nginx and tftpd-hpa would hold :80 and :69): the script
+// writes a policy-rc.d that refuses (exit 101) when the machine has none, and removes it afterwards, also
+// when the install fails; a policy the machine has is left as it is.
+func TestPackagesInstallStartsNoDaemons(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		failInstall  bool
+		machineHasIt bool
+	}{{name: "install succeeds"}, {name: "install fails", failInstall: true}, {name: "the machine has a policy", machineHasIt: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := newScriptEnv(t, "pkg-a nginx", "pkg-a")
+			policy := strings.TrimPrefix(e.env[len(e.env)-1], "YONDER_POLICY_RC_D=")
+			own := "#!/bin/sh\nexit 0\n"
+			if tc.machineHasIt {
+				g.Expect(os.WriteFile(policy, []byte(own), 0o755)).To(Succeed()) //nolint:gosec // an executable policy script.
+			}
+			if tc.failInstall {
+				e.write("fail-install", "")
+			}
+			stderr, code := e.run("--packages")
+			g.Expect(code == 0).To(Equal(!tc.failInstall), stderr)
+			want := "policy-rc.d 101"
+			if tc.machineHasIt {
+				want = "policy-rc.d 0"
+			}
+			g.Expect(e.calls("policy-rc.d")).To(Equal([]string{want}))
+			if tc.machineHasIt {
+				g.Expect(os.ReadFile(policy)).To(Equal([]byte(own)))
+			} else {
+				g.Expect(policy).NotTo(BeAnExistingFile())
+			}
 		})
 	}
 }

@@ -192,7 +192,7 @@ func TestPackagesInstallStartsNoDaemons(t *testing.T) {
 			policy := strings.TrimPrefix(e.env[len(e.env)-1], "YONDER_POLICY_RC_D=")
 			own := "#!/bin/sh\nexit 0\n"
 			if tc.machineHasIt {
-				g.Expect(os.WriteFile(policy, []byte(own), 0o755)).To(Succeed()) //nolint:gosec // an executable policy script.
+				g.Expect(os.WriteFile(policy, []byte(own), 0o755)).To(Succeed())
 			}
 			if tc.failInstall {
 				e.write("fail-install", "")

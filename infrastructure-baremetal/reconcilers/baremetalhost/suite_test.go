@@ -302,11 +302,13 @@ func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {
 // is 10; functional tests use fewer so interleavings show).
 var controllerConcurrency = 4
 
-// patchHost changes a host's spec or metadata as a user (or CAPM3) would, retrying on conflicts.
+// patchHost changes a host's spec or metadata as a user (or CAPM3) would, retrying on conflicts. It reads
+// from the API server, not the cache: right after another write the cache may still hold the object
+// before it (a mutate that relies on that write, like one editing spec.image after claim, would see nil).
 func patchHost(g Gomega, h *metal3v1.BareMetalHost, mutate func(*metal3v1.BareMetalHost)) {
 	g.Eventually(func() error {
 		cur := &metal3v1.BareMetalHost{}
-		if err := env.Get(context.Background(), client.ObjectKeyFromObject(h), cur); err != nil {
+		if err := env.GetAPIReader().Get(context.Background(), client.ObjectKeyFromObject(h), cur); err != nil {
 			return err
 		}
 		mutate(cur)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"regexp"
 	"testing"
 	"time"
 
@@ -96,9 +97,11 @@ func TestReleasedPlugin(t *testing.T) {
 	g.Expect(ms[0].Spec.ProviderID).To(Equal("yonder-ssh://" + pluginNamespace + "/" + h.Name))
 	desc, errOut, err := run("describe", "cluster", pluginCluster, "-n", pluginNamespace)
 	g.Expect(err).NotTo(HaveOccurred(), errOut)
-	// Its host row (claimed, provisioned, for that Machine) and its Node row (Ready, the kubelet's version).
-	g.Expect(desc).To(MatchRegexp(`(?m)^\s*`+h.Name+`\s+`+h.Address.String()+`\s+Provisioned\s+`+ms[0].Name+`\s`), "describe cluster:\n%s", desc)
-	g.Expect(desc).To(MatchRegexp(`(?m)^\s*`+ms[0].Status.NodeRef.Name+`\s+True\s.*\s`+stack.KubernetesVersion+`\s`), "describe cluster:\n%s", desc)
+	// The tree: the Machine (Running) with, under it, its host (claimed by it: provisioned, at its address)
+	// and its Node (Ready, the kubelet's version).
+	g.Expect(desc).To(MatchRegexp(`(?m)─ Machine/`+ms[0].Name+`\s+True\s+Running.*\n.*─ YonderSSHHost/`+h.Name+`\s+True\s+Provisioned, `+regexp.QuoteMeta(h.Address.String())+`,`),
+		"describe cluster:\n%s", desc)
+	g.Expect(desc).To(MatchRegexp(`(?m)─ Node/`+ms[0].Status.NodeRef.Name+`\s+True\s.*\s`+regexp.QuoteMeta(stack.KubernetesVersion)+`\s*$`), "describe cluster:\n%s", desc)
 	t.Logf("worker on the added host Ready in %s; describe cluster:\n%s", time.Since(t1).Round(time.Second), desc)
 
 	// manual-bootstrap with the real agent.

@@ -273,7 +273,18 @@ func (r *Reconciler) readSourceKubeconfig(ctx context.Context, cluster *clusterv
 		}
 		return nil, nil, fmt.Errorf("failed to get Secret %s/%s: %w", cp.Namespace, name, err)
 	}
-	if other := owningCluster(s, cluster.Name); other != "" {
+	other := owningCluster(s, cluster.Name)
+	if other != "" {
+		// A Cluster that is gone no longer holds its source Secret: the label stays behind when a Cluster
+		// is deleted (the Secret is the user's), and the next Cluster may take it over.
+		switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: cp.Namespace, Name: other}, &clusterv1.Cluster{}); {
+		case apierrors.IsNotFound(err):
+			other = ""
+		case err != nil:
+			return nil, nil, fmt.Errorf("failed to get Cluster %s/%s, which Secret %s names: %w", cp.Namespace, other, name, err)
+		}
+	}
+	if other != "" {
 		// Another Cluster's Secret (its kubeconfig, or a source another control plane uses): reading it
 		// would hand this Cluster that cluster's credentials, relabelling it would take it away.
 		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigSecretForeignReason,

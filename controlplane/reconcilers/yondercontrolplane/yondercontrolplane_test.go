@@ -404,6 +404,19 @@ func TestForeignKubeconfigSecretIsNeitherReadNorRelabelled(t *testing.T) {
 			g.Expect(env.Get(ctx, client.ObjectKeyFromObject(foreign), after)).To(Succeed())
 			g.Expect(after.Labels).To(Equal(before.Labels), "not relabelled")
 			g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "thief-kubeconfig"}, &corev1.Secret{})).To(MatchError(ContainSubstring("not found")))
+			if tc.name != "labelled" {
+				return
+			}
+			// Once its Cluster is gone, the label left on the user's Secret holds nothing: the next
+			// Cluster that names the Secret takes it over.
+			g.Expect(env.Delete(ctx, victim)).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				c := condition(ctx, g, cp, controlplanev1.YonderControlPlaneKubeconfigValidCondition)
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+				s := &corev1.Secret{}
+				g.Expect(env.Get(ctx, client.ObjectKeyFromObject(foreign), s)).To(Succeed())
+				g.Expect(s.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, "thief"))
+			}).Should(Succeed())
 		})
 	}
 }

@@ -33,7 +33,7 @@ func newRootCommand(o *cli.Options) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl yonder"},
 	}
 	o.AddFlags(root.PersistentFlags())
-	root.AddCommand(enrol.Attach(host.NewCommand(o), o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o), version.NewCommand(o))
+	root.AddCommand(enrol.AddTo(host.NewCommand(o), o), machine.NewCommand(o), site.NewCommand(o), describe.NewCommand(o), version.NewCommand(o))
 	for _, c := range developerCommands {
 		root.AddCommand(c(o))
 	}

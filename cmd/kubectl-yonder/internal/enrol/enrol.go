@@ -42,8 +42,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Attach adds `enrol` to the plugin's `host` command and returns it (one registration line in main.go).
-func Attach(host *cobra.Command, o *cli.Options) *cobra.Command {
+// AddTo adds `enrol` to the plugin's `host` command and returns it (one registration line in main.go).
+func AddTo(host *cobra.Command, o *cli.Options) *cobra.Command {
 	host.AddCommand(NewCommand(o))
 	return host
 }

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -39,10 +40,18 @@ func HeldBy[H client.Object](inv Inventory[H], h H, m client.Object, idKey strin
 // controller records it, once, when the machine first reserves a host, and then always as the machine's
 // own UID: a value that names any other identity, or a change or removal of a recorded one, would let the
 // machine adopt another machine's host (and the records kept on it), so it is refused.
+//
+// The one removal allowed is clusterctl move's: after creating the moved objects in the target it
+// replaces the source object's whole annotation map with its delete-for-move marker (a JSON patch of
+// /metadata/annotations) and deletes the object. A machine without the annotation claims under its own
+// UID, which no host other than its own can record, so the removal adopts nothing.
 func IdentityChange(old, cur client.Object, key string) field.ErrorList {
 	p := field.NewPath("metadata", "annotations").Key(key)
 	was, now := old.GetAnnotations()[key], cur.GetAnnotations()[key]
+	_, deleteForMove := cur.GetAnnotations()[clusterctlv1.DeleteForMoveAnnotation]
 	switch {
+	case was != "" && now == "" && deleteForMove:
+		return nil
 	case was != "" && now != was:
 		return field.ErrorList{field.Forbidden(p, fmt.Sprintf("the claim identity %s is recorded by the controller and cannot be changed or removed", was))}
 	case was == "" && now != "" && now != string(cur.GetUID()):

@@ -8,6 +8,9 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 )
@@ -39,7 +42,8 @@ func claimedHost(g *WithT, ns, name, consumer, uid string) *infrav1.YonderSSHHos
 // A YonderSSHMachine cannot take another machine's claim identity: created with the identity of a claim
 // that a host records for another machine, given one on update that is not its own UID, or changing or
 // dropping a recorded one — each is refused by the webhook. A machine created with the identity its host
-// records for it under its own name (what clusterctl move does) is accepted.
+// records for it under its own name (what clusterctl move does) is accepted, and so is clusterctl move's
+// marking of the source object for deletion, which drops every annotation.
 func TestClaimIdentityIsNotUserWritable(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -70,6 +74,14 @@ func TestClaimIdentityIsNotUserWritable(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("the claim identity victim-uid is recorded by the controller and cannot be changed or removed")))
 	delete(moved.Annotations, infrav1.ClaimIDAnnotation)
 	g.Expect(causes(g, env.Update(ctx, moved))).To(ConsistOf(annPath + ": FieldValueForbidden"))
+
+	// clusterctl move, done with the source: it replaces the whole annotation map with its
+	// delete-for-move marker (the very patch it sends) before deleting the object.
+	g.Expect(env.Get(ctx, client.ObjectKeyFromObject(moved), moved)).To(Succeed())
+	deleteForMove := client.RawPatch(types.JSONPatchType, []byte(`[{"op": "add", "path":"/metadata/annotations", "value":{"`+clusterctlv1.DeleteForMoveAnnotation+`":""}}]`))
+	g.Expect(env.Patch(ctx, moved, deleteForMove)).To(Succeed())
+	g.Expect(moved.Annotations).To(Equal(map[string]string{clusterctlv1.DeleteForMoveAnnotation: ""}))
+	g.Expect(env.Delete(ctx, moved)).To(Succeed())
 
 	// Set later: only the object's own UID (what the controller records at its first reservation).
 	plain := machine("plain", "")

@@ -51,6 +51,7 @@ func classClusterUp(ctx context.Context, t *testing.T) []clusterv1.Machine {
 	apply(ctx, t, objs)
 	ms := waitWorkers(ctx, t, classCluster, 2, 8*time.Minute)
 	t.Logf("scenario 5: topology Cluster with 2 Ready workers in %s", time.Since(t0).Round(time.Second))
+	expectPodsAnswer(ctx, t, ms)
 
 	// The topology controller owns the control plane object and sets its version; the attached cluster
 	// runs it, so nothing holds the workers.
@@ -127,6 +128,7 @@ func rollTopologyVariable(ctx context.Context, t *testing.T, ms []clusterv1.Mach
 	for node, v := range labels {
 		g.Expect(v).To(Equal("v2"), "Node %s lacks the label set through the topology variable", node)
 	}
+	expectPodsAnswer(ctx, t, cur)
 	waitReleased(ctx, t, usedHosts(cur), 3*time.Minute)
 	t.Logf("scenario 5: topology variable rolled 2 workers in %s", time.Since(t1).Round(time.Second))
 }

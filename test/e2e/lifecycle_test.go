@@ -149,6 +149,10 @@ func testScale(t *testing.T) {
 		if n == 5 && !used[first] {
 			t.Fatalf("host %s released by the scale to 0 was not reused: %v", first, used)
 		}
+		if n == 5 {
+			// Every host runs a Node now, the reused ones (all that ran one before the scale to 0) included.
+			expectPodsAnswer(ctx, t, ms)
+		}
 	}
 	t0 := time.Now()
 	scale(ctx, t, md, 2)
@@ -229,6 +233,7 @@ func testRemediation(t *testing.T) {
 	for _, m := range ms {
 		g.Expect(m.Name).NotTo(Equal(victim.Name))
 	}
+	expectPodsAnswer(ctx, t, ms)
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 	t.Logf("replacement joined and host %s cleaned in %s", h.Name, time.Since(t0).Round(time.Second))
 }
@@ -346,6 +351,7 @@ func testRollout(t *testing.T) {
 	for node, v := range labels {
 		g.Expect(v).To(Equal("two"), "Node %s lacks the rolled-out label", node)
 	}
+	expectPodsAnswer(ctx, t, ms)
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 	t.Logf("rolled %d workers onto the new template (old hosts cleaned) in %s", n, time.Since(t0).Round(time.Second))
 
@@ -367,25 +373,53 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// chaos SIGKILLs every manager once at a random moment within window and starts it again 1-3s later, as
-// a crashing Pod would be restarted; it returns when all are back.
-func chaos(ctx context.Context, t *testing.T, window time.Duration) {
+// chaosSeedEnv replays a chaos run: the seed every run logs, given back, draws the same kill moments.
+const chaosSeedEnv = "YONDER_CHAOS_SEED"
+
+// chaosSeed is the seed of this run's kill moments: chaosSeedEnv's when set, else a random one. It is
+// logged, so a failure names the seed that replays it.
+func chaosSeed(t *testing.T) uint64 {
 	t.Helper()
+	seed := rand.Uint64()
+	if v := os.Getenv(chaosSeedEnv); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: not an unsigned integer: %v", chaosSeedEnv, v, err)
+		}
+	}
+	t.Logf("chaos seed %d (replay with %s=%d)", seed, chaosSeedEnv, seed)
+	return seed
+}
+
+// chaos SIGKILLs every manager once at a moment within window drawn from rng and starts it again 1-3s
+// later (also drawn), as a crashing Pod would be restarted; it logs the moments and returns when all are
+// back.
+func chaos(ctx context.Context, t *testing.T, rng *rand.Rand, window time.Duration) {
+	t.Helper()
+	type moment struct{ kill, down time.Duration }
+	moments := map[string]moment{}
+	var plan []string
+	for _, name := range st.Managers() {
+		m := moment{time.Duration(rng.Int64N(int64(window))), time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))}
+		moments[name] = m
+		plan = append(plan, fmt.Sprintf("%s killed at +%s, down %s", name, m.kill.Round(time.Millisecond), m.down.Round(time.Millisecond)))
+	}
+	t.Logf("chaos: %s", strings.Join(plan, "; "))
 	var wg sync.WaitGroup
 	errs := make(chan error, len(st.Managers()))
 	for _, name := range st.Managers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !pause(ctx, time.Duration(rand.Int64N(int64(window)))) {
+			if !pause(ctx, moments[name].kill) {
 				return
 			}
 			if err := st.KillManager(name); err != nil {
 				errs <- err
 				return
 			}
-			// Down for 1-3s even if the test ends meanwhile: a killed manager is always started again.
-			_ = pause(context.WithoutCancel(ctx), time.Second+time.Duration(rand.Int64N(int64(2*time.Second))))
+			// Down even if the test ends meanwhile: a killed manager is always started again.
+			_ = pause(context.WithoutCancel(ctx), moments[name].down)
 			if err := st.StartManager(ctx, name); err != nil {
 				errs <- err
 			}
@@ -430,15 +464,18 @@ func noLeakedClaims(ctx context.Context, t *testing.T) {
 }
 
 // testChaos scales 3 → 5 → 3 while every manager (CAPI, bootstrap, control plane, ssh) is killed with
-// SIGKILL at a random moment of each step and restarted: everything converges and no claim leaks.
+// SIGKILL at a random moment of each step and restarted: everything converges and no claim leaks. The
+// moments come from a logged seed (chaosSeedEnv replays them).
 func testChaos(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	md := quickCluster + "-md-0"
+	seed := chaosSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
 	for _, n := range []int{5, 3} {
 		t0 := time.Now()
 		scale(ctx, t, md, int32(n))
-		chaos(ctx, t, 15*time.Second)
+		chaos(ctx, t, rng, 15*time.Second)
 		ms := waitWorkers(ctx, t, quickCluster, n, 8*time.Minute)
 		waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 		noLeakedClaims(ctx, t)

@@ -202,6 +202,7 @@ func targetTakesOver(ctx context.Context, t *testing.T, md string, before map[st
 		}
 	}
 	NewWithT(t).Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
+	expectPodsAnswer(ctx, t, ms)
 	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t0).Round(time.Second))
 	t0 = time.Now()
 	deleteCluster(ctx, t, movedCluster)

@@ -94,8 +94,8 @@ func TestClusterctlUpgrade(t *testing.T) {
 	// The upgraded providers do their job.
 	t1 = time.Now()
 	scale(ctx, t, upgradeCluster+"-md-0", 3)
-	waitWorkers(ctx, t, upgradeCluster, 3, 8*time.Minute)
-	t.Logf("scale-up on %s: third worker Ready in %s", nextRelease, time.Since(t1).Round(time.Second))
+	expectPodsAnswer(ctx, t, waitWorkers(ctx, t, upgradeCluster, 3, 8*time.Minute))
+	t.Logf("scale-up on %s: third worker Ready and every Node running pods in %s", nextRelease, time.Since(t1).Round(time.Second))
 	deleteCluster(ctx, t, upgradeCluster)
 	t.Logf("upgrade scenario in %s", time.Since(t0).Round(time.Second))
 }

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,9 +17,6 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/stack"
 )
-
-// checkPort is the port of the check pods' HTTP server.
-const checkPort = "8080"
 
 // checkPod is one of the pod check's pods: a busybox httpd answering with a text naming the pod and its site.
 type checkPod struct {
@@ -58,7 +52,7 @@ func printPodNext(out io.Writer, st *State) {
   kubectl exec -it %[2]s -- sh
   kubectl -n yonder-network exec <yonder-net-node pod> -- /yonder-net-node debug   # WireGuard peers, routes, eBPF counters
 
-`, st.WorkloadKubeconfig, a, b, ipA, ipB, checkPort)
+`, st.WorkloadKubeconfig, a, b, ipA, ipB, stack.AnswerPort)
 }
 
 // podCheck places a busybox pod on one Node of every site, each serving its answer over HTTP, then, for
@@ -219,13 +213,13 @@ func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, fro
 	}
 	if tcp != to.answer() {
 		return nil, fmt.Errorf("pod-to-pod check failed: %s (%s, %s) got no answer from %s:%s (%s, %s) over TCP (output %q); `kubectl yonder describe cluster %s` shows the tunnels",
-			from.name, from.site, from.node, to.ip, checkPort, to.name, to.site, out, ClusterName)
+			from.name, from.site, from.node, to.ip, stack.AnswerPort, to.name, to.site, out, ClusterName)
 	}
 	suffix := ""
 	if kind != "" {
 		suffix = " [" + kind + "]"
 	}
-	tcpLine := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q%s", from.name, from.site, to.ip, checkPort, to.site, tcp, suffix)
+	tcpLine := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q%s", from.name, from.site, to.ip, stack.AnswerPort, to.site, tcp, suffix)
 	step("pod check: %s", tcpLine)
 	m := received.FindStringSubmatch(out)
 	if m == nil || m[2] == "0" {
@@ -236,96 +230,24 @@ func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, fro
 	return []string{tcpLine, icmpLine}, nil
 }
 
-// startCheckPod creates p's pod on its Node (replacing one left from an earlier run of the same lab).
+// startCheckPod creates p's pod on its Node (keeping one left from an earlier run of the same lab).
 func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check", SiteLabel: p.site}},
-		Spec: corev1.PodSpec{
-			NodeName:                      p.node,
-			TerminationGracePeriodSeconds: ptrTo(int64(1)),
-			Containers: []corev1.Container{{
-				Name: "busybox", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				// sh stays PID 1 with a TERM trap: httpd as PID 1 would ignore SIGTERM, and every node's
-				// shutdown at `lab down` waited for the agent's stop grace period before killing it.
-				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && httpd -f -p %s -h /www & wait $!", p.answer(), checkPort)},
-			}},
-		},
-	}
-	if err := c.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("failed to create the check pod %s on %s: %w", p.name, p.node, err)
-	}
-	return nil
+	return stack.StartAnswerPod(ctx, c, stack.AnswerPod(p.name, p.node, p.answer(), map[string]string{"app.kubernetes.io/name": "lab-net-check", SiteLabel: p.site}))
 }
 
 // waitPodIP waits until p's pod runs and records its IP.
 func waitPodIP(ctx context.Context, c client.Client, p *checkPod, timeout time.Duration) error {
-	pod := &corev1.Pod{}
-	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, pod); err != nil {
-			return false, nil //nolint:nilerr // transient: keep waiting
-		}
-		p.ip = pod.Status.PodIP
-		return pod.Status.Phase == corev1.PodRunning && p.ip != "", nil
-	})
-	if err != nil {
-		return fmt.Errorf("the check pod %s on %s did not run in %s (phase %s, %s): %w", p.name, p.node, timeout, pod.Status.Phase, podWaiting(pod), err)
-	}
-	return nil
+	ip, err := stack.WaitPodIP(ctx, c, p.name, timeout)
+	p.ip = ip
+	return err
 }
 
-// podWaiting says why a pod's containers wait, if they do.
-func podWaiting(pod *corev1.Pod) string {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Waiting != nil {
-			return cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
-		}
-	}
-	return "no container waiting"
-}
-
-// runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP,
-// retrying for up to a minute while a handshake or a route is still missing, then pings to, and returns
-// the client's log. The client is deleted afterwards.
+// runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP and
+// pings it, and returns the client's log.
 func runClient(ctx context.Context, c client.Client, cs kubernetes.Interface, from, to *checkPod, timeout time.Duration) (string, error) {
-	name := from.name + "-to-" + to.site
-	// busybox's wget crashes in these images (static glibc without NSS), so the HTTP request is nc's.
-	script := fmt.Sprintf(`i=0
-until resp=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 %[1]s %[2]s) && case "$resp" in *"hello from"*) true;; *) false;; esac; do
-  i=$((i+1)); case $i in 60) echo "no answer from %[1]s:%[2]s: $resp"; exit 1;; esac; sleep 1
-done
-echo "TCP response:"
-echo "$resp"
-ping -c 3 -W 2 %[1]s`, to.ip, checkPort)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}},
-		Spec: corev1.PodSpec{
-			NodeName: from.node, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptrTo(int64(1)),
-			Containers: []corev1.Container{{Name: "client", Image: stack.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/bin/sh", "-c", script}}},
-		},
-	}
-	_ = c.Delete(ctx, pod)
-	if err := stack.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		err := c.Create(ctx, pod.DeepCopy())
-		return err == nil, client.IgnoreAlreadyExists(err)
-	}); err != nil {
-		return "", fmt.Errorf("failed to create the check client %s on %s: %w", name, from.node, err)
-	}
-	defer func() { _ = c.Delete(context.WithoutCancel(ctx), pod) }()
-	got := &corev1.Pod{}
-	if err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
-			return false, nil //nolint:nilerr // transient: keep waiting
-		}
-		return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
-	}); err != nil {
-		return "", fmt.Errorf("pod-to-pod check failed: the client %s on %s did not finish in %s (phase %s, %s): %w", name, from.node, timeout, got.Status.Phase, podWaiting(got), err)
-	}
-	logs, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	out, err := stack.FetchAnswer(ctx, c, cs, from.name+"-to-"+to.site, from.node, to.ip, map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}, timeout)
 	if err != nil {
-		return "", fmt.Errorf("failed to read the log of the check client %s: %w", name, err)
+		return "", fmt.Errorf("pod-to-pod check failed: %w", err)
 	}
-	return string(logs), nil
+	return out, nil
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +43,7 @@ import (
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/metalboot"
+	"github.com/yonder-dev/yonder/test/promread"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -80,37 +80,6 @@ func workload(t testing.TB) *controlplane.ControlPlane {
 		t.Fatalf("failed to start the workload control plane: %v", wlErr)
 	}
 	return wl
-}
-
-func counter(reg *prometheus.Registry, name string, want map[string]string) float64 {
-	mfs, _ := reg.Gather()
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matches(m, want) {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
-}
-
-func matches(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == k && l.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // metalLab is one bare-metal site on a lab bridge: boot services (DHCP, TFTP, HTTP, attestation on the
@@ -286,15 +255,15 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 100*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
 	poweredOn := time.Since(start)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})
+		return promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})
 	}, 3*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "the VM's firmware leased its reserved address")
 	leased := time.Since(start)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
+		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
 	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the host's script")
 	scripted := time.Since(start)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})
+		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})
 	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the kernel the script names")
 	kernel := time.Since(start)
 	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
@@ -340,7 +309,7 @@ func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	start = time.Now()
 	l.claim(g)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
+		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
 	}, 3*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the host's script")
 	scripted := time.Since(start)
 	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 10*time.Minute, time.Second).

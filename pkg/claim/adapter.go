@@ -85,6 +85,9 @@ type Conditions struct {
 	Released string
 	// HostLostReason: the claimed host was deleted or its claim no longer names the machine.
 	HostLostReason string
+	// Progress are the reasons of a False condition that mean a step is under way (bootstrap running,
+	// provisioning): recorded as Normal Events, where any other False reason is a Warning.
+	Progress []string
 }
 
 // Withdrawal is what a provider reports after withdrawing what it handed to a host on deletion.

@@ -81,7 +81,9 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 			return ctrl.Result{}, nil
 		}
 		var out outcome
-		if host, out, err = r.claim(ctx, s); err != nil || out == noHost {
+		host, out, err = r.claim(ctx, s)
+		countAttempt(a.Spec().MachineKind, out, err)
+		if err != nil || out == noHost {
 			return ctrl.Result{}, err
 		}
 		if out == raceLost {
@@ -193,6 +195,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		return none, noHost, err
 	}
 	r.recent.remember(h, readVersion, s.Cluster.Name)
+	r.recordClaimed(m, h, s.Cluster.Name)
 	return h, claimed, nil
 }
 
@@ -266,6 +269,7 @@ func (r *Reconciler[M, H]) reconcileDelete(ctx context.Context, s *Scope[M, H]) 
 		return ctrl.Result{}, err
 	}
 	log.Info("Released host")
+	r.recordReleased(m, s.Host)
 	controllerutil.RemoveFinalizer(m, a.Spec().Finalizer)
 	return ctrl.Result{}, nil
 }

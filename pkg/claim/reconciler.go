@@ -15,12 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -53,6 +55,8 @@ type Reconciler[M Machine, H client.Object] struct {
 	// cluster.x-k8s.io/watch-filter=<value>. Hosts are inventory and need no such label.
 	WatchFilterValue string
 	Adapter          Adapter[M, H]
+	// Recorder records Events on machines and hosts (observe.go); SetupWithManager sets the manager's.
+	Recorder record.EventRecorder
 
 	// claimMu serialises host choices within this replica; recent remembers its claims the cache may
 	// not show yet.
@@ -99,6 +103,10 @@ func (r *Reconciler[M, H]) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor(r.Adapter.Spec().ControllerName) //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
+	}
+	r.countInventory(mgr.GetClient())
 	a := r.Adapter
 	if err := mgr.GetFieldIndexer().IndexField(ctx, a.NewHost(), r.consumerIndex(), r.indexConsumer); err != nil {
 		return fmt.Errorf("failed to index %ss by consumer: %w", a.HostKind(), err)
@@ -218,10 +226,14 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
 	s.patch = func(ctx context.Context) error { return r.patch(ctx, helper, m) }
+	before := slices.Clone(m.GetConditions())
 	defer func() {
 		if err := s.patch(ctx); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
+			return
 		}
+		conds := a.Spec().Conditions
+		recordConditionEvents(r.recorder(), m, conditionEventTypes(conds), conds.Progress, before, m.GetConditions())
 	}()
 	if !m.GetDeletionTimestamp().IsZero() {
 		return r.reconcileDelete(ctx, s)

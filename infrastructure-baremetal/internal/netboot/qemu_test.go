@@ -15,41 +15,14 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/promread"
 )
-
-// counter sums a counter family's samples whose labels include want.
-func counter(reg *prometheus.Registry, name string, want map[string]string) float64 {
-	mfs, _ := reg.Gather()
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matches(m, want) {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func matches(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
-			n++
-		}
-	}
-	return n == len(want)
-}
 
 // Debian's ipxe package: a BIOS iPXE ROM for virtio 1.0 (PCI id 1af4:1041). SeaBIOS runs a PCI ROM only
 // when its id matches the device, hence disable-legacy=on below (QEMU's default is transitional 1af4:1000).
@@ -170,11 +143,11 @@ func (l *vmLab) waitForScriptAndKernel(t *testing.T, start time.Time) time.Durat
 	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
+		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
 	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched this host's script over HTTP")
 	scripted := time.Since(start)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})
+		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})
 	}, time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE ran the script and fetched its kernel")
 	return scripted
 }
@@ -186,7 +159,7 @@ func TestQEMUSeaBIOSiPXEBoot(t *testing.T) {
 	l := startVMLab(t, netboot.Config{HTTPPort: 8080, TFTPPort: 69})
 	start := l.boot(t)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})
+		return promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})
 	}, 2*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "the VM's iPXE got its lease")
 	leased := time.Since(start)
 	scripted := l.waitForScriptAndKernel(t, start)
@@ -213,12 +186,12 @@ func TestQEMUProxyDHCP(t *testing.T) {
 
 	start := l.boot(t)
 	scripted := l.waitForScriptAndKernel(t, start)
-	g.Expect(counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_offer"})).To(BeNumerically(">=", 1))
-	g.Expect(counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})).To(BeZero(), "we never lease in proxy mode")
+	g.Expect(promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_offer"})).To(BeNumerically(">=", 1))
+	g.Expect(promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "ack"})).To(BeZero(), "we never lease in proxy mode")
 	t.Logf("QEMU (TCG) SeaBIOS iPXE with proxyDHCP: script after %s; our replies: offer %v, boot ack %v",
 		scripted.Round(time.Millisecond),
-		counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_offer"}),
-		counter(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_ack"}))
+		promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_offer"}),
+		promread.Sum(l.reg, "yonder_metal_dhcp_requests_total", map[string]string{"outcome": "proxy_ack"}))
 }
 
 // TestQEMUOVMFPXEToIPXE: UEFI firmware PXE (option 93 = 7) gets ipxe.efi over our TFTP (after its size
@@ -228,7 +201,7 @@ func TestQEMUOVMFPXEToIPXE(t *testing.T) {
 	l := startVMLab(t, netboot.Config{HTTPPort: 8080, TFTPPort: 69})
 	start := l.bootUEFI(t)
 	g.Eventually(func() float64 {
-		return counter(l.reg, "yonder_metal_tftp_transfers_total", map[string]string{"result": "ok"})
+		return promread.Sum(l.reg, "yonder_metal_tftp_transfers_total", map[string]string{"result": "ok"})
 	}, 4*time.Minute, 500*time.Millisecond).Should(BeNumerically(">=", 1), "OVMF fetched ipxe.efi over TFTP")
 	fetched := time.Since(start)
 	scripted := l.waitForScriptAndKernel(t, start)

@@ -6,18 +6,22 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/yonder-dev/yonder/test/harness"
-
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/claim"
+	"github.com/yonder-dev/yonder/test/harness"
+	"github.com/yonder-dev/yonder/test/promread"
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
@@ -105,6 +109,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "edge"},
 		[]string{"rm -rf /etc/kubernetes/* /run/kubeadm", "echo cleaned >> /var/lib/yonder-ssh/cleanups"})
 	startProvider(t, testOptions())
+	claimedBefore, releasedBefore := claimCounters()
 	cluster := newCluster(t, g, ns, "edge")
 	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -114,6 +119,7 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	harness.Scale(g, env, md, 3)
 	machinesRunning(g, wlc, ns, 3)
 	checkCABPKDataRan(ctx, g, ns, hs)
+	g.Expect(inventoryHosts(ns)).To(Equal(map[string]float64{"claimed": 3}))
 	// Hosts report their claim, phase and facts.
 	g.Eventually(func(g Gomega) {
 		for _, h := range hostList(g, ns) {
@@ -142,6 +148,57 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 		g.Expect(sshMachines(g, ns)).To(BeEmpty())
 		g.Expect(checkClaims(g, ns)).To(BeEmpty())
 	}).Should(Succeed())
+
+	// What an operator sees of it: 5 Machines (3, then 2 more after the scale to 1) each claimed, bootstrapped,
+	// cleaned and released a host, as Normal Events on the machine and on the host (none a Warning), and as
+	// the claim metrics.
+	g.Eventually(func(g Gomega) {
+		g.Expect(reasonsByObject(g, ns, "YonderSSHMachine")).To(And(HaveLen(5), HaveEach(ConsistOf(claim.HostClaimedEvent,
+			corev1.EventTypeNormal+" "+infrav1.YonderSSHMachineBootstrapRunningReason, infrav1.YonderSSHMachineBootstrapExecutedCondition,
+			infrav1.YonderSSHMachineHostCleanedCondition, claim.HostReleasedEvent))))
+		g.Expect(reasonsByObject(g, ns, "YonderSSHHost")).To(And(HaveLen(3), HaveEach(ConsistOf(claim.HostClaimedEvent, claim.HostReleasedEvent))))
+	}).Should(Succeed())
+	claimed, released := claimCounters()
+	g.Expect(claimed - claimedBefore).To(BeNumerically("==", 5))
+	g.Expect(released - releasedBefore).To(BeNumerically("==", 5))
+	g.Expect(inventoryHosts(ns)).To(Equal(map[string]float64{"free": 3}))
+}
+
+// reasonsByObject returns the reasons of the Events recorded in ns on objects of kind, by object name
+// (each reason once; a Warning's as "Warning <reason>", and a Normal Event's whose reason is a condition's
+// False reason as "Normal <reason>").
+func reasonsByObject(g Gomega, ns, kind string) map[string][]string {
+	evs := &corev1.EventList{}
+	g.Expect(env.List(context.Background(), evs, client.InNamespace(ns))).To(Succeed())
+	out := map[string][]string{}
+	for _, e := range evs.Items {
+		r := e.Reason
+		if e.Type == corev1.EventTypeWarning || strings.Contains(e.Message, " is False: ") {
+			r = e.Type + " " + r
+		}
+		if e.InvolvedObject.Kind == kind && !slices.Contains(out[e.InvolvedObject.Name], r) {
+			out[e.InvolvedObject.Name] = append(out[e.InvolvedObject.Name], r)
+		}
+	}
+	return out
+}
+
+// claimCounters reads the claims and releases of YonderSSHMachines counted so far in this process.
+func claimCounters() (claimed, released float64) {
+	kind := map[string]string{"machine_kind": "YonderSSHMachine"}
+	return promread.Sum(metrics.Registry, "yonder_claim_attempts_total", map[string]string{"machine_kind": "YonderSSHMachine", "outcome": "claimed"}),
+		promread.Sum(metrics.Registry, "yonder_claim_releases_total", kind)
+}
+
+// inventoryHosts reads yonder_inventory_hosts of ns's YonderSSHHosts by state (states with no host left out).
+func inventoryHosts(ns string) map[string]float64 {
+	out := map[string]float64{}
+	for _, state := range []string{"claimed", "free", "unavailable"} {
+		if n := promread.Sum(metrics.Registry, "yonder_inventory_hosts", map[string]string{"host_kind": "YonderSSHHost", "namespace": ns, "state": state}); n > 0 {
+			out[state] = n
+		}
+	}
+	return out
 }
 
 // newMachineDeployment creates a YonderSSHMachineTemplate selecting hosts labelled pool=<pool> and a

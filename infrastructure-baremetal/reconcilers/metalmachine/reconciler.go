@@ -51,7 +51,7 @@ func New(c client.Client, apiReader client.Reader, watchFilterValue string, a *A
 func (a *Adapter) Spec() claim.Spec {
 	return claim.Spec{
 		MachineKind: hostpool.ConsumerKind, Finalizer: infrav1.MachineFinalizer, ControllerName: a.Name,
-		Keys:       claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
+		Keys: claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
 		Conditions: claim.Conditions{Claimed: infrav1.YonderMetalMachineHostClaimedCondition, Provisioned: infrav1.YonderMetalMachineHostProvisionedCondition, Released: infrav1.YonderMetalMachineHostReleasedCondition, HostLostReason: infrav1.YonderMetalMachineHostLostReason,
 			Progress: []string{infrav1.YonderMetalMachineHostProvisioningReason, infrav1.YonderMetalMachineDeprovisioningReason}},
 		NoHostHint: "a host is free once it is available (provisioning state available or ready), unclaimed, unpaused and without error; " +

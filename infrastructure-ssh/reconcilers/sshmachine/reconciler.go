@@ -80,7 +80,7 @@ func (a *Adapter) defaults() {
 func (a *Adapter) Spec() claim.Spec {
 	return claim.Spec{
 		MachineKind: hostpool.ConsumerKind, Finalizer: infrav1.MachineFinalizer, ControllerName: a.Name,
-		Keys:       claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
+		Keys: claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
 		Conditions: claim.Conditions{Claimed: infrav1.YonderSSHMachineHostClaimedCondition, Provisioned: infrav1.YonderSSHMachineBootstrapExecutedCondition, Released: infrav1.YonderSSHMachineHostCleanedCondition, HostLostReason: infrav1.YonderSSHMachineHostDeletedReason,
 			Progress: []string{infrav1.YonderSSHMachineBootstrapRunningReason}},
 		NoHostHint: "a host is free once it has a pinned host key, no consumer and no " + infrav1.NeedsCleanupAnnotation +

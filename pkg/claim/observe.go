@@ -2,15 +2,13 @@ package claim
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/yonder-dev/yonder/pkg/condevents"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -162,43 +160,18 @@ func (r *Reconciler[M, H]) recordReleased(m M, h H) {
 	r.recorder().Eventf(h, corev1.EventTypeNormal, HostReleasedEvent, "Released by %s %s: free for the next claim", kind, m.GetName())
 }
 
-// conditionEventTypes are the machine conditions whose changes are recorded: the claim's and the
-// provider's hand-off (Ready only summarises them; Claimed turning True is HostClaimedEvent).
-func conditionEventTypes(c Conditions) map[string]bool {
-	return map[string]bool{c.Claimed: true, c.Provisioned: true, c.Released: true}
-}
-
-// recordConditionEvents records the machine's condition changes of one reconcile, in CAPI's reason style:
-// when a condition turns False, an Event with its reason and message — Normal for a step under way
-// (progress), a Warning for anything else; a Normal Event named after the condition when it turns True
-// (the hand-off finished: bootstrapped, provisioned). Waiting and deleting are steps every machine takes,
-// not news, and are not recorded.
-func recordConditionEvents(rec record.EventRecorder, obj runtime.Object, types map[string]bool, progress []string, before, after []metav1.Condition) {
-	old := make(map[string]metav1.Condition, len(before))
-	for _, c := range before {
-		old[c.Type] = c
-	}
-	for _, c := range after {
-		was, seen := old[c.Type]
-		if !types[c.Type] || (seen && was.Status == c.Status && was.Reason == c.Reason) {
-			continue
-		}
-		switch c.Status {
-		case metav1.ConditionFalse:
-			if strings.HasPrefix(c.Reason, "Waiting") || c.Reason == clusterv1.DeletingReason {
-				continue
-			}
-			typ := corev1.EventTypeWarning
-			if slices.Contains(progress, c.Reason) {
-				typ = corev1.EventTypeNormal
-			}
-			rec.Eventf(obj, typ, c.Reason, "%s is False: %s", c.Type, c.Message)
-		case metav1.ConditionTrue:
-			if c.Reason == ClaimedReason {
-				continue
-			}
-			rec.Eventf(obj, corev1.EventTypeNormal, c.Type, "%s is True (%s)", c.Type, c.Reason)
-		}
+// conditionEvents is which changes of a machine's conditions are recorded: the claim's and the provider's
+// hand-off (Ready only summarises them; Claimed turning True is HostClaimedEvent). Waiting and deleting
+// are steps every machine takes, not news; a finished hand-off (bootstrapped, provisioned) is.
+func conditionEvents(c Conditions) condevents.Policy {
+	return condevents.Policy{
+		Types:     []string{c.Claimed, c.Provisioned, c.Released},
+		Progress:  c.Progress,
+		QuietTrue: []string{c.Claimed},
+		Quiet: func(reason string) bool {
+			return strings.HasPrefix(reason, "Waiting") || reason == clusterv1.DeletingReason
+		},
+		FirstTrue: true,
 	}
 }
 

@@ -40,6 +40,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
+
+	"github.com/yonder-dev/yonder/pkg/condevents"
 )
 
 // ConflictRetry is how soon a pass that lost a race (a reservation, a claim) tries again.
@@ -232,8 +234,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 			return
 		}
-		conds := a.Spec().Conditions
-		recordConditionEvents(r.recorder(), m, conditionEventTypes(conds), conds.Progress, before, m.GetConditions())
+		condevents.Record(r.recorder(), m, conditionEvents(a.Spec().Conditions), before, m.GetConditions())
 	}()
 	if !m.GetDeletionTimestamp().IsZero() {
 		return r.reconcileDelete(ctx, s)

@@ -308,6 +308,7 @@ func (r *Reconciler) sendBoot(ctx context.Context, s *scope, cycle bool) (ctrl.R
 	}
 	s.state.BootSentAt = now()
 	s.host.Status.PoweredOn = true
+	r.recorder().Eventf(s.host, corev1.EventTypeNormal, PXEBootRequestedEvent, "Attempt %d of %d: one-time PXE boot set and power action %s accepted by the BMC", s.state.Attempt, r.MaxProvisionAttempts, action)
 	return ctrl.Result{}, nil
 }
 

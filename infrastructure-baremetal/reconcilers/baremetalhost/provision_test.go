@@ -12,10 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/harness"
+	"github.com/yonder-dev/yonder/test/promread"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -112,6 +115,23 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 		g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
 		g.Expect(got.Status.Provisioning.Image.URL).To(BeEmpty())
 	}
+	// What an operator sees: each state the host entered, each PXE boot, as Events; the time spent
+	// provisioning (PXE boot to released bootstrap data) as yonder_metal_phase_seconds.
+	g.Eventually(func(g Gomega) {
+		evs, err := harness.Events(ctx, env.Client, h)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(evs).To(ContainElements(
+			"Normal Inspecting: Provisioning state inspecting (new host)",
+			HavePrefix("Normal "+baremetalhost.BareMetalHostWaitingForPXEBootReason+": "+baremetalhost.BareMetalHostProvisionedCondition+" is False: PXE boot 1 of 2 requested at "),
+			MatchRegexp(`^Normal Available: Provisioning state \S+ → available`),
+			MatchRegexp(`^Normal Provisioning: Provisioning state available → provisioning`),
+			"Normal "+baremetalhost.PXEBootRequestedEvent+": Attempt 1 of 2: one-time PXE boot set and power action On accepted by the BMC",
+			MatchRegexp(`^Normal Provisioned: Provisioning state provisioning → provisioned after \S+$`),
+			MatchRegexp(`^Normal Deprovisioning: Provisioning state provisioned → deprovisioning`),
+		))
+		g.Expect(evs).NotTo(ContainElement(HavePrefix("Warning ")), "a provisioning that went well raises no Warning")
+	}).Should(Succeed())
+	g.Expect(promread.Sum(metrics.Registry, "yonder_metal_phase_seconds", map[string]string{"state": "provisioning"})).To(BeNumerically(">=", 2))
 }
 
 // A host that comes back with another TPM than the one pinned is refused: no bootstrap data, an
@@ -146,6 +166,14 @@ func TestAttestationFailure(t *testing.T) {
 	_, data, _ := hosts.snapshot("s1")
 	g.Expect(data).To(Equal([]string{"first"}), "nothing released to the other TPM")
 	g.Consistently(func() int { b, _, _ := hosts.snapshot("s1"); return b }, "3s").Should(Equal(2), "no automatic retry after a refused attestation")
+	g.Eventually(func(g Gomega) {
+		evs, err := harness.Events(ctx, env.Client, h)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(evs).To(ContainElements(
+			HavePrefix("Warning "+baremetalhost.BareMetalHostAttestationFailedReason+": "+baremetalhost.BareMetalHostProvisionedCondition+" is False: "),
+			HavePrefix("Warning ProvisioningError: "),
+		))
+	}).Should(Succeed())
 
 	// Releasing the host clears the error; it is available (and will fail again until an operator re-pins).
 	release(g, h)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -77,6 +78,8 @@ type Reconciler struct {
 	// InsecureAcceptAnyEK says that the boot services accept TPMs without verifying their EK certificate
 	// against vendor roots; every host then carries condition EKCertificatesVerified=False.
 	InsecureAcceptAnyEK bool
+	// Recorder records Events on hosts (observe.go); SetupWithManager sets the manager's.
+	Recorder record.EventRecorder
 }
 
 // SetupWithManager registers the reconciler. Called from yonder-metal-manager's main.go (setup package).
@@ -95,6 +98,9 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 	}
 	if r.PowerPollInterval == 0 {
 		r.PowerPollInterval = 5 * time.Minute
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor("yonder-metal-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}
 	managed := predicate.NewPredicateFuncs(r.manages)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -160,11 +166,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		h.Annotations = map[string]string{}
 	}
 	s := &scope{host: h, state: st, orig: h.DeepCopy()}
+	was := seenAtStart(h, st)
 	restoreStatus(h, st)
 	defer func() {
 		err := r.persist(ctx, s)
 		switch {
-		case err == nil || apierrors.IsNotFound(err):
+		case err == nil:
+			r.recordChanges(s, was)
+		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err) && rerr == nil:
 			// This pass read an outdated host; the newer version is on its way through the watch.
 			ctrl.LoggerFrom(ctx).V(4).Info("Host changed while reconciling, retrying")

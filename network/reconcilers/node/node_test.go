@@ -15,6 +15,7 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/network/setup"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 // locationLabel is a label only admins (and CAPI's Machine label sync) can set on a Node: Site selectors
@@ -92,13 +93,13 @@ func TestNodesGetSiteLabelsAndPodCIDRs(t *testing.T) {
 	}).Should(Succeed())
 	// Each assignment is an Event on its Node (kubectl get events).
 	g.Eventually(func(g Gomega) {
-		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "edge-0"))).To(ConsistOf(
+		g.Expect(harness.Events(ctx, env.Client, getNode(ctx, g, "edge-0"))).To(ConsistOf(
 			"Normal "+netv1.SiteAssignedEvent+": Assigned to Site edge",
 			"Normal "+netv1.PodCIDRsAllocatedEvent+": Allocated pod CIDRs 10.200.0.0/26 from Site edge"))
-		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "edge-preset"))).To(ConsistOf(
+		g.Expect(harness.Events(ctx, env.Client, getNode(ctx, g, "edge-preset"))).To(ConsistOf(
 			"Normal " + netv1.SiteAssignedEvent + ": Assigned to Site edge"))
 	}).Should(Succeed())
-	g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, "elsewhere"))).To(BeEmpty())
+	g.Expect(harness.Events(ctx, env.Client, getNode(ctx, g, "elsewhere"))).To(BeEmpty())
 }
 
 // When the pool is exhausted the Site says so with a clear condition; freeing a block (deleting a Node)
@@ -143,7 +144,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 	}
 	g.Expect(waiting).NotTo(BeEmpty())
 	g.Eventually(func(g Gomega) {
-		g.Expect(testenv.Events(ctx, env.Client, getNode(ctx, g, waiting))).To(ContainElement(
+		g.Expect(harness.Events(ctx, env.Client, getNode(ctx, g, waiting))).To(ContainElement(
 			HavePrefix("Warning " + netv1.PodCIDRPoolExhaustedEvent + ": Waiting for a pod CIDR: ")))
 	}).Should(Succeed())
 	freed := getNode(ctx, g, holder).Spec.PodCIDRs
@@ -165,7 +166,7 @@ func TestPoolExhaustionAndNodeChangingSite(t *testing.T) {
 		n := getNode(ctx, g, waiting)
 		g.Expect(n.Labels).To(HaveKeyWithValue(netv1.SiteLabel, "other"))
 		g.Expect(n.Spec.PodCIDRs).To(Equal(freed))
-		g.Expect(testenv.Events(ctx, env.Client, n)).To(ContainElement("Normal " + netv1.SiteAssignedEvent + ": Moved from Site small to Site other"))
+		g.Expect(harness.Events(ctx, env.Client, n)).To(ContainElement("Normal " + netv1.SiteAssignedEvent + ": Moved from Site small to Site other"))
 	}).Should(Succeed())
 	// Its CIDR is routed to its new Site.
 	g.Eventually(func(g Gomega) {

@@ -4,33 +4,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 )
-
-// recordConditionEvents records one Event per condition whose status changed: a Warning with the
-// condition's reason and message when it turns False, a Normal one named after the condition when it
-// recovers. A condition that first appears True says nothing new and is not recorded. Called only after a
-// status patch really changed the object, so a cache that lags our own writes cannot repeat an Event.
-func recordConditionEvents(rec record.EventRecorder, obj runtime.Object, before, after []metav1.Condition) {
-	old := make(map[string]metav1.ConditionStatus, len(before))
-	for _, c := range before {
-		old[c.Type] = c.Status
-	}
-	for _, c := range after {
-		was, seen := old[c.Type]
-		switch {
-		case was == c.Status:
-		case c.Status == metav1.ConditionFalse:
-			rec.Eventf(obj, corev1.EventTypeWarning, c.Reason, "%s is False: %s", c.Type, c.Message)
-		case c.Status == metav1.ConditionTrue && seen:
-			rec.Eventf(obj, corev1.EventTypeNormal, c.Type, "%s is True again (was %s)", c.Type, was)
-		}
-	}
-}
 
 // recordGatewayEvents records the elections of one GatewayPool: which candidates started and stopped
 // carrying traffic, and a failover when both happened in one pass (the operator's question after an

@@ -18,6 +18,7 @@ import (
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/testenv"
 	"github.com/yonder-dev/yonder/network/setup"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 // gatewayLabel marks gateway candidates; only admins (and CAPI's Machine label sync) can set it on a Node.
@@ -106,7 +107,7 @@ func expectGatewayEvents(ctx context.Context, g Gomega) {
 	g.Eventually(func(g Gomega) {
 		pool := &netv1.GatewayPool{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "b-gateways"}, pool)).To(Succeed())
-		g.Expect(testenv.Events(ctx, env.Client, pool)).To(ContainElements(
+		g.Expect(harness.Events(ctx, env.Client, pool)).To(ContainElements(
 			"Normal "+netv1.GatewayActivatedEvent+": Gateway b-gw1 carries traffic",
 			"Normal "+netv1.GatewayActivatedEvent+": Gateway b-gw2 carries traffic",
 			"Warning "+netv1.GatewayDeactivatedEvent+": Gateway b-gw1 stopped carrying traffic: "+netv1.GatewayDataplaneNotReady,
@@ -117,11 +118,11 @@ func expectGatewayEvents(ctx context.Context, g Gomega) {
 		))
 		site := &netv1.Site{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "b"}, site)).To(Succeed())
-		g.Expect(testenv.Events(ctx, env.Client, site)).To(ContainElement(
+		g.Expect(harness.Events(ctx, env.Client, site)).To(ContainElement(
 			HavePrefix("Warning " + netv1.SiteNoActiveGatewayReason + ": " + netv1.SiteGatewaysAvailableCondition + " is False: No active gateway carries the links to Site(s) a")))
 		peering := &netv1.SitePeering{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Name: "ab"}, peering)).To(Succeed())
-		g.Expect(testenv.Events(ctx, env.Client, peering)).To(ContainElements(
+		g.Expect(harness.Events(ctx, env.Client, peering)).To(ContainElements(
 			HavePrefix("Warning "+netv1.SitePeeringLinkDownReason+": Ready is False: Link(s) a↔b have no active gateway"),
 			"Normal "+netv1.ReadyCondition+": Ready is True again (was False)",
 		))

@@ -13,6 +13,7 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/plan"
+	"github.com/yonder-dev/yonder/pkg/condevents"
 )
 
 const (
@@ -30,7 +31,7 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 		siteStatus(next, out.Sites[s.Name])
 		written, err := r.patchStatus(ctx, s, next, !equality.Semantic.DeepEqual(s.Status, next.Status))
 		if written {
-			recordConditionEvents(r.Recorder, next, s.Status.Conditions, next.Status.Conditions)
+			condevents.Record(r.Recorder, next, condevents.Policy{}, s.Status.Conditions, next.Status.Conditions)
 		}
 		errs = append(errs, err)
 	}
@@ -41,7 +42,7 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 		written, err := r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status))
 		if written {
 			recordGatewayEvents(r.Recorder, next, p.Status.Gateways, next.Status.Gateways)
-			recordConditionEvents(r.Recorder, next, p.Status.Conditions, next.Status.Conditions)
+			condevents.Record(r.Recorder, next, condevents.Policy{}, p.Status.Conditions, next.Status.Conditions)
 		}
 		errs = append(errs, err)
 	}
@@ -51,7 +52,7 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 		peeringStatus(next, out.Peerings[p.Name])
 		written, err := r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status))
 		if written {
-			recordConditionEvents(r.Recorder, next, p.Status.Conditions, next.Status.Conditions)
+			condevents.Record(r.Recorder, next, condevents.Policy{}, p.Status.Conditions, next.Status.Conditions)
 		}
 		errs = append(errs, err)
 	}

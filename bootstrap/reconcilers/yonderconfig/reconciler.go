@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,6 +45,7 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/internal/cloudinit"
 	"github.com/yonder-dev/yonder/bootstrap/internal/token"
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/condevents"
 )
 
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=yonderconfigs;yonderconfigs/status;yonderconfigs/finalizers,verbs=get;list;watch;update;patch
@@ -73,6 +76,8 @@ type Reconciler struct {
 	RetryInterval time.Duration
 	// Now is the clock (tests may set it).
 	Now func() time.Time
+	// Recorder records Events on YonderConfigs (observe.go); SetupWithManager sets the manager's.
+	Recorder record.EventRecorder
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -85,6 +90,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.Now == nil {
 		r.Now = time.Now
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorderFor("yonder-bootstrap-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "yonderconfig")
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -199,10 +207,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	before := slices.Clone(cfg.Status.Conditions)
 	defer func() {
 		if err := r.patch(ctx, h, cfg); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
+			return
 		}
+		condevents.Record(r.recorder(), cfg, configConditionEvents, before, cfg.Status.Conditions)
 	}()
 	s := &scope{config: cfg, machine: machine, cluster: cluster}
 	if !cfg.DeletionTimestamp.IsZero() {
@@ -343,6 +354,7 @@ func (r *Reconciler) createData(ctx context.Context, s *scope, wl client.Client)
 	}
 	r.markDataSecretCreated(s.config)
 	r.markTokenValid(s.config, tok.Expires)
+	r.tokenCreated(s, tok.ID, tok.Expires)
 	return ctrl.Result{RequeueAfter: r.checkInterval(s.config)}, nil
 }
 
@@ -397,11 +409,14 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, wl client.Clien
 				return ctrl.Result{}, err
 			}
 		}
+		tokens.WithLabelValues("replaced").Inc()
+		r.recorder().Eventf(s.config, corev1.EventTypeNormal, BootstrapTokenReplacedEvent, "Replaced the expired or missing bootstrap token %q with %s and rewrote the data Secret", id, tok.ID)
 		exp = tok.Expires
 	case exp.Sub(now) < ttl/2:
 		if exp, err = token.Extend(ctx, wl, id, ttl, now); err != nil {
 			return ctrl.Result{}, err
 		}
+		tokens.WithLabelValues("extended").Inc()
 		log.V(4).Info("Extended bootstrap token", "tokenID", id, "expires", exp)
 	}
 	r.markTokenValid(s.config, exp)
@@ -448,6 +463,7 @@ func (r *Reconciler) stopRefreshing(ctx context.Context, s *scope, wl client.Cli
 		}
 	}
 	ctrl.LoggerFrom(ctx).Info("Stopped refreshing the bootstrap token", "tokenID", id, "reason", reason)
+	tokens.WithLabelValues("stopped").Inc()
 	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
 	return nil
 }
@@ -470,6 +486,8 @@ func (r *Reconciler) removeToken(ctx context.Context, s *scope, data *corev1.Sec
 			return ctrl.Result{}, err
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleted bootstrap token, the Node joined", "tokenID", id, "Node", s.machine.Status.NodeRef.Name)
+		tokens.WithLabelValues("deleted").Inc()
+		r.recorder().Eventf(s.config, corev1.EventTypeNormal, BootstrapTokenDeletedEvent, "Node %s joined; deleted its bootstrap token %s", s.machine.Status.NodeRef.Name, id)
 	}
 	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.YonderConfigBootstrapTokenRemovedReason,
 		Message: "Node " + s.machine.Status.NodeRef.Name + " joined; its bootstrap token was deleted"})

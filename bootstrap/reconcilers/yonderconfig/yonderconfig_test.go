@@ -25,7 +25,9 @@ import (
 
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	"github.com/yonder-dev/yonder/bootstrap/internal/cloudinit"
+	"github.com/yonder-dev/yonder/bootstrap/reconcilers/yonderconfig"
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 func workloadClient(g *WithT) *kubernetes.Clientset {
@@ -255,6 +257,19 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		c := conditions.Get(getConfig(ctx, g, cluster.Namespace, m.Name), bootstrapv1.YonderConfigBootstrapTokenReadyCondition)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(bootstrapv1.YonderConfigBootstrapTokenRemovedReason))
+	}).Should(Succeed())
+	// The operator's view: the data became available, the token was created and deleted at the join —
+	// named by its public ID; its secret half appears in no Event.
+	secretHalf := strings.SplitN(agentConfigOf(g, s).BootstrapToken, ".", 2)[1]
+	g.Eventually(func(g Gomega) {
+		evs, err := harness.Events(ctx, env.Client, getConfig(ctx, g, cluster.Namespace, m.Name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(evs).To(ContainElements(
+			"Normal "+bootstrapv1.YonderConfigDataSecretAvailableCondition+": "+bootstrapv1.YonderConfigDataSecretAvailableCondition+" is True ("+bootstrapv1.YonderConfigDataSecretAvailableReason+")",
+			HavePrefix("Normal "+yonderconfig.BootstrapTokenCreatedEvent+": Created bootstrap token "+id+" (valid until "),
+			"Normal "+yonderconfig.BootstrapTokenDeletedEvent+": Node "+node.Name+" joined; deleted its bootstrap token "+id,
+		))
+		g.Expect(evs).To(HaveEach(Not(ContainSubstring(secretHalf))))
 	}).Should(Succeed())
 
 	// Serving CSRs, each requested with a node's own identity (impersonated, as the kubelet's client cert would be).
@@ -502,4 +517,12 @@ func TestTokenRefreshStopsForMachinesThatWillNotJoin(t *testing.T) {
 	}).Should(Succeed())
 	g.Eventually(tokenGone(sickID)).Should(BeTrue(), "a Machine being remediated loses its token")
 	g.Eventually(reasonIs(sick.Name, bootstrapv1.YonderConfigBootstrapTokenMachineRemediatingReason)).Should(Succeed())
+	// Each stop is a Warning that says why.
+	for name, reason := range map[string]string{late.Name: bootstrapv1.YonderConfigBootstrapTokenRefreshWindowExpiredReason, sick.Name: bootstrapv1.YonderConfigBootstrapTokenMachineRemediatingReason} {
+		g.Eventually(func(g Gomega) {
+			evs, err := harness.Events(ctx, env.Client, getConfig(ctx, g, cluster.Namespace, name))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(evs).To(ContainElement(HavePrefix("Warning " + reason + ": " + bootstrapv1.YonderConfigBootstrapTokenReadyCondition + " is False: ")))
+		}).Should(Succeed())
+	}
 }

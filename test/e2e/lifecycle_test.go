@@ -159,6 +159,7 @@ func testScale(t *testing.T) {
 	ms := waitWorkers(ctx, t, quickCluster, 2, 5*time.Minute)
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 	t.Logf("scaled down to 2 (3 hosts cleaned and released) in %s", time.Since(t0).Round(time.Second))
+	expectEventsTellTheStory(ctx, t)
 }
 
 // kubeletPIDs returns the kubelet processes running in a host's network namespace (the node's nspawn

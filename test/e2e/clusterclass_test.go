@@ -26,6 +26,7 @@ const classCluster = "classy"
 // workers join. Changing a topology variable (nodeLabels) rolls every worker onto a patched
 // YonderConfigTemplate; deleting the Cluster returns every host clean.
 func TestClusterClass(t *testing.T) {
+	deleteOnFailure(t, classCluster)
 	ctx := context.Background()
 	t0 := time.Now()
 	ms := classClusterUp(ctx, t)

@@ -147,8 +147,23 @@ func waitWorkersIn(ctx context.Context, t *testing.T, ns, cluster string, n int,
 	return got
 }
 
+// deleteOnFailure deletes Cluster name (and waits for its hosts) when t fails with it still there, so a
+// failed scenario does not leave its hosts claimed for the tests after it, which would fail too and hide
+// which one broke.
+func deleteOnFailure(t *testing.T, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if !t.Failed() || st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name}, &clusterv1.Cluster{}) != nil {
+			return
+		}
+		t.Logf("deleting Cluster %s, left by the failure", name)
+		deleteCluster(ctx, t, name)
+	})
+}
+
 // TestScenarios runs the lifecycle scenarios in order on one stack; each reports its wall time.
 func TestScenarios(t *testing.T) {
+	deleteOnFailure(t, quickCluster)
 	for _, sc := range []struct {
 		name string
 		f    func(*testing.T)

@@ -30,6 +30,7 @@ const (
 // providers work, and deleting the Cluster frees every host. It runs last: from then on the stack's
 // clusterctl config points at v0.2.0.
 func TestClusterctlUpgrade(t *testing.T) {
+	deleteOnFailure(t, upgradeCluster)
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

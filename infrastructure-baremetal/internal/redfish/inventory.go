@@ -13,6 +13,7 @@ import (
 // Inventory reads the system's hardware. Members that are absent or disabled (Status.State "Absent") are
 // skipped, as an empty DIMM slot is not memory.
 func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
+	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return nil, err
@@ -38,6 +39,7 @@ func (c *gofishClient) readProcessors(s *schemas.ComputerSystem, inv *Inventory)
 	if err != nil {
 		return c.classify("read processors from", err)
 	}
+	byODataID(procs)
 	for _, p := range procs {
 		if absent(p.Status) {
 			continue
@@ -80,6 +82,7 @@ func (c *gofishClient) readMemory(s *schemas.ComputerSystem, inv *Inventory) err
 	if err != nil {
 		return c.classify("read memory from", err)
 	}
+	byODataID(mem)
 	for _, m := range mem {
 		if absent(m.Status) {
 			continue
@@ -98,6 +101,7 @@ func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error
 	if err != nil {
 		return c.classify("read Ethernet interfaces from", err)
 	}
+	byODataID(nics)
 	for _, n := range nics {
 		if absent(n.Status) {
 			continue
@@ -122,11 +126,13 @@ func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) erro
 	if err != nil {
 		return c.classify("read storage from", err)
 	}
+	byODataID(storages)
 	for _, st := range storages {
 		drives, err := st.Drives()
 		if err != nil {
 			return c.classify("read drives of storage "+st.ID+" from", err)
 		}
+		byODataID(drives)
 		for _, d := range drives {
 			if absent(d.Status) {
 				continue
@@ -149,6 +155,7 @@ func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) erro
 	if err != nil {
 		return c.classify("read simple storage from", err)
 	}
+	byODataID(simple)
 	for _, st := range simple {
 		for i, d := range st.Devices {
 			if absent(d.Status) {
@@ -171,6 +178,7 @@ func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) e
 	if err != nil {
 		return c.classify("read PCIe devices from", err)
 	}
+	byODataID(devs)
 	for _, d := range devs {
 		if absent(d.Status) || !looksLikeGPU(d) {
 			continue
@@ -178,6 +186,13 @@ func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) e
 		inv.GPUs = append(inv.GPUs, GPU{Name: d.ID, Vendor: d.Manufacturer, Model: d.Model})
 	}
 	return nil
+}
+
+// byODataID orders members by their URI: gofish reads a collection's members concurrently and returns
+// them in the order the answers arrived, and two reads of the same BMC must give the same inventory
+// (the same first CPU model, the same name for a MAC that a VLAN interface repeats).
+func byODataID[T interface{ GetODataID() string }](members []T) {
+	slices.SortStableFunc(members, func(a, b T) int { return strings.Compare(a.GetODataID(), b.GetODataID()) })
 }
 
 func absent(st schemas.Status) bool {

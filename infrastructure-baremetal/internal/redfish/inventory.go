@@ -2,6 +2,7 @@ package redfish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -56,19 +57,27 @@ func (c *gofishClient) readProcessors(s *schemas.ComputerSystem, inv *Inventory)
 			inv.CPU.Model = p.Model
 			inv.CPU.Arch = cpuArch(p)
 		}
-		threads := deref(p.TotalThreads)
-		if threads == 0 {
-			threads = deref(p.TotalCores)
+		threads, err := figure("processor "+p.ID+" TotalThreads", p.TotalThreads, maxThreads)
+		if err == nil && threads == 0 {
+			threads, err = figure("processor "+p.ID+" TotalCores", p.TotalCores, maxThreads)
+		}
+		speed, serr := figure("processor "+p.ID+" MaxSpeedMHz", p.MaxSpeedMHz, maxSpeedMHz)
+		if err = errors.Join(err, serr); err != nil {
+			return c.classify("read processors from", err)
 		}
 		inv.CPU.Count += threads
-		inv.CPU.MaxSpeedMHz = max(inv.CPU.MaxSpeedMHz, deref(p.MaxSpeedMHz))
+		inv.CPU.MaxSpeedMHz = max(inv.CPU.MaxSpeedMHz, speed)
 	}
 	if inv.CPU.Count == 0 {
 		// Some BMCs publish only the summary.
-		inv.CPU.Count = int(deref(s.ProcessorSummary.LogicalProcessorCount))
-		if inv.CPU.Count == 0 {
-			inv.CPU.Count = int(deref(s.ProcessorSummary.CoreCount))
+		n := deref(s.ProcessorSummary.LogicalProcessorCount)
+		if n == 0 {
+			n = deref(s.ProcessorSummary.CoreCount)
 		}
+		if n > maxThreads {
+			return c.classify("read processors from", fmt.Errorf("ProcessorSummary reports %d processors, beyond %d", n, maxThreads))
+		}
+		inv.CPU.Count = int(n)
 		if inv.CPU.Model == "" {
 			inv.CPU.Model = s.ProcessorSummary.Model
 		}
@@ -87,10 +96,18 @@ func (c *gofishClient) readMemory(s *schemas.ComputerSystem, inv *Inventory) err
 		if absent(m.Status) {
 			continue
 		}
-		inv.MemoryMiB += deref(m.CapacityMiB)
+		mib, err := figure("memory "+m.ID+" CapacityMiB", m.CapacityMiB, maxDIMMMiB)
+		if err != nil {
+			return c.classify("read memory from", err)
+		}
+		inv.MemoryMiB += mib
 	}
-	if inv.MemoryMiB == 0 && s.MemorySummary.TotalSystemMemoryGiB != nil {
-		inv.MemoryMiB = int(*s.MemorySummary.TotalSystemMemoryGiB * 1024)
+	if gib := s.MemorySummary.TotalSystemMemoryGiB; inv.MemoryMiB == 0 && gib != nil {
+		// A float in the schema: NaN, infinite and negative sizes do not convert to an int.
+		if math.IsNaN(*gib) || *gib < 0 || *gib > maxDIMMMiB/1024 {
+			return c.classify("read memory from", fmt.Errorf("MemorySummary reports TotalSystemMemoryGiB %v, not a size from 0 to %d GiB", *gib, maxDIMMMiB/1024))
+		}
+		inv.MemoryMiB = int(*gib * 1024)
 	}
 	return nil
 }
@@ -114,7 +131,11 @@ func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error
 		if slices.ContainsFunc(inv.NICs, func(x NIC) bool { return strings.EqualFold(x.MAC, mac) }) {
 			continue
 		}
-		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: deref(n.SpeedMbps) / 1000})
+		speed, err := figure("Ethernet interface "+n.ID+" SpeedMbps", n.SpeedMbps, maxSpeedMbps)
+		if err != nil {
+			return c.classify("read Ethernet interfaces from", err)
+		}
+		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: speed / 1000})
 	}
 	return nil
 }
@@ -137,8 +158,12 @@ func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) erro
 			if absent(d.Status) {
 				continue
 			}
+			size, err := figure("drive "+d.ID+" CapacityBytes", d.CapacityBytes, math.MaxInt64)
+			if err != nil {
+				return c.classify("read drives of storage "+st.ID+" from", err)
+			}
 			disk := Disk{Name: d.ID, Model: d.Model, Vendor: d.Manufacturer, SerialNumber: d.SerialNumber,
-				SizeBytes: int64(deref(d.CapacityBytes)), MediaType: string(d.MediaType)}
+				SizeBytes: int64(size), MediaType: string(d.MediaType)}
 			for _, id := range d.Identifiers {
 				if id.DurableNameFormat == schemas.NAADurableNameFormat || id.DurableNameFormat == schemas.EUIDurableNameFormat {
 					disk.WWN = id.DurableName
@@ -193,6 +218,24 @@ func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) e
 // (the same first CPU model, the same name for a MAC that a VLAN interface repeats).
 func byODataID[T interface{ GetODataID() string }](members []T) {
 	slices.SortStableFunc(members, func(a, b T) int { return strings.Compare(a.GetODataID(), b.GetODataID()) })
+}
+
+// Bounds of the figures a BMC reports: beyond them a figure is a broken BMC's, not a machine's.
+const (
+	maxThreads   = 1 << 20
+	maxSpeedMHz  = 1 << 20
+	maxSpeedMbps = 1 << 30
+	maxDIMMMiB   = 1 << 40
+)
+
+// figure reads a count or size a BMC reports: absent is 0 (unknown); a negative one, or one beyond limit,
+// is an error naming it.
+func figure(what string, v *int, limit int) (int, error) {
+	n := deref(v)
+	if n < 0 || n > limit {
+		return 0, fmt.Errorf("%s is %d, not a figure from 0 to %d", what, n, limit)
+	}
+	return n, nil
 }
 
 func absent(st schemas.Status) bool {

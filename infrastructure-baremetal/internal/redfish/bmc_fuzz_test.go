@@ -115,8 +115,7 @@ func FuzzInventoryFromBMCResponses(f *testing.F) {
 	bmc.mockup.mu.Unlock()
 	slices.Sort(paths)
 	for _, p := range paths {
-		f := filepath.Join(root, strings.TrimPrefix(p, "/redfish/v1"), "index.json")
-		b, err := os.ReadFile(f) //nolint:gosec // a path of the fixture tree
+		b, err := os.ReadFile(filepath.Join(root, strings.TrimPrefix(p, "/redfish/v1"), "index.json"))
 		if err != nil {
 			b = nil // a document the mockup does not have (404): the fuzzer may invent it
 		}
@@ -167,7 +166,7 @@ func FuzzInventoryFromBMCResponses(f *testing.F) {
 			return
 		}
 		checkSane(t, path, body, got.inv)
-		if string(body) == originals[i] {
+		if originals[i] != "" && string(body) == originals[i] {
 			if !reflect.DeepEqual(got.sys, want.sys) || !reflect.DeepEqual(got.inv, want.inv) {
 				t.Fatalf("%s unmodified: read %+v %+v, want %+v %+v", path, got.sys, got.inv, want.sys, want.inv)
 			}

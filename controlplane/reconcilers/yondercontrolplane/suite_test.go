@@ -2,6 +2,7 @@ package yondercontrolplane_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -30,7 +31,19 @@ func TestMain(m *testing.M) {
 	SetDefaultEventuallyTimeout(60 * time.Second)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
 	SetDefaultConsistentlyDuration(3 * time.Second)
+	if fuzzOnly() {
+		// FuzzNormalizeKubeconfig needs no API server; each fuzz worker would start two otherwise.
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
+}
+
+// fuzzOnly is true for `go test -run '^$' -fuzz X` (hack/fuzz.sh) and its fuzz workers: no test runs.
+func fuzzOnly() bool {
+	flag.Parse()
+	fuzz, run, worker := flag.Lookup("test.fuzz"), flag.Lookup("test.run"), flag.Lookup("test.fuzzworker")
+	fuzzing := (fuzz != nil && fuzz.Value.String() != "") || (worker != nil && worker.Value.String() == "true")
+	return fuzzing && run != nil && run.Value.String() == "^$"
 }
 
 func run(m *testing.M) int {

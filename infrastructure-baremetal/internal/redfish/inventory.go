@@ -2,6 +2,7 @@ package redfish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,6 +14,7 @@ import (
 // Inventory reads the system's hardware. Members that are absent or disabled (Status.State "Absent") are
 // skipped, as an empty DIMM slot is not memory.
 func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
+	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return nil, err
@@ -38,6 +40,7 @@ func (c *gofishClient) readProcessors(s *schemas.ComputerSystem, inv *Inventory)
 	if err != nil {
 		return c.classify("read processors from", err)
 	}
+	byODataID(procs)
 	for _, p := range procs {
 		if absent(p.Status) {
 			continue
@@ -54,19 +57,27 @@ func (c *gofishClient) readProcessors(s *schemas.ComputerSystem, inv *Inventory)
 			inv.CPU.Model = p.Model
 			inv.CPU.Arch = cpuArch(p)
 		}
-		threads := deref(p.TotalThreads)
-		if threads == 0 {
-			threads = deref(p.TotalCores)
+		threads, err := figure("processor "+p.ID+" TotalThreads", p.TotalThreads, maxThreads)
+		if err == nil && threads == 0 {
+			threads, err = figure("processor "+p.ID+" TotalCores", p.TotalCores, maxThreads)
+		}
+		speed, serr := figure("processor "+p.ID+" MaxSpeedMHz", p.MaxSpeedMHz, maxSpeedMHz)
+		if err = errors.Join(err, serr); err != nil {
+			return c.classify("read processors from", err)
 		}
 		inv.CPU.Count += threads
-		inv.CPU.MaxSpeedMHz = max(inv.CPU.MaxSpeedMHz, deref(p.MaxSpeedMHz))
+		inv.CPU.MaxSpeedMHz = max(inv.CPU.MaxSpeedMHz, speed)
 	}
 	if inv.CPU.Count == 0 {
 		// Some BMCs publish only the summary.
-		inv.CPU.Count = int(deref(s.ProcessorSummary.LogicalProcessorCount))
-		if inv.CPU.Count == 0 {
-			inv.CPU.Count = int(deref(s.ProcessorSummary.CoreCount))
+		n := deref(s.ProcessorSummary.LogicalProcessorCount)
+		if n == 0 {
+			n = deref(s.ProcessorSummary.CoreCount)
 		}
+		if n > maxThreads {
+			return c.classify("read processors from", fmt.Errorf("ProcessorSummary reports %d processors, beyond %d", n, maxThreads))
+		}
+		inv.CPU.Count = int(n)
 		if inv.CPU.Model == "" {
 			inv.CPU.Model = s.ProcessorSummary.Model
 		}
@@ -80,14 +91,23 @@ func (c *gofishClient) readMemory(s *schemas.ComputerSystem, inv *Inventory) err
 	if err != nil {
 		return c.classify("read memory from", err)
 	}
+	byODataID(mem)
 	for _, m := range mem {
 		if absent(m.Status) {
 			continue
 		}
-		inv.MemoryMiB += deref(m.CapacityMiB)
+		mib, err := figure("memory "+m.ID+" CapacityMiB", m.CapacityMiB, maxDIMMMiB)
+		if err != nil {
+			return c.classify("read memory from", err)
+		}
+		inv.MemoryMiB += mib
 	}
-	if inv.MemoryMiB == 0 && s.MemorySummary.TotalSystemMemoryGiB != nil {
-		inv.MemoryMiB = int(*s.MemorySummary.TotalSystemMemoryGiB * 1024)
+	if gib := s.MemorySummary.TotalSystemMemoryGiB; inv.MemoryMiB == 0 && gib != nil {
+		// A float in the schema: NaN, infinite and negative sizes do not convert to an int.
+		if math.IsNaN(*gib) || *gib < 0 || *gib > maxDIMMMiB/1024 {
+			return c.classify("read memory from", fmt.Errorf("MemorySummary reports TotalSystemMemoryGiB %v, not a size from 0 to %d GiB", *gib, maxDIMMMiB/1024))
+		}
+		inv.MemoryMiB = int(*gib * 1024)
 	}
 	return nil
 }
@@ -98,6 +118,7 @@ func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error
 	if err != nil {
 		return c.classify("read Ethernet interfaces from", err)
 	}
+	byODataID(nics)
 	for _, n := range nics {
 		if absent(n.Status) {
 			continue
@@ -110,7 +131,11 @@ func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error
 		if slices.ContainsFunc(inv.NICs, func(x NIC) bool { return strings.EqualFold(x.MAC, mac) }) {
 			continue
 		}
-		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: deref(n.SpeedMbps) / 1000})
+		speed, err := figure("Ethernet interface "+n.ID+" SpeedMbps", n.SpeedMbps, maxSpeedMbps)
+		if err != nil {
+			return c.classify("read Ethernet interfaces from", err)
+		}
+		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: speed / 1000})
 	}
 	return nil
 }
@@ -122,17 +147,23 @@ func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) erro
 	if err != nil {
 		return c.classify("read storage from", err)
 	}
+	byODataID(storages)
 	for _, st := range storages {
 		drives, err := st.Drives()
 		if err != nil {
 			return c.classify("read drives of storage "+st.ID+" from", err)
 		}
+		byODataID(drives)
 		for _, d := range drives {
 			if absent(d.Status) {
 				continue
 			}
+			size, err := figure("drive "+d.ID+" CapacityBytes", d.CapacityBytes, math.MaxInt64)
+			if err != nil {
+				return c.classify("read drives of storage "+st.ID+" from", err)
+			}
 			disk := Disk{Name: d.ID, Model: d.Model, Vendor: d.Manufacturer, SerialNumber: d.SerialNumber,
-				SizeBytes: int64(deref(d.CapacityBytes)), MediaType: string(d.MediaType)}
+				SizeBytes: int64(size), MediaType: string(d.MediaType)}
 			for _, id := range d.Identifiers {
 				if id.DurableNameFormat == schemas.NAADurableNameFormat || id.DurableNameFormat == schemas.EUIDurableNameFormat {
 					disk.WWN = id.DurableName
@@ -149,6 +180,7 @@ func (c *gofishClient) readDisks(s *schemas.ComputerSystem, inv *Inventory) erro
 	if err != nil {
 		return c.classify("read simple storage from", err)
 	}
+	byODataID(simple)
 	for _, st := range simple {
 		for i, d := range st.Devices {
 			if absent(d.Status) {
@@ -171,6 +203,7 @@ func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) e
 	if err != nil {
 		return c.classify("read PCIe devices from", err)
 	}
+	byODataID(devs)
 	for _, d := range devs {
 		if absent(d.Status) || !looksLikeGPU(d) {
 			continue
@@ -178,6 +211,31 @@ func (c *gofishClient) readPCIeGPUs(s *schemas.ComputerSystem, inv *Inventory) e
 		inv.GPUs = append(inv.GPUs, GPU{Name: d.ID, Vendor: d.Manufacturer, Model: d.Model})
 	}
 	return nil
+}
+
+// byODataID orders members by their URI: gofish reads a collection's members concurrently and returns
+// them in the order the answers arrived, and two reads of the same BMC must give the same inventory
+// (the same first CPU model, the same name for a MAC that a VLAN interface repeats).
+func byODataID[T interface{ GetODataID() string }](members []T) {
+	slices.SortStableFunc(members, func(a, b T) int { return strings.Compare(a.GetODataID(), b.GetODataID()) })
+}
+
+// Bounds of the figures a BMC reports: beyond them a figure is a broken BMC's, not a machine's.
+const (
+	maxThreads   = 1 << 20
+	maxSpeedMHz  = 1 << 20
+	maxSpeedMbps = 1 << 30
+	maxDIMMMiB   = 1 << 40
+)
+
+// figure reads a count or size a BMC reports: absent is 0 (unknown); a negative one, or one beyond limit,
+// is an error naming it.
+func figure(what string, v *int, limit int) (int, error) {
+	n := deref(v)
+	if n < 0 || n > limit {
+		return 0, fmt.Errorf("%s is %d, not a figure from 0 to %d", what, n, limit)
+	}
+	return n, nil
 }
 
 func absent(st schemas.Status) bool {

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stmcginnis/gofish"
@@ -170,12 +171,13 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		MaxIdleConnsPerHost: 2,
 	}
 	c.transport = transport
+	c.budget.Store(maxRequestsPerCall)
 	api, err := gofish.ConnectContext(ctx, gofish.ClientConfig{
 		Endpoint:          cfg.Address.Endpoint,
 		Username:          cfg.Username,
 		Password:          cfg.Password,
 		BasicAuth:         cfg.BasicAuth,
-		HTTPClient:        &http.Client{Transport: transport, Timeout: timeout},
+		HTTPClient:        &http.Client{Transport: budgetTransport{next: transport, budget: &c.budget}, Timeout: timeout},
 		NoModifyTransport: true,
 		ReuseConnections:  true,
 	})
@@ -187,14 +189,40 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	return c, nil
 }
 
+// maxRequestsPerCall bounds the HTTP requests of one call of the Client (a dial, a system read, an
+// inventory…). gofish follows Members@odata.nextLink without end, so a BMC whose collection pages loop
+// would otherwise keep the controller reading forever; a real server's inventory takes a few hundred.
+const maxRequestsPerCall = 4096
+
+// errTooManyRequests is what a call gets once it spent its request budget.
+var errTooManyRequests = fmt.Errorf("more than %d requests in one read: the BMC's collection pages (Members@odata.nextLink) loop or it lists too many members", maxRequestsPerCall)
+
+// budgetTransport refuses requests once the current call's budget is spent.
+type budgetTransport struct {
+	next   http.RoundTripper
+	budget *atomic.Int64
+}
+
+func (t budgetTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.budget.Add(-1) < 0 {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, errTooManyRequests
+	}
+	return t.next.RoundTrip(r)
+}
+
 type gofishClient struct {
 	cfg       Config
 	api       *gofish.APIClient
 	transport *http.Transport
-	mu        sync.Mutex
-	seen      string
-	mismatch  bool
-	sys       *schemas.ComputerSystem
+	// budget is how many more requests the current call may send.
+	budget   atomic.Int64
+	mu       sync.Mutex
+	seen     string
+	mismatch bool
+	sys      *schemas.ComputerSystem
 	// fresh is true while sys was read by this reconcile's first call, so System does not read it twice.
 	fresh bool
 }
@@ -238,6 +266,7 @@ func (c *gofishClient) CertSHA256() string {
 }
 
 func (c *gofishClient) Close() {
+	c.budget.Store(maxRequestsPerCall)
 	if c.api != nil && !c.cfg.BasicAuth {
 		c.api.Logout()
 	}
@@ -269,6 +298,7 @@ func (c *gofishClient) system() (*schemas.ComputerSystem, error) {
 }
 
 func (c *gofishClient) System(_ context.Context) (*System, error) {
+	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return nil, err
@@ -290,6 +320,7 @@ func (c *gofishClient) System(_ context.Context) (*System, error) {
 }
 
 func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
+	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return err
@@ -301,6 +332,7 @@ func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
 }
 
 func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {
+	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return err

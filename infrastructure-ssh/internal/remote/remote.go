@@ -7,6 +7,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"strconv"
@@ -214,11 +215,21 @@ func Probe(ctx context.Context, e sshexec.Executor) (Facts, error) {
 	if err != nil {
 		return Facts{}, fmt.Errorf("failed to gather facts: %w", err)
 	}
-	return ParseFacts(string(out)), nil
+	f, err := ParseFacts(string(out))
+	if err != nil {
+		return Facts{}, fmt.Errorf("failed to gather facts: %w", err)
+	}
+	return f, nil
 }
 
-// ParseFacts parses the output of the facts command.
-func ParseFacts(out string) Facts {
+// MaxGPUs is how many GPUs Facts lists (the HostFacts API field holds at most that many).
+const MaxGPUs = 64
+
+// ParseFacts parses the output of the facts command: one key=value per line, values trimmed, lines
+// without "=" and unknown keys ignored. A value left empty (a command the host lacks) stays unknown
+// (zero); a CPU or memory figure that is not a count the API can hold is an error naming the line, so a
+// host never gets negative or wrapped-around facts recorded.
+func ParseFacts(out string) (Facts, error) {
 	var f Facts
 	for _, l := range strings.Split(out, "\n") {
 		k, v, ok := strings.Cut(l, "=")
@@ -236,17 +247,36 @@ func ParseFacts(out string) Facts {
 		case "arch":
 			f.Arch = v
 		case "cpus":
-			f.CPUs, _ = strconv.Atoi(v)
+			n, err := parseCount(v, math.MaxInt32)
+			if err != nil {
+				return Facts{}, fmt.Errorf("host reported %q: the CPU count %w", l, err)
+			}
+			f.CPUs = int(n)
 		case "memkb":
-			kb, _ := strconv.ParseInt(v, 10, 64)
+			kb, err := parseCount(v, math.MaxInt64/1024)
+			if err != nil {
+				return Facts{}, fmt.Errorf("host reported %q: MemTotal in kB %w", l, err)
+			}
 			f.MemoryBytes = kb * 1024
 		case "agent":
 			f.Agent = v == "true"
 		case "gpu":
-			if v != "" && len(f.GPUs) < 64 {
+			if v != "" && len(f.GPUs) < MaxGPUs {
 				f.GPUs = append(f.GPUs, v)
 			}
 		}
 	}
-	return f
+	return f, nil
+}
+
+// parseCount parses a non-negative decimal count of at most limit; "" is 0 (unknown).
+func parseCount(v string, limit int64) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > limit {
+		return 0, fmt.Errorf("is not a whole number from 0 to %d", limit)
+	}
+	return n, nil
 }

@@ -47,8 +47,8 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 		errs = append(errs, rep.stopSlots(ctx, o, st)...)
 	}
 	errs = append(errs, rep.unmountMachines(o)...)
-	errs = append(errs, rep.resetNetwork(o, st)...)
 	if o.MachineName != "" {
+		errs = append(errs, rep.resetNetwork(o, st)...)
 		errs = append(errs, rep.restoreSysctls(o)...)
 	}
 	errs = append(errs, rep.removeSentinel(o, st)...)

@@ -114,14 +114,17 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	c.expectBootstrapAgainChangesNothing(t, nd, n, s)
 
 	// Reset leaves the host as it was found.
+	start = time.Now()
 	stdout, stderr, err = nd.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
 	expectNothingLeft(t, nd, before)
 	expectHostAsFound(t, h, found)
+	t.Logf("reset and the comparison with the host as found: %s; reset removed: %s", time.Since(start), stdout)
 
 	// The host is claimed again as another Node. The first Node still holds its pod CIDR (its Machine's
 	// deletion has not removed it yet), so the new one gets another: the reported failure was a reused
 	// host's cni0 still carrying the previous Node's gateway address, and no pod could start.
+	start = time.Now()
 	nd2 := c.nodeOn(t, h, "a2")
 	stdout, stderr, err = nd2.agent(ctx, "bootstrap", "--ready-timeout=2m")
 	g.Expect(err).NotTo(HaveOccurred(), "bootstrap of the reused host: %s\n%s", stdout, stderr)
@@ -132,7 +135,9 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	g.Expect(n2.Spec.PodCIDR).NotTo(Equal(n.Spec.PodCIDR), "the reused host's Node must get another pod CIDR")
 	p = c.runPod(t, helloPod("hello-again", nd2.name), "a pod starts on the reused host")
 	expectPodIPIn(t, p, n2.Spec.PodCIDR)
+	t.Logf("reused host: bootstrap to a running pod: %s", time.Since(start))
 
+	start = time.Now()
 	stdout, stderr, err = nd2.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
 	expectNothingLeft(t, nd2, before)
@@ -141,6 +146,7 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	stdout, stderr, err = nd2.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "second reset: %s\n%s", stdout, stderr)
 	expectHostAsFound(t, h, found)
+	t.Logf("reused host: reset twice and the comparisons: %s", time.Since(start))
 }
 
 // expectHostAsFound requires h's state to equal found, listing every difference.

@@ -240,7 +240,7 @@ func startHost(t testing.TB, n *labnet.Network, prefix string) *hosts.Host {
 	t.Helper()
 	h := hosts.StartForTest(t, n, prefix, 1)[0]
 	for _, d := range []string{"etc", "run"} {
-		if err := os.Mkdir(filepath.Join(h.Dir, d), 0o755); err != nil { //nolint:gosec // stands for /etc and /run
+		if err := os.Mkdir(filepath.Join(h.Dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -299,7 +299,7 @@ func (c *cluster) nodeOn(t testing.TB, h *hosts.Host, suffix string) *node {
 // removes it: it holds the spent bootstrap token).
 func (nd *node) writeConfig(t testing.TB) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(nd.config), 0o755); err != nil { //nolint:gosec // stands for /etc/yonder
+	if err := os.MkdirAll(filepath.Dir(nd.config), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(nd.config, nd.configData, 0o600); err != nil {

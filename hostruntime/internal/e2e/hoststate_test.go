@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +35,7 @@ func snapshotHost(t testing.TB, h *hosts.Host) hostState {
 	t.Helper()
 	s := hostState{}
 	s.network(t, h.NamespacePath)
-	if err := s.files(h.Dir); err != nil {
+	if err := s.files(t, h.Dir); err != nil {
 		t.Fatalf("snapshot of %s: %v", h.Dir, err)
 	}
 	return s
@@ -50,7 +48,7 @@ func (s hostState) diff(after hostState) []string {
 	var out []string
 	added := func(k string) bool { _, ok := s[k]; return !ok }
 	removed := func(k string) bool { _, ok := after[k]; return !ok }
-	for _, k := range slices.Sorted(mapsKeys(after)) {
+	for _, k := range slices.Sorted(maps.Keys(after)) {
 		switch {
 		case added(k) && !underNewDir(k, added):
 			verb := "added"
@@ -62,7 +60,7 @@ func (s hostState) diff(after hostState) []string {
 			out = append(out, fmt.Sprintf("changed %s: %s → %s", k, s[k], after[k]))
 		}
 	}
-	for _, k := range slices.Sorted(mapsKeys(s)) {
+	for _, k := range slices.Sorted(maps.Keys(s)) {
 		if removed(k) && !underNewDir(k, removed) {
 			out = append(out, strings.TrimSpace(fmt.Sprintf("removed %s %s", k, s[k])))
 		}
@@ -84,16 +82,6 @@ func underNewDir(k string, isNew func(string) bool) bool {
 		}
 	}
 	return false
-}
-
-func mapsKeys(m hostState) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // inNetns runs a command in the network namespace at ns and returns its stdout.
@@ -252,7 +240,7 @@ var hostOwnFiles = map[string]bool{"sshd.log": true}
 
 // files records dir's tree: each path with its type and mode, regular files with their sha256, links
 // with their target.
-func (s hostState) files(dir string) error {
+func (s hostState) files(t testing.TB, dir string) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -275,29 +263,12 @@ func (s hostState) files(dir string) error {
 			target, _ := os.Readlink(p)
 			s["file "+rel] = info.Mode().String() + " -> " + target
 		case d.Type().IsRegular() && !hostOwnFiles[rel]:
-			sum, err := fileDigest(p)
-			if err != nil {
-				return err
-			}
-			s["file "+rel] = info.Mode().String() + " sha256:" + sum[:16]
+			s["file "+rel] = info.Mode().String() + " sha256:" + sha(t, p)[:16]
 		default:
 			s["file "+rel] = info.Mode().String()
 		}
 		return nil
 	})
-}
-
-func fileDigest(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // The snapshot itself: two snapshots of an untouched host are equal; a bridge with an address, an

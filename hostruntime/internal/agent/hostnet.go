@@ -88,7 +88,7 @@ func (r *run) recordNetwork() error {
 	if r.st.Network != nil {
 		return nil
 	}
-	n := &state.Network{Sysctls: map[string]string{}}
+	n := &state.Network{NamespacePath: r.o.NetworkNamespacePath, Sysctls: map[string]string{}}
 	err := inNetns(r.o.NetworkNamespacePath, func() error {
 		for _, k := range netnsSysctls {
 			v, err := os.ReadFile(sysctlPath(k))
@@ -151,8 +151,16 @@ func tableKey(t *nftables.Table) string {
 // The machine is stopped by now, so nothing adds them back; every step finds its own leftovers, so a
 // reset cut short and run again converges.
 func (rep *ResetReport) resetNetwork(o Options, st *state.State) []error {
+	ns := o.NetworkNamespacePath
+	if ns == "" && st.Network != nil {
+		ns = st.Network.NamespacePath // the machine ran in another namespace than reset's
+	}
+	if ns != "" && !fileExists(ns) {
+		rep.Removed = append(rep.Removed, "network namespace "+ns+" (gone, with everything in it)")
+		return nil
+	}
 	var errs []error
-	err := inNetns(o.NetworkNamespacePath, func() error {
+	err := inNetns(ns, func() error {
 		errs = append(errs, rep.removeCNILinks()...)
 		errs = append(errs, rep.removeNodeChains(st.Network)...)
 		if st.Network != nil {

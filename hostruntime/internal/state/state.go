@@ -83,6 +83,8 @@ type State struct {
 // give back exactly that: the per-namespace sysctls the node's CNI plugins change, and the netfilter
 // tables that existed (tables the kubelet or the CNI plugins created are removed when left empty).
 type Network struct {
+	// NamespacePath is the namespace (--network-namespace-path); empty: the agent's own.
+	NamespacePath string `json:"namespacePath,omitempty"`
 	// Sysctls are the namespace's original values ("net.ipv4.ip_forward" → "0").
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Tables are the nftables tables present, as "<family> <name>" ("ip filter").

@@ -243,6 +243,7 @@ var hostOwnFiles = map[string]bool{"sshd.log": true}
 // files records dir's tree: each path with its type and mode, regular files with their sha256, links
 // with their target.
 func (s hostState) files(t testing.TB, dir string) error {
+	t.Helper()
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {

@@ -246,6 +246,9 @@ func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
 // finds nothing left and succeeds.
 func TestResetRemovesTheNodesFilesAndTheirEmptiedDirectories(t *testing.T) {
 	g := NewWithT(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts tmpfs and needs root (see docs/development.md)")
+	}
 	base := t.TempDir()
 	write := func(p string) string {
 		g.Expect(os.MkdirAll(filepath.Dir(p), 0o755)).To(Succeed())
@@ -278,4 +281,13 @@ func TestResetRemovesTheNodesFilesAndTheirEmptiedDirectories(t *testing.T) {
 	g.Expect(other).To(BeAnExistingFile(), "a file that is not the node's stays, and so does its directory")
 	g.Expect(elsewhere).NotTo(BeAnExistingFile())
 	g.Expect(filepath.Join(base, "root")).To(BeADirectory(), "a directory that is not the node's own stays, even empty")
+
+	// /etc/yonder as a filesystem of its own (the e2e hosts' private directories): emptied, kept.
+	g.Expect(os.Remove(other)).To(Succeed())
+	g.Expect(syscall.Mount("tmpfs", filepath.Dir(config), "tmpfs", 0, "size=1m")).To(Succeed())
+	t.Cleanup(func() { _ = syscall.Unmount(filepath.Dir(config), syscall.MNT_DETACH) })
+	config = write(config)
+	rep = reset(config, providerID, sentinel)
+	g.Expect(config).NotTo(BeAnExistingFile())
+	g.Expect(rep.Kept).To(ContainElement(filepath.Dir(config) + " (mount point)"))
 }

@@ -92,9 +92,12 @@ func (rep *ResetReport) removeNodeFiles(o Options, st *state.State) []error {
 		if filepath.Base(d) != dirs[d] {
 			continue
 		}
-		if err := os.Remove(d); err == nil {
+		switch err := os.Remove(d); {
+		case err == nil:
 			rep.Removed = append(rep.Removed, d)
-		} else if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		case errors.Is(err, syscall.EBUSY):
+			rep.Kept = append(rep.Kept, d+" (mount point)") // a filesystem of its own there is not the node's
+		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST):
 			errs = append(errs, fmt.Errorf("failed to remove %s: %w", d, err))
 		}
 	}

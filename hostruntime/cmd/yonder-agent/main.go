@@ -54,6 +54,7 @@ func newRoot() *cobra.Command {
 	f.StringVar(&o.MachineName, "machine-name", "", "nspawn machine name (default yonder-<nodeName>)")
 	f.StringVar(&o.CgroupName, "cgroup-name", "", "name of the machine's cgroup subtree (default: the machine name)")
 	f.StringVar(&o.SentinelPath, "sentinel", agent.DefaultSentinel, "file written once the Node is Ready")
+	f.StringVar(&o.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "read the providerID from this file when the AgentConfig has none (reset removes it)")
 	bootstrap, upgrade := newBootstrapCommands(o)
 	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand())
 	return root
@@ -69,7 +70,6 @@ func newBootstrapCommands(o *agent.Options) (*cobra.Command, *cobra.Command) {
 		},
 	}
 	bf := bootstrap.Flags()
-	bf.StringVar(&o.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "read the providerID from this file when the AgentConfig has none")
 	bf.StringVar(&o.NetworkNamespacePath, "network-namespace-path", "", "run the machine in this network namespace (default: the agent's)")
 	bf.StringVar(&o.PodCIDR, "pod-cidr", "", "pod CIDR for the CNI config (default: the Node's spec.podCIDR)")
 	bf.StringVar(&o.SandboxImage, "sandbox-image", "registry.k8s.io/pause:3.10", "pause image the CRI uses (node images carry it; otherwise import it as an image/ artifact)")

@@ -192,7 +192,7 @@ func TestResetKeepsTheOperatorsMountPoints(t *testing.T) {
 
 	rep, err := Reset(context.Background(), Options{
 		StateDir: stateDir, ConfigPath: filepath.Join(base, "none.yaml"), SentinelPath: filepath.Join(base, "sentinel"),
-		SysctlRegistry: filepath.Join(base, "sysctls"), JournalSocket: filepath.Join(base, "none.sock"), Log: io.Discard,
+		ProviderIDFile: filepath.Join(base, "provider-id"), SysctlRegistry: filepath.Join(base, "sysctls"), JournalSocket: filepath.Join(base, "none.sock"), Log: io.Discard,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rep.Removed).To(ContainElement("mount " + left))
@@ -238,4 +238,56 @@ func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
 	left, err := filepath.Glob(filepath.Join(root, "etc/*/*.yonder-tmp-*"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(left).To(BeEmpty(), "no temporary file stays")
+}
+
+// Reset removes the files that made the host this node, the AgentConfig with its spent token and the
+// providerID file, and their /etc/yonder and the sentinel's /run/cluster-api once empty; a directory that
+// still holds something else, or that is not the node's own (a config in /root), stays. Run again, it
+// finds nothing left and succeeds.
+func TestResetRemovesTheNodesFilesAndTheirEmptiedDirectories(t *testing.T) {
+	g := NewWithT(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts tmpfs and needs root (see docs/development.md)")
+	}
+	base := t.TempDir()
+	write := func(p string) string {
+		g.Expect(os.MkdirAll(filepath.Dir(p), 0o755)).To(Succeed())
+		g.Expect(os.WriteFile(p, []byte("x\n"), 0o600)).To(Succeed())
+		return p
+	}
+	reset := func(config, providerID, sentinel string) *ResetReport {
+		rep, err := Reset(context.Background(), Options{
+			StateDir: filepath.Join(base, "state"), ConfigPath: config, ProviderIDFile: providerID, SentinelPath: sentinel,
+			SysctlRegistry: filepath.Join(base, "sysctls"), JournalSocket: filepath.Join(base, "none.sock"), Log: io.Discard,
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		return rep
+	}
+	config := write(filepath.Join(base, "etc", "yonder", "agent-config.yaml"))
+	providerID := write(filepath.Join(base, "etc", "yonder", "provider-id"))
+	sentinel := write(filepath.Join(base, "run", "cluster-api", "bootstrap-success.complete"))
+	rep := reset(config, providerID, sentinel)
+	g.Expect(rep.Removed).To(ContainElements(config, providerID, sentinel, filepath.Dir(config), filepath.Dir(sentinel)))
+	g.Expect(filepath.Join(base, "etc")).To(BeADirectory(), "the host's /etc stays")
+	g.Expect(filepath.Join(base, "etc", "yonder")).NotTo(BeAnExistingFile())
+	g.Expect(filepath.Join(base, "run", "cluster-api")).NotTo(BeAnExistingFile())
+	g.Expect(reset(config, providerID, sentinel).Removed).NotTo(ContainElement(config), "a second reset finds nothing")
+
+	config = write(filepath.Join(base, "etc", "yonder", "agent-config.yaml"))
+	other := write(filepath.Join(base, "etc", "yonder", "boot-server.pub"))
+	elsewhere := write(filepath.Join(base, "root", "agent.yaml"))
+	reset(config, elsewhere, sentinel)
+	g.Expect(config).NotTo(BeAnExistingFile())
+	g.Expect(other).To(BeAnExistingFile(), "a file that is not the node's stays, and so does its directory")
+	g.Expect(elsewhere).NotTo(BeAnExistingFile())
+	g.Expect(filepath.Join(base, "root")).To(BeADirectory(), "a directory that is not the node's own stays, even empty")
+
+	// /etc/yonder as a filesystem of its own (the e2e hosts' private directories): emptied, kept.
+	g.Expect(os.Remove(other)).To(Succeed())
+	g.Expect(syscall.Mount("tmpfs", filepath.Dir(config), "tmpfs", 0, "size=1m")).To(Succeed())
+	t.Cleanup(func() { _ = syscall.Unmount(filepath.Dir(config), syscall.MNT_DETACH) })
+	config = write(config)
+	rep = reset(config, providerID, sentinel)
+	g.Expect(config).NotTo(BeAnExistingFile())
+	g.Expect(rep.Kept).To(ContainElement(filepath.Dir(config) + " (mount point)"))
 }

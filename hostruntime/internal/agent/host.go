@@ -12,6 +12,9 @@ import (
 )
 
 func (r *run) host(ctx context.Context) (string, error) {
+	if err := r.recordNetwork(); err != nil {
+		return "", withHint(err, "reset restores the network namespace from this record; run the agent as root")
+	}
 	changed, orig, err := r.o.sysctlRegistry().Acquire(r.o.baseMachine, hostprep.KubeletSysctls)
 	r.st.Sysctls = orig
 	if serr := r.store.Save(r.st); serr != nil && err == nil {

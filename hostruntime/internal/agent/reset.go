@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
@@ -26,8 +29,10 @@ type ResetReport struct {
 }
 
 // Reset leaves the host as it was before bootstrap: the machine stopped, its cgroup subtree gone, no
-// mounts left below its machines directory, the host's sysctls restored, the sentinel and the state directory
-// removed (except the caches when KeepCache). It works without a state file (a crashed first bootstrap):
+// mounts left below its machines directory, the node's network leftovers removed (CNI bridge, veths,
+// netfilter chains and the tables created for them, forwarding sysctls restored), the host's sysctls
+// restored, the sentinel and the state directory removed (except the caches when KeepCache), then the
+// AgentConfig and the providerID file. It works without a state file (a crashed first bootstrap):
 // names then come from the options or the AgentConfig.
 func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	st, err := resetOptions(&o)
@@ -43,6 +48,7 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	}
 	errs = append(errs, rep.unmountMachines(o)...)
 	if o.MachineName != "" {
+		errs = append(errs, rep.resetNetwork(o, st)...)
 		errs = append(errs, rep.restoreSysctls(o)...)
 	}
 	errs = append(errs, rep.removeSentinel(o, st)...)
@@ -53,7 +59,49 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	if errs := rep.removeStateDir(o); len(errs) > 0 {
 		return rep, errors.Join(errs...)
 	}
+	// Last: without a state file, reset finds the machine's name in the AgentConfig.
+	if errs := rep.removeNodeFiles(o, st); len(errs) > 0 {
+		return rep, errors.Join(errs...)
+	}
 	return rep, nil
+}
+
+// removeNodeFiles removes the files that made this host the node, which the bootstrap data and the
+// infrastructure provider wrote for it: the AgentConfig (it holds the spent bootstrap token) and the
+// providerID file; and the directories the node's files were in, /etc/yonder and /run/cluster-api (the
+// sentinel's), when that leaves them empty.
+func (rep *ResetReport) removeNodeFiles(o Options, st *state.State) []error {
+	var errs []error
+	dirs := map[string]string{}
+	for _, p := range []string{o.ConfigPath, o.ProviderIDFile} {
+		if err := os.Remove(p); err == nil {
+			rep.Removed = append(rep.Removed, p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("failed to remove %s: %w", p, err))
+		}
+		dirs[filepath.Dir(p)] = filepath.Base(filepath.Dir(agentv1.DefaultPath))
+	}
+	for _, p := range []string{st.Sentinel, o.SentinelPath} {
+		if p != "" {
+			dirs[filepath.Dir(p)] = filepath.Base(filepath.Dir(DefaultSentinel))
+		}
+	}
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		// Only the node's own directories, by the names the defaults give them: a config elsewhere (say,
+		// /root/agent.yaml) never takes its directory with it.
+		if filepath.Base(d) != dirs[d] {
+			continue
+		}
+		switch err := os.Remove(d); {
+		case err == nil:
+			rep.Removed = append(rep.Removed, d)
+		case errors.Is(err, syscall.EBUSY):
+			rep.Kept = append(rep.Kept, d+" (mount point)") // a filesystem of its own there is not the node's
+		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST):
+			errs = append(errs, fmt.Errorf("failed to remove %s: %w", d, err))
+		}
+	}
+	return errs
 }
 
 // resetOptions completes the options from the state file, or without one (a crashed first bootstrap)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
 	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
+	"github.com/yonder-dev/yonder/test/hosts"
 )
 
 // hostSysctls returns the current values of the sysctls the agent sets on the host.
@@ -63,14 +65,19 @@ func status(t testing.TB, nd *node) *agent.Status {
 
 // The user story: a bare host in a network namespace runs `yonder-agent bootstrap` against a real
 // control plane; the Node becomes Ready with the providerID and labels of the AgentConfig and runs a pod
-// whose image came from a local OCI archive. Bootstrapping again changes nothing. Reset leaves no
-// machine, cgroup, mount, file or sysctl behind, and the Node can be created again from scratch.
+// whose image came from a local OCI archive. Bootstrapping again changes nothing. Reset leaves the host as
+// it was found: no machine, cgroup, mount, process or sysctl, and a snapshot of its network (links,
+// addresses, routes, rules, neighbours, netfilter, sysctls) and files equal to the one taken before the
+// bootstrap. Then the host is reused, as after a scale-down and up or a remediation: it becomes another
+// Node with another pod CIDR, whose pod runs on the new pod network, and reset leaves it as found again.
 func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	before, _ := hostOwnSysctls(t)
 	c := startCluster(t)
-	nd := c.newNode(t, "a")
+	h := c.newHost(t, "a")
+	found := snapshotHost(t, h)
+	nd := c.nodeOn(t, h, "a")
 
 	start := time.Now()
 	stdout, stderr, err := nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
@@ -89,20 +96,9 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 	g.Expect(n.Spec.PodCIDR).NotTo(BeEmpty())
 	g.Expect(nd.sentinel).To(BeAnExistingFile())
 
-	// A pod with the locally imported image runs on the node.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName:                      nd.name,
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers: []corev1.Container{{
-				Name: "hello", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/bin/sh", "-c", "echo hello from $(hostname); exec sleep 3600"},
-			}},
-		},
-	}
-	p := c.runPod(t, pod, "a pod with the node's imported image starts")
-	g.Expect(p.Status.PodIP).To(HavePrefix("10.244."))
+	// A pod with the locally imported image runs on the node, on the Node's pod network.
+	p := c.runPod(t, helloPod("hello", nd.name), "a pod with the node's imported image starts")
+	expectPodIPIn(t, p, n.Spec.PodCIDR)
 	c.runPod(t, hostPathsPod(nd.name), "a pod with yonder-net-node's host paths starts")
 
 	// status reports it all.
@@ -115,24 +111,78 @@ func TestBootstrapMakesAReadyNodeThatRunsAPodAndResetLeavesNothing(t *testing.T)
 		g.Expect(s.Phases).To(HaveKey(ph))
 		g.Expect(s.Phases[ph].Result).To(Equal("Succeeded"), ph)
 	}
-	n2 := c.expectBootstrapAgainChangesNothing(t, nd, n, s)
+	c.expectBootstrapAgainChangesNothing(t, nd, n, s)
 
-	// Reset leaves nothing: no machine, no cgroups, no mounts, no files, sysctls as before.
+	// Reset leaves the host as it was found.
+	start = time.Now()
 	stdout, stderr, err = nd.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
 	expectNothingLeft(t, nd, before)
+	expectHostAsFound(t, h, found)
+	t.Logf("reset and the comparison with the host as found: %s; reset removed: %s", time.Since(start), stdout)
 
-	// And the Node can be created again from scratch on the same host.
-	_ = c.admin.CoreV1().Nodes().Delete(ctx, nd.name, metav1.DeleteOptions{})
-	stdout, stderr, err = nd.agent(ctx, "bootstrap", "--ready-timeout=2m")
-	g.Expect(err).NotTo(HaveOccurred(), "bootstrap after reset: %s\n%s", stdout, stderr)
-	g.Eventually(func() bool {
-		n, err := c.admin.CoreV1().Nodes().Get(ctx, nd.name, metav1.GetOptions{})
-		return err == nil && n.UID != n2.UID && ready(n)
-	}, 30*time.Second, 200*time.Millisecond).Should(BeTrue())
-	stdout, stderr, err = nd.agent(ctx, "reset")
+	// The host is claimed again as another Node. The first Node still holds its pod CIDR (its Machine's
+	// deletion has not removed it yet), so the new one gets another: the reported failure was a reused
+	// host's cni0 still carrying the previous Node's gateway address, and no pod could start.
+	start = time.Now()
+	nd2 := c.nodeOn(t, h, "a2")
+	stdout, stderr, err = nd2.agent(ctx, "bootstrap", "--ready-timeout=2m")
+	g.Expect(err).NotTo(HaveOccurred(), "bootstrap of the reused host: %s\n%s", stdout, stderr)
+	n2, err := c.admin.CoreV1().Nodes().Get(ctx, nd2.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ready(n2)).To(BeTrue())
+	g.Expect(n2.Spec.PodCIDR).NotTo(BeEmpty())
+	g.Expect(n2.Spec.PodCIDR).NotTo(Equal(n.Spec.PodCIDR), "the reused host's Node must get another pod CIDR")
+	p = c.runPod(t, helloPod("hello-again", nd2.name), "a pod starts on the reused host")
+	expectPodIPIn(t, p, n2.Spec.PodCIDR)
+	t.Logf("reused host: bootstrap to a running pod: %s", time.Since(start))
+
+	start = time.Now()
+	stdout, stderr, err = nd2.agent(ctx, "reset")
 	g.Expect(err).NotTo(HaveOccurred(), "reset: %s\n%s", stdout, stderr)
-	expectNothingLeft(t, nd, before)
+	expectNothingLeft(t, nd2, before)
+	expectHostAsFound(t, h, found)
+	// Reset again (a cleanup retried after a lost answer) finds nothing to do and changes nothing.
+	stdout, stderr, err = nd2.agent(ctx, "reset")
+	g.Expect(err).NotTo(HaveOccurred(), "second reset: %s\n%s", stdout, stderr)
+	expectHostAsFound(t, h, found)
+	t.Logf("reused host: reset twice and the comparisons: %s", time.Since(start))
+}
+
+// expectHostAsFound requires h's state to equal found, listing every difference.
+func expectHostAsFound(t testing.TB, h *hosts.Host, found hostState) {
+	t.Helper()
+	if d := found.diff(snapshotHost(t, h)); len(d) > 0 {
+		t.Errorf("reset did not leave host %s as it was found:\n  %s", h.Name, strings.Join(d, "\n  "))
+	}
+}
+
+// helloPod is a pod with the node's locally imported busybox image, pinned to nodeName.
+func helloPod(name, nodeName string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodeName,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name: "hello", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", "echo hello from $(hostname); exec sleep 3600"},
+			}},
+		},
+	}
+}
+
+// expectPodIPIn requires the pod's IP to be in the Node's pod CIDR.
+func expectPodIPIn(t testing.TB, p *corev1.Pod, podCIDR string) {
+	t.Helper()
+	prefix, err := netip.ParsePrefix(podCIDR)
+	if err != nil {
+		t.Fatalf("pod CIDR %q: %v", podCIDR, err)
+	}
+	ip, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil || !prefix.Contains(ip) {
+		t.Fatalf("pod %s has IP %q, not in its Node's pod CIDR %s", p.Name, p.Status.PodIP, podCIDR)
+	}
 }
 
 // runPod creates pod and waits until it runs; it returns the running pod.
@@ -175,8 +225,8 @@ func hostPathsPod(nodeName string) *corev1.Pod {
 }
 
 // expectBootstrapAgainChangesNothing bootstraps nd again: same machine process (s is its status before),
-// same Node n, no file rewritten, the pod "hello" never restarted. It returns the Node.
-func (c *cluster) expectBootstrapAgainChangesNothing(t testing.TB, nd *node, n *corev1.Node, s *agent.Status) *corev1.Node {
+// same Node n, no file rewritten, the pod "hello" never restarted.
+func (c *cluster) expectBootstrapAgainChangesNothing(t testing.TB, nd *node, n *corev1.Node, s *agent.Status) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -194,7 +244,6 @@ func (c *cluster) expectBootstrapAgainChangesNothing(t testing.TB, nd *node, n *
 	p2, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p2.Status.ContainerStatuses[0].RestartCount).To(BeZero())
-	return n2
 }
 
 func ready(n *corev1.Node) bool {

@@ -218,21 +218,50 @@ type node struct {
 	sentinel string
 	config   string
 	bin      string
+	// configData is the AgentConfig the bootstrap data writes to config.
+	configData []byte
 }
 
 // newNode starts a host and writes its AgentConfig.
 func (c *cluster) newNode(t testing.TB, suffix string) *node {
 	t.Helper()
+	return c.nodeOn(t, c.newHost(t, suffix), suffix)
+}
+
+// newHost starts a host for a node on the cluster's network.
+func (c *cluster) newHost(t testing.TB, suffix string) *hosts.Host {
+	t.Helper()
+	return startHost(t, c.net, "ag"+suffix)
+}
+
+// startHost starts a host on n: a network namespace and a directory whose etc/ and run/ stand for the
+// host's /etc and /run, which exist before any bootstrap.
+func startHost(t testing.TB, n *labnet.Network, prefix string) *hosts.Host {
+	t.Helper()
+	h := hosts.StartForTest(t, n, prefix, 1)[0]
+	for _, d := range []string{"etc", "run"} {
+		if err := os.Mkdir(filepath.Join(h.Dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// nodeOn makes h the Node node-<slot>-<suffix>: it writes the node's AgentConfig where the bootstrap data
+// writes it (etc/yonder/agent-config.yaml below the host's directory), with a bootstrap token of its own.
+// A host that was another Node before (reset since) is a reused host: same state directory and sentinel,
+// new node name, machine, token and config.
+func (c *cluster) nodeOn(t testing.TB, h *hosts.Host, suffix string) *node {
+	t.Helper()
 	g := NewWithT(t)
-	h := hosts.StartForTest(t, c.net, "ag"+suffix, 1)[0]
 	arts, root := nodeBundle(t)
 	nd := &node{
 		host:     h,
 		name:     fmt.Sprintf("node-%d-%s", c.net.Slot, suffix),
 		machine:  fmt.Sprintf("yonder-t%d-%s", c.net.Slot, suffix),
 		stateDir: filepath.Join(h.Dir, "state"),
-		sentinel: filepath.Join(h.Dir, "run", "bootstrap-success.complete"),
-		config:   filepath.Join(h.Dir, "agent-config.yaml"),
+		sentinel: filepath.Join(h.Dir, "run", "cluster-api", "bootstrap-success.complete"),
+		config:   filepath.Join(h.Dir, "etc", "yonder", "agent-config.yaml"),
 		bin:      agentBinary(t),
 	}
 	cfg := &agentv1.AgentConfig{
@@ -248,7 +277,8 @@ func (c *cluster) newNode(t testing.TB, suffix string) *node {
 	}
 	data, err := agentv1.Encode(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(os.WriteFile(nd.config, data, 0o600)).To(Succeed())
+	nd.configData = data
+	nd.writeConfig(t)
 	// Whatever a failed test leaves, the node is reset (machine, cgroups, sysctls) before the network goes.
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("YONDER_AGENT_TEST_SAVE_LOGS") != "" {
@@ -265,8 +295,21 @@ func (c *cluster) newNode(t testing.TB, suffix string) *node {
 	return nd
 }
 
+// writeConfig writes the node's AgentConfig as the bootstrap data does before it runs the agent (reset
+// removes it: it holds the spent bootstrap token).
+func (nd *node) writeConfig(t testing.TB) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(nd.config), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nd.config, nd.configData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (nd *node) flags() string {
-	return fmt.Sprintf("--config %s --state-dir %s --machine-name %s --sentinel %s", nd.config, nd.stateDir, nd.machine, nd.sentinel)
+	return fmt.Sprintf("--config %s --state-dir %s --machine-name %s --sentinel %s --provider-id-file %s", nd.config, nd.stateDir, nd.machine,
+		nd.sentinel, filepath.Join(nd.host.Dir, "etc", "yonder", "provider-id"))
 }
 
 // agent runs `yonder-agent <sub> <flags>` in the host's network namespace, as its sshd would (nsenter

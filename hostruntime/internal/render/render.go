@@ -16,11 +16,13 @@ import (
 
 // Paths inside the machine.
 const (
-	BinDir                  = "/usr/local/bin"
-	CNIBinDirDebian         = "/usr/lib/cni"
-	CNIBinDirOpt            = "/opt/cni/bin"
-	CNIConfDir              = "/etc/cni/net.d"
-	CNIConfFile             = CNIConfDir + "/10-yonder.conflist"
+	BinDir          = "/usr/local/bin"
+	CNIBinDirDebian = "/usr/lib/cni"
+	CNIBinDirOpt    = "/opt/cni/bin"
+	CNIConfDir      = "/etc/cni/net.d"
+	CNIConfFile     = CNIConfDir + "/10-yonder.conflist"
+	// CNIBridge is the bridge of the CNI network, in the node's network namespace (reset removes it).
+	CNIBridge               = "cni0"
 	ContainerdConfig        = "/etc/containerd/config.toml"
 	ContainerdSocket        = "/run/containerd/containerd.sock"
 	KubeletConfig           = "/var/lib/kubelet/config.yaml"
@@ -224,7 +226,7 @@ func CNIConflist(podCIDR string) string {
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "cni0",
+      "bridge": %q,
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
@@ -238,7 +240,7 @@ func CNIConflist(podCIDR string) string {
     {"type": "loopback"}
   ]
 }
-`, podCIDR)
+`, CNIBridge, podCIDR)
 }
 
 // Units are the systemd units (name → content) that bring the node up inside the machine, in order:

@@ -75,6 +75,20 @@ type State struct {
 	CgroupPaths []string `json:"cgroupPaths,omitempty"`
 	// GPU is the detected GPU summary.
 	GPU map[string]string `json:"gpu,omitempty"`
+	// Network is the host network namespace as the agent found it before the first machine started.
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is what the node's network namespace held before the node's machine first ran, so reset can
+// give back exactly that: the per-namespace sysctls the node's CNI plugins change, and the netfilter
+// tables that existed (tables the kubelet or the CNI plugins created are removed when left empty).
+type Network struct {
+	// NamespacePath is the namespace (--network-namespace-path); empty: the agent's own.
+	NamespacePath string `json:"namespacePath,omitempty"`
+	// Sysctls are the namespace's original values ("net.ipv4.ip_forward" → "0").
+	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// Tables are the nftables tables present, as "<family> <name>" ("ip filter").
+	Tables []string `json:"tables,omitempty"`
 }
 
 // Store reads and writes the state file atomically.

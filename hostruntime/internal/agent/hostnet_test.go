@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+)
+
+// testNetns creates a network namespace of the test's own and returns its path.
+func testNetns(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test creates a network namespace and needs root (see docs/development.md)")
+	}
+	name := fmt.Sprintf("yonder-agent-nft-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+// nftRuleset lists the namespace's tables, chains and rule counts as "family table/chain: n".
+func nftRuleset(g Gomega) []string {
+	c, err := nftables.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	chains, err := c.ListChains()
+	g.Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for _, ch := range chains {
+		rules, err := c.GetRules(ch.Table, ch)
+		g.Expect(err).NotTo(HaveOccurred())
+		out = append(out, fmt.Sprintf("%s/%s: %d", tableKey(ch.Table), ch.Name, len(rules)))
+	}
+	return out
+}
+
+// Reset's netfilter step removes the node's chains (KUBE-*, CNI-*) and the rules jumping to them, and the
+// tables the node created once nothing but empty accepting base chains is left; a table that was there
+// before, and the host's own chains and rules, stay. Run again (a reset cut short), it converges.
+func TestResetRemovesTheNodesChainsAndTheTablesItCreated(t *testing.T) {
+	g := NewWithT(t)
+	ns := testNetns(t)
+	accept := nftables.ChainPolicyAccept
+	g.Expect(inNetns(ns, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		// The host had "ip nat" with a chain of its own; the node's kubelet created "ip filter" (as
+		// iptables does: base chains, then its chain and jumps) and added a chain to "ip nat".
+		nat := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "nat"})
+		own := c.AddChain(&nftables.Chain{Name: "HOST-OWN", Table: nat})
+		c.AddRule(&nftables.Rule{Table: nat, Chain: own, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}})
+		c.AddChain(&nftables.Chain{Name: "CNI-HOSTPORT-DNAT", Table: nat})
+		filter := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "filter"})
+		input := c.AddChain(&nftables.Chain{Name: "INPUT", Table: filter, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+		fw := c.AddChain(&nftables.Chain{Name: "KUBE-FIREWALL", Table: filter})
+		c.AddRule(&nftables.Rule{Table: filter, Chain: fw, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
+		c.AddRule(&nftables.Rule{Table: filter, Chain: input, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "KUBE-FIREWALL"}}})
+		return c.Flush()
+	})).To(Succeed())
+	found := &state.Network{Tables: []string{"ip nat"}}
+
+	for i := range 2 {
+		rep := &ResetReport{}
+		var left []string
+		g.Expect(inNetns(ns, func() error {
+			if errs := rep.removeNodeChains(found); len(errs) > 0 {
+				return fmt.Errorf("%v", errs)
+			}
+			left = nftRuleset(g)
+			return nil
+		})).To(Succeed())
+		g.Expect(left).To(ConsistOf("ip nat/HOST-OWN: 1"), "run %d", i+1)
+		if i == 0 {
+			g.Expect(rep.Removed).To(ConsistOf("netfilter chain ip nat CNI-HOSTPORT-DNAT", "netfilter rule ip filter INPUT: jump KUBE-FIREWALL",
+				"netfilter chain ip filter KUBE-FIREWALL", "netfilter table ip filter"))
+		} else {
+			g.Expect(rep.Removed).To(BeEmpty(), "a second run finds nothing")
+		}
+	}
+}

@@ -151,6 +151,7 @@ func waitWorkersIn(ctx context.Context, t *testing.T, ns, cluster string, n int,
 // failed scenario does not leave its hosts claimed for the tests after it, which would fail too and hide
 // which one broke.
 func deleteOnFailure(t *testing.T, name string) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if !t.Failed() || st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: name}, &clusterv1.Cluster{}) != nil {

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/yonder-dev/yonder/pkg/condevents"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/yonder-dev/yonder/pkg/condevents"
 )
 
 // Event reasons of the claim (kubectl get events --field-selector reason=…), recorded on the machine and

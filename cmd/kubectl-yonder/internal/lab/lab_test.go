@@ -378,7 +378,7 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
 	}
 	status, err = exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(status))
-	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(newNode)+`\s+Running\s+`+regexp.QuoteMeta(after.PodCheck.IPs["site-c"])+`\s+Ready`))
+	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+` + regexp.QuoteMeta(newNode) + `\s+Running\s+` + regexp.QuoteMeta(after.PodCheck.IPs["site-c"]) + `\s+Ready`))
 	g.Expect(string(status)).To(MatchRegexp(`Pod check: passed at \S+ \(lab check, \d+[hms0-9]* ago\)`))
 	g.Expect(string(status)).To(ContainSubstring(after.PodCheck.Lines[len(after.PodCheck.Lines)-1]))
 	g.Expect(string(status)).NotTo(ContainSubstring("stale"))

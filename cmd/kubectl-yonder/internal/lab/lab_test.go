@@ -324,7 +324,7 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
 	if victim.Annotations == nil {
 		victim.Annotations = map[string]string{}
 	}
-	victim.Annotations[clusterv1.DeleteMachineAnnotation] = "the pod check's site-c Node"
+	victim.Annotations[clusterv1.DeleteMachineAnnotation] = "yes"
 	g.Expect(mgmt.Patch(ctx, victim, patch)).To(Succeed())
 
 	t0 := time.Now()

@@ -83,8 +83,8 @@ func Check(ctx context.Context, dir string, timeout time.Duration, out io.Writer
 	return nil
 }
 
-// readyState reads the state of a lab that is ready and has a Cluster to check.
-func readyState(dir string) (*State, error) {
+// runningState reads the state of a lab whose supervisor runs.
+func runningState(dir string) (*State, error) {
 	st, err := ReadState(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no lab is running (no %s): `kubectl yonder lab up`", StatePath(dir))
@@ -92,9 +92,19 @@ func readyState(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case !st.Alive():
+	if !st.Alive() {
 		return nil, fmt.Errorf("the lab supervisor (pid %d) is not running; `kubectl yonder lab down` removes its state", st.PID)
+	}
+	return st, nil
+}
+
+// readyState reads the state of a lab that is ready and has a Cluster to check.
+func readyState(dir string) (*State, error) {
+	st, err := runningState(dir)
+	if err != nil {
+		return nil, err
+	}
+	switch {
 	case st.Ready.IsZero():
 		return nil, fmt.Errorf("the lab is still coming up (see %s); run the check once `lab up` has returned", filepath.Join(dir, "lab.log"))
 	case st.Cluster == "":

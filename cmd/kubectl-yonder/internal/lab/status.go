@@ -2,11 +2,9 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,15 +39,9 @@ func newStatusCommand(o *cli.Options) *cobra.Command {
 
 // Status prints the lab's state; it fails when no lab runs.
 func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer) error {
-	st, err := ReadState(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no lab is running (no %s): `kubectl yonder lab up`", StatePath(dir))
-	}
+	st, err := runningState(dir)
 	if err != nil {
 		return err
-	}
-	if !st.Alive() {
-		return fmt.Errorf("the lab supervisor (pid %d) is not running; `kubectl yonder lab down` removes its state", st.PID)
 	}
 	state := "starting"
 	if !st.Ready.IsZero() {

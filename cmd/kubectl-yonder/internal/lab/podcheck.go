@@ -324,11 +324,40 @@ func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
 	return stack.StartAnswerPod(ctx, c, stack.AnswerPod(p.name, p.node, p.answer(), map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: p.site}))
 }
 
-// waitPodIP waits until p's pod runs and records its IP.
+// waitPodIP waits until p's pod runs and records its IP; a pod that does not run is reported with its
+// Warning events (a sandbox the CNI could not set up says why there, not in the container's state).
 func waitPodIP(ctx context.Context, c client.Client, p *checkPod, timeout time.Duration) error {
 	ip, err := stack.WaitPodIP(ctx, c, p.name, timeout)
 	p.ip = ip
-	return err
+	if err != nil {
+		return fmt.Errorf("%w%s", err, warnings(ctx, c, p.name))
+	}
+	return nil
+}
+
+// warnings are the last Warning events of pod default/name, as "; Warning events: Reason: message (xN); …".
+func warnings(ctx context.Context, c client.Client, name string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	evs := &corev1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace("default"), client.MatchingFields{"involvedObject.name": name}); err != nil {
+		return fmt.Sprintf("; its events could not be read: %v", err)
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Pod" {
+			continue
+		}
+		msg := strings.TrimSpace(e.Message)
+		if len(msg) > 400 {
+			msg = msg[:400] + "…"
+		}
+		out = append(out, fmt.Sprintf("%s: %s (x%d)", e.Reason, msg, max(e.Count, 1)))
+	}
+	if len(out) == 0 {
+		return "; no Warning events"
+	}
+	return "; Warning events: " + strings.Join(out[max(0, len(out)-3):], "; ")
 }
 
 // runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP and

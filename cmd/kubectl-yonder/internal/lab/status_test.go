@@ -90,6 +90,13 @@ func TestStatusShowsTheCheckPodsLiveAndWhenTheRecordIsStale(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("Pod check: failed at " + at.Local().Format(time.RFC3339) + " (lab check, 2m0s ago)\n  failed: pod-to-pod check failed: lab-net-site-a got no answer\n"))
 	g.Expect(out).To(ContainSubstring("The stored result is stale (lab-net-site-a runs on n-ready, the check used n-other): run `kubectl yonder lab check`"))
 
+	// A check pod that does not run is reported with its Warning events (where the CNI's error is).
+	g.Expect(c.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "lab-net-site-a.1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "lab-net-site-a"}, Type: corev1.EventTypeWarning,
+		Reason: "FailedCreatePodSandBox", Message: `plugin type="bridge" failed (add): failed to set bridge addr`, Count: 3})).To(Succeed())
+	g.Expect(warnings(ctx, c, "lab-net-site-a")).To(Equal(`; Warning events: FailedCreatePodSandBox: plugin type="bridge" failed (add): failed to set bridge addr (x3)`))
+	g.Expect(warnings(ctx, c, "lab-net-site-b")).To(Equal("; no Warning events"))
+
 	// No record yet on a ready lab with a Cluster.
 	st.PodCheck = nil
 	g.Expect(show()).To(MatchRegexp(regexp.QuoteMeta("Pod check: none recorded; `kubectl yonder lab check` runs it")))

@@ -3,12 +3,14 @@ package lab
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,4 +102,42 @@ func TestStatusShowsTheCheckPodsLiveAndWhenTheRecordIsStale(t *testing.T) {
 	// No record yet on a ready lab with a Cluster.
 	st.PodCheck = nil
 	g.Expect(show()).To(MatchRegexp(regexp.QuoteMeta("Pod check: none recorded; `kubectl yonder lab check` runs it")))
+}
+
+// A check pod that cannot stay is deleted — at once when no kubelet can confirm its end (its Node gone or
+// not Ready) — and waited for until gone, against a real apiserver (no kubelet: a graceful deletion of a
+// running pod would never end, so a pass shows which deletion each case got).
+func TestReplaceCheckPodFreesItsName(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	env, err := envtest.Start(ctx, envtest.Options{WithoutCAPIControllers: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: cli.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, ready := range map[string]corev1.ConditionStatus{"n-ready": corev1.ConditionTrue, "n-notready": corev1.ConditionUnknown} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		g.Expect(c.Create(ctx, n)).To(Succeed())
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		g.Expect(c.Status().Update(ctx, n)).To(Succeed())
+	}
+	for _, tc := range []struct {
+		site, node string
+		phase      corev1.PodPhase
+		want       string
+	}{
+		{"site-a", "n-gone", corev1.PodRunning, "pod check: replacing lab-net-site-a (its Node n-gone is gone) with one on n-new"},
+		{"site-b", "n-notready", corev1.PodRunning, "pod check: replacing lab-net-site-b (its Node n-notready is not Ready) with one on n-new"},
+		{"site-c", "n-ready", corev1.PodFailed, "pod check: replacing lab-net-site-c (it ended (Failed)) with one on n-new"},
+	} {
+		p := stack.AnswerPod("lab-net-"+tc.site, tc.node, "hello", map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: tc.site})
+		g.Expect(c.Create(ctx, p)).To(Succeed())
+		p.Status = corev1.PodStatus{Phase: tc.phase}
+		g.Expect(c.Status().Update(ctx, p)).To(Succeed())
+		var steps []string
+		step := func(format string, args ...any) { steps = append(steps, fmt.Sprintf(format, args...)) }
+		g.Expect(replaceCheckPod(ctx, c, p, "n-new", time.Minute, step)).To(Succeed())
+		g.Expect(steps).To(Equal([]string{tc.want}))
+		g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{}))).To(BeTrue(), "%s is gone", p.Name)
+	}
 }

@@ -19,10 +19,9 @@ import (
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
-// `lab status` reads the check pods and their Nodes now, against a real apiserver: a pod whose Node is
-// Ready is fine; one whose Node is not Ready, one whose Node is gone and one that is missing make the
-// recorded result stale, each named; a failed check shows as failed with its error.
-func TestStatusShowsTheCheckPodsLiveAndWhenTheRecordIsStale(t *testing.T) {
+// The check pods against a real apiserver (one per package: CAPI's informers refuse a second in one
+// process), with a Ready Node n-ready and a NotReady Node n-notready (there is no kubelet).
+func TestCheckPodsOnARealAPIServer(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, err := envtest.Start(ctx, envtest.Options{WithoutCAPIControllers: true})
@@ -30,13 +29,23 @@ func TestStatusShowsTheCheckPodsLiveAndWhenTheRecordIsStale(t *testing.T) {
 	t.Cleanup(func() { _ = env.Stop() })
 	c, err := client.New(env.Config, client.Options{Scheme: cli.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
-
 	for name, ready := range map[string]corev1.ConditionStatus{"n-ready": corev1.ConditionTrue, "n-notready": corev1.ConditionFalse} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		g.Expect(c.Create(ctx, n)).To(Succeed())
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 		g.Expect(c.Status().Update(ctx, n)).To(Succeed())
 	}
+	// Each subtest leaves no pod behind.
+	t.Run("replaceCheckPod frees the name of one that cannot stay", func(t *testing.T) { replaceFreesTheName(t, c) })
+	t.Run("status shows them live and says when the record is stale", func(t *testing.T) { statusShowsThemLive(t, c) })
+}
+
+// `lab status` reads the check pods and their Nodes now: a pod whose Node is Ready is fine; one whose Node
+// is not Ready, one whose Node is gone and one that is missing make the recorded result stale, each named;
+// a failed check shows as failed with its error.
+func statusShowsThemLive(t *testing.T, c client.Client) {
+	g := NewWithT(t)
+	ctx := context.Background()
 	pod := func(site, node, ip string) {
 		p := stack.AnswerPod("lab-net-"+site, node, "hello", map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: site})
 		g.Expect(c.Create(ctx, p)).To(Succeed())
@@ -105,22 +114,11 @@ func TestStatusShowsTheCheckPodsLiveAndWhenTheRecordIsStale(t *testing.T) {
 }
 
 // A check pod that cannot stay is deleted — at once when no kubelet can confirm its end (its Node gone or
-// not Ready) — and waited for until gone, against a real apiserver (no kubelet: a graceful deletion of a
-// running pod would never end, so a pass shows which deletion each case got).
-func TestReplaceCheckPodFreesItsName(t *testing.T) {
+// not Ready) — and waited for until gone (no kubelet here: a graceful deletion of a running pod would never
+// end, so a pass shows which deletion each case got).
+func replaceFreesTheName(t *testing.T, c client.Client) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	env, err := envtest.Start(ctx, envtest.Options{WithoutCAPIControllers: true})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: cli.Scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	for name, ready := range map[string]corev1.ConditionStatus{"n-ready": corev1.ConditionTrue, "n-notready": corev1.ConditionUnknown} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		g.Expect(c.Create(ctx, n)).To(Succeed())
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		g.Expect(c.Status().Update(ctx, n)).To(Succeed())
-	}
 	for _, tc := range []struct {
 		site, node string
 		phase      corev1.PodPhase

@@ -44,6 +44,7 @@ func TestCheckPodsOnARealAPIServer(t *testing.T) {
 // is not Ready, one whose Node is gone and one that is missing make the recorded result stale, each named;
 // a failed check shows as failed with its error.
 func statusShowsThemLive(t *testing.T, c client.Client) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	pod := func(site, node, ip string) {
@@ -117,6 +118,7 @@ func statusShowsThemLive(t *testing.T, c client.Client) {
 // not Ready) — and waited for until gone (no kubelet here: a graceful deletion of a running pod would never
 // end, so a pass shows which deletion each case got).
 func replaceFreesTheName(t *testing.T, c client.Client) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	for _, tc := range []struct {

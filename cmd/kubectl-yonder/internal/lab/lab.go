@@ -1,4 +1,4 @@
-// Package lab implements `kubectl yonder lab up|status|down`: Yonder's local lab on one Linux machine,
+// Package lab implements `kubectl yonder lab up|status|check|down`: Yonder's local lab on one Linux machine,
 // built on the end-to-end harness test/stack (management plane installed by the real clusterctl, CAPI
 // and Yonder's managers as processes, a workload control plane, network-namespace SSH hosts at several
 // sites), plus a Cluster generated from templates/cluster-template-ssh.yaml whose workers join.
@@ -6,7 +6,8 @@
 // `lab up` starts a supervisor process (`lab serve`, in its own session, logging to <dir>/lab.log) that
 // owns every process, namespace, link and mount of the lab, follows its log until the lab is ready, and
 // returns. `lab down` signals the supervisor, which tears the stack down (hosts reset their nodes first)
-// and exits. `lab status` reads the supervisor's state file and asks both clusters.
+// and exits. `lab status` reads the supervisor's state file and asks both clusters. `lab check` runs the
+// cross-site pod check again on the Nodes there are now and records its result in the state file.
 package lab
 
 import (
@@ -70,7 +71,7 @@ templates/cluster-template-ssh.yaml whose workers join at every site. Files go t
 Building the binaries the first time (Kubernetes, etcd, CAPI, containerd, the node rootfs) takes many
 minutes on a small machine; hack/test-bins.sh prints its progress. Later runs reuse the cache.`,
 	}
-	cmd.AddCommand(newUpCommand(), newServeCommand(), newStatusCommand(o), newDownCommand())
+	cmd.AddCommand(newUpCommand(), newServeCommand(), newStatusCommand(o), newCheckCommand(), newDownCommand())
 	return cmd
 }
 
@@ -248,10 +249,10 @@ type State struct {
 	Prefix               string    `json:"prefix"`
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`
-	// PodCheck holds the exchanges of the cross-site pod check that passed; CheckPods its pods by site.
-	PodCheck    []string          `json:"podCheck,omitempty"`
-	CheckPods   map[string]string `json:"checkPods,omitempty"`
-	CheckPodIPs map[string]string `json:"checkPodIPs,omitempty"`
+	// NATSites are the sites behind NAT (the pod check picks its pairs of sites by them).
+	NATSites []string `json:"natSites,omitempty"`
+	// PodCheck is the last cross-site pod check: `lab up`'s, or the last `lab check`'s.
+	PodCheck *PodCheck `json:"podCheck,omitempty"`
 }
 
 // Host is one lab host as status shows it.
@@ -283,11 +284,24 @@ func (st *State) write() error {
 	if err != nil {
 		return err
 	}
-	tmp := StatePath(st.Dir) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	// A temporary file of its own (0600) renamed over the state: readers see the old or the new state,
+	// and the supervisor and `lab check` never write into each other's temporary file.
+	f, err := os.CreateTemp(st.Dir, "lab.json.*.tmp")
+	if err != nil {
 		return fmt.Errorf("failed to write the lab state: %w", err)
 	}
-	return os.Rename(tmp, StatePath(st.Dir))
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), StatePath(st.Dir))
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("failed to write the lab state: %w", werr)
+	}
+	return nil
 }
 
 // Alive reports whether the supervisor still runs (and is a lab supervisor, not a reused pid).

@@ -17,6 +17,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/yonder-dev/yonder/test/testbins"
 )
@@ -141,6 +146,10 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	bys.find(t, before)
 	st := lab.up(t)
 	lab.expectStatus(t, st)
+	if lab.withCluster {
+		lab.rescaleAndCheck(t, st)
+	}
+	// After the scale: the processes of the Node that joined on the reused host are the lab's too.
 	during := take(t)
 	ours, owned := lab.owns(t, st, before, during)
 	down, err := exec.Command(bin, "lab", "down", "--dir", lab.dir).CombinedOutput()
@@ -226,6 +235,8 @@ func (l labUnderTest) up(t *testing.T) *State {
 	g.Expect(string(out)).To(ContainSubstring(ReadyMarker))
 	if l.withCluster {
 		expectPodCheck(g, string(out), st)
+		g.Expect(st.PodCheck.Source).To(Equal(SourceUp))
+		g.Expect(st.NATSites).To(Equal([]string{"site-c", "site-d"}), "lab up records the sites behind NAT")
 	}
 	if l.metal {
 		g.Expect(st.Hosts).To(HaveLen(8), "a host per site, the other sites' gateways and the metal host")
@@ -235,13 +246,16 @@ func (l labUnderTest) up(t *testing.T) *State {
 	return st
 }
 
-// expectPodCheck: each pod's answer crossed to the other site over TCP, pings came back, over the three
-// kinds of link, each crossed both ways: Direct (site-a, site-b), NAT-initiated (site-a, site-c behind
-// NAT) and relayed (site-c, site-d, both behind NAT) through the relay the controller chose (equal MTUs:
-// the first by name).
+// expectPodCheck: in the output of `lab up` or `lab check`, each pod's answer crossed to the other site
+// over TCP, pings came back, over the three kinds of link, each crossed both ways: Direct (site-a,
+// site-b), NAT-initiated (site-a, site-c behind NAT) and relayed (site-c, site-d, both behind NAT) through
+// the relay the controller chose (equal MTUs: the first by name); st is the state recorded afterwards.
 func expectPodCheck(g Gomega, out string, st *State) {
-	g.Expect(st.CheckPods).To(HaveKeyWithValue("site-a", "lab-net-site-a"))
-	g.Expect(st.CheckPods).To(HaveKeyWithValue("site-b", "lab-net-site-b"))
+	g.Expect(st.PodCheck).NotTo(BeNil())
+	g.Expect(st.PodCheck.Error).To(BeEmpty())
+	g.Expect(st.PodCheck.Pods).To(HaveKeyWithValue("site-a", "lab-net-site-a"))
+	g.Expect(st.PodCheck.Pods).To(HaveKeyWithValue("site-b", "lab-net-site-b"))
+	g.Expect(st.PodCheck.Nodes).To(HaveLen(4), "a check pod's Node at every site")
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b"`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a"`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-b\) ICMP: [1-3]/3 echo replies`))
@@ -252,7 +266,10 @@ func expectPodCheck(g Gomega, out string, st *State) {
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d" \[Relayed via site-a\]`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-d \(site-d\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[Relayed via site-a\]`))
 	g.Expect(out).To(ContainSubstring("pod check passed"))
-	g.Expect(st.PodCheck).To(HaveLen(12))
+	g.Expect(st.PodCheck.Lines).To(HaveLen(12))
+	for _, l := range st.PodCheck.Lines {
+		g.Expect(out).To(ContainSubstring(l), "the recorded exchanges are the ones printed")
+	}
 }
 
 // expectStatus: `lab status` shows the lab ready, its hosts and the network add-on's tunnels.
@@ -276,6 +293,104 @@ func (l labUnderTest) expectStatus(t *testing.T, st *State) {
 	g.Expect(string(status)).To(MatchRegexp(`site-c<->site-d\s+Relayed\s+site-c,site-d\s+site-a\s+WireGuard\s+\d+\s+true`))
 	g.Expect(string(status)).To(MatchRegexp(`site-c\s+userspace\s+\S+\s+BehindNAT \(seen from 10\.250\.`), "a NATed Node detected it")
 	g.Expect(string(status)).To(MatchRegexp(`site-b\s+userspace\s+\S+\s+Reachable`))
+}
+
+// rescaleAndCheck: the scale an operator does (`kubectl scale machinedeployment lab-md-0`) takes away
+// site-c's check pod's Node (its Machine marked for deletion, 4 → 3 replicas) and puts a Node on the host
+// it freed (3 → 4: with one host per site it is the only free one). `lab status` then says the recorded
+// check is stale; `lab check` replaces the pod on the new Node, passes over the three kinds of link, and
+// `lab status` reports its result.
+func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgmt, err := clientFor(st.ManagementKubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	wl, err := clientFor(st.WorkloadKubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	oldNode := st.PodCheck.Nodes["site-c"]
+	ms := &clusterv1.MachineList{}
+	g.Expect(mgmt.List(ctx, ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName})).To(Succeed())
+	var victim *clusterv1.Machine
+	for i := range ms.Items {
+		if ms.Items[i].Status.NodeRef.Name == oldNode {
+			victim = &ms.Items[i]
+		}
+	}
+	g.Expect(victim).NotTo(BeNil(), "the Machine of site-c's check pod's Node %s", oldNode)
+	md := ClusterName + "-md-0"
+	g.Expect(victim.Labels).To(HaveKeyWithValue(clusterv1.MachineDeploymentNameLabel, md))
+	patch := client.MergeFrom(victim.DeepCopy())
+	if victim.Annotations == nil {
+		victim.Annotations = map[string]string{}
+	}
+	victim.Annotations[clusterv1.DeleteMachineAnnotation] = "yes"
+	g.Expect(mgmt.Patch(ctx, victim, patch)).To(Succeed())
+
+	t0 := time.Now()
+	scaleMachineDeployment(g, mgmt, st.Namespace, md, 3)
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKeyFromObject(victim), &clusterv1.Machine{}))).To(BeTrue(), "Machine %s deleted", victim.Name)
+		g.Expect(apierrors.IsNotFound(wl.Get(ctx, client.ObjectKey{Name: oldNode}, &corev1.Node{}))).To(BeTrue(), "Node %s deleted", oldNode)
+	}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	t.Logf("scaled %s to 3: Machine %s and Node %s gone in %.1fs", md, victim.Name, oldNode, time.Since(t0).Seconds())
+	status, err := exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(status))
+	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(oldNode)+`\s+missing\s`), "the drain evicted site-c's check pod")
+	g.Expect(string(status)).To(ContainSubstring("Pod check: passed at "))
+	g.Expect(string(status)).To(MatchRegexp(`\(lab up, \d+[hms0-9]* ago\)`))
+	g.Expect(string(status)).To(ContainSubstring("The stored result is stale (lab-net-site-c is missing): run `kubectl yonder lab check`"))
+
+	t0 = time.Now()
+	scaleMachineDeployment(g, mgmt, st.Namespace, md, 4)
+	var newNode string
+	g.Eventually(func(g Gomega) {
+		ms := &clusterv1.MachineList{}
+		g.Expect(mgmt.List(ctx, ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md})).To(Succeed())
+		g.Expect(ms.Items).To(HaveLen(4))
+		newNode = ""
+		for _, m := range ms.Items {
+			if m.Spec.ProviderID == victim.Spec.ProviderID {
+				newNode = m.Status.NodeRef.Name
+			}
+		}
+		g.Expect(newNode).NotTo(BeEmpty(), "a Machine on the reused host %s has a Node", victim.Spec.ProviderID)
+		n := &corev1.Node{}
+		g.Expect(wl.Get(ctx, client.ObjectKey{Name: newNode}, n)).To(Succeed())
+		g.Expect(nodeReady(n)).To(BeTrue(), "Node %s Ready", newNode)
+		g.Expect(n.Labels).To(HaveKeyWithValue(SiteLabel, "site-c"))
+	}).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	g.Expect(newNode).NotTo(Equal(oldNode))
+	t.Logf("scaled %s to 4: Node %s Ready on the reused host %s in %.1fs", md, newNode, victim.Spec.ProviderID, time.Since(t0).Seconds())
+
+	t0 = time.Now()
+	check, err := exec.Command(l.bin, "lab", "check", "--dir", l.dir).CombinedOutput()
+	t.Logf("lab check (%.1fs):\n%s", time.Since(t0).Seconds(), check)
+	g.Expect(err).NotTo(HaveOccurred())
+	after, err := ReadState(l.dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	expectPodCheck(g, string(check), after)
+	g.Expect(after.PodCheck.Source).To(Equal(SourceCheck))
+	g.Expect(after.PodCheck.At).To(BeTemporally(">", st.PodCheck.At))
+	g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue("site-c", newNode), "site-c's check pod runs on the Node of the reused host")
+	for _, s := range []string{"site-a", "site-b", "site-d"} {
+		g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue(s, st.PodCheck.Nodes[s]), "the check pod at %s stays on its Node", s)
+	}
+	status, err = exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(status))
+	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+` + regexp.QuoteMeta(newNode) + `\s+Running\s+` + regexp.QuoteMeta(after.PodCheck.IPs["site-c"]) + `\s+Ready`))
+	g.Expect(string(status)).To(MatchRegexp(`Pod check: passed at \S+ \(lab check, \d+[hms0-9]* ago\)`))
+	g.Expect(string(status)).To(ContainSubstring(after.PodCheck.Lines[len(after.PodCheck.Lines)-1]))
+	g.Expect(string(status)).NotTo(ContainSubstring("stale"))
+}
+
+// scaleMachineDeployment sets the replicas of MachineDeployment name, as `kubectl scale` does.
+func scaleMachineDeployment(g Gomega, c client.Client, namespace, name string, replicas int32) {
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, md)).To(Succeed())
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = &replicas
+	g.Expect(c.Patch(context.Background(), md, patch)).To(Succeed())
 }
 
 // owns returns what the lab owns, by identity: its processes (pid → snapshot entry) — those it started or

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,23 +28,42 @@ type checkPod struct {
 // answer is what the pod's HTTP server returns; the check asserts it arrived verbatim at the other site.
 func (p checkPod) answer() string { return "hello from " + p.name + " at " + p.site }
 
-// PodCheck is the outcome of the cross-site pod-to-pod check.
+// PodCheck is the outcome of the cross-site pod-to-pod check, as lab.json records it.
 type PodCheck struct {
-	// Lines are the exchanges that passed, in order, e.g. `lab-net-site-a -> 10.244.1.5:8080 (site-b): "hello from lab-net-site-b at site-b"`.
-	Lines []string
+	// Lines are the exchanges that passed, in order, e.g. `lab-net-site-a (site-a) -> 10.244.1.5:8080 (site-b) TCP: "hello from lab-net-site-b at site-b" [Direct]`.
+	Lines []string `json:"lines,omitempty"`
 	// Pods are the check pods (namespace default) by site; they stay for the operator to exec into.
-	Pods map[string]string
+	Pods map[string]string `json:"pods,omitempty"`
 	// IPs are the check pods' addresses by site.
-	IPs map[string]string
+	IPs map[string]string `json:"ips,omitempty"`
+	// Nodes are the Nodes the check pods ran on, by site.
+	Nodes map[string]string `json:"nodes,omitempty"`
+	// At is when the check ended; Source is the command that ran it (SourceUp or SourceCheck).
+	At     time.Time `json:"at"`
+	Source string    `json:"source"`
+	// Error is why the check failed; empty when it passed.
+	Error string `json:"error,omitempty"`
 }
+
+// The commands that run the pod check, as PodCheck.Source names them.
+const (
+	SourceUp    = "lab up"
+	SourceCheck = "lab check"
+)
+
+// The app.kubernetes.io/name labels of the check pods and of their client pods.
+const (
+	checkPodApp  = "lab-net-check"
+	clientPodApp = "lab-net-check-client"
+)
 
 // printPodNext prints how to repeat the pod check's exchanges by hand.
 func printPodNext(out io.Writer, st *State) {
-	if len(st.CheckPods) < 2 {
+	if st.PodCheck == nil || len(st.PodCheck.Pods) < 2 {
 		return
 	}
-	a, b := st.CheckPods["site-a"], st.CheckPods["site-b"]
-	ipA, ipB := st.CheckPodIPs["site-a"], st.CheckPodIPs["site-b"]
+	a, b := st.PodCheck.Pods["site-a"], st.PodCheck.Pods["site-b"]
+	ipA, ipB := st.PodCheck.IPs["site-a"], st.PodCheck.IPs["site-b"]
 	_, _ = fmt.Fprintf(out, `Pods across sites (the pod check's: %[2]s at site-a %[4]s, %[3]s at site-b %[5]s; namespace default):
   export KUBECONFIG=%[1]s
   kubectl get sites,gatewaypools,sitepeerings,nodenetworks          # the network add-on's view
@@ -55,52 +76,58 @@ func printPodNext(out io.Writer, st *State) {
 `, st.WorkloadKubeconfig, a, b, ipA, ipB, stack.AnswerPort)
 }
 
-// podCheck places a busybox pod on one Node of every site, each serving its answer over HTTP, then, for
-// one pair of sites per kind of link (Direct between two reachable sites, NAT-initiated between a
-// reachable and a NATed one, Relayed between two NATed ones), fetches each pod's answer from the other
-// with nc (TCP through the tunnels, both directions) and pings it (ICMP). Each direction runs in a client
-// pod on the sender's Node; the lab reads its log.
-func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, natSites map[string]bool, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
-	bySite := map[string]string{}
+// podCheck places a busybox pod on one Node of every site (nodes: Node → site), each serving its answer
+// over HTTP, then, for one pair of sites per kind of link (Direct between two reachable sites,
+// NAT-initiated between a reachable and a NATed one, Relayed between two NATed ones), fetches each pod's
+// answer from the other with nc (TCP through the tunnels, both directions) and pings it (ICMP). Each
+// direction runs in a client pod on the sender's Node; the lab reads its log. A check pod left from an
+// earlier check stays where it is while its Node is still one of its site's; one whose Node is gone, not
+// Ready or at another site is replaced by one on the first Node of its site (by name). The result holds
+// what passed so far, also when the check fails.
+func podCheck(ctx context.Context, c client.Client, cfg *rest.Config, nodes map[string]string, natSites map[string]bool, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
+	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}, Nodes: map[string]string{}}
+	bySite := map[string][]string{}
 	for n, st := range nodes {
-		if cur, ok := bySite[st]; !ok || n < cur {
-			bySite[st] = n
-		}
+		bySite[st] = append(bySite[st], n)
 	}
 	sites := make([]string, 0, len(bySite))
 	for st := range bySite {
+		slices.Sort(bySite[st])
 		sites = append(sites, st)
 	}
 	slices.Sort(sites)
 	if len(sites) < 2 {
-		return nil, fmt.Errorf("%w (Nodes by site: %v)", errNoSiteNodes, nodes)
+		return res, fmt.Errorf("%w (Nodes by site: %v)", errNoSiteNodes, nodes)
 	}
-	cs, err := kubernetes.NewForConfig(s.Workload.Config)
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to create the workload clientset: %w", err)
+		return res, fmt.Errorf("failed to create the workload clientset: %w", err)
 	}
 	t0 := time.Now()
-	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}}
-	pods, err := startCheckPods(ctx, s.WorkloadClient, sites, bySite, timeout)
+	pods, err := startCheckPods(ctx, c, sites, bySite, timeout, step)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	var running []string
 	for _, st := range sites {
 		p := pods[st]
-		res.Pods[st], res.IPs[st] = p.name, p.ip
+		res.Pods[st], res.IPs[st], res.Nodes[st] = p.name, p.ip, p.node
 		running = append(running, fmt.Sprintf("%s on %s (%s, %s)", p.name, p.node, p.site, p.ip))
 	}
 	step("pod check: %s running (%.1fs)", strings.Join(running, ", "), time.Since(t0).Seconds())
-	kinds, err := linkKinds(ctx, s.Workload.Config)
+	kinds, err := linkKinds(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return res, err
+	}
+	// Client pods left by an interrupted check (on a Node that may be gone since) would block their names.
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("default"), client.MatchingLabels{"app.kubernetes.io/name": clientPodApp}, client.GracePeriodSeconds(0)); err != nil {
+		return res, fmt.Errorf("failed to delete the pod check's old client pods: %w", err)
 	}
 	for _, pair := range checkPairs(sites, natSites) {
 		for _, dir := range [][2]*checkPod{{pods[pair[0]], pods[pair[1]]}, {pods[pair[1]], pods[pair[0]]}} {
-			lines, err := exchange(ctx, s.WorkloadClient, cs, dir[0], dir[1], kinds[pairKey(pair[0], pair[1])], timeout, step)
+			lines, err := exchange(ctx, c, cs, dir[0], dir[1], kinds[pairKey(pair[0], pair[1])], timeout, step)
 			if err != nil {
-				return nil, err
+				return res, err
 			}
 			res.Lines = append(res.Lines, lines...)
 		}
@@ -109,11 +136,26 @@ func podCheck(ctx context.Context, s *stack.Stack, nodes map[string]string, natS
 	return res, nil
 }
 
-// startCheckPods starts a check pod at every site and waits until each runs with an address.
-func startCheckPods(ctx context.Context, c client.Client, sites []string, bySite map[string]string, timeout time.Duration) (map[string]*checkPod, error) {
+// startCheckPods starts a check pod at every site (candidates: the site's Nodes, sorted), replacing one
+// that cannot stay where it is, and waits until each runs with an address.
+func startCheckPods(ctx context.Context, c client.Client, sites []string, candidates map[string][]string, timeout time.Duration, step func(string, ...any)) (map[string]*checkPod, error) {
 	pods := map[string]*checkPod{}
 	for _, st := range sites {
-		p := &checkPod{name: "lab-net-" + st, site: st, node: bySite[st]}
+		p := &checkPod{name: "lab-net-" + st, site: st, node: candidates[st][0]}
+		old := &corev1.Pod{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, old)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("failed to get the check pod %s: %w", p.name, err)
+		case old.DeletionTimestamp == nil && old.Status.Phase != corev1.PodFailed && old.Status.Phase != corev1.PodSucceeded &&
+			slices.Contains(candidates[st], old.Spec.NodeName):
+			p.node = old.Spec.NodeName // still on a Node of its site: keep it
+		default:
+			if err := replaceCheckPod(ctx, c, old, p.node, timeout, step); err != nil {
+				return nil, err
+			}
+		}
 		if err := startCheckPod(ctx, c, p); err != nil {
 			return nil, err
 		}
@@ -125,6 +167,53 @@ func startCheckPods(ctx context.Context, c client.Client, sites []string, bySite
 		}
 	}
 	return pods, nil
+}
+
+// replaceCheckPod deletes the check pod old, which cannot stay (its Node is gone, not Ready or at another
+// site, or the pod ended), and waits until it is gone, so that its name is free for one on node. A pod
+// whose kubelet cannot confirm its end (its Node gone or not Ready) is deleted at once.
+func replaceCheckPod(ctx context.Context, c client.Client, old *corev1.Pod, node string, timeout time.Duration, step func(string, ...any)) error {
+	why, force := "it ended ("+string(old.Status.Phase)+")", false
+	n := &corev1.Node{}
+	switch err := c.Get(ctx, client.ObjectKey{Name: old.Spec.NodeName}, n); {
+	case apierrors.IsNotFound(err):
+		why, force = "its Node "+old.Spec.NodeName+" is gone", true
+	case err != nil:
+		return fmt.Errorf("failed to get Node %s of the check pod %s: %w", old.Spec.NodeName, old.Name, err)
+	case !nodeReady(n):
+		why, force = "its Node "+old.Spec.NodeName+" is not Ready", true
+	case old.DeletionTimestamp != nil:
+		why = "it is being deleted"
+	case old.Status.Phase != corev1.PodFailed && old.Status.Phase != corev1.PodSucceeded:
+		why = "its Node " + old.Spec.NodeName + " is no longer at site " + old.Labels[SiteLabel]
+	}
+	step("pod check: replacing %s (%s) with one on %s", old.Name, why, node)
+	opts := []client.DeleteOption{client.Preconditions{UID: &old.UID}}
+	if force {
+		opts = append(opts, client.GracePeriodSeconds(0))
+	}
+	if err := c.Delete(ctx, old, opts...); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("failed to delete the check pod %s: %w", old.Name, err)
+	}
+	err := stack.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		cur := &corev1.Pod{}
+		err := c.Get(ctx, client.ObjectKeyFromObject(old), cur)
+		return apierrors.IsNotFound(err) || (err == nil && cur.UID != old.UID), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the check pod %s on %s was not gone %s after its deletion: %w", old.Name, old.Spec.NodeName, timeout, err)
+	}
+	return nil
+}
+
+// nodeReady reports whether n's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // checkPairs are the pairs of sites the check exchanges between: one per kind of link the lab has —
@@ -232,20 +321,49 @@ func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, fro
 
 // startCheckPod creates p's pod on its Node (keeping one left from an earlier run of the same lab).
 func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
-	return stack.StartAnswerPod(ctx, c, stack.AnswerPod(p.name, p.node, p.answer(), map[string]string{"app.kubernetes.io/name": "lab-net-check", SiteLabel: p.site}))
+	return stack.StartAnswerPod(ctx, c, stack.AnswerPod(p.name, p.node, p.answer(), map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: p.site}))
 }
 
-// waitPodIP waits until p's pod runs and records its IP.
+// waitPodIP waits until p's pod runs and records its IP; a pod that does not run is reported with its
+// Warning events (a sandbox the CNI could not set up says why there, not in the container's state).
 func waitPodIP(ctx context.Context, c client.Client, p *checkPod, timeout time.Duration) error {
 	ip, err := stack.WaitPodIP(ctx, c, p.name, timeout)
 	p.ip = ip
-	return err
+	if err != nil {
+		return fmt.Errorf("%w%s", err, warnings(ctx, c, p.name))
+	}
+	return nil
+}
+
+// warnings are the last Warning events of pod default/name, as "; Warning events: Reason: message (xN); …".
+func warnings(ctx context.Context, c client.Client, name string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	evs := &corev1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace("default"), client.MatchingFields{"involvedObject.name": name}); err != nil {
+		return fmt.Sprintf("; its events could not be read: %v", err)
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != "Pod" {
+			continue
+		}
+		msg := strings.TrimSpace(e.Message)
+		if len(msg) > 400 {
+			msg = msg[:400] + "…"
+		}
+		out = append(out, fmt.Sprintf("%s: %s (x%d)", e.Reason, msg, max(e.Count, 1)))
+	}
+	if len(out) == 0 {
+		return "; no Warning events"
+	}
+	return "; Warning events: " + strings.Join(out[max(0, len(out)-3):], "; ")
 }
 
 // runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP and
 // pings it, and returns the client's log.
 func runClient(ctx context.Context, c client.Client, cs kubernetes.Interface, from, to *checkPod, timeout time.Duration) (string, error) {
-	out, err := stack.FetchAnswer(ctx, c, cs, from.name+"-to-"+to.site, from.node, to.ip, map[string]string{"app.kubernetes.io/name": "lab-net-check-client"}, timeout)
+	out, err := stack.FetchAnswer(ctx, c, cs, from.name+"-to-"+to.site, from.node, to.ip, map[string]string{"app.kubernetes.io/name": clientPodApp}, timeout)
 	if err != nil {
 		return "", fmt.Errorf("pod-to-pod check failed: %w", err)
 	}

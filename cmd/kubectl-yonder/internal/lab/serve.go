@@ -187,6 +187,9 @@ func (r *labRun) startSites(ctx context.Context) error {
 		}
 		r.remotes = append(r.remotes, rs)
 		st.Bridges = append(st.Bridges, rs.net.Bridge)
+		if rs.nat {
+			st.NATSites = append(st.NATSites, rs.name)
+		}
 		role, how := " (gateway)", "reachable only through gateway"
 		if rs.nat {
 			role, how = " (NAT gateway)", "behind NAT gateway"
@@ -246,11 +249,12 @@ func (r *labRun) cluster(ctx context.Context) error {
 	}
 	r.step("network ready in %.1fs", time.Since(t0).Seconds())
 	if l.Sites > 1 && workers > 1 {
-		res, err := podCheck(ctx, s, nodes, natSites, netTimeout, r.step)
+		res, err := podCheck(ctx, s.WorkloadClient, s.Workload.Config, nodes, natSites, netTimeout, r.step)
 		if err != nil {
 			return err
 		}
-		st.PodCheck, st.CheckPods, st.CheckPodIPs = res.Lines, res.Pods, res.IPs
+		res.At, res.Source = time.Now(), SourceUp
+		st.PodCheck = res
 	}
 	return nil
 }
@@ -556,7 +560,8 @@ Next:
   kubectl scale machinedeployment %[9]s-md-0 --replicas=<n>     # scale (hosts are claimed and released)
   kubectl --kubeconfig %[2]s delete node <node>                  # delete a node; watch MachineHealthCheck remediate:
   kubectl get machines -w
-  kubectl yonder lab status
+  kubectl yonder lab status                                       # live: the check pods' Nodes, whether the last check is stale
+  kubectl yonder lab check                                        # the cross-site pod check again, on today's Nodes
   kubectl yonder lab down                                         # removes everything the lab created
 
 `, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, strings.Join(st.Bridges, ","), st.Prefix, l.Dir, firstAddr(st), ClusterName)

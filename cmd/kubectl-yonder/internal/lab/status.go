@@ -2,10 +2,9 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,15 +39,9 @@ func newStatusCommand(o *cli.Options) *cobra.Command {
 
 // Status prints the lab's state; it fails when no lab runs.
 func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer) error {
-	st, err := ReadState(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no lab is running (no %s): `kubectl yonder lab up`", StatePath(dir))
-	}
+	st, err := runningState(dir)
 	if err != nil {
 		return err
-	}
-	if !st.Alive() {
-		return fmt.Errorf("the lab supervisor (pid %d) is not running; `kubectl yonder lab down` removes its state", st.PID)
 	}
 	state := "starting"
 	if !st.Ready.IsZero() {
@@ -113,13 +106,14 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 		}
 		_ = (&cli.Options{Out: out}).Table([]string{"NODE", "READY", "PROVIDER ID"}, rows)
 	}
-	return tunnels(ctx, wl, st, nodes.Items, out)
+	return tunnels(ctx, wl, st, nodes.Items, now, out)
 }
 
 // tunnels prints the network add-on's view: the SitePeerings, every link with its kind (Direct,
 // NATInitiated with the sites behind NAT, Relayed with its relay), each Node's NodeNetwork (site,
-// WireGuard implementation, endpoints, detected reachability, Ready) and the pod check that passed at lab up.
-func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.Node, out io.Writer) error {
+// WireGuard implementation, endpoints, detected reachability, Ready), the check pods as they are now and
+// the last recorded pod check.
+func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.Node, now func() time.Time, out io.Writer) error {
 	sps := &netv1.SitePeeringList{}
 	if err := wl.List(ctx, sps); err != nil {
 		_, _ = fmt.Fprintf(out, "\nTunnels: the network add-on is not installed (%v)\n", err)
@@ -132,11 +126,75 @@ func tunnels(ctx context.Context, wl client.Client, st *State, nodes []corev1.No
 	_, _ = fmt.Fprintf(out, "\nTunnels: %d SitePeerings, %d NodeNetworks\n", len(sps.Items), len(nns.Items))
 	printLinks(out, sps.Items)
 	printNodeNetworks(out, nns.Items, nodes)
-	if len(st.PodCheck) > 0 {
-		_, _ = fmt.Fprintf(out, "\nPod check (passed at lab up; pods %v in namespace default):\n", st.CheckPods)
-		for _, l := range st.PodCheck {
-			_, _ = fmt.Fprintf(out, "  %s\n", l)
+	return printPodCheck(ctx, wl, st, nodes, now, out)
+}
+
+// printPodCheck prints the check pods as they are now (Node, phase, IP, whether that Node still exists
+// and is Ready) and the last recorded pod check with its time, source and age; it says the record is
+// stale when a check pod's Node is gone or not Ready, or a pod is missing, not running or has moved.
+func printPodCheck(ctx context.Context, wl client.Client, st *State, nodes []corev1.Node, now func() time.Time, out io.Writer) error {
+	pc := st.PodCheck
+	if pc == nil {
+		if st.Cluster != "" && !st.Ready.IsZero() {
+			_, _ = fmt.Fprintf(out, "\nPod check: none recorded; `kubectl yonder lab check` runs it\n")
 		}
+		return nil
+	}
+	pods := &corev1.PodList{}
+	if err := wl.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"app.kubernetes.io/name": checkPodApp}); err != nil {
+		return fmt.Errorf("failed to list the check pods: %w", err)
+	}
+	byName := map[string]*corev1.Node{}
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	var rows [][]string
+	var stale []string
+	live := map[string]bool{}
+	for _, p := range pods.Items {
+		site := p.Labels[SiteLabel]
+		live[p.Name] = true
+		state := "gone"
+		if n, ok := byName[p.Spec.NodeName]; !ok {
+			stale = append(stale, fmt.Sprintf("%s's Node %s is gone", p.Name, p.Spec.NodeName))
+		} else if state = "Ready"; !nodeReady(n) {
+			state = "NotReady"
+			stale = append(stale, fmt.Sprintf("%s's Node %s is not Ready", p.Name, p.Spec.NodeName))
+		}
+		switch {
+		case p.DeletionTimestamp != nil:
+			stale = append(stale, p.Name+" is being deleted")
+		case p.Status.Phase != corev1.PodRunning:
+			stale = append(stale, fmt.Sprintf("%s is %s", p.Name, p.Status.Phase))
+		case pc.Nodes[site] != "" && pc.Nodes[site] != p.Spec.NodeName:
+			stale = append(stale, fmt.Sprintf("%s runs on %s, the check used %s", p.Name, p.Spec.NodeName, pc.Nodes[site]))
+		}
+		rows = append(rows, []string{p.Name, cli.Dash(site), cli.Dash(p.Spec.NodeName), string(p.Status.Phase), cli.Dash(p.Status.PodIP), state})
+	}
+	for _, site := range slices.Sorted(maps.Keys(pc.Pods)) {
+		if name := pc.Pods[site]; !live[name] {
+			stale = append(stale, name+" is missing")
+			rows = append(rows, []string{name, site, cli.Dash(pc.Nodes[site]), "missing", "-", "-"})
+		}
+	}
+	slices.SortFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	_, _ = fmt.Fprintf(out, "\nCheck pods (namespace default, read now):\n")
+	if len(rows) > 0 {
+		_ = (&cli.Options{Out: out}).Table([]string{"POD", "SITE", "NODE", "PHASE", "IP", "NODE STATE"}, rows)
+	}
+	result := "passed"
+	if pc.Error != "" {
+		result = "failed"
+	}
+	_, _ = fmt.Fprintf(out, "\nPod check: %s at %s (%s, %s ago)\n", result, pc.At.Local().Format(time.RFC3339), pc.Source, now().Sub(pc.At).Round(time.Second))
+	for _, l := range pc.Lines {
+		_, _ = fmt.Fprintf(out, "  %s\n", l)
+	}
+	if pc.Error != "" {
+		_, _ = fmt.Fprintf(out, "  failed: %s\n", pc.Error)
+	}
+	if len(stale) > 0 {
+		_, _ = fmt.Fprintf(out, "The stored result is stale (%s): run `kubectl yonder lab check`\n", strings.Join(stale, "; "))
 	}
 	return nil
 }

@@ -33,8 +33,15 @@ var netnsSysctls = []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding
 
 // nodeChainPrefixes name the netfilter chains that belong to a Kubernetes node: the kubelet's
 // (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT), kube-proxy's (KUBE-*), the CNI plugins'
-// (portmap's CNI-HOSTPORT-*, the bridge plugin's masquerade chains CNI-*).
-var nodeChainPrefixes = []string{"KUBE-", "CNI-"}
+// (portmap's CNI-HOSTPORT-*, the bridge plugin's masquerade chains CNI-*) and the network add-on's
+// (yonder-net-node's YONDER-VXLAN filter, removed by the daemon only when it exits cleanly).
+var nodeChainPrefixes = []string{"KUBE-", "CNI-", "YONDER-"}
+
+// addonLinkPrefix starts the names of the links the network add-on's yonder-net-node creates in the node's
+// namespace (its defaults: yonder-wg for WireGuard, yonder-vx and yonder-vw for VXLAN). A node killed with
+// its host's reset never removes them. Reset deletes the links of this prefix that were not there when the
+// machine first ran, so a link of that name the host had before is kept.
+const addonLinkPrefix = "yonder-"
 
 func nodeChain(name string) bool {
 	for _, p := range nodeChainPrefixes {
@@ -100,6 +107,14 @@ func (r *run) recordNetwork() error {
 			}
 			n.Sysctls[k] = strings.TrimSpace(string(v))
 		}
+		links, err := netlink.LinkList()
+		if err != nil {
+			return fmt.Errorf("failed to list links: %w", err)
+		}
+		for _, l := range links {
+			n.Links = append(n.Links, l.Attrs().Name)
+		}
+		slices.Sort(n.Links)
 		tables, err := nftTables()
 		n.Tables = tables
 		return err
@@ -162,6 +177,7 @@ func (rep *ResetReport) resetNetwork(o Options, st *state.State) []error {
 	var errs []error
 	err := inNetns(ns, func() error {
 		errs = append(errs, rep.removeCNILinks()...)
+		errs = append(errs, rep.removeAddonLinks(st.Network)...)
 		errs = append(errs, rep.removeNodeChains(st.Network)...)
 		if st.Network != nil {
 			for _, k := range slices.Sorted(maps.Keys(st.Network.Sysctls)) {
@@ -218,6 +234,32 @@ func (rep *ResetReport) removeCNILinks() []error {
 		return append(errs, fmt.Errorf("failed to delete link %s: %w", render.CNIBridge, err))
 	}
 	rep.Removed = append(rep.Removed, "link "+render.CNIBridge)
+	return errs
+}
+
+// removeAddonLinks deletes the network add-on's links (addonLinkPrefix) that found does not record. Without
+// a record (a host bootstrapped by an agent that kept none) nothing is known to be the node's, and they
+// are kept.
+func (rep *ResetReport) removeAddonLinks(found *state.Network) []error {
+	if found == nil {
+		return nil
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return []error{fmt.Errorf("failed to list links: %w", err)}
+	}
+	var errs []error
+	for _, l := range links {
+		name := l.Attrs().Name
+		if !strings.HasPrefix(name, addonLinkPrefix) || slices.Contains(found.Links, name) {
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("failed to delete link %s: %w", name, err))
+			continue
+		}
+		rep.Removed = append(rep.Removed, "link "+name+" ("+l.Type()+")")
+	}
 	return errs
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netlink"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
@@ -84,6 +85,78 @@ func TestResetRemovesTheNodesChainsAndTheTablesItCreated(t *testing.T) {
 		if i == 0 {
 			g.Expect(rep.Removed).To(ConsistOf("netfilter chain ip nat CNI-HOSTPORT-DNAT", "netfilter rule ip filter INPUT: jump KUBE-FIREWALL",
 				"netfilter chain ip filter KUBE-FIREWALL", "netfilter table ip filter"))
+		} else {
+			g.Expect(rep.Removed).To(BeEmpty(), "a second run finds nothing")
+		}
+	}
+}
+
+// Reset removes what the network add-on's yonder-net-node leaves when its node is killed with the host's
+// reset: its links (yonder-wg, yonder-vx, …) and its YONDER-VXLAN filter chain with the rule jumping to
+// it. A link of that prefix the host had when the machine first ran (recorded then) stays, and so does the
+// recorded table. Run again, reset finds nothing.
+func TestResetRemovesTheNetworkAddonsLinksAndChain(t *testing.T) {
+	g := NewWithT(t)
+	ns := testNetns(t)
+	ip := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"-n", ns[len("/run/netns/"):]}, args...)...).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "ip %v: %s", args, out)
+	}
+	ip("link", "add", "yonder-keep", "type", "bridge")
+	accept := nftables.ChainPolicyAccept
+	g.Expect(inNetns(ns, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		filter := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "filter"})
+		c.AddChain(&nftables.Chain{Name: "INPUT", Table: filter, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+		return c.Flush()
+	})).To(Succeed())
+	// What the host phase records before the machine first runs.
+	r := &run{o: &Options{NetworkNamespacePath: ns}, st: &state.State{}, store: state.Store{Dir: t.TempDir()}}
+	g.Expect(r.recordNetwork()).To(Succeed())
+	g.Expect(r.st.Network.Links).To(ConsistOf("lo", "yonder-keep"))
+	g.Expect(r.st.Network.Tables).To(ContainElement("ip filter"))
+
+	// The add-on's devices and filter, as yonder-net-node makes them.
+	ip("link", "add", "yonder-vx", "type", "vxlan", "id", "4242", "dstport", "4789", "local", "127.0.0.1")
+	ip("tuntap", "add", "yonder-wg", "mode", "tun") // userspace WireGuard's device
+	g.Expect(inNetns(ns, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		filter := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "filter"}
+		vx := c.AddChain(&nftables.Chain{Name: "YONDER-VXLAN", Table: filter})
+		c.AddRule(&nftables.Rule{Table: filter, Chain: vx, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
+		c.AddRule(&nftables.Rule{Table: filter, Chain: &nftables.Chain{Name: "INPUT", Table: filter},
+			Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "YONDER-VXLAN"}}})
+		return c.Flush()
+	})).To(Succeed())
+
+	for i := range 2 {
+		rep := &ResetReport{}
+		var links, left []string
+		g.Expect(inNetns(ns, func() error {
+			errs := append(rep.removeAddonLinks(r.st.Network), rep.removeNodeChains(r.st.Network)...)
+			if len(errs) > 0 {
+				return fmt.Errorf("%v", errs)
+			}
+			ls, err := netlink.LinkList()
+			for _, l := range ls {
+				links = append(links, l.Attrs().Name)
+			}
+			left = nftRuleset(g)
+			return err
+		})).To(Succeed())
+		g.Expect(links).To(ConsistOf("lo", "yonder-keep"), "run %d", i+1)
+		g.Expect(left).To(ConsistOf("ip filter/INPUT: 0"), "run %d", i+1)
+		if i == 0 {
+			g.Expect(rep.Removed).To(ConsistOf("link yonder-vx (vxlan)", "link yonder-wg (tuntap)",
+				"netfilter rule ip filter INPUT: jump YONDER-VXLAN", "netfilter chain ip filter YONDER-VXLAN"))
 		} else {
 			g.Expect(rep.Removed).To(BeEmpty(), "a second run finds nothing")
 		}

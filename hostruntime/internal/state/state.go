@@ -89,6 +89,9 @@ type Network struct {
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Tables are the nftables tables present, as "<family> <name>" ("ip filter").
 	Tables []string `json:"tables,omitempty"`
+	// Links are the names of the links present (reset removes only the network add-on's links that were
+	// not, see agent.addonLinkPrefix).
+	Links []string `json:"links,omitempty"`
 }
 
 // Store reads and writes the state file atomically.

@@ -105,17 +105,10 @@ var netnsSysctls = []string{"net/ipv4/ip_forward", "net/ipv4/conf/all", "net/ipv
 func (s hostState) network(t testing.TB, ns string) {
 	t.Helper()
 	// An address still in duplicate address detection gets its local route when DAD ends: wait for it.
-	settled := time.Now().Add(30 * time.Second)
-	for {
+	NewWithT(t).Eventually(func() (string, error) {
 		out, err := inNetns(ns, "ip", "-6", "address", "show", "tentative")
-		if err == nil && strings.TrimSpace(out) == "" {
-			break
-		}
-		if time.Now().After(settled) {
-			t.Fatalf("network namespace %s: addresses still tentative after 30s: %v %s", ns, err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.TrimSpace(out), err
+	}, 30*time.Second, 100*time.Millisecond).Should(BeEmpty(), "network namespace %s: addresses still tentative", ns)
 	must := func(args ...string) string {
 		out, err := inNetns(ns, args...)
 		if err != nil {

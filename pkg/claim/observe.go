@@ -179,11 +179,5 @@ func conditionEvents(c Conditions) condevents.Policy {
 // recorder returns the reconciler's Event recorder; a reconciler built without a manager (unit tests)
 // records nothing.
 func (r *Reconciler[M, H]) recorder() record.EventRecorder {
-	if r.Recorder == nil {
-		return discard
-	}
-	return r.Recorder
+	return condevents.Or(r.Recorder)
 }
-
-// discard drops Events (a FakeRecorder without a channel).
-var discard record.EventRecorder = &record.FakeRecorder{}

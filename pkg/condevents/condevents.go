@@ -65,3 +65,15 @@ func Record(rec record.EventRecorder, obj runtime.Object, p Policy, before, afte
 		}
 	}
 }
+
+// Or returns rec, or a recorder that drops every Event when rec is nil (a reconciler built without a
+// manager, as unit tests build them).
+func Or(rec record.EventRecorder) record.EventRecorder {
+	if rec == nil {
+		return discard
+	}
+	return rec
+}
+
+// discard drops Events (a FakeRecorder without a channel).
+var discard record.EventRecorder = &record.FakeRecorder{}

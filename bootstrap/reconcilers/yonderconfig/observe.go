@@ -49,13 +49,8 @@ var configConditionEvents = condevents.Policy{
 
 // recorder returns the reconciler's Event recorder; one built without a manager records nothing.
 func (r *Reconciler) recorder() record.EventRecorder {
-	if r.Recorder == nil {
-		return discard
-	}
-	return r.Recorder
+	return condevents.Or(r.Recorder)
 }
-
-var discard record.EventRecorder = &record.FakeRecorder{}
 
 // tokenCreated records a token made with the data Secret of s.
 func (r *Reconciler) tokenCreated(s *scope, id string, expires time.Time) {

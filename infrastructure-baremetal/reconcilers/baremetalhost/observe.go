@@ -87,10 +87,5 @@ func camel(s string) string {
 
 // recorder returns the reconciler's Event recorder; one built without a manager records nothing.
 func (r *Reconciler) recorder() record.EventRecorder {
-	if r.Recorder == nil {
-		return discard
-	}
-	return r.Recorder
+	return condevents.Or(r.Recorder)
 }
-
-var discard record.EventRecorder = &record.FakeRecorder{}

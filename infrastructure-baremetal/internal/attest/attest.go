@@ -152,6 +152,7 @@ type ticket struct {
 
 type session struct {
 	host    string
+	from    netip.Addr // the address that opened it with the host's ticket
 	nonce   []byte
 	secret  []byte
 	ekPub   tpm2.TPMTPublic
@@ -163,6 +164,7 @@ type session struct {
 
 type release struct {
 	host    string
+	from    netip.Addr // the address that answered the session
 	ekPub   tpm2.TPMTPublic
 	akName  []byte
 	expires time.Time
@@ -346,7 +348,7 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket was used by another session: PXE-boot the host again"))
 	}
 	delete(s.tickets, hashKey(req.Ticket))
-	s.sessions[id] = &session{host: host, nonce: nonce, secret: secret, ekPub: *ekPub,
+	s.sessions[id] = &session{host: host, from: from.Unmap(), nonce: nonce, secret: secret, ekPub: *ekPub,
 		ekCert: req.EKCertificate, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.log.V(4).Info("Starting attestation session", "host", host)
@@ -446,12 +448,24 @@ func checkAK(p *tpm2.TPMTPublic) *RefusedError {
 	return nil
 }
 
-// Verify checks the activated credential and the quote; on success the host is attested (and enrolled on
-// first contact) and gets a single-use release token.
-func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.VerifyResponse, error) {
+// errBoundElsewhere refuses a session id or release token presented from another address than the one
+// that opened the session: boot traffic is plain HTTP, so anyone on the boot LAN may overhear them. The
+// refusal spends nothing and is not recorded on the host — a stranger's junk answer must neither use up
+// the host's session nor count as the host failing attestation (which would power it off).
+func errBoundElsewhere(what string) *RefusedError {
+	return refuse(403, wire.ReasonTicketBoundElsewhere, "the %s belongs to another address: only the host that opened the session may use it", what)
+}
+
+// Verify checks the activated credential and the quote (from the address that opened the session); on
+// success the host is attested (and enrolled on first contact) and gets a single-use release token.
+func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from netip.Addr) (*wire.VerifyResponse, error) {
 	s.mu.Lock()
 	s.gc()
 	sess, ok := s.sessions[req.Session]
+	if ok && sess.from != from.Unmap() {
+		s.mu.Unlock()
+		return nil, s.fail(ctx, "", errBoundElsewhere("attestation session"))
+	}
 	delete(s.sessions, req.Session) // one answer per session, right or wrong
 	if ok {
 		s.usedNonces[hex.EncodeToString(sess.nonce)] = s.cfg.Now().Add(s.cfg.TicketTTL)
@@ -509,7 +523,7 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest) (*wire.Ve
 	}
 	token := randomToken(32)
 	s.mu.Lock()
-	s.releases[hashKey(token)] = &release{host: host, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.releases[hashKey(token)] = &release{host: host, from: sess.from, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.metrics.Results.WithLabelValues(reason).Inc()
 	s.store.Record(ctx, host, Result{Success: true, Reason: reason, Message: "TPM attestation passed"})
@@ -579,13 +593,18 @@ func changedPCRs(golden, got map[int][]byte, pcrs []int) []int {
 	return changed
 }
 
-// Release returns the host's bootstrap data for a release token, exactly once, encrypted to the TPM
-// that attested: the AES key is a credential for that AK on that EK.
-func (s *Service) Release(ctx context.Context, token string) (*wire.Envelope, error) {
+// Release returns the host's bootstrap data for a release token (presented from the address that
+// attested), exactly once, encrypted to the TPM that attested: the AES key is a credential for that AK on
+// that EK.
+func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*wire.Envelope, error) {
 	k := hashKey(token)
 	s.mu.Lock()
 	s.gc()
 	rel, ok := s.releases[k]
+	if ok && rel.from != from.Unmap() {
+		s.mu.Unlock()
+		return nil, s.fail(ctx, "", errBoundElsewhere("release token"))
+	}
 	used, wasUsed := s.released[k]
 	if ok {
 		delete(s.releases, k)

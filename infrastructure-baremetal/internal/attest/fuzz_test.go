@@ -62,7 +62,7 @@ func FuzzDecodeAttestationRequests(f *testing.F) {
 				t.Fatalf("failed to start a session: %v", err)
 			}
 			req.Session = ch.Session
-			if _, err := svc.Verify(ctx, req); err == nil {
+			if _, err := svc.Verify(ctx, req, from); err == nil {
 				t.Fatalf("a forged answer passed verification: %q", body)
 			}
 		}

@@ -91,7 +91,12 @@ func (s *Service) Handler() http.Handler {
 			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
 			return
 		}
-		rsp, err := s.Verify(r.Context(), req)
+		from, err := SourceAddr(r)
+		if err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			return
+		}
+		rsp, err := s.Verify(r.Context(), req, from)
 		respond(w, rsp, err)
 	})
 	mux.HandleFunc("GET "+wire.PathBootstrap+"{token}", func(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +105,12 @@ func (s *Service) Handler() http.Handler {
 			writeError(w, refuse(404, wire.ReasonUnknownReleaseToken, "no token"))
 			return
 		}
-		env, err := s.Release(r.Context(), token)
+		from, err := SourceAddr(r)
+		if err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			return
+		}
+		env, err := s.Release(r.Context(), token, from)
 		if err == nil {
 			w.Header().Set("Cache-Control", "no-store")
 		}

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -92,6 +94,14 @@ type env struct {
 	store   *attest.MemoryStore
 	client  *wire.Client
 	metrics *attest.Metrics
+	url     string
+}
+
+// strangerClient talks to the service from 127.0.0.2, another address than the host's 127.0.0.1: someone
+// else on the boot LAN who overheard the host's plain-HTTP traffic.
+func (e *env) strangerClient() *wire.Client {
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	return &wire.Client{Server: e.url, HTTP: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}}
 }
 
 func newEnv(t *testing.T, cfg attest.Config) *env {
@@ -102,7 +112,7 @@ func newEnv(t *testing.T, cfg attest.Config) *env {
 	svc := attest.New(cfg, store, testr.New(t), metrics)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	return &env{svc: svc, store: store, client: &wire.Client{Server: srv.URL, HTTP: srv.Client()}, metrics: metrics}
+	return &env{svc: svc, store: store, client: &wire.Client{Server: srv.URL, HTTP: srv.Client()}, metrics: metrics, url: srv.URL}
 }
 
 func refusal(err error) string {
@@ -285,6 +295,45 @@ func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	data, err := e.client.Attest(ctx, first, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred(), "the refetch did not invalidate the first ticket")
 	g.Expect(string(data)).To(ContainSubstring("join token"))
+}
+
+// TestOverheardSessionAndTokenAreUselessElsewhere: boot traffic is plain HTTP, so a stranger on the LAN
+// can read the host's session id and release token. Presented from another address, each is refused
+// (named, 403), spends nothing and is not recorded on the host: a junk answer to the host's session does
+// not end it as a failed attestation (which powers the host off), and the overheard token fetches
+// nothing; the host then finishes its own attestation with them.
+func TestOverheardSessionAndTokenAreUselessElsewhere(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tpmA := startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates})
+	stranger := e.strangerClient()
+
+	ch, err := e.client.Start(ctx, issue(t, e), tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	ans, err := wire.Answer(tpmA.keys, ch)
+	g.Expect(err).NotTo(HaveOccurred())
+	junk := *ans
+	junk.Quote = []byte("not a quote")
+	_, err = stranger.Verify(ctx, &junk)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonTicketBoundElsewhere))
+	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(403))
+	_, err = stranger.Verify(ctx, ans)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonTicketBoundElsewhere), "even the right answer, replayed from elsewhere")
+	g.Expect(e.store.Results(host)).To(BeEmpty(), "a stranger's request is not the host's failure")
+
+	token, err := e.client.Verify(ctx, ans)
+	g.Expect(err).NotTo(HaveOccurred(), "the host's session survived the stranger's answers")
+	_, err = stranger.Fetch(ctx, token)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonTicketBoundElsewhere))
+	envl, err := e.client.Fetch(ctx, token)
+	g.Expect(err).NotTo(HaveOccurred(), "the overheard token was not spent by the stranger's fetch")
+	data, err := tpmA.keys.Open(envl)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(e.store.Results(host)).To(HaveEach(HaveField("Fatal", false)))
+	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased))
 }
 
 // TestAttestationRefusedWithoutEKRoots: a boot server configured with neither vendor roots nor

@@ -55,8 +55,14 @@ type Datapath struct {
 	objs egressObjects
 	cur  Desired
 	// attachments
-	links   []link.Link
+	links   []tcxLink
 	filters []*netlink.BpfFilter
+}
+
+// tcxLink is a tcx attachment and the device it is on (Detach finds it by the device).
+type tcxLink struct {
+	ifindex int
+	link.Link
 }
 
 // Load loads the program and creates its maps.
@@ -81,7 +87,7 @@ func (d *Datapath) Attach(ifindex int, force Attachment) (Attachment, error) {
 	if force != AttachClsact {
 		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: d.objs.PodEgress, Attach: ebpf.AttachTCXIngress})
 		if err == nil {
-			d.links = append(d.links, l)
+			d.links = append(d.links, tcxLink{ifindex, l})
 			return AttachTCX, nil
 		}
 		if force == AttachTCX {
@@ -183,6 +189,33 @@ func (d *Datapath) Counters() ([5]uint64, error) {
 
 // Sizes returns the number of prefixes and groups in the maps.
 func (d *Datapath) Sizes() (prefixes, groups int) { return len(d.cur.Prefixes), len(d.cur.Groups) }
+
+// Detach releases the attachments to ifindex: a device that is gone (the kernel already detached the program)
+// or is about to go. Without it every removed device would keep its link's file descriptor until Close.
+func (d *Datapath) Detach(ifindex int) error {
+	var errs []error
+	links := d.links[:0]
+	for _, l := range d.links {
+		if l.ifindex != ifindex {
+			links = append(links, l)
+			continue
+		}
+		errs = append(errs, l.Close())
+	}
+	d.links = links
+	filters := d.filters[:0]
+	for _, f := range d.filters {
+		if f.LinkIndex != ifindex {
+			filters = append(filters, f)
+			continue
+		}
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV) {
+			errs = append(errs, fmt.Errorf("failed to remove bpf filter from ifindex %d: %w", ifindex, err))
+		}
+	}
+	d.filters = filters
+	return errors.Join(errs...)
+}
 
 // Close detaches and unloads everything.
 func (d *Datapath) Close() error {

@@ -237,6 +237,38 @@ func testAttachRedirects(t *testing.T, mode Attachment) {
 	c, err := d.Counters()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c[0]).To(BeNumerically(">=", 1))
+
+	// Detached (the daemon does that for a VXLAN device the plan stopped using), the program sees nothing more
+	// and the attachment is released: packets to the sink have no route.
+	g.Expect(topo.RunIn(node, func() error {
+		p0, err := netlink.LinkByName("p0")
+		if err != nil {
+			return err
+		}
+		return d.Detach(p0.Attrs().Index)
+	})).To(Succeed())
+	g.Expect(d.links).To(BeEmpty())
+	g.Expect(d.filters).To(BeEmpty())
+	before, err := d.Counters()
+	g.Expect(err).NotTo(HaveOccurred())
+	for range 5 {
+		_, _ = conn.Write([]byte("detached"))
+	}
+	g.Consistently(func() bool {
+		for {
+			select {
+			case m := <-got:
+				if m == "detached" {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}, time.Second, 100*time.Millisecond).Should(BeFalse(), "nothing is redirected after Detach")
+	after, err := d.Counters()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after).To(Equal(before), "the program no longer runs on p0")
 }
 
 // attachLab is a node namespace with a pod behind veth p0 (10.1.1.2, default route via the node) and a

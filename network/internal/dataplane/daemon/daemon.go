@@ -107,6 +107,10 @@ type Daemon struct {
 	retryAt    time.Time
 	nextResync time.Time
 	inputMod   time.Time
+	// transit is the ifindex of each VXLAN device the program is attached to (by name); transitApplied is
+	// the applied count it was last brought up to date at.
+	transit        map[string]int
+	transitApplied int64
 }
 
 // New prepares the node: sysctls, key, WireGuard device, eBPF program. It does not need a plan yet.
@@ -194,6 +198,8 @@ func (d *Daemon) step(now time.Time) {
 	}
 	if d.attach == "" && d.applied > 0 {
 		d.tryAttach()
+	} else if d.attach != "" && d.transitApplied != d.applied {
+		d.attachTransit()
 	}
 	d.rotationStep()
 	d.publishReachability()
@@ -249,13 +255,42 @@ func (d *Daemon) tryAttach() {
 	d.attach = a
 	d.mu.Unlock()
 	d.opt.Log.Info("Attached eBPF program", "device", d.opt.Devices.PodBridge, "mode", a)
-	// Transit traffic (a gateway forwarding between tunnels) takes the same per-flow choice.
+	d.attachTransit()
+}
+
+// attachTransit attaches the program to the VXLAN devices, so a gateway's transit traffic takes the same
+// per-flow choice. The apply creates a VXLAN device only while the plan uses it and removes it after, so
+// this runs after every successful apply: a new device gets the program, a removed one's attachment is
+// released, and one recreated under the same name (a new ifindex) is attached again.
+func (d *Daemon) attachTransit() {
+	d.transitApplied = d.applied
+	if d.transit == nil {
+		d.transit = map[string]int{}
+	}
 	for _, n := range []string{d.opt.Devices.VXLAN, d.opt.Devices.VXLANWG} {
+		idx := 0
 		if l, err := netlink.LinkByName(n); err == nil {
-			if _, err := d.dp.Attach(l.Attrs().Index, a); err != nil {
-				d.opt.Log.Error("Attaching eBPF program", "device", n, "err", err)
-			}
+			idx = l.Attrs().Index
 		}
+		old, ok := d.transit[n]
+		if ok && old == idx {
+			continue
+		}
+		if ok {
+			if err := d.dp.Detach(old); err != nil {
+				d.opt.Log.Error("Detaching eBPF program", "device", n, "err", err)
+			}
+			delete(d.transit, n)
+		}
+		if idx == 0 {
+			continue
+		}
+		if _, err := d.dp.Attach(idx, d.attach); err != nil {
+			d.opt.Log.Error("Attaching eBPF program", "device", n, "err", err)
+			continue
+		}
+		d.transit[n] = idx
+		d.opt.Log.Info("Attached eBPF program", "device", n, "mode", d.attach)
 	}
 }
 

@@ -105,9 +105,10 @@ type OwnWireGuard struct {
 // dialling end open, and starts a handshake as soon as a peer is configured.
 const PersistentKeepalive = 25 * time.Second
 
-// Apply makes the kernel match st: devices, addresses, the underlay VXLAN filter, WireGuard peers (new and changed first), FDB and
-// neighbour entries, routes, peers that left (last, PeerRetireDelay after nothing points at them) and the
-// eBPF maps. Each phase is a diff, so a retry after a failure repeats only what is still missing.
+// Apply makes the kernel match st: devices (a VXLAN device only while a next hop uses it), addresses, the
+// underlay VXLAN filter, WireGuard peers (new and changed first), FDB and neighbour entries, routes, peers that
+// left (PeerRetireDelay after nothing points at them), the eBPF maps and, last, the VXLAN devices no next hop
+// uses any more. Each phase is a diff, so a retry after a failure repeats only what is still missing.
 func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
 	r := &applyRun{a: a, st: st, own: own}
 	for _, phase := range []struct {
@@ -121,6 +122,7 @@ func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
 		{"routes", r.routes},
 		{"WireGuard peers that left", r.removePeers},
 		{"eBPF maps", r.maps},
+		{"unused VXLAN devices", r.removeVXLAN},
 	} {
 		if err := phase.run(); err != nil {
 			return fmt.Errorf("failed to apply the dataplane (%s): %w", phase.name, err)
@@ -140,16 +142,54 @@ type applyRun struct {
 	peers []wgdev.Peer
 }
 
-// devices ensures both VXLAN devices and the WireGuard devices' addresses.
+// vxlanDevice is one of the node's two VXLAN devices and the next hops that use it.
+type vxlanDevice struct {
+	via  desired.Via
+	name string
+	vni  int
+	port int
+	mtu  int
+}
+
+// vxlanDevices are the underlay device (VNI 1, UDP 4789) and the one inside WireGuard (VNI 2, UDP 4790).
+func (r *applyRun) vxlanDevices() []vxlanDevice {
+	return []vxlanDevice{
+		{desired.ViaVXLAN, r.a.Dev.VXLAN, 1, desired.DefaultVXLANPort, r.st.VXLANMTU},
+		{desired.ViaWireGuard, r.a.Dev.VXLANWG, 2, desired.VXLANOverWireGuardPort, r.st.WGMTU},
+	}
+}
+
+// usesVia reports whether a next hop of st is reached over via's device. Next hops are symmetric (both ends
+// of an intra-site pair or a link compute each other), so a device no hop uses receives nothing either: an
+// underlay VXLAN packet could only come from a peer outside the plan (VXLANFilterChain drops those), a
+// VXLAN-in-WireGuard packet only from a WireGuard peer, and every WireGuard peer is a hop over that device.
+// That holds on WireGuard L3 links too: they keep their hop over the inner device, because a peer that
+// rotates its key sends VXLAN inside WireGuard meanwhile (Features.Rotating).
+func usesVia(st desired.State, via desired.Via) bool {
+	for _, h := range st.Hops {
+		if h.Via == via {
+			return true
+		}
+	}
+	return false
+}
+
+// devices ensures the VXLAN devices the plan uses and the WireGuard devices' addresses. A VXLAN device
+// binds its UDP port on every address of the node, so one no next hop uses is not created (and is removed by
+// removeVXLAN once nothing points at it): a node without VXLAN links listens on no VXLAN port.
 func (r *applyRun) devices() error {
-	vx, err := r.a.EnsureVXLAN(r.a.Dev.VXLAN, 1, desired.DefaultVXLANPort, r.st.VXLANMTU, r.st.MAC)
-	if err != nil {
-		return err
+	r.links = map[desired.Via]netlink.Link{}
+	for _, v := range r.vxlanDevices() {
+		if !usesVia(r.st, v.via) {
+			continue
+		}
+		l, err := r.a.EnsureVXLAN(v.name, v.vni, v.port, v.mtu, r.st.MAC)
+		if err != nil {
+			return err
+		}
+		r.links[v.via] = l
 	}
-	vw, err := r.a.EnsureVXLAN(r.a.Dev.VXLANWG, 2, desired.VXLANOverWireGuardPort, r.st.WGMTU, r.st.MAC)
-	if err != nil {
-		return err
-	}
+	var err error
 	if r.wg, err = netlink.LinkByName(r.own.Send.Name); err != nil {
 		return fmt.Errorf("failed to find %s: %w", r.own.Send.Name, err)
 	}
@@ -166,7 +206,21 @@ func (r *applyRun) devices() error {
 			return err
 		}
 	}
-	r.links = map[desired.Via]netlink.Link{desired.ViaVXLAN: vx, desired.ViaWireGuard: vw, viaWireGuardL3: r.wg}
+	r.links[viaWireGuardL3] = r.wg
+	return nil
+}
+
+// removeVXLAN removes the VXLAN devices no next hop uses any more (closing their UDP ports). It runs last,
+// after the routes and eBPF maps stopped pointing at them, so no packet is sent to a device while it goes.
+func (r *applyRun) removeVXLAN() error {
+	for _, v := range r.vxlanDevices() {
+		if _, used := r.links[v.via]; used {
+			continue
+		}
+		if err := r.a.RemoveVXLAN(v.name); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -45,6 +46,23 @@ func (a *Applier) EnsureVXLAN(name string, vni, port, mtu int, mac net.HardwareA
 		return nil, fmt.Errorf("failed to set %s up: %w", name, err)
 	}
 	return l, nil
+}
+
+// RemoveVXLAN deletes the device name when it exists (its FDB and neighbour entries and the routes through it
+// go with it); an absent device is fine.
+func (a *Applier) RemoveVXLAN(name string) error {
+	l, err := netlink.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to find %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("failed to remove VXLAN device %s: %w", name, err)
+	}
+	a.Writes.Links++
+	return nil
 }
 
 // EnsureAddr gives link the /32 address when it lacks it.

@@ -173,6 +173,10 @@ func checkWriteFiles(files []WriteFile) ([]string, error) {
 		if f.Path == "" || !path.IsAbs(f.Path) {
 			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q is not absolute", i, f.Path)
 		}
+		// The shell drops a NUL byte even inside quotes: "/etc/a\x00b" would write /etc/ab.
+		if strings.ContainsRune(f.Path, 0) {
+			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q contains a NUL byte", i, f.Path)
+		}
 		if f.Permissions != "" && !validMode.MatchString(f.Permissions) {
 			return nil, fmt.Errorf("failed to parse write_files[%d]: permissions %q are not octal", i, f.Permissions)
 		}

@@ -82,18 +82,32 @@ func TestScriptRunsRuncmdLinesUpToASyntaxError(t *testing.T) {
 	g.Expect(string(log)).To(Equal("one\ntwo\n"))
 }
 
+// Malformed data is refused with an error that names the entry and the key at fault, and is not
+// reported as unsupported cloud-init (the condition's reason tells those apart).
 func TestParseRejectsBadFiles(t *testing.T) {
-	for name, data := range map[string]string{
-		"relative path": "#cloud-config\nwrite_files:\n- path: a\n",
-		"bad mode":      "#cloud-config\nwrite_files:\n- path: /a\n  permissions: 'rwx'\n",
-		"bad owner":     "#cloud-config\nwrite_files:\n- path: /a\n  owner: 'a b;rm'\n",
-		"bad b64":       "#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '%%%'\n",
-		"bad encoding":  "#cloud-config\nwrite_files:\n- path: /a\n  encoding: rot13\n",
-		"runcmd map":    "#cloud-config\nruncmd: {a: b}\n",
+	for name, tc := range map[string]struct {
+		data string
+		want []string
+	}{
+		"relative path": {"#cloud-config\nwrite_files:\n- path: a\n", []string{`write_files[0]: path "a" is not absolute`}},
+		"NUL in path":   {"#cloud-config\nwrite_files:\n- path: \"/etc/a\\0b\"\n", []string{`write_files[0]: path "/etc/a\x00b" contains a NUL byte`}},
+		"bad mode":      {"#cloud-config\nwrite_files:\n- path: /a\n- path: /b\n  permissions: 'rwx'\n", []string{`write_files[1]: permissions "rwx" are not octal`}},
+		"bad owner":     {"#cloud-config\nwrite_files:\n- path: /a\n  owner: 'a b;rm'\n", []string{`write_files[0]: owner "a b;rm" is not user[:group]`}},
+		"bad b64":       {"#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '%%%'\n", []string{"write_files[0] (/a): illegal base64 data"}},
+		"bad encoding":  {"#cloud-config\nwrite_files:\n- path: /a\n  encoding: rot13\n", []string{`write_files[0] (/a): unknown encoding "rot13"`}},
+		"unknown field": {"#cloud-config\nwrite_files:\n- path: /a\n  mode: '0600'\n", []string{`failed to parse write_files: `, `unknown field "mode"`}},
+		"runcmd map":    {"#cloud-config\nruncmd: {a: b}\n", []string{"failed to parse runcmd: not a list"}},
+		"runcmd entry":  {"#cloud-config\nruncmd:\n- echo\n- {a: b}\n", []string{"failed to parse runcmd[1]: neither a string nor a list"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(data), Options{})
-			NewWithT(t).Expect(err).To(HaveOccurred())
+			g := NewWithT(t)
+			_, err := Parse([]byte(tc.data), Options{})
+			g.Expect(err).To(HaveOccurred())
+			for _, w := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(w))
+			}
+			var u *UnsupportedError
+			g.Expect(errors.As(err, &u)).To(BeFalse(), "malformed, not unsupported: %v", err)
 		})
 	}
 }

@@ -90,10 +90,23 @@ runcmd:
 	g.Expect(string(log)).To(Equal("ran\nsecond\n"))
 }
 
+// Data outside the subset the bootstrap provider renders is refused with an error that names what is
+// wrong: the key, the field, the file.
 func TestScriptRejectsDataOutsideTheSubset(t *testing.T) {
-	g := NewWithT(t)
-	_, err := Script([]byte("#cloud-config\nbootcmd: [reboot]\n"))
-	g.Expect(err).To(HaveOccurred())
-	_, err = Script([]byte("not cloud-config"))
-	g.Expect(err).To(HaveOccurred())
+	for name, tc := range map[string]struct {
+		data string
+		want string
+	}{
+		"other key":        {"#cloud-config\nbootcmd: [reboot]\n", `unknown field "bootcmd"`},
+		"not cloud-config": {"not cloud-config", "bootstrap data does not start with #cloud-config"},
+		"runcmd strings":   {"#cloud-config\nruncmd: [reboot]\n", "Config.runcmd of type []string"},
+		"file field":       {"#cloud-config\nwrite_files:\n- path: /a\n  append: true\n", `unknown field "append"`},
+		"bad base64":       {"#cloud-config\nwrite_files:\n- path: /etc/a\n  encoding: b64\n  content: '%%'\n", "failed to decode /etc/a: illegal base64 data"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := Script([]byte(tc.data))
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
 }

@@ -92,6 +92,42 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// FuzzInstaller: whatever the agent source holds (a URL or path with quotes, newlines, `$(…)`; a CA;
+// credentials), the installer Render writes is a script that /bin/sh (dash here, the shell its #!/bin/sh
+// names and runcmd runs it with) parses, and it carries the source as one quoted word. Parse renders no script: it
+// hands back write_files and runcmd, which FuzzParse covers.
+func FuzzInstaller(f *testing.F) {
+	f.Add("https://reg.example/v2/yonder/yonder-agent/blobs/sha256:abc", "", "", "u", "p@ss:word")
+	f.Add("", "/opt/bundle/yonder-agent", "", "", "")
+	f.Add("http://x/'a'\n$(id)`id`\\", "", "-----BEGIN CERTIFICATE-----\n'\n-----END CERTIFICATE-----\n", "it's", "\"}{{")
+	f.Add("", "/a b/'c'\nd", "", "", "")
+	f.Fuzz(func(t *testing.T, url, localPath, ca, user, password string) {
+		if url == "" && localPath == "" {
+			return
+		}
+		src := AgentSource{URL: url, Path: localPath, SHA256: strings.Repeat("a", 64), CACertificate: ca, Username: user, Password: password}
+		script, err := installer(src, AgentPath)
+		if err != nil {
+			t.Fatalf("installer: %v", err)
+		}
+		if !strings.HasPrefix(script, "#!/bin/sh\n") {
+			t.Fatalf("the installer is not for /bin/sh:\n%s", script)
+		}
+		cmd := exec.Command("sh", "-n")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("sh -n refuses the installer for %+v: %v: %s\n%s", src, err, out, script)
+		}
+		want := "cp " + shellQuote(localPath) + " "
+		if url != "" {
+			want = "src=" + shellQuote(url) + "\n"
+		}
+		if !strings.Contains(script, want) {
+			t.Fatalf("the installer does not carry the source as %q:\n%s", want, script)
+		}
+	})
+}
+
 // The installer fetches the agent as a blob of a real registry (distribution, TLS with its own CA,
 // htpasswd): with the CA written beside it and the pull credentials, by the binary's sha256; wrong
 // credentials fail with the status, nothing installed.

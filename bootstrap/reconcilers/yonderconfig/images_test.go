@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -63,7 +64,8 @@ func TestTheMachineVersionSelectsTheNodeImage(t *testing.T) {
 		g.Expect(cond.Reason).To(Equal(bootstrapv1.YonderConfigNodeImageUnavailableReason))
 		g.Expect(cond.Message).To(ContainSubstring("yonder-node:v1.99.0 is not in the registry: push it"))
 	}).Should(Succeed())
-	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "missing"}, &corev1.Secret{})).NotTo(Succeed())
+	err = env.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: "missing"}, &corev1.Secret{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no data Secret without the image: %v", err)
 
 	newMachine(ctx, g, cluster, "no-secret", bootstrapv1.YonderConfigSpec{Images: bootstrapv1.Images{Repository: images.Repository, CASecretName: "nope"}}, nil)
 	g.Eventually(func(g Gomega) {

@@ -12,6 +12,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -390,7 +391,8 @@ func TestPauseAndWatchFilter(t *testing.T) {
 		c := getConfig(ctx, g, cluster.Namespace, other.Name)
 		g.Expect(c.Finalizers).To(BeEmpty())
 		g.Expect(c.Status.Conditions).To(BeEmpty())
-		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Secret{})).NotTo(Succeed())
+		err := env.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Secret{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no data Secret for an ignored config: %v", err)
 	}).Should(Succeed())
 }
 

@@ -1,8 +1,10 @@
 package v1alpha1
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/url"
@@ -27,9 +29,20 @@ var (
 
 // Decode parses an AgentConfig strictly (unknown or duplicate fields are errors), checks apiVersion and
 // kind, and validates it. Errors name the offending field path.
+//
+// A number or boolean where a string belongs is an error, not converted: yaml.UnmarshalStrict would read
+// an unquoted `permissions: 0644` as the YAML 1.1 octal 420 and hand the agent the mode "420" (r---w----,
+// which passes validation), `content: 1e3` as "1000" and a label value `on` as "true". Quoting the
+// value (as Encode does) is the fix the error asks for.
 func Decode(data []byte) (*AgentConfig, error) {
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("failed to decode AgentConfig: %w", err)
+	}
 	c := &AgentConfig{}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.DisallowUnknownFields()
+	if err := d.Decode(c); err != nil {
 		return nil, fmt.Errorf("failed to decode AgentConfig: %w", err)
 	}
 	if err := c.Validate().ToAggregate(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	. "github.com/onsi/gomega"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
@@ -83,10 +85,18 @@ func TestDecodeIsStrictAndReportsFieldPaths(t *testing.T) {
 		{"relative file", func(s string) string { return strings.Replace(s, "path: /etc/motd", "path: etc/motd", 1) }, []string{"files[0].path: Invalid value"}},
 		{"http endpoint", func(s string) string { return strings.Replace(s, "https://10.0.0.1:6443", "http://10.0.0.1:6443", 1) }, []string{"apiServer.endpoint: Invalid value"}},
 		{"gpu mode", func(s string) string { return strings.Replace(s, "mode: Auto", "mode: Intel", 1) }, []string{"gpu.mode: Unsupported value"}},
+		// Unquoted scalars that YAML 1.1 reads as numbers or booleans are refused, not turned into other
+		// strings (0644 would have become the mode "420", on the label value "true").
+		{"unquoted octal mode", func(s string) string { return strings.Replace(s, `permissions: "0644"`, "permissions: 0644", 1) }, []string{"cannot unmarshal number", "files.permissions"}},
+		{"unquoted number", func(s string) string { return strings.Replace(s, `value: "50"`, "value: 50", 1) }, []string{"cannot unmarshal number", "kubeletExtraArgs.value"}},
+		{"unquoted boolean", func(s string) string { return strings.Replace(s, "yonder.dev/site: edge", "yonder.dev/site: on", 1) }, []string{"cannot unmarshal bool", "labels"}},
+		{"duplicate field", func(s string) string { return s + "nodeName: worker-1\n" }, []string{`key "nodeName" already set`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			_, err := agentv1.Decode([]byte(tc.mutate(string(good))))
+			bad := tc.mutate(string(good))
+			g.Expect(bad).NotTo(Equal(string(good)), "the case changes the config")
+			_, err := agentv1.Decode([]byte(bad))
 			g.Expect(err).To(HaveOccurred())
 			for _, w := range tc.want {
 				g.Expect(err.Error()).To(ContainSubstring(w))
@@ -102,6 +112,7 @@ func FuzzDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	f.Add([]byte(strings.Replace(string(good), `permissions: "0644"`, "permissions: 0644", 1)))
 	f.Add([]byte("apiVersion: hostruntime.yonder.dev/v1alpha1\nkind: AgentConfig\n"))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -109,13 +120,27 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever decodes must encode and decode to the same thing.
+		// Whatever decodes must encode and decode to the same config: the agent on the host acts on
+		// what the controller meant, no field lost or changed on the way. An empty list or map and an
+		// absent one mean the same (omitempty drops the empty ones).
 		again, err := agentv1.Encode(c)
 		if err != nil {
 			t.Fatalf("decoded config does not encode: %v", err)
 		}
-		if _, err := agentv1.Decode(again); err != nil {
-			t.Fatalf("re-encoded config does not decode: %v", err)
+		c2, err := agentv1.Decode(again)
+		if err != nil {
+			t.Fatalf("re-encoded config does not decode: %v\n%s", err, again)
+		}
+		if diff := cmp.Diff(c, c2, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("the round trip changed the config (-decoded +re-decoded):\n%s\nencoded:\n%s", diff, again)
+		}
+		// And the encoding is stable: encoding the re-decoded config gives the same bytes.
+		third, err := agentv1.Encode(c2)
+		if err != nil {
+			t.Fatalf("re-decoded config does not encode: %v", err)
+		}
+		if string(third) != string(again) {
+			t.Fatalf("encoding is not stable:\n%s\n---\n%s", again, third)
 		}
 	})
 }

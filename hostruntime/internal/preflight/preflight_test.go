@@ -27,10 +27,14 @@ func TestRunReportsEveryProblemWithAFix(t *testing.T) {
 	g.Expect(failed).To(HaveKey("disk"))
 	g.Expect(failed).To(HaveKey("cgroups"))
 	g.Expect(failed).To(HaveKey("tool no-such-tool-yonder"))
+	err = rep.Err()
+	g.Expect(err).To(HaveOccurred())
 	for name, fix := range failed {
 		g.Expect(fix).NotTo(BeEmpty(), name)
+		// The error the agent reports names every failed check with its fix.
+		g.Expect(err.Error()).To(ContainSubstring(name+": "), name)
+		g.Expect(err.Error()).To(ContainSubstring("(fix: "+fix+")"), name)
 	}
-	g.Expect(rep.Err()).To(HaveOccurred())
 }
 
 func TestKernelVersion(t *testing.T) {

@@ -57,33 +57,90 @@ func TestScriptWritesFilesAndRunsCommands(t *testing.T) {
 	g.Expect(string(d)).To(Equal("its\nafter\n"))
 }
 
+// A runcmd line that is not valid shell cannot break the script: the files are still written, the
+// lines before it run (a construct spanning lines too), the error ends the script with sh's status 2
+// and its message, and the lines after it do not run, as in cloud-init's own runcmd script. A stray `}`
+// does not close anything of the script's.
+func TestScriptRunsRuncmdLinesUpToASyntaxError(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	data := "#cloud-config\nwrite_files:\n- path: " + dir + "/f\n  content: x\n" +
+		"runcmd:\n- 'if true; then'\n- echo one >> " + dir + "/log\n- fi\n- echo two >> " + dir + "/log\n- '} ('\n- echo three >> " + dir + "/log\n"
+	cfg, err := Parse([]byte(data), Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	script := cfg.Script()
+	out, err := shellParses("sh", script)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	out2, err := exec.Command("sh", "-c", script).CombinedOutput()
+	var exit *exec.ExitError
+	g.Expect(errors.As(err, &exit)).To(BeTrue(), "%v", err)
+	g.Expect(exit.ExitCode()).To(Equal(2), string(out2))
+	g.Expect(string(out2)).To(ContainSubstring("Syntax error"))
+	g.Expect(filepath.Join(dir, "f")).To(BeAnExistingFile())
+	log, err := os.ReadFile(filepath.Join(dir, "log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(log)).To(Equal("one\ntwo\n"))
+}
+
+// Malformed data is refused with an error that names the entry and the key at fault, and is not
+// reported as unsupported cloud-init (the condition's reason tells those apart).
 func TestParseRejectsBadFiles(t *testing.T) {
-	for name, data := range map[string]string{
-		"relative path": "#cloud-config\nwrite_files:\n- path: a\n",
-		"bad mode":      "#cloud-config\nwrite_files:\n- path: /a\n  permissions: 'rwx'\n",
-		"bad owner":     "#cloud-config\nwrite_files:\n- path: /a\n  owner: 'a b;rm'\n",
-		"bad b64":       "#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '%%%'\n",
-		"bad encoding":  "#cloud-config\nwrite_files:\n- path: /a\n  encoding: rot13\n",
-		"runcmd map":    "#cloud-config\nruncmd: {a: b}\n",
+	for name, tc := range map[string]struct {
+		data string
+		want []string
+	}{
+		"relative path": {"#cloud-config\nwrite_files:\n- path: a\n", []string{`write_files[0]: path "a" is not absolute`}},
+		"NUL in path":   {"#cloud-config\nwrite_files:\n- path: \"/etc/a\\0b\"\n", []string{`write_files[0]: path "/etc/a\x00b" contains a NUL byte`}},
+		"bad mode":      {"#cloud-config\nwrite_files:\n- path: /a\n- path: /b\n  permissions: 'rwx'\n", []string{`write_files[1]: permissions "rwx" are not octal`}},
+		"bad owner":     {"#cloud-config\nwrite_files:\n- path: /a\n  owner: 'a b;rm'\n", []string{`write_files[0]: owner "a b;rm" is not user[:group]`}},
+		"bad b64":       {"#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '%%%'\n", []string{"write_files[0] (/a): illegal base64 data"}},
+		"bad encoding":  {"#cloud-config\nwrite_files:\n- path: /a\n  encoding: rot13\n", []string{`write_files[0] (/a): unknown encoding "rot13"`}},
+		"unknown field": {"#cloud-config\nwrite_files:\n- path: /a\n  mode: '0600'\n", []string{`failed to parse write_files: `, `unknown field "mode"`}},
+		"runcmd map":    {"#cloud-config\nruncmd: {a: b}\n", []string{"failed to parse runcmd: not a list"}},
+		"runcmd entry":  {"#cloud-config\nruncmd:\n- echo\n- {a: b}\n", []string{"failed to parse runcmd[1]: neither a string nor a list"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse([]byte(data), Options{})
-			NewWithT(t).Expect(err).To(HaveOccurred())
+			g := NewWithT(t)
+			_, err := Parse([]byte(tc.data), Options{})
+			g.Expect(err).To(HaveOccurred())
+			for _, w := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(w))
+			}
+			var u *UnsupportedError
+			g.Expect(errors.As(err, &u)).To(BeFalse(), "malformed, not unsupported: %v", err)
 		})
 	}
 }
 
-// FuzzParse: untrusted bootstrap data never panics the parser, and whatever parses renders a script.
+// FuzzParse: untrusted bootstrap data never panics the parser, and whatever parses renders a script
+// that /bin/sh (dash here, the shell the script's #!/bin/sh names) parses: a path, owner, mode or
+// runcmd line cannot break the script's structure.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  content: x\nruncmd:\n- echo\n"))
 	f.Add([]byte("## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.local_hostname }}\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n"))
-	f.Fuzz(func(_ *testing.T, data []byte) {
+	f.Add([]byte("#cloud-config\nwrite_files:\n- path: \"/a b/'c'\\n$(x)\"\n  owner: 'a:b'\n  permissions: '600'\n  append: true\nruncmd:\n- [\"it's\", '\"$x\"', \"\\n\"]\n- 'if true; then echo \"}\"; fi'\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data, Options{Hostname: "h"})
-		if err == nil {
-			_ = cfg.Script()
+		if err != nil {
+			return
+		}
+		script := cfg.Script()
+		if !strings.HasPrefix(script, "#!/bin/sh\n") {
+			t.Fatalf("the script is not for /bin/sh:\n%s", script)
+		}
+		if msg, err := shellParses("sh", script); err != nil {
+			t.Fatalf("sh -n refuses the script rendered from %q: %v: %s\n%s", data, err, msg, script)
 		}
 	})
+}
+
+// shellParses runs `shell -n` with script on stdin: it parses the script without running anything.
+func shellParses(shell, script string) (string, error) {
+	cmd := exec.Command(shell, "-n")
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // A file holding a secret has its final mode from its first byte: base64 (which writes the content) is

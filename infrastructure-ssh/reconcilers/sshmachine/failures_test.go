@@ -204,7 +204,8 @@ func TestWebhooksRejectInvalidObjects(t *testing.T) {
 		h.Spec.HostKeyPolicy = infrav1.HostKeyPolicyTrustOnFirstUse
 	}))).To(Succeed())
 	err = env.Create(ctx, host(func(h *infrav1.YonderSSHHost) { h.Spec.Port = 70000 }))
-	g.Expect(apierrors.IsInvalid(err)).To(BeTrue())
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.port")))
 
 	h := host(func(*infrav1.YonderSSHHost) {})
 	g.Expect(env.Create(ctx, h)).To(Succeed())

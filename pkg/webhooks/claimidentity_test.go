@@ -13,7 +13,9 @@ import (
 )
 
 // configMapHosts is a claim.Inventory of ConfigMaps; these tests never read a host.
-type configMapHosts struct{ claim.Inventory[*corev1.ConfigMap] }
+type configMapHosts struct {
+	claim.Inventory[*corev1.ConfigMap]
+}
 
 func (configMapHosts) HostKind() string { return "ConfigMap" }
 

@@ -27,7 +27,9 @@ func bmh(mod func(*metal3v1.BareMetalHost)) *metal3v1.BareMetalHost {
 // changes, so none of these cases needs an API server; envtest covers it in reconcilers/metalmachine).
 func TestBareMetalHostUpdate(t *testing.T) {
 	bad := "http://i/x.iso\nchain http://evil/x"
-	claim := func(h *metal3v1.BareMetalHost) { h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "YonderMetalMachine", Name: "m"} }
+	claim := func(h *metal3v1.BareMetalHost) {
+		h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "YonderMetalMachine", Name: "m"}
+	}
 	for _, tc := range []struct {
 		name     string
 		old, cur func(*metal3v1.BareMetalHost)

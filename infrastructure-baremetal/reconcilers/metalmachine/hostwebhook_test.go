@@ -42,7 +42,7 @@ func TestBareMetalHostBootMACIsUniqueAcrossNamespaces(t *testing.T) {
 	other := managedHost(ns2, "metal3s", "52:54:00:a7:00:01")
 	delete(other.Labels, baremetalhost.ManagedLabel)
 	g.Expect(env.Create(ctx, other)).To(Succeed(), "another controller's host")
-	other.Labels[baremetalhost.ManagedLabel] = "true"
+	other.Labels = map[string]string{baremetalhost.ManagedLabel: "true"}
 	g.Expect(env.Update(ctx, other)).To(MatchError(ContainSubstring("is already the boot MAC of BareMetalHost " + ns1 + "/first")))
 }
 

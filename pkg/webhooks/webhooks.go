@@ -2,7 +2,8 @@
 // registration (For, Setup), one validator shape (Validator: the checks of an object, and of a change on
 // update), one answer for rejected objects (an Invalid error with every field error), and the checks
 // several kinds share: template immutability (except ClusterClass dry-runs), host selectors that parse,
-// secret references that stay in the object's namespace, fields that are immutable once set.
+// secret references that stay in the object's namespace, fields that are immutable once set, and an
+// infrastructure machine's claim identity (ClaimIdentity).
 package webhooks
 
 import (

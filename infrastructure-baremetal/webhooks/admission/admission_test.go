@@ -64,7 +64,7 @@ func TestMachineValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			_, err := YonderMetalMachine().ValidateCreate(context.Background(), machine(tc.mod))
+			_, err := YonderMetalMachine(nil).ValidateCreate(context.Background(), machine(tc.mod))
 			if tc.err == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -76,7 +76,7 @@ func TestMachineValidation(t *testing.T) {
 
 func TestMachineImmutability(t *testing.T) {
 	g := NewWithT(t)
-	w := YonderMetalMachine()
+	w := YonderMetalMachine(nil)
 	old := machine(nil)
 	_, err := w.ValidateUpdate(context.Background(), old, machine(func(s *infrav1.YonderMetalMachineSpec) { s.ProviderID = "yonder-metal://ns/h" }))
 	g.Expect(err).NotTo(HaveOccurred(), "providerID may be set once")

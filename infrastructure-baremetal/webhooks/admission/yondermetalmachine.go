@@ -3,9 +3,12 @@ package admission
 import (
 	"strings"
 
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/hostpool"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
@@ -25,9 +28,13 @@ var machineSpec = webhooks.MachineSpec[infrav1.YonderMetalMachineSpec]{
 	ProviderID: func(s *infrav1.YonderMetalMachineSpec) string { return s.ProviderID },
 }
 
-// YonderMetalMachine validates YonderMetalMachines.
-func YonderMetalMachine() *webhooks.Validator[*infrav1.YonderMetalMachine] {
-	return webhooks.InfrastructureMachine(kind("YonderMetalMachine"), func(m *infrav1.YonderMetalMachine) *infrav1.YonderMetalMachineSpec { return &m.Spec }, machineSpec)
+// YonderMetalMachine validates YonderMetalMachines: the spec (machineSpec), and the claim identity
+// annotation, which only the controller writes and only clusterctl move carries over (pkg/claim's
+// IdentityChange and IdentityOnCreate, as for YonderSSHMachines); hosts reads the namespace's
+// BareMetalHosts uncached.
+func YonderMetalMachine(hosts client.Reader) *webhooks.Validator[*infrav1.YonderMetalMachine] {
+	v := webhooks.InfrastructureMachine(kind("YonderMetalMachine"), func(m *infrav1.YonderMetalMachine) *infrav1.YonderMetalMachineSpec { return &m.Spec }, machineSpec)
+	return webhooks.ClaimIdentity(v, hostpool.Pool{}, infrav1.ClaimIDAnnotation, hosts, func() client.ObjectList { return &metal3v1.BareMetalHostList{} })
 }
 
 // YonderMetalMachineTemplate validates YonderMetalMachineTemplates: the machine spec, and the template is

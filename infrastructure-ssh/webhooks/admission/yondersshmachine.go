@@ -1,15 +1,11 @@
 package admission
 
 import (
-	"context"
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostpool"
-	"github.com/yonder-dev/yonder/pkg/claim"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
 )
 
@@ -33,26 +29,7 @@ var machineSpec = webhooks.MachineSpec[infrav1.YonderSSHMachineSpec]{
 // IdentityChange and IdentityOnCreate); hosts reads the namespace's YonderSSHHosts uncached.
 func YonderSSHMachine(hosts client.Reader) *webhooks.Validator[*infrav1.YonderSSHMachine] {
 	v := webhooks.InfrastructureMachine(kind("YonderSSHMachine"), func(m *infrav1.YonderSSHMachine) *infrav1.YonderSSHMachineSpec { return &m.Spec }, machineSpec)
-	change := v.Change
-	v.Change = func(ctx context.Context, old, m *infrav1.YonderSSHMachine) field.ErrorList {
-		return append(change(ctx, old, m), claim.IdentityChange(old, m, infrav1.ClaimIDAnnotation)...)
-	}
-	v.Create = func(ctx context.Context, m *infrav1.YonderSSHMachine) field.ErrorList {
-		if m.Annotations[infrav1.ClaimIDAnnotation] == "" {
-			return nil
-		}
-		list := &infrav1.YonderSSHHostList{}
-		if err := hosts.List(ctx, list, client.InNamespace(m.Namespace)); err != nil {
-			return field.ErrorList{field.InternalError(field.NewPath("metadata", "annotations").Key(infrav1.ClaimIDAnnotation),
-				fmt.Errorf("failed to list the YonderSSHHosts of namespace %s: %w", m.Namespace, err))}
-		}
-		hs := make([]*infrav1.YonderSSHHost, len(list.Items))
-		for i := range list.Items {
-			hs[i] = &list.Items[i]
-		}
-		return claim.IdentityOnCreate(hostpool.Pool{}, m, infrav1.ClaimIDAnnotation, hs)
-	}
-	return v
+	return webhooks.ClaimIdentity(v, hostpool.Pool{}, infrav1.ClaimIDAnnotation, hosts, func() client.ObjectList { return &infrav1.YonderSSHHostList{} })
 }
 
 // YonderSSHMachineTemplate validates YonderSSHMachineTemplates: the machine spec, and the template is

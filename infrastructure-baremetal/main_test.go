@@ -38,11 +38,12 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 		vars                   map[string]string
 		wantNS, wantFilter     string
 		wantBootIf, wantBootIP string
+		wantUnsigned           bool
 	}{
 		{name: "defaults"},
 		{name: "set", vars: map[string]string{"YONDER_WATCH_NAMESPACE": "team-a", "YONDER_WATCH_FILTER": "shard-1",
-			"YONDER_BOOT_INTERFACE": "eno2", "YONDER_BOOT_SERVER_IP": "192.0.2.1"},
-			wantNS: "team-a", wantFilter: "shard-1", wantBootIf: "eno2", wantBootIP: "192.0.2.1"},
+			"YONDER_BOOT_INTERFACE": "eno2", "YONDER_BOOT_SERVER_IP": "192.0.2.1", "YONDER_INSECURE_UNSIGNED_BOOT_DATA": "true"},
+			wantNS: "team-a", wantFilter: "shard-1", wantBootIf: "eno2", wantBootIP: "192.0.2.1", wantUnsigned: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -63,6 +64,8 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 			g.Expect(f.host.BootServerIP).To(Equal(tc.wantBootIP))
 			g.Expect(f.host.BootHTTPPort).To(Equal(8080))
 			g.Expect(f.host.BootArtifactsDir).To(Equal("/var/lib/yonder/boot"))
+			g.Expect(f.host.BootSigningKey).To(BeEmpty())
+			g.Expect(f.host.InsecureUnsignedBootData).To(Equal(tc.wantUnsigned), "unsigned boot data only when asked for")
 			var podNS string
 			for _, e := range c.Env {
 				if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {

@@ -68,6 +68,9 @@ const (
 	// BareMetalHostEKTrustCondition: whether the boot server verifies TPM EK certificates against vendor
 	// roots (False with reason InsecureAcceptAnyEK when it accepts any EK).
 	BareMetalHostEKTrustCondition = "EKCertificatesVerified"
+	// BareMetalHostBootDataSignedCondition: whether the boot server signs the bootstrap data it releases
+	// (False with reason InsecureUnsignedBootData when it runs without a signing key).
+	BareMetalHostBootDataSignedCondition = "BootDataSigned"
 	// BareMetalHostBootMACUniqueCondition: no other managed host, in any namespace, has this boot MAC.
 	BareMetalHostBootMACUniqueCondition = "BootMACUnique"
 )
@@ -95,11 +98,13 @@ const (
 	// BareMetalHostAttestationRefusedReason: the boot server refused a request of the host without
 	// evidence against it (malformed request, closed enrolment window, no EK roots); the attempt goes on
 	// to its timeout and retry, the host is not powered off.
-	BareMetalHostAttestationRefusedReason  = "AttestationRefused"
-	BareMetalHostDuplicateBootMACReason    = "DuplicateBootMAC"
-	BareMetalHostBootMACUniqueReason       = "Unique"
-	BareMetalHostEKRootsConfiguredReason   = "VendorRootsConfigured"
-	BareMetalHostInsecureAcceptAnyEKReason = "InsecureAcceptAnyEK"
+	BareMetalHostAttestationRefusedReason       = "AttestationRefused"
+	BareMetalHostDuplicateBootMACReason         = "DuplicateBootMAC"
+	BareMetalHostBootMACUniqueReason            = "Unique"
+	BareMetalHostEKRootsConfiguredReason        = "VendorRootsConfigured"
+	BareMetalHostInsecureAcceptAnyEKReason      = "InsecureAcceptAnyEK"
+	BareMetalHostSigningKeyConfiguredReason     = "SigningKeyConfigured"
+	BareMetalHostInsecureUnsignedBootDataReason = "InsecureUnsignedBootData"
 )
 
 // HostState is the durable part of a host's state, kept in StateAnnotation.

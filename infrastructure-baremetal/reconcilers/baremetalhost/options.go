@@ -51,7 +51,9 @@ type Options struct {
 	AttestationPCRs          []int
 	// BootSigningKey is a PEM PKCS#8 Ed25519 private key that signs released bootstrap data; its public
 	// half goes into the boot image (/etc/yonder/boot-server.pub), whose agent refuses unsigned data.
-	BootSigningKey string
+	// InsecureUnsignedBootData releases data unsigned instead (required when BootSigningKey is empty).
+	BootSigningKey           string
+	InsecureUnsignedBootData bool
 }
 
 // AddFlags registers the options' flags.
@@ -74,7 +76,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.EKRoots, "ek-roots", nil, "PEM files of the TPM vendor root CAs that must sign every host's EK certificate (required with --boot-interface unless --insecure-accept-any-ek)")
 	fs.StringSliceVar(&o.EKIntermediates, "ek-intermediates", nil, "PEM files of intermediate CAs offered when verifying EK certificates")
 	fs.BoolVar(&o.InsecureAcceptAnyEK, "insecure-accept-any-ek", false, "INSECURE: accept TPMs without verifying their EK certificate (a software TPM can enrol in an open window); hosts show EKCertificatesVerified=False")
-	fs.StringVar(&o.BootSigningKey, "boot-signing-key", "", "PEM PKCS#8 Ed25519 private key that signs released bootstrap data (the boot image's agent holds the public key and refuses anything else)")
+	fs.StringVar(&o.BootSigningKey, "boot-signing-key", "", "PEM PKCS#8 Ed25519 private key that signs released bootstrap data (the boot image's agent holds the public key and refuses anything else; required with --boot-interface unless --insecure-unsigned-boot-data)")
+	fs.BoolVar(&o.InsecureUnsignedBootData, "insecure-unsigned-boot-data", false, "INSECURE: release bootstrap data unsigned (a boot image without the provider's public key then runs whatever a rogue server on the boot LAN sends it); hosts show BootDataSigned=False")
 	fs.IntSliceVar(&o.AttestationPCRs, "attestation-pcrs", []int{0, 1, 2, 3, 4, 5, 6, 7}, "SHA-256 PCRs a host quotes; they must equal the values recorded when its TPM was enrolled")
 }
 
@@ -95,10 +98,14 @@ func (o Options) attestation() (attest.Config, error) {
 			return cfg, fmt.Errorf("--ek-intermediates: %w", err)
 		}
 	}
-	if o.BootSigningKey != "" {
+	switch {
+	case o.BootSigningKey != "":
 		if cfg.SigningKey, err = attest.LoadSigningKey(o.BootSigningKey); err != nil {
 			return cfg, fmt.Errorf("--boot-signing-key: %w", err)
 		}
+	case !o.InsecureUnsignedBootData:
+		// Fail closed, as without EK roots: unsigned data proves nothing about who sent it.
+		return cfg, errors.New("--boot-interface needs --boot-signing-key (an Ed25519 key whose public half is in the boot image) or, knowingly, --insecure-unsigned-boot-data")
 	}
 	for _, p := range o.AttestationPCRs {
 		if p < 0 || p > 23 {
@@ -127,6 +134,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		inv := inventory.NewStatic()
 		r.NetBoot = inv
 		r.InsecureAcceptAnyEK = att.EKRoots == nil
+		r.UnsignedBootData = att.SigningKey == nil
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
 			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}
 		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}

@@ -78,6 +78,9 @@ type Reconciler struct {
 	// InsecureAcceptAnyEK says that the boot services accept TPMs without verifying their EK certificate
 	// against vendor roots; every host then carries condition EKCertificatesVerified=False.
 	InsecureAcceptAnyEK bool
+	// UnsignedBootData says that the boot services release bootstrap data without the provider's signature
+	// (--insecure-unsigned-boot-data); hosts say so in BootDataSigned.
+	UnsignedBootData bool
 	// Recorder records Events on hosts (observe.go); SetupWithManager sets the manager's.
 	Recorder record.EventRecorder
 }
@@ -620,11 +623,20 @@ func (r *Reconciler) forgetBoot(h *metal3v1.BareMetalHost) {
 	}
 }
 
-// setEKTrust reports on the host whether the boot services that provision it verify EK certificates.
+// setEKTrust reports on the host whether the boot services that provision it verify EK certificates and
+// sign the bootstrap data they release.
 func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
 	if r.NetBoot == nil {
 		meta.RemoveStatusCondition(&h.Status.Conditions, BareMetalHostEKTrustCondition)
+		meta.RemoveStatusCondition(&h.Status.Conditions, BareMetalHostBootDataSignedCondition)
 		return
+	}
+	if r.UnsignedBootData {
+		setCondition(h, BareMetalHostBootDataSignedCondition, false, BareMetalHostInsecureUnsignedBootDataReason,
+			"the manager runs with --insecure-unsigned-boot-data: a rogue server on the boot LAN can make this host's boot image run its own data")
+	} else {
+		setCondition(h, BareMetalHostBootDataSignedCondition, true, BareMetalHostSigningKeyConfiguredReason,
+			"released bootstrap data is signed with the provider's key; the boot image refuses anything else")
 	}
 	if r.InsecureAcceptAnyEK {
 		setCondition(h, BareMetalHostEKTrustCondition, false, BareMetalHostInsecureAcceptAnyEKReason,

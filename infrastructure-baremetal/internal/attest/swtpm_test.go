@@ -274,7 +274,8 @@ func TestOneTicketOpensOneSession(t *testing.T) {
 
 // TestTicketsBoundToTheFetchingAddress: a ticket issued to another address (a script fetched by the host)
 // opens no session for whoever else presents it; a refetch leaves earlier tickets valid; a flood of
-// fetches is refused; nothing of it is recorded on the host.
+// fetches from one address is refused without using up the budget of another; nothing of it is recorded
+// on the host.
 func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -288,10 +289,20 @@ func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	g.Expect(err.(*wire.RefusedError).StatusCode).To(Equal(403))
 	g.Expect(e.store.Results(host)).To(BeEmpty(), "a stranger's request is not the host's failure")
 
+	// A stranger naming the host's MAC from its own address (where scripts are not bound to a lease) spends
+	// its own budget, not the host's.
+	for range 2 {
+		_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL to one address is the limit")
+
 	first := issue(t, e)
 	_ = issue(t, e) // the host fetched its script again
+	_ = issue(t, e)
 	_, err = e.svc.IssueTicket(host, loopback)
-	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL is the limit")
+	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL to one address is the limit")
 	data, err := e.client.Attest(ctx, first, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred(), "the refetch did not invalidate the first ticket")
 	g.Expect(string(data)).To(ContainSubstring("join token"))

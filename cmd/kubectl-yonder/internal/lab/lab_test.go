@@ -147,9 +147,10 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	st := lab.up(t)
 	lab.expectStatus(t, st)
 	if lab.withCluster {
-		lab.rescaleAndCheck(t, st)
+		lab.remediateAndCheck(t, lab.rescaleAndCheck(t, st))
 	}
-	// After the scale: the processes of the Node that joined on the reused host are the lab's too.
+	// After the scale and the remediation: the processes of the Nodes that joined on reused hosts are the
+	// lab's too.
 	during := take(t)
 	ours, owned := lab.owns(t, st, before, during)
 	down, err := exec.Command(bin, "lab", "down", "--dir", lab.dir).CombinedOutput()
@@ -299,27 +300,15 @@ func (l labUnderTest) expectStatus(t *testing.T, st *State) {
 // site-c's check pod's Node (its Machine marked for deletion, 4 → 3 replicas) and puts a Node on the host
 // it freed (3 → 4: with one host per site it is the only free one). `lab status` then says the recorded
 // check is stale; `lab check` replaces the pod on the new Node, passes over the three kinds of link, and
-// `lab status` reports its result.
-func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
+// `lab status` reports its result. It returns the state `lab check` recorded.
+func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) *State {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	mgmt, err := clientFor(st.ManagementKubeconfig)
-	g.Expect(err).NotTo(HaveOccurred())
-	wl, err := clientFor(st.WorkloadKubeconfig)
-	g.Expect(err).NotTo(HaveOccurred())
-	oldNode := st.PodCheck.Nodes["site-c"]
-	ms := &clusterv1.MachineList{}
-	g.Expect(mgmt.List(ctx, ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName})).To(Succeed())
-	var victim *clusterv1.Machine
-	for i := range ms.Items {
-		if ms.Items[i].Status.NodeRef.Name == oldNode {
-			victim = &ms.Items[i]
-		}
-	}
-	g.Expect(victim).NotTo(BeNil(), "the Machine of site-c's check pod's Node %s", oldNode)
-	md := ClusterName + "-md-0"
-	g.Expect(victim.Labels).To(HaveKeyWithValue(clusterv1.MachineDeploymentNameLabel, md))
+	mgmt, wl := labClients(g, st)
+	const site = "site-c"
+	oldNode := st.PodCheck.Nodes[site]
+	victim := machineOf(g, mgmt, st, oldNode)
 	patch := client.MergeFrom(victim.DeepCopy())
 	if victim.Annotations == nil {
 		victim.Annotations = map[string]string{}
@@ -328,42 +317,140 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
 	g.Expect(mgmt.Patch(ctx, victim, patch)).To(Succeed())
 
 	t0 := time.Now()
-	scaleMachineDeployment(g, mgmt, st.Namespace, md, 3)
+	scaleMachineDeployment(g, mgmt, st.Namespace, workerPool, 3)
 	g.Eventually(func(g Gomega) {
 		g.Expect(apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKeyFromObject(victim), &clusterv1.Machine{}))).To(BeTrue(), "Machine %s deleted", victim.Name)
 		g.Expect(apierrors.IsNotFound(wl.Get(ctx, client.ObjectKey{Name: oldNode}, &corev1.Node{}))).To(BeTrue(), "Node %s deleted", oldNode)
 	}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-	t.Logf("scaled %s to 3: Machine %s and Node %s gone in %.1fs", md, victim.Name, oldNode, time.Since(t0).Seconds())
-	status, err := exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(status))
-	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(oldNode)+`\s+missing\s`), "the drain evicted site-c's check pod")
-	g.Expect(string(status)).To(ContainSubstring("Pod check: passed at "))
-	g.Expect(string(status)).To(MatchRegexp(`\(lab up, \d+[hms0-9]* ago\)`))
-	g.Expect(string(status)).To(ContainSubstring("The stored result is stale (lab-net-site-c is missing): run `kubectl yonder lab check`"))
+	t.Logf("scaled %s to 3: Machine %s and Node %s gone in %.1fs", workerPool, victim.Name, oldNode, time.Since(t0).Seconds())
+	status := l.expectStale(g, st, site, regexp.QuoteMeta(st.PodCheck.Pods[site]+" is missing"))
+	g.Expect(status).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(oldNode)+`\s+missing\s`), "the drain evicted site-c's check pod")
 
 	t0 = time.Now()
-	scaleMachineDeployment(g, mgmt, st.Namespace, md, 4)
+	scaleMachineDeployment(g, mgmt, st.Namespace, workerPool, 4)
+	newNode := waitForNodeOnHost(g, wl, mgmt, st, victim, site)
+	t.Logf("scaled %s to 4: Node %s Ready on the reused host %s in %.1fs", workerPool, newNode, victim.Spec.ProviderID, time.Since(t0).Seconds())
+	return l.checkMoved(t, st, site, newNode)
+}
+
+// remediateAndCheck: what the lab's next commands tell an operator to try (`kubectl --kubeconfig
+// _lab/workload.kubeconfig delete node <node>`, then watch the MachineHealthCheck remediate), done with the
+// real kubectl to the Node of site-d's check pod (site-d is behind NAT; its link to site-c is relayed). The
+// MachineHealthCheck marks the Machine unhealthy (its Node was deleted), its MachineSet deletes it and
+// creates a replacement, which claims the host the old one released — with one host per site, the same
+// host — and joins as a new Node. `lab status` says the recorded check is stale; `lab check` replaces the
+// pod on the new Node, passes over the three kinds of link with the other sites' pods where they were, and
+// `lab status` reports its result. prev is the state of the previous `lab check`.
+func (l labUnderTest) remediateAndCheck(t *testing.T, prev *State) *State {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgmt, wl := labClients(g, prev)
+	const site = "site-d"
+	oldNode := prev.PodCheck.Nodes[site]
+	victim := machineOf(g, mgmt, prev, oldNode)
+	kubectl, err := testbins.Path("kubectl")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	t0 := time.Now()
+	out, err := exec.Command(kubectl, "--kubeconfig", prev.WorkloadKubeconfig, "delete", "node", oldNode).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	t.Logf("kubectl delete node %s: %s", oldNode, strings.TrimSpace(string(out)))
+	// Right away, before the pod garbage collector removes the orphaned pod: the record is stale.
+	podName := regexp.QuoteMeta(prev.PodCheck.Pods[site])
+	l.expectStale(g, prev, site, podName+`'s Node `+regexp.QuoteMeta(oldNode)+` is gone|`+podName+` is missing`)
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKeyFromObject(victim), &clusterv1.Machine{}))).To(BeTrue(), "Machine %s deleted", victim.Name)
+	}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	gone := time.Since(t0)
+	g.Eventually(func(g Gomega) {
+		// The MachineHealthCheck, not anything else, took the Machine away: its event outlives the Machine.
+		evs := &corev1.EventList{}
+		g.Expect(mgmt.List(ctx, evs, client.InNamespace(prev.Namespace))).To(Succeed())
+		g.Expect(evs.Items).To(ContainElement(And(
+			HaveField("Reason", "MachineMarkedUnhealthy"),
+			HaveField("InvolvedObject.Kind", "Machine"),
+			HaveField("InvolvedObject.Name", victim.Name),
+			HaveField("Message", HaveSuffix(" by "+prev.Namespace+"/"+workerPool)))), "the MachineHealthCheck %s marked Machine %s unhealthy", workerPool, victim.Name)
+	}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	newNode := waitForNodeOnHost(g, wl, mgmt, prev, victim, site)
+	t.Logf("remediation: Node %s deleted; Machine %s marked unhealthy by the MachineHealthCheck and gone in %.1fs; its replacement's Node %s Ready on the same host %s in %.1fs",
+		oldNode, victim.Name, gone.Seconds(), newNode, victim.Spec.ProviderID, time.Since(t0).Seconds())
+	return l.checkMoved(t, prev, site, newNode)
+}
+
+// workerPool is the lab's MachineDeployment of SSH workers (the MachineHealthCheck's selection).
+const workerPool = ClusterName + "-md-0"
+
+// labClients returns clients of the lab's management and workload clusters.
+func labClients(g Gomega, st *State) (mgmt, wl client.Client) {
+	mgmt, err := clientFor(st.ManagementKubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	wl, err = clientFor(st.WorkloadKubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	return mgmt, wl
+}
+
+// machineOf returns the Machine of workerPool whose Node is node.
+func machineOf(g Gomega, mgmt client.Client, st *State, node string) *clusterv1.Machine {
+	ms := &clusterv1.MachineList{}
+	g.Expect(mgmt.List(context.Background(), ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName})).To(Succeed())
+	var m *clusterv1.Machine
+	for i := range ms.Items {
+		if ms.Items[i].Status.NodeRef.Name == node {
+			m = &ms.Items[i]
+		}
+	}
+	g.Expect(m).NotTo(BeNil(), "the Machine of Node %s", node)
+	g.Expect(m.Labels).To(HaveKeyWithValue(clusterv1.MachineDeploymentNameLabel, workerPool))
+	return m
+}
+
+// waitForNodeOnHost waits until workerPool has its four Machines again, one of them — not old — on old's
+// host (its providerID) with a Ready Node labelled with site, and returns that Node's name.
+func waitForNodeOnHost(g Gomega, wl, mgmt client.Client, st *State, old *clusterv1.Machine, site string) string {
+	ctx := context.Background()
 	var newNode string
 	g.Eventually(func(g Gomega) {
 		ms := &clusterv1.MachineList{}
-		g.Expect(mgmt.List(ctx, ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md})).To(Succeed())
+		g.Expect(mgmt.List(ctx, ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: workerPool})).To(Succeed())
 		g.Expect(ms.Items).To(HaveLen(4))
 		newNode = ""
 		for _, m := range ms.Items {
-			if m.Spec.ProviderID == victim.Spec.ProviderID {
+			if m.Name != old.Name && m.Spec.ProviderID == old.Spec.ProviderID {
 				newNode = m.Status.NodeRef.Name
 			}
 		}
-		g.Expect(newNode).NotTo(BeEmpty(), "a Machine on the reused host %s has a Node", victim.Spec.ProviderID)
+		g.Expect(newNode).NotTo(BeEmpty(), "a Machine on the reused host %s has a Node", old.Spec.ProviderID)
 		n := &corev1.Node{}
 		g.Expect(wl.Get(ctx, client.ObjectKey{Name: newNode}, n)).To(Succeed())
 		g.Expect(nodeReady(n)).To(BeTrue(), "Node %s Ready", newNode)
-		g.Expect(n.Labels).To(HaveKeyWithValue(SiteLabel, "site-c"))
+		g.Expect(n.Labels).To(HaveKeyWithValue(SiteLabel, site))
 	}).WithTimeout(10 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-	g.Expect(newNode).NotTo(Equal(oldNode))
-	t.Logf("scaled %s to 4: Node %s Ready on the reused host %s in %.1fs", md, newNode, victim.Spec.ProviderID, time.Since(t0).Seconds())
+	g.Expect(newNode).NotTo(Equal(old.Status.NodeRef.Name))
+	return newNode
+}
 
-	t0 = time.Now()
+// expectStale: `lab status` still shows the recorded check st (passed, by the command that ran it) and
+// says it is stale for a reason about site's check pod that matches reason; it returns the status output.
+func (l labUnderTest) expectStale(g Gomega, st *State, site, reason string) string {
+	out, err := exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
+	status := string(out)
+	g.Expect(err).NotTo(HaveOccurred(), status)
+	g.Expect(status).To(ContainSubstring("Pod check: passed at "))
+	g.Expect(status).To(MatchRegexp(`\(` + regexp.QuoteMeta(st.PodCheck.Source) + `, \d+[hms0-9]* ago\)`))
+	g.Expect(status).To(MatchRegexp("The stored result is stale \\([^\n]*("+reason+")[^\n]*\\): run `kubectl yonder lab check`"), "site %s's check pod", site)
+	return status
+}
+
+// checkMoved runs `lab check` after site's check pod lost its Node (prev: the state recorded before) and
+// expects it to pass over the three kinds of link with site's pod on newNode and every other site's pod
+// on the Node it had, and `lab status` to report that result, not stale. It returns the recorded state.
+func (l labUnderTest) checkMoved(t *testing.T, prev *State, site, newNode string) *State {
+	t.Helper()
+	g := NewWithT(t)
+	t0 := time.Now()
 	check, err := exec.Command(l.bin, "lab", "check", "--dir", l.dir).CombinedOutput()
 	t.Logf("lab check (%.1fs):\n%s", time.Since(t0).Seconds(), check)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -371,17 +458,21 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) {
 	g.Expect(err).NotTo(HaveOccurred())
 	expectPodCheck(g, string(check), after)
 	g.Expect(after.PodCheck.Source).To(Equal(SourceCheck))
-	g.Expect(after.PodCheck.At).To(BeTemporally(">", st.PodCheck.At))
-	g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue("site-c", newNode), "site-c's check pod runs on the Node of the reused host")
-	for _, s := range []string{"site-a", "site-b", "site-d"} {
-		g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue(s, st.PodCheck.Nodes[s]), "the check pod at %s stays on its Node", s)
+	g.Expect(after.PodCheck.At).To(BeTemporally(">", prev.PodCheck.At))
+	g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue(site, newNode), "%s's check pod runs on the new Node on the reused host", site)
+	for s, n := range prev.PodCheck.Nodes {
+		if s != site {
+			g.Expect(after.PodCheck.Nodes).To(HaveKeyWithValue(s, n), "the check pod at %s stays on its Node", s)
+		}
 	}
-	status, err = exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(status))
-	g.Expect(string(status)).To(MatchRegexp(`lab-net-site-c\s+site-c\s+` + regexp.QuoteMeta(newNode) + `\s+Running\s+` + regexp.QuoteMeta(after.PodCheck.IPs["site-c"]) + `\s+Ready`))
-	g.Expect(string(status)).To(MatchRegexp(`Pod check: passed at \S+ \(lab check, \d+[hms0-9]* ago\)`))
-	g.Expect(string(status)).To(ContainSubstring(after.PodCheck.Lines[len(after.PodCheck.Lines)-1]))
-	g.Expect(string(status)).NotTo(ContainSubstring("stale"))
+	out, err := exec.Command(l.bin, "lab", "status", "--dir", l.dir).CombinedOutput()
+	status := string(out)
+	g.Expect(err).NotTo(HaveOccurred(), status)
+	g.Expect(status).To(MatchRegexp(regexp.QuoteMeta(after.PodCheck.Pods[site]) + `\s+` + site + `\s+` + regexp.QuoteMeta(newNode) + `\s+Running\s+` + regexp.QuoteMeta(after.PodCheck.IPs[site]) + `\s+Ready`))
+	g.Expect(status).To(MatchRegexp(`Pod check: passed at \S+ \(lab check, \d+[hms0-9]* ago\)`))
+	g.Expect(status).To(ContainSubstring(after.PodCheck.Lines[len(after.PodCheck.Lines)-1]))
+	g.Expect(status).NotTo(ContainSubstring("stale"))
+	return after
 }
 
 // scaleMachineDeployment sets the replicas of MachineDeployment name, as `kubectl scale` does.

@@ -38,6 +38,10 @@ import (
 // Binary is the Prometheus server the package runs: Debian's, installed by hack/test-bins.sh (DEB_PACKAGES).
 const Binary = "prometheus"
 
+// DefaultScrapeInterval is every job's scrape interval unless Options say otherwise: short, so that a
+// test sees a change within seconds.
+const DefaultScrapeInterval = time.Second
+
 // Options say where Prometheus runs.
 type Options struct {
 	// Dir holds the configuration, the bearer token files, the TSDB and prometheus.log (default: a new
@@ -45,8 +49,7 @@ type Options struct {
 	Dir string
 	// Host is the address Prometheus listens on, on a free port (default 127.0.0.1).
 	Host string
-	// ScrapeInterval is every job's scrape interval and evaluation interval (default 1s, so that a test
-	// sees a change within seconds).
+	// ScrapeInterval is every job's scrape interval and evaluation interval (default DefaultScrapeInterval).
 	ScrapeInterval time.Duration
 }
 
@@ -97,7 +100,7 @@ func Start(ctx context.Context, opts Options) (_ *Prometheus, rerr error) {
 		opts.Host = "127.0.0.1"
 	}
 	if opts.ScrapeInterval == 0 {
-		opts.ScrapeInterval = time.Second
+		opts.ScrapeInterval = DefaultScrapeInterval
 	}
 	p := &Prometheus{Dir: opts.Dir, interval: opts.ScrapeInterval, jobs: map[string]Job{}, hc: &http.Client{Timeout: 10 * time.Second}}
 	if p.Dir == "" {
@@ -142,6 +145,12 @@ func Start(ctx context.Context, opts Options) (_ *Prometheus, rerr error) {
 	return p, nil
 }
 
+// Attach reads a Prometheus that another process runs (the lab supervisor's, at url): Query, WaitFor,
+// Series and Targets work; SetJob does not (its configuration is that process's), Stop does nothing.
+func Attach(url string, scrapeInterval time.Duration) *Prometheus {
+	return &Prometheus{URL: strings.TrimSuffix(url, "/"), interval: scrapeInterval, hc: &http.Client{Timeout: 10 * time.Second}}
+}
+
 // Stop stops Prometheus and removes its directory when Start created it.
 func (p *Prometheus) Stop() error {
 	var errs []error
@@ -165,6 +174,9 @@ func (p *Prometheus) Log(n int) string {
 // SetJob adds the scrape job, or replaces the job of the same name (targets that moved, a new token), and
 // returns once Prometheus accepted the new configuration.
 func (p *Prometheus) SetJob(ctx context.Context, j Job) error {
+	if p.process == nil {
+		return fmt.Errorf("failed to add scrape job %s: this Prometheus runs in another process (Attach)", j.Name)
+	}
 	if j.Name == "" || j.Name == "prometheus" {
 		return fmt.Errorf("failed to add scrape job %q: a job needs a name other than prometheus (its own job)", j.Name)
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/yonder-dev/yonder/test/metricsaccess"
@@ -37,25 +38,13 @@ func (s *Stack) startPrometheus(ctx context.Context) error {
 	if !s.opts.Prometheus {
 		return nil
 	}
-	cs, err := kubernetes.NewForConfig(s.Management.Config)
+	// Every provider ships the same metrics-reader rule (get on the non-resource URL /metrics), and CAPI's
+	// diagnostics endpoint asks the API server for the same permission: one binding lets the scraper read them all.
+	token, err := NewScraperToken(ctx, s.Management.Config, filepath.Join(testbins.RepoRoot(), "bootstrap", "config", "rbac", "metrics_reader_role.yaml"))
 	if err != nil {
 		return err
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: MetricsNamespace}}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("failed to create namespace %s: %w", MetricsNamespace, err)
-	}
-	// Every provider ships the same metrics-reader rule (get on the non-resource URL /metrics), and CAPI's
-	// diagnostics endpoint asks the API server for the same permission: one binding lets the scraper read them all.
-	role := filepath.Join(testbins.RepoRoot(), "bootstrap", "config", "rbac", "metrics_reader_role.yaml")
-	if _, err := metricsaccess.NewTokens(ctx, cs, MetricsNamespace, role); err != nil {
-		return fmt.Errorf("failed to create the scraper's identity: %w", err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(MetricsNamespace).CreateToken(ctx, "scraper", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(scrapeTokenSeconds))}}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("failed to create the scraper's token: %w", err)
-	}
-	s.scrapeToken = tr.Status.Token
+	s.scrapeToken = token
 	if s.Prometheus, err = prometheus.Start(ctx, prometheus.Options{Dir: filepath.Join(s.Dir, "prometheus")}); err != nil {
 		return err
 	}
@@ -92,6 +81,28 @@ func (s *Stack) scrapeManagers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// NewScraperToken creates, in the cluster at cfg, the namespace MetricsNamespace with the ServiceAccount
+// "scraper" bound to the ClusterRole in rolePath (a shipped config/rbac/metrics_reader_role.yaml, through
+// test/metricsaccess) and returns a token of it that outlives a lab left running.
+func NewScraperToken(ctx context.Context, cfg *rest.Config, rolePath string) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: MetricsNamespace}}, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("failed to create namespace %s: %w", MetricsNamespace, err)
+	}
+	if _, err := metricsaccess.NewTokens(ctx, cs, MetricsNamespace, rolePath); err != nil {
+		return "", fmt.Errorf("failed to create the scraper's identity: %w", err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(MetricsNamespace).CreateToken(ctx, "scraper", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(scrapeTokenSeconds))}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("failed to create the scraper's token: %w", err)
+	}
+	return tr.Status.Token, nil
 }
 
 // ScrapeToken is the bearer token Prometheus scrapes the managers with (the ServiceAccount

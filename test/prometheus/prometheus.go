@@ -335,8 +335,8 @@ func All(pred func(float64) bool) func(Vector) bool {
 // Equals is a predicate for All: the value is want.
 func Equals(want float64) func(float64) bool { return func(f float64) bool { return f == want } }
 
-// Above is a predicate for All: the value is greater than min.
-func Above(min float64) func(float64) bool { return func(f float64) bool { return f > min } }
+// Above is a predicate for All: the value is greater than bound.
+func Above(bound float64) func(float64) bool { return func(f float64) bool { return f > bound } }
 
 // Sum is the sum of a result's values (0 for an empty result: a counter no target exports yet).
 func (v Vector) Sum() float64 {

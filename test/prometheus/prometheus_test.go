@@ -21,6 +21,7 @@ import (
 // tokenProtected serves reg's metrics over TLS only to a caller with the bearer token, as Yonder's metrics
 // servers do (401 without a token, 403 with another one).
 func tokenProtected(t *testing.T, reg *client.Registry, token string) *httptest.Server {
+	t.Helper()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("Authorization") {

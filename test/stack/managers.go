@@ -37,6 +37,9 @@ type Manager struct {
 	// Binary and Args are what runs: the Deployment's command and args plus the Pod-level additions.
 	Binary string
 	Args   []string
+	// MetricsAddr is where it serves its metrics (host:port on the bridge address): --metrics-bind-addr,
+	// or CAPI's --diagnostics-address.
+	MetricsAddr string
 
 	deployment *appsv1.Deployment
 	saDir      string
@@ -103,7 +106,10 @@ func (s *Stack) ReloadManagers(ctx context.Context) error {
 	if err := s.IssueCertificates(ctx); err != nil {
 		return err
 	}
-	return s.startManagers(ctx)
+	if err := s.startManagers(ctx); err != nil {
+		return err
+	}
+	return s.scrapeManagers(ctx)
 }
 
 // prepareManager derives the process of a Deployment: binary, args, env, certificate, credentials and
@@ -137,14 +143,14 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 		"KUBERNETES_SERVICE_HOST=" + s.Management.Host.String(), fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", s.Management.Port),
 		"POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH"),
 	}
-	portArgs, healthAddr, webhookPort, err := s.podPorts(bin, certDir)
+	portArgs, healthAddr, metricsAddr, webhookPort, err := s.podPorts(bin, certDir)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.routeWebhookService(ctx, d.Namespace, webhookPort); err != nil {
 		return nil, err
 	}
-	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr}, nil
+	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr, MetricsAddr: metricsAddr}, nil
 }
 
 // managerContainer returns the Deployment's container named manager, its binary's name and its arguments
@@ -197,19 +203,19 @@ func (s *Stack) mountedCertificate(ctx context.Context, d *appsv1.Deployment, c 
 }
 
 // podPorts gives the process what the kubelet would give a Pod: its own ports (on the bridge address) and
-// the mounted cert dir. It returns the flags, the health address and the webhook port.
-func (s *Stack) podPorts(bin, certDir string) ([]string, string, int, error) {
+// the mounted cert dir. It returns the flags, the health and metrics addresses and the webhook port.
+func (s *Stack) podPorts(bin, certDir string) ([]string, string, string, int, error) {
 	_, webhookPort, err := s.freeAddr()
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", "", 0, err
 	}
 	healthAddr, _, err := s.freeAddr()
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", "", 0, err
 	}
-	_, metricsPort, err := s.freeAddr()
+	metricsAddr, metricsPort, err := s.freeAddr()
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", "", 0, err
 	}
 	args := []string{fmt.Sprintf("--webhook-port=%d", webhookPort), "--health-addr=" + healthAddr}
 	if certDir != "" {
@@ -221,7 +227,7 @@ func (s *Stack) podPorts(bin, certDir string) ([]string, string, int, error) {
 	} else {
 		args = append(args, fmt.Sprintf("--metrics-bind-addr=%s:%d", s.Net.Gateway, metricsPort))
 	}
-	return args, healthAddr, webhookPort, nil
+	return args, healthAddr, metricsAddr, webhookPort, nil
 }
 
 // routeWebhookService writes an EndpointSlice for each webhook Service of the namespace that points at the

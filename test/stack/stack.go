@@ -29,7 +29,10 @@
 //   - optionally (Options.MetalHosts) bare-metal hosts: the metal provider installed by the same
 //     `clusterctl init` (--infrastructure yonder-ssh,yonder-metal) with its boot services on the lab bridge
 //     set through its clusterctl variables, the Redfish emulator whose power actions run QEMU VMs with
-//     software TPMs on taps of that bridge, and a BareMetalHost + BMC Secret per VM (see metal.go).
+//     software TPMs on taps of that bridge, and a BareMetalHost + BMC Secret per VM (see metal.go);
+//   - optionally (Options.Prometheus) the real Prometheus (test/prometheus) scraping every manager's
+//     authenticated HTTPS metrics endpoint, CAPI's included, as a ServiceAccount bound to the shipped
+//     metrics-reader role (see prometheus.go).
 //
 // cert-manager: clusterctl init installs the real cert-manager CRDs from the local repository and checks
 // its API with its own test resources; the cert-manager controller itself does not run here. The stack's
@@ -80,6 +83,7 @@ import (
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/prometheus"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -131,6 +135,10 @@ type Options struct {
 	// ExtraImages are further image archives (key → path) pushed into the stack's registry under their names'
 	// paths; nodes pull them through it (the lab's network add-on images, named ghcr.io/yonder-dev/…).
 	ExtraImages map[string]string
+	// Prometheus starts the real Prometheus (test/prometheus, Stack.Prometheus) scraping every manager's
+	// authenticated metrics endpoint as a ServiceAccount bound to the shipped metrics-reader role. Off by
+	// default: suites that do not assert metrics do not pay for it.
+	Prometheus bool
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -160,6 +168,8 @@ type Stack struct {
 	HostNamespace string
 	// Registry is the stack's OCI registry.
 	Registry *registry.Registry
+	// Prometheus scrapes every manager (jobs ProvidersJob and CAPIJob) with Options.Prometheus; nil without.
+	Prometheus *prometheus.Prometheus
 
 	opts       Options
 	ownDir     bool
@@ -167,6 +177,8 @@ type Stack struct {
 	binDir     string
 	logDir     string
 	ca         *certAuthority
+	// scrapeToken is Prometheus's bearer token (ScrapeToken).
+	scrapeToken string
 
 	mu       sync.Mutex
 	managers map[string]*Manager
@@ -231,6 +243,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		{s.clusterctlInit, "clusterctl init done"},
 		{s.IssueCertificates, ""},
 		{s.startManagers, "managers ready"},
+		{s.startPrometheus, ""},
 		{s.startWorkload, "workload control plane up"},
 		{s.startHosts, "hosts up and registered"},
 	} {
@@ -330,6 +343,9 @@ func (s *Stack) startManagementPlane(ctx context.Context) error {
 // and removes the stack directory when Start created it. It returns every error it met.
 func (s *Stack) Stop() error {
 	var errs []error
+	if s.Prometheus != nil {
+		errs = append(errs, s.Prometheus.Stop())
+	}
 	s.mu.Lock()
 	names := make([]string, 0, len(s.managers))
 	for n := range s.managers {

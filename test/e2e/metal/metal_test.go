@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 		MetalHosts: 1,
 		// ClusterClass support, as the quick start documents (TestMetalFlavors creates a metal-clusterclass Cluster).
 		ClusterTopology: true,
+		// The real Prometheus scrapes every manager: TestMetalClusterctlLifecycle asserts through PromQL.
+		Prometheus: true,
 	}, func(s *stack.Stack) { st = s }))
 }
 
@@ -44,6 +46,11 @@ func TestMain(m *testing.M) {
 // providerID. The metal manager killed and restarted then changes nothing (no second PXE boot). Scaling
 // to 0 deprovisions the host: Machine gone, VM off, host available with no consumer.
 //
+// Prometheus (Debian's, scraping every manager as the shipped metrics-reader role allows) sees it all:
+// every manager up; the claim, the provisioning phase, DHCP, TFTP, boot HTTP and attestation counted; the
+// claimed-host gauge 1 while the host is provisioned and 0 after the release; and no secret the scenario
+// handled (BMC password, bootstrap token, SSH key, kubeconfig credentials) in any label value it holds.
+//
 // The provisioning initramfs runs live after attesting and does not start a kubelet, so no Node joins:
 // Provisioned (infrastructure ready, providerID set, bootstrap data delivered to the attested host) is
 // as far as this proves. Wall time of each phase is logged.
@@ -52,13 +59,18 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	hosts := st.MetalHosts()
 	g.Expect(hosts).To(HaveLen(1))
 	l := &metalLife{ctx: context.Background(), host: hosts[0], name: "metal"}
+	metrics := expectEveryTargetUp(t)
 	t0 := l.apply(t)
 	claimed, poweredOn, provisioned := l.provisioned(t, t0)
+	metrics.expectProvisioningCounted(t)
+	metrics.collectSecrets(t, l.host)
 	l.restartChangesNothing(t)
 	released := l.scaleToZero(t)
+	metrics.expectReleaseCounted(t)
 	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, data received) %s; scale to 0 → Machine gone, host deprovisioned, VM off, available %s",
 		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
 	l.deleteCluster(t)
+	metrics.expectNoSecretInLabels(t)
 }
 
 // metalLife is TestMetalClusterctlLifecycle's Cluster name on the stack's one metal host.

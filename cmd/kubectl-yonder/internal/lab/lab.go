@@ -249,6 +249,9 @@ type State struct {
 	Prefix               string    `json:"prefix"`
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`
+	// Prometheus is the URL of the lab's Prometheus (its state under StackDir/prometheus), which scrapes
+	// every manager and every Node's yonder-net-node.
+	Prometheus string `json:"prometheus,omitempty"`
 	// NATSites are the sites behind NAT (the pod check picks its pairs of sites by them).
 	NATSites []string `json:"natSites,omitempty"`
 	// PodCheck is the last cross-site pod check: `lab up`'s, or the last `lab check`'s.

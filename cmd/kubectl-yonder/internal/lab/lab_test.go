@@ -146,8 +146,10 @@ func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	bys.find(t, before)
 	st := lab.up(t)
 	lab.expectStatus(t, st)
+	t.Logf("Prometheus: every target up, every Node's network metrics present in %.1fs", lab.expectScraped(t, st).Seconds())
 	if lab.withCluster {
-		lab.remediateAndCheck(t, lab.rescaleAndCheck(t, st))
+		final := lab.remediateAndCheck(t, lab.rescaleAndCheck(t, st))
+		t.Logf("Prometheus after the rescale and the remediation: the new Nodes scraped in %.1fs", lab.expectScraped(t, final).Seconds())
 	}
 	// After the scale and the remediation: the processes of the Nodes that joined on reused hosts are the
 	// lab's too.
@@ -281,6 +283,7 @@ func (l labUnderTest) expectStatus(t *testing.T, st *State) {
 	g.Expect(err).NotTo(HaveOccurred(), string(status))
 	g.Expect(string(status)).To(ContainSubstring("Lab: ready"))
 	g.Expect(string(status)).To(ContainSubstring(st.Hosts[2].Address))
+	g.Expect(string(status)).To(ContainSubstring("Prometheus: "+st.Prometheus), "lab status says where Prometheus is")
 	if l.metal {
 		g.Expect(string(status)).To(ContainSubstring("BareMetalHosts: 1"))
 	}

@@ -429,12 +429,15 @@ func networkDiagnostics(ctx context.Context, c client.Client, cfg *rest.Config, 
 }
 
 // keepLabelling labels Nodes that join while the lab runs (`kubectl scale`, a remediated Machine's
-// replacement) with their site every few seconds, so they join their Site and get tunnels; it returns when
-// ctx ends.
-func keepLabelling(ctx context.Context, s *stack.Stack, namespace string, remotes []*remoteSite) {
+// replacement) with their site every few seconds, so they join their Site and get tunnels, and points
+// Prometheus's yonder-net-node job (scrape, nil for none) at the Nodes there are now; it returns when ctx ends.
+func keepLabelling(ctx context.Context, s *stack.Stack, namespace string, remotes []*remoteSite, scrape *netNodeScrape) {
 	_ = wait.PollUntilContextCancel(ctx, 5*time.Second, false, func(ctx context.Context) (bool, error) {
 		if nodes, err := nodeSites(ctx, s, namespace, remotes); err == nil {
 			_ = labelNodes(ctx, s.WorkloadClient, nodes)
+			if scrape != nil {
+				_, _ = scrape.update(ctx, s, nodes)
+			}
 		}
 		return false, nil
 	})

@@ -93,6 +93,8 @@ type labRun struct {
 	images  map[string]string
 	s       *stack.Stack
 	remotes []*remoteSite
+	// netScrape keeps Prometheus's yonder-net-node job on the Nodes there are (nil without a Cluster).
+	netScrape *netNodeScrape
 }
 
 // step prints one progress line, with the seconds since the start.
@@ -132,11 +134,14 @@ func (r *labRun) prepare(ctx context.Context, hold bool) error {
 // startStack starts the management plane, the workload control plane and the first site's hosts.
 func (r *labRun) startStack(ctx context.Context) error {
 	s, err := stack.Start(ctx, stack.Options{Dir: r.st.StackDir, Sites: r.sites, HostNamespace: r.st.Namespace, FastNodeMonitoring: true,
-		ExtraImages: r.images, MetalHosts: metalHosts(r.l), Log: r.step})
+		ExtraImages: r.images, MetalHosts: metalHosts(r.l), Log: r.step,
+		// The real Prometheus, scraping every manager; the network nodes are added once they run (cluster).
+		Prometheus: true})
 	if err != nil {
 		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(r.st.StackDir, "logs"), err)
 	}
 	r.s = s
+	r.st.Prometheus = s.Prometheus.URL
 	return nil
 }
 
@@ -248,6 +253,15 @@ func (r *labRun) cluster(ctx context.Context) error {
 		return err
 	}
 	r.step("network ready in %.1fs", time.Since(t0).Seconds())
+	t0 = time.Now()
+	if r.netScrape, err = newNetNodeScrape(ctx, s); err != nil {
+		return err
+	}
+	n, err := r.netScrape.update(ctx, s, nodes)
+	if err != nil {
+		return err
+	}
+	r.step("Prometheus %s scrapes %d managers and the yonder-net-node of %d Nodes (%.1fs)", s.Prometheus.URL, len(s.Managers()), n, time.Since(t0).Seconds())
 	if l.Sites > 1 && workers > 1 {
 		res, err := podCheck(ctx, s.WorkloadClient, s.Workload.Config, nodes, natSites, netTimeout, r.step)
 		if err != nil {
@@ -274,7 +288,7 @@ func (r *labRun) ready(ctx context.Context, hold bool) error {
 		return nil
 	}
 	if !r.l.NoCluster {
-		go keepLabelling(ctx, r.s, r.st.Namespace, r.remotes)
+		go keepLabelling(ctx, r.s, r.st.Namespace, r.remotes, r.netScrape)
 	}
 	<-ctx.Done()
 	return nil
@@ -551,6 +565,7 @@ Kubeconfigs:
   management (CAPI, Yonder's providers, the Cluster):  %[1]s
   workload   (the Nodes):                             %[2]s
 Hosts: %[3]d (with gateways) at %[4]d sites on bridges %[5]s (management: %[6]s); SSH: ssh -i %[7]s/id_ed25519 -o UserKnownHostsFile=%[7]s/known_hosts root@%[8]s
+Prometheus: %[10]s (scrapes every manager and every Node's yonder-net-node; PromQL at /graph or /api/v1/query)
 
 Next:
   export KUBECONFIG=%[1]s
@@ -564,7 +579,7 @@ Next:
   kubectl yonder lab check                                        # the cross-site pod check again, on today's Nodes
   kubectl yonder lab down                                         # removes everything the lab created
 
-`, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, strings.Join(st.Bridges, ","), st.Prefix, l.Dir, firstAddr(st), ClusterName)
+`, st.ManagementKubeconfig, st.WorkloadKubeconfig, len(st.Hosts), l.Sites, strings.Join(st.Bridges, ","), st.Prefix, l.Dir, firstAddr(st), ClusterName, st.Prometheus)
 }
 
 func firstAddr(st *State) string {

@@ -99,11 +99,8 @@ func (p *planner) run() {
 func (p *planner) indexSites() {
 	for i := range p.in.Sites {
 		s := &p.in.Sites[i]
-		alloc, err := ipam.New(s.Spec.PodCIDRPools)
-		valid := err == nil
-		if !valid {
-			alloc, _ = ipam.New(nil)
-		}
+		alloc := newAllocator(s)
+		valid := !alloc.Empty() || len(s.Spec.PodCIDRPools) == 0
 		si := &siteInfo{site: s, alloc: alloc, candidate: map[string][]string{}, active: map[string]bool{}, reason: map[string]string{},
 			outside: map[string]bool{}, marks: map[string]int{}, ends: map[string]*endMemo{}, candsNAT: map[string]bool{}, nodeIndex: map[string]*Node{}}
 		for _, pool := range s.Spec.PodCIDRPools {
@@ -115,6 +112,15 @@ func (p *planner) indexSites() {
 		p.siteNames = append(p.siteNames, s.Name)
 	}
 	sort.Strings(p.siteNames)
+}
+
+// newAllocator is a Site's allocator; an empty one when its pools are invalid (the webhook rejects them).
+func newAllocator(s *netv1.Site) *ipam.Allocator {
+	alloc, err := ipam.New(s.Spec.PodCIDRPools)
+	if err != nil {
+		alloc, _ = ipam.New(nil)
+	}
+	return alloc
 }
 
 // assignNodes puts every Node into its Site and counts what the Site reports about its Nodes.

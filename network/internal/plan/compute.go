@@ -48,7 +48,7 @@ type endMemo struct {
 	membersNAT bool     // any of the members (active gateways, else candidates; every node without any) behind NAT
 }
 
-// planner computes one plan. Each method is one phase, run in the order Compute lists them; a phase
+// planner computes one plan. Each method is one phase, run in the order run lists them; a phase
 // only reads what earlier phases wrote.
 type planner struct {
 	in         Input
@@ -95,7 +95,7 @@ func (p *planner) run() {
 	p.publish()
 }
 
-// indexSites creates every Site's state and its (empty) report.
+// indexSites creates every Site's state (its report is created by fillSite).
 func (p *planner) indexSites() {
 	for i := range p.in.Sites {
 		s := &p.in.Sites[i]

@@ -42,7 +42,8 @@ var goals = map[string]Goal{
 		Figure: "wireguard-Gbit/s", Baseline: "veth-Gbit/s", Ratio: "wireguard-x-veth",
 		Checks: []Check{{Unit: "wireguard-x-veth", Limit: 0.3}}},
 	"HostStartup": {Text: "(no goal: test tier cost) a host with sshd vs a bare namespace", Figure: "ms/host", Baseline: "baseline-ms/netns"},
-	"RoutePlan":   {Text: "route plan: 50,000 nodes, 200 sites ≤ 1 s; one node change ≤ 50 ms and ≤ 5 writes"},
+	"RoutePlan": {Text: "route plan: 50,000 nodes, 200 sites ≤ 1 s; one node change ≤ 50 ms and ≤ 5 writes",
+		Checks: []Check{{Unit: "ms/full-plan", AtMost: true, Limit: 1000}, {Unit: "ms/node-change", AtMost: true, Limit: 50}, {Unit: "writes/node-change", AtMost: true, Limit: 5}}},
 }
 
 func goalFor(name string) Goal {

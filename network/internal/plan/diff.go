@@ -22,7 +22,14 @@ func (c Changes[T]) Len() int { return len(c.Create) + len(c.Update) + len(c.Del
 
 // DiffPlans compares desired RoutePlans with the published ones.
 func DiffPlans(desired, existing []netv1.RoutePlan) Changes[netv1.RoutePlan] {
-	return diff(desired, existing,
+	return DiffPlansKnown(desired, existing, nil)
+}
+
+// DiffPlansKnown is DiffPlans that takes the word of known (when not nil) that a published object equals
+// the desired one instead of comparing them: a publisher that remembers what it published and what
+// changed since spares comparing the whole plan after each event.
+func DiffPlansKnown(desired, existing []netv1.RoutePlan, known func(d, e *netv1.RoutePlan) bool) Changes[netv1.RoutePlan] {
+	return diff(desired, existing, known,
 		func(o *netv1.RoutePlan) string { return o.Name },
 		func(d, e *netv1.RoutePlan) bool {
 			return equality.Semantic.DeepEqual(d.Spec, e.Spec) && labelsContain(e.Labels, d.Labels)
@@ -37,7 +44,12 @@ func DiffPlans(desired, existing []netv1.RoutePlan) Changes[netv1.RoutePlan] {
 
 // DiffSlices compares desired PeerSlices with the published ones.
 func DiffSlices(desired, existing []netv1.PeerSlice) Changes[netv1.PeerSlice] {
-	return diff(desired, existing,
+	return DiffSlicesKnown(desired, existing, nil)
+}
+
+// DiffSlicesKnown is DiffSlices with known, as DiffPlansKnown.
+func DiffSlicesKnown(desired, existing []netv1.PeerSlice, known func(d, e *netv1.PeerSlice) bool) Changes[netv1.PeerSlice] {
+	return diff(desired, existing, known,
 		func(o *netv1.PeerSlice) string { return o.Name },
 		func(d, e *netv1.PeerSlice) bool {
 			return equality.Semantic.DeepEqual(d.Spec, e.Spec) && labelsContain(e.Labels, d.Labels)
@@ -50,7 +62,7 @@ func DiffSlices(desired, existing []netv1.PeerSlice) Changes[netv1.PeerSlice] {
 		})
 }
 
-func diff[T any](desired, existing []T, name func(*T) string, equal func(d, e *T) bool, update func(d, e *T) T) Changes[T] {
+func diff[T any](desired, existing []T, known func(d, e *T) bool, name func(*T) string, equal func(d, e *T) bool, update func(d, e *T) T) Changes[T] {
 	var c Changes[T]
 	byName := make(map[string]*T, len(existing))
 	for i := range existing {
@@ -64,6 +76,7 @@ func diff[T any](desired, existing []T, name func(*T) string, equal func(d, e *T
 		switch {
 		case e == nil:
 			c.Create = append(c.Create, *d)
+		case known != nil && known(d, e):
 		case !equal(d, e):
 			c.Update = append(c.Update, update(d, e))
 		}

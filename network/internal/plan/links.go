@@ -13,6 +13,7 @@ type link struct {
 	protocol     netv1.Protocol
 	topology     netv1.Topology
 	poolFilter   map[string]bool
+	filterKey    string // "" without a filter, else the peering's name (memoization key of the ends)
 	endpointType netv1.EndpointType
 	tunnelMTU    int32
 	relayPolicy  netv1.RelayPolicy
@@ -96,7 +97,7 @@ func (p *planner) newLink(sp *netv1.SitePeering, a, b string) *link {
 		l.relayPolicy = netv1.RelayAuto
 	}
 	if len(sp.Spec.GatewayPools) > 0 {
-		l.poolFilter = map[string]bool{}
+		l.poolFilter, l.filterKey = map[string]bool{}, "peering/"+sp.Name
 		for _, gp := range sp.Spec.GatewayPools {
 			l.poolFilter[gp] = true
 		}
@@ -139,7 +140,7 @@ func (p *planner) connectLinks() {
 func (p *planner) siteLink(l *link, local, remote linkEnd) netv1.SiteLink {
 	sl := netv1.SiteLink{
 		Site: remote.si.site.Name, Protocol: l.protocol, TunnelMTU: l.tunnelMTU, EndpointType: l.endpointType,
-		Prefixes: sitePrefixes(remote.si, l.poolFilter), Kind: l.kind,
+		Prefixes: remote.si.end(l).prefixes, Kind: l.kind,
 	}
 	if l.topology == netv1.TopologyFullMesh {
 		sl.Mode, sl.Up = netv1.LinkModeDirect, !l.noPath
@@ -175,6 +176,46 @@ func (p *planner) reportLink(l *link) {
 		pr.NoPath = append(pr.NoPath, l.a+"↔"+l.b)
 	}
 	pr.Links = append(pr.Links, ls)
+}
+
+// end is what si contributes to links with l's pool filter, computed once per filter and pass, after
+// assessGateways.
+func (si *siteInfo) end(l *link) *endMemo {
+	if m := si.ends[l.filterKey]; m != nil {
+		return m
+	}
+	m := &endMemo{}
+	m.gateways, m.hasCand = gatewaysOf(si, l.poolFilter)
+	m.prefixes = sitePrefixes(si, l.poolFilter)
+	m.membersNAT = linkEnd{si: si, gateways: m.gateways, hasCand: m.hasCand}.anyBehindNAT(l.poolFilter)
+	si.ends[l.filterKey] = m
+	return m
+}
+
+// candidatesBehindNAT reports whether any of si's candidates for l (every node without any) is behind NAT;
+// it needs only selectCandidates.
+func (si *siteInfo) candidatesBehindNAT(l *link) bool {
+	if v, ok := si.candsNAT[l.filterKey]; ok {
+		return v
+	}
+	v := false
+	for _, n := range candidatesOf(si, l.poolFilter) {
+		v = v || si.behindNAT(n)
+	}
+	si.candsNAT[l.filterKey] = v
+	return v
+}
+
+// anyBehindNAT reports whether any of the Site's nodes is behind NAT.
+func (si *siteInfo) anyBehindNAT() bool {
+	if si.anyNAT == nil {
+		v := false
+		for _, n := range si.nodes {
+			v = v || si.behindNAT(n)
+		}
+		si.anyNAT = &v
+	}
+	return *si.anyNAT
 }
 
 // gatewaysOf returns a Site's active gateways in the pools a link may use, and whether it has any

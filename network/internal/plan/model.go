@@ -8,6 +8,9 @@ import (
 type Node struct {
 	// Name of the Node.
 	Name string
+	// Version identifies the revision of the Node and its NodeNetwork ("" when unknown): two views with
+	// the same non-empty Version are the same, which spares the incremental Planner comparing them.
+	Version string
 	// Site the Node is assigned to ("" for none: not in any plan).
 	Site string
 	// Labels of the Node (gateway pool selectors).
@@ -60,7 +63,19 @@ type Output struct {
 	Pools map[string]*PoolReport
 	// Peerings reports per SitePeering.
 	Peerings map[string]*PeeringReport
+	// Fresh says which Plans and Slices (by PlanKey and SliceKey) a Planner computed anew; the others are
+	// the objects of its previous Output, unchanged. Nil: every object is fresh (Compute, a full pass).
+	Fresh map[string]bool
 }
+
+// PlanKey is a RoutePlan's key in Output.Fresh.
+func PlanKey(name string) string { return "RoutePlan/" + name }
+
+// SliceKey is a PeerSlice's key in Output.Fresh.
+func SliceKey(name string) string { return "PeerSlice/" + name }
+
+// IsFresh reports whether the object with key k was computed in this pass.
+func (o *Output) IsFresh(k string) bool { return o.Fresh == nil || o.Fresh[k] }
 
 // SiteReport is a Site's observed state.
 type SiteReport struct {

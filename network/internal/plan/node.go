@@ -38,6 +38,12 @@ func FromNode(n *corev1.Node, nn *netv1.NodeNetwork) Node {
 			out.Addresses = append(out.Addresses, netv1.Endpoint{Address: a.Address, Type: netv1.EndpointExternal})
 		}
 	}
+	if n.ResourceVersion != "" {
+		out.Version = n.ResourceVersion + "/"
+		if nn != nil {
+			out.Version += nn.ResourceVersion
+		}
+	}
 	if nn != nil && nn.DeletionTimestamp.IsZero() {
 		spec := nn.Spec
 		out.Network = &spec

@@ -26,8 +26,7 @@ func SliceName(site string, role netv1.SliceRole, n int) string {
 
 // slices shards a Site's peers. A node stays in the slice that held it (so one node's change rewrites one
 // slice and a new node never shifts the others); new nodes fill the lowest-numbered slice with room.
-func slices(si *siteInfo, in Input, pools map[string]*netv1.GatewayPool) []netv1.PeerSlice {
-	size := in.SliceSize
+func slices(si *siteInfo, size int, previous []*netv1.PeerSlice, pools map[string]*netv1.GatewayPool) []netv1.PeerSlice {
 	if size <= 0 {
 		size = DefaultSliceSize
 	}
@@ -37,8 +36,7 @@ func slices(si *siteInfo, in Input, pools map[string]*netv1.GatewayPool) []netv1
 		prefix = prefix[:len(prefix)-1]
 		members := map[int][]netv1.Peer{}
 		prevSlice := map[string]int{}
-		for i := range in.Previous {
-			ps := &in.Previous[i]
+		for _, ps := range previous {
 			if ps.Spec.Site != si.site.Name || ps.Spec.Role != role || !strings.HasPrefix(ps.Name, prefix) {
 				continue
 			}

@@ -8,7 +8,7 @@ import (
 // sitePrefixes are the destinations of a Site: its pools, pod CIDRs of its nodes outside them (nodes that
 // moved in keep their CIDR), its node CIDRs and the routed CIDRs of the pools the link uses.
 func sitePrefixes(si *siteInfo, filter map[string]bool) []string {
-	set := podPrefixes(si)
+	set := copySet(podPrefixes(si))
 	for _, c := range si.site.Spec.NodeCIDRs {
 		add(set, c)
 	}
@@ -24,32 +24,41 @@ func sitePrefixes(si *siteInfo, filter map[string]bool) []string {
 
 // podPrefixes are a Site's pod destinations: its pools and the pod CIDRs of its nodes outside them. Only
 // CIDRs outside the pools: the pools cover the rest, and listing every node's block would rewrite the plan
-// whenever a node joins.
+// whenever a node joins. Computed once per pass (assignNodes found the CIDRs outside); callers copy it.
 func podPrefixes(si *siteInfo) map[string]bool {
+	if si.podPfx != nil {
+		return si.podPfx
+	}
 	set := map[string]bool{}
 	for _, p := range si.site.Spec.PodCIDRPools {
 		add(set, p.CIDR)
 	}
-	for _, n := range si.nodes {
-		for _, c := range n.PodCIDRs {
-			if !si.alloc.Contains(c) {
-				add(set, c)
-			}
-		}
+	for c := range si.outside {
+		set[c] = true
 	}
+	si.podPfx = set
 	return set
+}
+
+func copySet(s map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(s))
+	for k := range s {
+		out[k] = true
+	}
+	return out
 }
 
 // nonMasquerade are the destinations a Site's pods reach without SNAT: its own pod destinations, its
 // spec.nonMasqueradeCIDRs and every link's prefixes.
 func nonMasquerade(si *siteInfo) []string {
-	set := podPrefixes(si)
+	set := copySet(podPrefixes(si))
 	for _, c := range si.site.Spec.NonMasqueradeCIDRs {
 		add(set, c)
 	}
 	for _, l := range si.links {
+		// Link prefixes are canonical already (sortedPrefixes wrote them).
 		for _, c := range l.Prefixes {
-			add(set, c)
+			set[c] = true
 		}
 	}
 	return sortedPrefixes(set)

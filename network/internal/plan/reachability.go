@@ -56,14 +56,12 @@ func (p *planner) relayCapable(si *siteInfo, node string) bool {
 func (p *planner) involvesNAT(l *link) bool {
 	for _, s := range []string{l.a, l.b} {
 		si := p.sites[s]
-		nodes := si.nodes
 		if l.topology == netv1.TopologyGateway {
-			nodes = candidatesOf(si, l.poolFilter)
-		}
-		for _, n := range nodes {
-			if si.behindNAT(n) {
+			if si.candidatesBehindNAT(l) {
 				return true
 			}
+		} else if si.anyBehindNAT() {
+			return true
 		}
 	}
 	return false
@@ -76,8 +74,8 @@ func (e linkEnd) members(filter map[string]bool) []*Node {
 		return e.si.nodes
 	}
 	var out []*Node
-	for _, n := range e.si.nodes {
-		if contains(e.gateways, n.Name) {
+	for _, g := range e.gateways {
+		if n := e.si.nodeIndex[g]; n != nil {
 			out = append(out, n)
 		}
 	}
@@ -100,10 +98,8 @@ func (e linkEnd) anyBehindNAT(filter map[string]bool) bool {
 func (e linkEnd) reachableGateways() []string {
 	var out []string
 	for _, g := range e.gateways {
-		for _, n := range e.si.nodes {
-			if n.Name == g && !e.si.behindNAT(n) {
-				out = append(out, g)
-			}
+		if n := e.si.nodeIndex[g]; n != nil && !e.si.behindNAT(n) {
+			out = append(out, g)
 		}
 	}
 	return out
@@ -113,11 +109,11 @@ func (e linkEnd) reachableGateways() []string {
 // when that makes every pair work) or, when neither end can be dialled, a link that needs a relay.
 func (p *planner) decideKind(l *link) {
 	for i, s := range []string{l.a, l.b} {
-		gws, hasCand := gatewaysOf(p.sites[s], l.poolFilter)
-		l.ends[i] = linkEnd{si: p.sites[s], gateways: gws, hasCand: hasCand}
+		m := p.sites[s].end(l)
+		l.ends[i] = linkEnd{si: p.sites[s], gateways: m.gateways, hasCand: m.hasCand}
 	}
 	a, b := &l.ends[0], &l.ends[1]
-	natA, natB := a.anyBehindNAT(l.poolFilter), b.anyBehindNAT(l.poolFilter)
+	natA, natB := p.sites[l.a].end(l).membersNAT, p.sites[l.b].end(l).membersNAT
 	if l.topology == netv1.TopologyFullMesh {
 		// Every node peers with every remote node: nothing to restrict, nothing to relay through.
 		l.setNAT(natA, natB)
@@ -199,7 +195,7 @@ func (p *planner) relayGateways(r string, la, lb *link) []string {
 		if !contains(eb.gateways, g) || !p.relayCapable(si, g) {
 			continue
 		}
-		if n := p.byName[g]; n != nil && !si.behindNAT(n) {
+		if n := si.nodeIndex[g]; n != nil && !si.behindNAT(n) {
 			out = append(out, g)
 		}
 	}

@@ -47,6 +47,11 @@ type Reconciler struct {
 	// Recorder records gateway elections, failovers and condition changes (the manager's when nil).
 	Recorder record.EventRecorder
 
+	// planner and publisher carry the last pass into the next: a node change recomputes its Site only and
+	// compares only the objects that were recomputed (one worker: no locking).
+	planner   plan.Planner
+	publisher Publisher
+
 	passes         atomic.Int64
 	writes         atomic.Int64
 	lastPassWrites atomic.Int64
@@ -111,7 +116,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	before := r.writes.Load()
-	out := plan.Compute(in.Input)
+	out := r.planner.Compute(in.Input)
 	var errs []error
 	if err := r.publish(ctx, out, in); err != nil {
 		errs = append(errs, err)
@@ -208,7 +213,7 @@ func (r *Reconciler) snapshot(ctx context.Context) (*snapshot, error) {
 
 // publish writes the differences and counts them.
 func (r *Reconciler) publish(ctx context.Context, out *plan.Output, in *snapshot) error {
-	n, err := Publish(ctx, r.Client, out, in.plans, in.Previous)
+	n, err := r.publisher.Publish(ctx, r.Client, out, in.plans, in.Previous)
 	r.writes.Add(int64(n))
 	return err
 }
@@ -218,8 +223,30 @@ func (r *Reconciler) publish(ctx context.Context, out *plan.Output, in *snapshot
 // from every slice while it moves between them. Updates carry the published resourceVersion: if someone
 // else changed an object, the conflict sends the caller round again with a fresh view.
 func Publish(ctx context.Context, c client.Client, out *plan.Output, plans []netv1.RoutePlan, slices []netv1.PeerSlice) (int, error) {
-	pc := plan.DiffPlans(out.Plans, plans)
-	sc := plan.DiffSlices(out.Slices, slices)
+	return (&Publisher{}).Publish(ctx, c, out, plans, slices)
+}
+
+// Publisher publishes plan after plan. It remembers the resourceVersion of each object it found equal to
+// the desired one or wrote, so that an object the Planner did not recompute (plan.Output.Fresh) whose
+// published resourceVersion is still the one it remembers is known to be right without comparing it:
+// after one node change, only that node's slice is compared. Anything unexpected (an error, an object
+// someone else changed) is compared as Publish always did. The zero value is ready to use.
+type Publisher struct {
+	known map[string]string // plan.PlanKey/plan.SliceKey → resourceVersion known to hold the desired object
+}
+
+// Publish is the package's Publish, remembering what it saw and wrote for the next call.
+func (p *Publisher) Publish(ctx context.Context, c client.Client, out *plan.Output, plans []netv1.RoutePlan, slices []netv1.PeerSlice) (int, error) {
+	known := p.known
+	p.known = nil // until this pass has succeeded
+	pc := plan.DiffPlansKnown(out.Plans, plans, func(d, e *netv1.RoutePlan) bool {
+		k := plan.PlanKey(d.Name)
+		return !out.IsFresh(k) && known[k] != "" && known[k] == e.ResourceVersion
+	})
+	sc := plan.DiffSlicesKnown(out.Slices, slices, func(d, e *netv1.PeerSlice) bool {
+		k := plan.SliceKey(d.Name)
+		return !out.IsFresh(k) && known[k] != "" && known[k] == e.ResourceVersion
+	})
 	if pc.Len()+sc.Len() > 0 {
 		ctrl.LoggerFrom(ctx).Info("Publishing route plan", "planWrites", pc.Len(), "sliceWrites", sc.Len())
 	}
@@ -262,7 +289,36 @@ func Publish(ctx context.Context, c client.Client, out *plan.Output, plans []net
 			writes++
 		}
 	}
-	return writes, kerrors.NewAggregate(errs)
+	if err := kerrors.NewAggregate(errs); err != nil {
+		return writes, err
+	}
+	// Every published object now holds the desired one: those written at the version the apiserver
+	// returned, the others at the version they had.
+	next := make(map[string]string, len(out.Plans)+len(out.Slices))
+	for i := range plans {
+		next[plan.PlanKey(plans[i].Name)] = plans[i].ResourceVersion
+	}
+	for i := range slices {
+		next[plan.SliceKey(slices[i].Name)] = slices[i].ResourceVersion
+	}
+	for _, o := range objs[0] {
+		next[objectKey(o)] = o.GetResourceVersion()
+	}
+	for _, o := range objs[1] {
+		next[objectKey(o)] = o.GetResourceVersion()
+	}
+	for _, o := range objs[2] {
+		delete(next, objectKey(o))
+	}
+	p.known = next
+	return writes, nil
+}
+
+func objectKey(o client.Object) string {
+	if _, ok := o.(*netv1.RoutePlan); ok {
+		return plan.PlanKey(o.GetName())
+	}
+	return plan.SliceKey(o.GetName())
 }
 
 func ptr[T any](v T) *T { return &v }

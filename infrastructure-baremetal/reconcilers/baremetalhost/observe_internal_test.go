@@ -11,12 +11,12 @@ import (
 // The gauge's labels stay within Metal3's states and statuses, whatever a status writer put there.
 func TestHostLabels(t *testing.T) {
 	for _, tc := range []struct {
-		name          string
-		state         metal3v1.ProvisioningState
-		status        metal3v1.OperationalStatus
-		annotations   map[string]string
-		wantState     string
-		wantStatus string
+		name        string
+		state       metal3v1.ProvisioningState
+		status      metal3v1.OperationalStatus
+		annotations map[string]string
+		wantState   string
+		wantStatus  string
 	}{
 		{name: "new", wantState: "none", wantStatus: "none"},
 		{name: "available", state: metal3v1.StateAvailable, status: metal3v1.OperationalStatusOK, wantState: "available", wantStatus: "OK"},

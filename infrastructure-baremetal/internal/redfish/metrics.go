@@ -78,7 +78,7 @@ func code(rsp *http.Response, err error) string {
 }
 
 // operation names what a request does from its method and path (the URL's path: no query, no host).
-// Paths follow the Redfish resource tree: /redfish/v1/Systems/<id>/Processors/<id>, …
+// Paths follow the Redfish resource tree (/redfish/v1/Systems/<id>/Processors/<id> and so on).
 func operation(method, path string) string {
 	p := strings.Trim(path, "/")
 	if p == "redfish" || strings.EqualFold(p, "redfish/v1") {

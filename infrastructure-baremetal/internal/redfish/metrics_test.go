@@ -81,6 +81,7 @@ func TestRequestMetrics(t *testing.T) {
 		g.Expect(c.Power(ctx, redfish.PowerOff)).To(Succeed())
 		c.Close()
 		d := readBMCCounts().since(was)
+		t.Logf("requests by operation: %v", d.byOp)
 
 		g.Expect(d.total).To(BeEquivalentTo(sim.TotalRequests()-served), "every request the BMC served is counted once")
 		g.Expect(d.byOpCode[[2]string{redfish.OpServiceRoot, "200"}]).To(BeEquivalentTo(1))
@@ -161,6 +162,7 @@ func TestRequestMetricsDMTFMockup(t *testing.T) {
 	g.Expect(c.Power(ctx, redfish.PowerCycle)).To(Succeed())
 	c.Close()
 	d := readBMCCounts().since(was)
+	t.Logf("requests by operation: %v", d.byOp)
 
 	m.mu.Lock()
 	served := len(m.log)

@@ -164,7 +164,7 @@ push: images ## Push out/images to REGISTRY (e.g. REGISTRY=registry.example:5000
 # each provider's components file (distinct names), metadata.yaml, the templates and ClusterClasses,
 # metal3-crds.yaml, the network add-on, yonder-agent and kubectl-yonder (static, -trimpath; the plugin
 # without the lab, -tags release) for the build's architecture, the plugin's krew archives and manifest
-# (release-plugin), and checksums.txt (sha256 of every file).
+# (release-plugin), the Grafana dashboard (config/grafana) and checksums.txt (sha256 of every file).
 # With REGISTRY set, the images are pushed there too.
 RELEASE_DIR = $(OUT)/release/$(RELEASE_VERSION)
 
@@ -189,11 +189,12 @@ release-plugin: ## Write kubectl-yonder's krew archives (PLUGIN_PLATFORMS) and k
 	@echo $(RELEASE_DIR)/yonder.yaml
 
 .PHONY: release
-release: release-manifests ## Write out/release/<version>/ (components, metadata, templates, binaries, krew plugin, sha256s); pushes the images when REGISTRY is set
+release: release-manifests ## Write out/release/<version>/ (components, metadata, templates, binaries, krew plugin, Grafana dashboard, sha256s); pushes the images when REGISTRY is set
 	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
 	@$(MAKE) --no-print-directory release-plugin
 	@for p in $(PROVIDERS); do cp $(OUT)/$$p/*-components*.yaml $(RELEASE_DIR)/; done
 	@cp metadata.yaml templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/infrastructure-baremetal/metal3-crds.yaml $(OUT)/network/yonder-network.yaml $(RELEASE_DIR)/
+	@cp config/grafana/yonder-grafana-dashboard.json $(RELEASE_DIR)/
 	@arch=$$($(GO) env GOARCH); \
 	  CGO_ENABLED=0 $(GO) build -trimpath -o $(RELEASE_DIR)/yonder-agent-linux-$$arch ./hostruntime/cmd/yonder-agent && \
 	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -ldflags "$(PLUGIN_LDFLAGS)" -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder

@@ -177,7 +177,7 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		Username:          cfg.Username,
 		Password:          cfg.Password,
 		BasicAuth:         cfg.BasicAuth,
-		HTTPClient:        &http.Client{Transport: budgetTransport{next: transport, budget: &c.budget}, Timeout: timeout},
+		HTTPClient:        &http.Client{Transport: budgetTransport{next: meteredTransport{next: transport}, budget: &c.budget}, Timeout: timeout},
 		NoModifyTransport: true,
 		ReuseConnections:  true,
 	})

@@ -1,8 +1,11 @@
 package baremetalhost
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -10,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/yonder-dev/yonder/pkg/condevents"
@@ -28,7 +32,97 @@ var phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: prometheus.ExponentialBuckets(0.5, 2, 14),
 }, []string{"state"})
 
-func init() { metrics.Registry.MustRegister(phaseSeconds) }
+var hostsDesc = prometheus.NewDesc("yonder_baremetalhosts",
+	"BareMetalHosts this manager manages (label "+ManagedLabel+"=true), by namespace, Metal3 provisioning state (none: not registered yet) and operational status (OK, discovered, error, delayed, detached, servicing; none: not reconciled yet).",
+	[]string{"namespace", "state", "operational_status"}, nil)
+
+// hosts counts the managed BareMetalHosts from the manager's cache at every scrape, so the figure is
+// never older than the cache (no reconcile has to run for it to move), as pkg/claim counts the inventory.
+var hosts = &hostsCollector{}
+
+func init() { metrics.Registry.MustRegister(phaseSeconds, hosts) }
+
+// hostKey is one series of yonder_baremetalhosts.
+type hostKey struct{ namespace, state, status string }
+
+type hostsCollector struct {
+	mu    sync.Mutex
+	count func(context.Context) (map[hostKey]int, error)
+}
+
+func (c *hostsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- hostsDesc }
+
+func (c *hostsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.count == nil {
+		return // no host controller in this process
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.count(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(hostsDesc, err)
+		return
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(hostsDesc, prometheus.GaugeValue, float64(n), k.namespace, k.state, k.status)
+	}
+}
+
+// countHosts makes the collector count the hosts r manages, read through c (the manager's cached
+// client). A later reconciler in this process, as tests start them, replaces an earlier one's count.
+func (r *Reconciler) countHosts(c client.Client) {
+	hosts.mu.Lock()
+	defer hosts.mu.Unlock()
+	hosts.count = func(ctx context.Context) (map[hostKey]int, error) {
+		list := &metal3v1.BareMetalHostList{}
+		if err := c.List(ctx, list, client.MatchingLabels{ManagedLabel: "true"}); err != nil {
+			return nil, fmt.Errorf("failed to list BareMetalHosts: %w", err)
+		}
+		counts := map[hostKey]int{}
+		for i := range list.Items {
+			h := &list.Items[i]
+			if r.manages(h) {
+				counts[hostKey{h.Namespace, stateLabel(h), statusLabel(h)}]++
+			}
+		}
+		return counts, nil
+	}
+}
+
+// stateLabel is the host's provisioning state as Metal3 spells it; a value no Metal3 version defines
+// (status is writable by anyone with the status subresource) is "other", so the label stays bounded.
+func stateLabel(h *metal3v1.BareMetalHost) string {
+	switch st := h.Status.Provisioning.State; st {
+	case metal3v1.StateNone:
+		return "none"
+	case metal3v1.StateUnmanaged, metal3v1.StateRegistering, metal3v1.StateMatchProfile, metal3v1.StatePreparing,
+		metal3v1.StateReady, metal3v1.StateAvailable, metal3v1.StateProvisioning, metal3v1.StateProvisioned,
+		metal3v1.StateExternallyProvisioned, metal3v1.StateDeprovisioning, metal3v1.StateInspecting,
+		metal3v1.StatePoweringOffBeforeDelete, metal3v1.StateDeleting:
+		return string(st)
+	default:
+		return "other"
+	}
+}
+
+// statusLabel is the host's operational status; a host carrying Metal3's detached annotation is
+// "detached" (the controller leaves it alone, whatever its last status says).
+func statusLabel(h *metal3v1.BareMetalHost) string {
+	if _, ok := h.Annotations[metal3v1.DetachedAnnotation]; ok {
+		return string(metal3v1.OperationalStatusDetached)
+	}
+	switch st := h.Status.OperationalStatus; st {
+	case "":
+		return "none"
+	case metal3v1.OperationalStatusOK, metal3v1.OperationalStatusDiscovered, metal3v1.OperationalStatusError,
+		metal3v1.OperationalStatusDelayed, metal3v1.OperationalStatusDetached, metal3v1.OperationalStatusServicing:
+		return string(st)
+	default:
+		return "other"
+	}
+}
 
 // seen is what a reconcile started from, to tell afterwards what changed.
 type seen struct {

@@ -105,6 +105,7 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorderFor("yonder-metal-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}
+	r.countHosts(mgr.GetClient())
 	managed := predicate.NewPredicateFuncs(r.manages)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("baremetalhost").

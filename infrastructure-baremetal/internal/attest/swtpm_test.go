@@ -46,7 +46,10 @@ type realTPM struct {
 	keys *wire.Keys
 }
 
-func startTPM(t *testing.T) *realTPM { return startTPMWith(t, swtpm.Start) }
+func startTPM(t *testing.T) *realTPM {
+	t.Helper()
+	return startTPMWith(t, swtpm.Start)
+}
 
 // startTPMWith starts a TPM manufactured by start (swtpm.Start or swtpm.StartWithoutEKCertificate).
 func startTPMWith(t *testing.T, start func(context.Context, string) (*swtpm.TPM, error)) *realTPM {

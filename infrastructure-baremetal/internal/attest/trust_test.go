@@ -39,9 +39,9 @@ type rogueServer struct {
 	agentNonce []byte
 }
 
-func (r *rogueServer) start(t *testing.T, real string) *httptest.Server {
+func (r *rogueServer) start(t *testing.T, upstream string) *httptest.Server {
 	t.Helper()
-	u, err := url.Parse(real)
+	u, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

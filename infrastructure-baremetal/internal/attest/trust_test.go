@@ -207,6 +207,7 @@ func TestFloodFromOneAddressDoesNotStopAnother(t *testing.T) {
 	g.Expect(string(data)).To(ContainSubstring("join token"))
 	refused, _ := codes.Load(http.StatusForbidden)
 	limited, _ := codes.Load(http.StatusTooManyRequests)
+	t.Logf("flood from 127.0.0.2: %d requests reached the service (403), %d were limited (429)", refused.(*atomic.Int64).Load(), limited.(*atomic.Int64).Load())
 	// The burst, then about one a second, reach the service (an unknown ticket, 403); the rest are 429.
 	g.Expect(refused.(*atomic.Int64).Load()).To(BeNumerically("<=", 5+15))
 	g.Expect(limited.(*atomic.Int64).Load()).To(BeNumerically(">", 100))

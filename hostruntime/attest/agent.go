@@ -165,7 +165,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte) ([]
 func retryAfter(v string) time.Duration {
 	d := time.Second
 	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-		d = time.Duration(s) * time.Second
+		d = time.Duration(min(s, 3600)) * time.Second // no overflow from a huge value
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = time.Until(t)
 	}

@@ -1,18 +1,26 @@
 // Package attest is the host side of Yonder's TPM 2.0 attestation (`yonder-agent attest`) and the wire
 // protocol it speaks with the bare-metal boot server:
 //
-//  1. POST /attestation/v1/start  {ticket, EK public (+ certificate), AK public}
+//  1. POST /attestation/v1/start  {ticket, EK public (+ certificate), AK public, the agent's fresh nonce}
 //     ← session, MakeCredential challenge bound to the AK's name and the EK, a fresh nonce, the PCRs to quote
 //  2. the TPM proves AK and EK live together (ActivateCredential) and quotes the PCRs with the nonce
 //     POST /attestation/v1/verify {session, activated secret, quote, signature, PCR values} ← release token
 //  3. GET /bootstrap/v1/<release token> (once) ← the bootstrap data, AES-GCM encrypted under a key that is
-//     itself a credential for this AK on this EK: only this TPM can open it.
+//     itself a credential for this AK on this EK: only this TPM can open it. The provider signs the
+//     envelope together with the agent's nonce from step 1 and an expiry, so a recorded envelope (an
+//     earlier boot's, another session's) replayed by a rogue server is refused.
+//
+// A server that is busy with one source address answers 429 with Retry-After; the agent waits and
+// retries (Client.RetryBudget) instead of failing the boot.
 //
 // The protocol types live here, in the agent's package, so that the server (infrastructure-baremetal)
 // and the agent decode the same JSON.
 package attest
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // API paths.
 const (
@@ -31,7 +39,14 @@ type StartRequest struct {
 	EKCertificate []byte `json:"ekCertificate,omitempty"`
 	// AKPublic is the attestation key's TPMT_PUBLIC.
 	AKPublic []byte `json:"akPublic"`
+	// AgentNonce is fresh randomness the agent chose for this boot (AgentNonceSize bytes). The server
+	// signs the released envelope together with it: the AK is re-derived identically on every boot, so
+	// without it an envelope recorded from an earlier boot would open and verify again.
+	AgentNonce []byte `json:"agentNonce"`
 }
+
+// AgentNonceSize is the length of StartRequest.AgentNonce.
+const AgentNonceSize = 32
 
 // StartResponse is the server's challenge.
 type StartResponse struct {
@@ -44,6 +59,9 @@ type StartResponse struct {
 	Nonce []byte `json:"nonce"`
 	// PCRs are the SHA-256 PCR indexes to quote.
 	PCRs []int `json:"pcrs"`
+	// AgentNonce is the nonce this agent sent (filled in by Client.Start, never by the server): the
+	// envelope released for this session must carry it (Client.Fetch).
+	AgentNonce []byte `json:"-"`
 }
 
 // VerifyRequest answers the challenge.
@@ -76,16 +94,22 @@ type Envelope struct {
 	// that the provider sent it. An agent with the provider's public key (built into its boot image)
 	// refuses an envelope without a valid one.
 	Signature []byte `json:"signature,omitempty"`
+	// AgentNonce is the StartRequest.AgentNonce of the session the envelope was released to, and Expires
+	// (whole seconds) when it stops being accepted; both are signed, so the agent refuses an envelope
+	// meant for another session (ErrEnvelopeForAnotherSession) or a stale one (ErrEnvelopeExpired).
+	AgentNonce []byte    `json:"agentNonce"`
+	Expires    time.Time `json:"expires"`
 }
 
-// SignedBytes is what Signature signs: a domain separator and every other field, length-prefixed.
+// SignedBytes is what Signature signs: a domain separator, every other field length-prefixed, and the
+// expiry in Unix seconds.
 func (e *Envelope) SignedBytes() []byte {
-	b := []byte("yonder-bootstrap-signature-v1\x00")
-	for _, f := range [][]byte{e.CredentialBlob, e.EncryptedSecret, e.Nonce, e.Ciphertext} {
+	b := []byte("yonder-bootstrap-signature-v2\x00")
+	for _, f := range [][]byte{e.CredentialBlob, e.EncryptedSecret, e.Nonce, e.Ciphertext, e.AgentNonce} {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(f))) //nolint:gosec // fields are at most 16 MiB (the agent's read limit)
 		b = append(b, f...)
 	}
-	return b
+	return binary.BigEndian.AppendUint64(b, uint64(e.Expires.Unix())) //nolint:gosec // a two's-complement encoding is as good as any
 }
 
 // EnvelopeAAD is the GCM additional data of an Envelope.
@@ -124,8 +148,19 @@ const (
 	ReasonEnrolmentClosed = "EnrolmentClosed"
 	// ReasonEKRootsNotConfigured: the server has no TPM vendor roots and was not told to accept any EK.
 	ReasonEKRootsNotConfigured = "EKRootsNotConfigured"
+	// ReasonRateLimited: the request's source address sent more than its share (HTTP 429, Retry-After);
+	// nothing was processed, the agent waits and sends it again.
+	ReasonRateLimited = "RateLimited"
 )
 
 // ReasonEnvelopeNotSigned is the agent's own refusal of bootstrap data that its provider did not sign
 // (ErrEnvelopeNotSigned): what a rogue boot server on the LAN gets.
 const ReasonEnvelopeNotSigned = "EnvelopeNotSignedByProvider"
+
+// ReasonEnvelopeForAnotherSession is the agent's refusal of a provider-signed envelope that was released
+// to another session (ErrEnvelopeForAnotherSession): a recording replayed by a rogue server.
+const ReasonEnvelopeForAnotherSession = "EnvelopeForAnotherSession"
+
+// ReasonEnvelopeExpired is the agent's refusal of a provider-signed envelope past its expiry
+// (ErrEnvelopeExpired).
+const ReasonEnvelopeExpired = "EnvelopeExpired"

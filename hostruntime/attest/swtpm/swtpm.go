@@ -27,7 +27,16 @@ type TPM struct {
 }
 
 // Start manufactures a TPM in dir (which must be unique to the caller) and serves it.
-func Start(ctx context.Context, dir string) (*TPM, error) {
+func Start(ctx context.Context, dir string) (*TPM, error) { return start(ctx, dir, true) }
+
+// StartWithoutEKCertificate manufactures a TPM like Start but without an EK certificate in its NV (as
+// some platforms ship them, and as any software TPM looks that was not set up by a vendor): a verifier
+// with vendor roots has nothing to check its EK against.
+func StartWithoutEKCertificate(ctx context.Context, dir string) (*TPM, error) {
+	return start(ctx, dir, false)
+}
+
+func start(ctx context.Context, dir string, ekCert bool) (*TPM, error) {
 	for _, tool := range []string{"swtpm", "swtpm_setup"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("%s is missing: run `hack/test-bins.sh --packages` (installs swtpm, swtpm-tools): %w", tool, err)
@@ -37,8 +46,11 @@ func Start(ctx context.Context, dir string) (*TPM, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create swtpm state dir: %w", err)
 	}
-	setup := exec.CommandContext(ctx, "swtpm_setup", "--tpm2", "--create-ek-cert", "--tpmstate", state,
-		"--overwrite", "--pcr-banks", "sha256", "--logfile", filepath.Join(dir, "setup.log"))
+	args := []string{"--tpm2", "--tpmstate", state, "--overwrite", "--pcr-banks", "sha256", "--logfile", filepath.Join(dir, "setup.log")}
+	if ekCert {
+		args = append(args, "--create-ek-cert")
+	}
+	setup := exec.CommandContext(ctx, "swtpm_setup", args...)
 	if out, err := setup.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("failed to manufacture swtpm in %s: %w: %s", dir, err, out)
 	}

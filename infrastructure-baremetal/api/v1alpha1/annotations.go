@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "time"
+
 // MachineFinalizer lets a YonderMetalMachine deprovision and release its BareMetalHost before it goes away.
 const MachineFinalizer = "yondermetalmachine.infrastructure.cluster.x-k8s.io"
 
@@ -26,3 +28,9 @@ const (
 	// Cluster are spread across the values; a Machine with spec.failureDomain gets a host with that value.
 	FailureDomainLabel = "infrastructure.cluster.x-k8s.io/failure-domain"
 )
+
+// MaxEnrolmentWindow is the longest a BareMetalHost's TPM enrolment window may be open: the deadline in
+// its annotation metal.yonder.dev/tpm-enrolment-window is at most this far ahead when it is written. The
+// provider's BareMetalHost webhook enforces it and `kubectl yonder host enrol --for` is bounded by it: a
+// window is trust on first use, so it must not stay open for whoever boots first days later.
+const MaxEnrolmentWindow = 24 * time.Hour

@@ -74,6 +74,11 @@ const (
 	ReasonAttested = "Attested"
 	ReasonEnrolled = "Enrolled"
 	ReasonReleased = "BootstrapDataReleased"
+	// ReasonAttestedUnverifiedEK and ReasonEnrolledUnverifiedEK are ReasonAttested and ReasonEnrolled for
+	// a TPM whose EK certificate chain was not verified (Config.InsecureAcceptAnyEK): the TPM may be
+	// software, which the host's Attested condition says.
+	ReasonAttestedUnverifiedEK = "AttestedWithUnverifiedEK"
+	ReasonEnrolledUnverifiedEK = "EnrolledWithUnverifiedEK"
 )
 
 // Store is the narrow view of the host objects attestation needs (issue 7 implements it on BareMetalHost).
@@ -97,21 +102,33 @@ type Config struct {
 	EKRoots *x509.CertPool
 	// EKIntermediates are offered when verifying EK certificates.
 	EKIntermediates *x509.CertPool
-	// InsecureAcceptAnyEK accepts EKs without a certificate chain when EKRoots is nil. Without it and
-	// without EKRoots every attestation is refused (EKRootsNotConfigured): a software TPM could otherwise
-	// enrol in an open window and receive the host's data.
+	// InsecureAcceptAnyEK accepts EKs whose certificate chain is not verified: every EK when EKRoots is
+	// nil, and with EKRoots an EK that has no certificate at all (some platforms ship TPMs without one; a
+	// certificate that is present must still chain). Such a host's attestation succeeds with reason
+	// EnrolledWithUnverifiedEK / AttestedWithUnverifiedEK instead of Enrolled / Attested. Without it, an
+	// EK without a certificate is refused (EKCertificateMissing) and, without EKRoots, every attestation
+	// (EKRootsNotConfigured): a software TPM could otherwise enrol in an open window and receive the
+	// host's data.
 	InsecureAcceptAnyEK bool
 	// TicketTTL bounds how long a boot ticket is valid (default 30m); SessionTTL a challenge (default 2m).
 	TicketTTL  time.Duration
 	SessionTTL time.Duration
-	// SigningKey signs every released envelope (wire.Envelope.Signature); the boot image's agent holds
-	// the public half and refuses data without it. Nil: envelopes are unsigned.
+	// SigningKey signs every released envelope (wire.Envelope.Signature), bound to the agent's nonce of
+	// the session and an expiry; the boot image's agent holds the public half and refuses data without
+	// it. Nil: envelopes are unsigned.
 	SigningKey ed25519.PrivateKey
+	// EnvelopeTTL is how long a released envelope is accepted by the agent (default 10m, from the
+	// release): the agent fetches and opens it at once, so only a host clock further off than that
+	// refuses a genuine envelope.
+	EnvelopeTTL time.Duration
 	// MaxTicketsPerHost is how many scripts (tickets) one host is issued within TicketTTL for one fetching
 	// address (default 10): a refetch gets a new ticket and leaves the earlier ones valid, a flood of
 	// fetches is refused. The budget is per address, so a stranger who names the host's MAC (where scripts
 	// are not bound to a lease: proxyDHCP) spends its own budget, not the host's.
 	MaxTicketsPerHost int
+	// RateLimit bounds the requests of one source address to the attestation API (Handler); over it the
+	// answer is 429 with Retry-After and nothing is processed or recorded on a host.
+	RateLimit RateLimit
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -153,23 +170,27 @@ type ticket struct {
 }
 
 type session struct {
-	host    string
-	from    netip.Addr // the address that opened it with the host's ticket
-	nonce   []byte
-	secret  []byte
-	ekPub   tpm2.TPMTPublic
-	ekCert  []byte
-	akPub   tpm2.TPMTPublic
-	akName  []byte
-	expires time.Time
+	host       string
+	from       netip.Addr // the address that opened it with the host's ticket
+	agentNonce []byte     // the agent's StartRequest.AgentNonce: the released envelope is bound to it
+	nonce      []byte
+	secret     []byte
+	ekPub      tpm2.TPMTPublic
+	ekCert     []byte
+	ekVerified bool // the EK certificate chained to a configured root
+	akPub      tpm2.TPMTPublic
+	akName     []byte
+	expires    time.Time
 }
 
 type release struct {
-	host    string
-	from    netip.Addr // the address that answered the session
-	ekPub   tpm2.TPMTPublic
-	akName  []byte
-	expires time.Time
+	host       string
+	from       netip.Addr // the address that answered the session
+	agentNonce []byte
+	ekVerified bool
+	ekPub      tpm2.TPMTPublic
+	akName     []byte
+	expires    time.Time
 }
 
 // Service issues tickets and runs attestation sessions. Its state is in memory: a restarted manager
@@ -179,14 +200,15 @@ type Service struct {
 	store   Store
 	log     logr.Logger
 	metrics *Metrics
+	limiter *limiter
 
 	mu         sync.Mutex
-	tickets    map[string]ticket      // sha256(ticket) → host
+	tickets    map[string]ticket        // sha256(ticket) → host
 	issued     map[issuedTo][]time.Time // host and address → expiry of each ticket issued within TicketTTL (rate limit)
-	sessions   map[string]*session    // session id → session
-	usedNonces map[string]time.Time   // hex nonce → expiry of the memory
-	releases   map[string]*release    // sha256(token) → release
-	released   map[string]*release    // sha256(token) of consumed tokens
+	sessions   map[string]*session      // session id → session
+	usedNonces map[string]time.Time     // hex nonce → expiry of the memory
+	releases   map[string]*release      // sha256(token) → release
+	released   map[string]*release      // sha256(token) of consumed tokens
 }
 
 // New returns a Service.
@@ -202,6 +224,9 @@ func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 2 * time.Minute
 	}
+	if cfg.EnvelopeTTL == 0 {
+		cfg.EnvelopeTTL = 10 * time.Minute
+	}
 	if cfg.MaxTicketsPerHost == 0 {
 		cfg.MaxTicketsPerHost = 10
 	}
@@ -211,7 +236,7 @@ func New(cfg Config, store Store, log logr.Logger, metrics *Metrics) *Service {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Service{cfg: cfg, store: store, log: log, metrics: metrics,
+	return &Service{cfg: cfg, store: store, log: log, metrics: metrics, limiter: newLimiter(cfg.RateLimit, cfg.Now),
 		tickets: map[string]ticket{}, issued: map[issuedTo][]time.Time{}, sessions: map[string]*session{},
 		usedNonces: map[string]time.Time{}, releases: map[string]*release{}, released: map[string]*release{}}
 }
@@ -321,6 +346,10 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 		return nil, s.fail(ctx, host, refuse(503, wire.ReasonEKRootsNotConfigured,
 			"the boot server has no TPM vendor roots to verify EK certificates: configure them (--ek-roots) or start it with --insecure-accept-any-ek"))
 	}
+	if len(req.AgentNonce) != wire.AgentNonceSize {
+		// Without it the released data would not be bound to this boot: replayable to the host later.
+		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "agentNonce must be %d bytes", wire.AgentNonceSize))
+	}
 	ekPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.EKPublic)
 	if err != nil {
 		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK public area does not decode: %v", err))
@@ -329,7 +358,8 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 	if err != nil {
 		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "AK public area does not decode: %v", err))
 	}
-	if rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate); rerr != nil {
+	ekVerified, rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate)
+	if rerr != nil {
 		return nil, s.fail(ctx, host, rerr)
 	}
 	if rerr := checkAK(akPub); rerr != nil {
@@ -358,58 +388,64 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket was used by another session: PXE-boot the host again"))
 	}
 	delete(s.tickets, hashKey(req.Ticket))
-	s.sessions[id] = &session{host: host, from: from.Unmap(), nonce: nonce, secret: secret, ekPub: *ekPub,
-		ekCert: req.EKCertificate, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.sessions[id] = &session{host: host, from: from.Unmap(), agentNonce: slices.Clone(req.AgentNonce), nonce: nonce, secret: secret, ekPub: *ekPub,
+		ekCert: req.EKCertificate, ekVerified: ekVerified, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.log.V(4).Info("Starting attestation session", "host", host)
 	return &wire.StartResponse{Session: id, CredentialBlob: blob, EncryptedSecret: encSecret, Nonce: nonce, PCRs: s.cfg.PCRs}, nil
 }
 
-func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, certDER []byte) *RefusedError {
+// checkEK checks the presented EK against the host's pinned one and its certificate against the vendor
+// roots; verified says whether the certificate chained (false where InsecureAcceptAnyEK let it pass).
+func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, certDER []byte) (verified bool, _ *RefusedError) {
 	key, err := tpm2.Pub(*ekPub)
 	if err != nil {
-		return refuse(400, wire.ReasonMalformedRequest, "EK public key: %v", err)
+		return false, refuse(400, wire.ReasonMalformedRequest, "EK public key: %v", err)
 	}
 	enr, err := s.store.Enrolment(ctx, host)
 	if err != nil {
-		return refuse(503, "StoreUnavailable", "failed to read enrolment: %v", err)
+		return false, refuse(503, "StoreUnavailable", "failed to read enrolment: %v", err)
 	}
 	if enr != nil {
 		pinned, err := tpm2.Unmarshal[tpm2.TPMTPublic](enr.EKPublic)
 		if err != nil {
-			return refuse(500, wire.ReasonEKMismatch, "pinned EK does not decode: %v", err)
+			return false, refuse(500, wire.ReasonEKMismatch, "pinned EK does not decode: %v", err)
 		}
 		pk, err := tpm2.Pub(*pinned)
 		if err != nil || !equalKeys(pk, key) {
-			return refuse(403, wire.ReasonEKMismatch, "the host presented a different TPM than the one enrolled: "+
+			return false, refuse(403, wire.ReasonEKMismatch, "the host presented a different TPM than the one enrolled: "+
 				"if the TPM or mainboard was replaced, clear the host's enrolment to re-enrol")
 		}
 	}
 	if len(certDER) == 0 {
-		if s.cfg.EKRoots != nil {
-			return refuse(403, wire.ReasonEKCertificateMissing, "the TPM has no EK certificate and EK roots are configured")
+		if s.cfg.EKRoots != nil && !s.cfg.InsecureAcceptAnyEK {
+			// Nothing proves that a TPM holds this key: a software "TPM" presents exactly this.
+			return false, refuse(403, wire.ReasonEKCertificateMissing, "the TPM presented no EK certificate, so its EK cannot be "+
+				"verified against the configured vendor roots and could be a software key. A real TPM without "+
+				"an EK certificate is accepted only by a manager started with --insecure-accept-any-ek")
 		}
-		return nil
+		return false, nil
 	}
 	cert, err := x509.ParseCertificate(certDER)
 	if err != nil {
-		return refuse(403, wire.ReasonEKCertificateMismatch, "EK certificate does not parse: %v", err)
+		return false, refuse(403, wire.ReasonEKCertificateMismatch, "EK certificate does not parse: %v", err)
 	}
 	if !equalKeys(cert.PublicKey, key) {
-		return refuse(403, wire.ReasonEKCertificateMismatch, "the EK certificate is for another key")
+		return false, refuse(403, wire.ReasonEKCertificateMismatch, "the EK certificate is for another key")
 	}
-	if s.cfg.EKRoots != nil {
-		// TPM EK certificates carry a critical subjectAltName of directory names (TPM manufacturer, model,
-		// version) that crypto/x509 does not interpret; it is informational for chain building.
-		cert.UnhandledCriticalExtensions = slices.DeleteFunc(cert.UnhandledCriticalExtensions, func(oid asn1.ObjectIdentifier) bool {
-			return oid.Equal(asn1.ObjectIdentifier{2, 5, 29, 17})
-		})
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: s.cfg.EKRoots, Intermediates: s.cfg.EKIntermediates,
-			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: s.cfg.Now()}); err != nil {
-			return refuse(403, wire.ReasonEKCertificateUntrusted, "the EK certificate does not chain to a configured TPM vendor root: %v", err)
-		}
+	if s.cfg.EKRoots == nil {
+		return false, nil
 	}
-	return nil
+	// TPM EK certificates carry a critical subjectAltName of directory names (TPM manufacturer, model,
+	// version) that crypto/x509 does not interpret; it is informational for chain building.
+	cert.UnhandledCriticalExtensions = slices.DeleteFunc(cert.UnhandledCriticalExtensions, func(oid asn1.ObjectIdentifier) bool {
+		return oid.Equal(asn1.ObjectIdentifier{2, 5, 29, 17})
+	})
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: s.cfg.EKRoots, Intermediates: s.cfg.EKIntermediates,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: s.cfg.Now()}); err != nil {
+		return false, refuse(403, wire.ReasonEKCertificateUntrusted, "the EK certificate does not chain to a configured TPM vendor root: %v", err)
+	}
+	return true, nil
 }
 
 // EKFingerprint is the hex SHA-256 of an EK's public key in PKIX (SubjectPublicKeyInfo) DER form, given its
@@ -513,7 +549,10 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 	if err != nil {
 		return nil, fmt.Errorf("failed to read enrolment of host %s: %w", host, err)
 	}
-	reason := ReasonAttested
+	reason, enrolled := ReasonAttested, ReasonEnrolled
+	if !sess.ekVerified {
+		reason, enrolled = ReasonAttestedUnverifiedEK, ReasonEnrolledUnverifiedEK
+	}
 	if enr == nil {
 		e := Enrolment{EKPublic: tpm2.Marshal(sess.ekPub), EKCertificate: sess.ekCert, PCRs: values}
 		if err := s.store.Enrol(ctx, host, e); err != nil {
@@ -523,7 +562,7 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 			}
 			return nil, fmt.Errorf("failed to enrol host %s: %w", host, err)
 		}
-		reason = ReasonEnrolled
+		reason = enrolled
 	} else if !samePinnedEK(enr.EKPublic, &sess.ekPub) {
 		// Another TPM enrolled the host while this session was open (two first boots racing on one ticket).
 		return nil, s.fail(ctx, host, refuse(403, wire.ReasonEKMismatch, "the host was enrolled with a different TPM during this session"))
@@ -533,12 +572,22 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 	}
 	token := randomToken(32)
 	s.mu.Lock()
-	s.releases[hashKey(token)] = &release{host: host, from: sess.from, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.releases[hashKey(token)] = &release{host: host, from: sess.from, agentNonce: sess.agentNonce, ekVerified: sess.ekVerified, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.metrics.Results.WithLabelValues(reason).Inc()
-	s.store.Record(ctx, host, Result{Success: true, Reason: reason, Message: "TPM attestation passed"})
+	msg := "TPM attestation passed"
+	if !sess.ekVerified {
+		msg = unverifiedEKMessage("TPM attestation passed")
+	}
+	s.store.Record(ctx, host, Result{Success: true, Reason: reason, Message: msg})
 	s.log.Info("Attested host", "host", host, "reason", reason)
 	return &wire.VerifyResponse{ReleaseToken: token}, nil
+}
+
+// unverifiedEKMessage says, on the host's Attested condition, that its TPM was taken on trust.
+func unverifiedEKMessage(what string) string {
+	return what + ", but its EK certificate was not verified (--insecure-accept-any-ek): it may be a software TPM. " +
+		"Configure the vendor's root in --ek-roots, or register the EK out of band, to verify it"
 }
 
 func verifySignature(akPub *tpm2.TPMTPublic, quote, sigBytes []byte) *RefusedError {
@@ -636,11 +685,18 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 	if err != nil {
 		return nil, fmt.Errorf("failed to encrypt bootstrap data for host %s: %w", rel.host, err)
 	}
+	// Bound to this session's agent nonce and short-lived: the AK is the same on every boot of the host,
+	// so without them a recorded envelope would open and verify again when a rogue server replays it.
+	env.AgentNonce, env.Expires = rel.agentNonce, s.cfg.Now().Add(s.cfg.EnvelopeTTL).UTC().Truncate(time.Second)
 	if s.cfg.SigningKey != nil {
 		env.Signature = ed25519.Sign(s.cfg.SigningKey, env.SignedBytes())
 	}
 	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
-	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: "bootstrap data delivered to the attested TPM"})
+	msg := "bootstrap data delivered to the attested TPM"
+	if !rel.ekVerified {
+		msg = unverifiedEKMessage(msg)
+	}
+	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: msg})
 	s.log.Info("Released bootstrap data", "host", rel.host)
 	return env, nil
 }

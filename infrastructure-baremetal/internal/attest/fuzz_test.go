@@ -32,7 +32,7 @@ func rsaPublic(t testing.TB, tmpl tpm2.TPMTPublic) []byte {
 // TPMT_SIGNATURE) see attacker-controlled bytes. Nothing may panic; nothing forged may pass.
 func FuzzDecodeAttestationRequests(f *testing.F) {
 	ek, ak := rsaPublic(f, tpm2.RSAEKTemplate), rsaPublic(f, wire.AKTemplate)
-	start, _ := json.Marshal(wire.StartRequest{Ticket: "t", EKPublic: ek, AKPublic: ak})
+	start, _ := json.Marshal(wire.StartRequest{Ticket: "t", EKPublic: ek, AKPublic: ak, AgentNonce: make([]byte, wire.AgentNonceSize)})
 	verify, _ := json.Marshal(wire.VerifyRequest{Session: "s", Secret: []byte("x"), Quote: []byte{0xff, 0x54, 0x43, 0x47, 0x80, 0x18},
 		Signature: []byte{0, 0x14, 0, 0x0b, 0, 1, 0}, PCRValues: map[int][]byte{0: make([]byte, 32)}})
 	for _, seed := range [][]byte{start, verify, []byte(`{}`), []byte(`{"ticket":"t","ekPublic":"AAE=","akPublic":"AAE="}`),
@@ -57,7 +57,7 @@ func FuzzDecodeAttestationRequests(f *testing.F) {
 			_, _ = svc.Start(ctx, req, from)
 		}
 		if req, err := attest.DecodeVerifyRequest(bytes.NewReader(body)); err == nil {
-			ch, err := svc.Start(ctx, &wire.StartRequest{Ticket: ticket(), EKPublic: ek, AKPublic: ak}, from)
+			ch, err := svc.Start(ctx, &wire.StartRequest{Ticket: ticket(), EKPublic: ek, AKPublic: ak, AgentNonce: make([]byte, wire.AgentNonceSize)}, from)
 			if err != nil {
 				t.Fatalf("failed to start a session: %v", err)
 			}

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
@@ -68,8 +70,36 @@ func DecodeVerifyRequest(r io.Reader) (*wire.VerifyRequest, error) {
 	return &req, nil
 }
 
-// Handler serves the attestation API and the bootstrap-data endpoint.
+// Handler serves the attestation API and the bootstrap-data endpoint, each request within its source
+// address's rate limit (Config.RateLimit).
 func (s *Service) Handler() http.Handler {
+	return s.rateLimited(s.api())
+}
+
+// rateLimited answers 429 with Retry-After, before anything is decoded, to a source address over its
+// limit: the refusal spends no ticket, session or token and is recorded on no host (so it can never
+// power a host off), and the agent waits and sends the same request again.
+func (s *Service) rateLimited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, err := SourceAddr(r)
+		if err != nil {
+			next.ServeHTTP(w, r) // refused there, as malformed
+			return
+		}
+		if ok, wait := s.limiter.allow(from); !ok {
+			s.metrics.Results.WithLabelValues(wire.ReasonRateLimited).Inc()
+			s.log.V(4).Info("Refusing attestation request over the rate limit", "from", from.String())
+			secs := max(1, int(math.Ceil(wait.Seconds())))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeError(w, refuse(http.StatusTooManyRequests, wire.ReasonRateLimited,
+				"too many requests from this address: retry after %d s", secs))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Service) api() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+wire.PathStart, func(w http.ResponseWriter, r *http.Request) {
 		req, err := DecodeStartRequest(r.Body)

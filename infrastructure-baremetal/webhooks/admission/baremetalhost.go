@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
@@ -25,18 +27,22 @@ import (
 // and its webhook): Metal3's rules that users of its API expect (the BMC address changes only while the
 // host registers or is detached, the boot MAC never once set, Secrets are read from the host's own
 // namespace), a claimed host keeps its BMC, the boot MAC is unique among managed hosts in every
-// namespace (the boot services find a host by it), and every value that goes into the host's iPXE
-// script is one word of it (inventory.CheckBootValue). hosts lists hosts uncached, for the MAC check.
+// namespace (the boot services find a host by it), every value that goes into the host's iPXE
+// script is one word of it (inventory.CheckBootValue), and a TPM enrolment window that is opened or
+// moved closes within infrav1.MaxEnrolmentWindow. hosts lists hosts uncached, for the MAC check.
 //
 // Values are checked on create and, on update, only where they change: a host written before this
 // webhook existed can still get its finalizer removed. The controller keeps its own checks (a
 // duplicate created by two requests at once passes both webhooks; the controller stops the later host).
 func BareMetalHost(hosts client.Reader) *webhooks.Validator[*metal3v1.BareMetalHost] {
-	w := hostWebhook{hosts: hosts}
+	w := hostWebhook{hosts: hosts, now: time.Now}
 	return &webhooks.Validator[*metal3v1.BareMetalHost]{Kind: metal3v1.GroupVersion.WithKind("BareMetalHost").GroupKind(), Create: w.create, Change: w.change}
 }
 
-type hostWebhook struct{ hosts client.Reader }
+type hostWebhook struct {
+	hosts client.Reader
+	now   func() time.Time
+}
 
 // managed reports whether Yonder's host controller reconciles h.
 func managed(h *metal3v1.BareMetalHost) bool { return h.Labels[baremetalhost.ManagedLabel] == "true" }
@@ -48,6 +54,7 @@ func (w hostWebhook) create(ctx context.Context, h *metal3v1.BareMetalHost) fiel
 		return nil
 	}
 	errs := validateHostValues(nil, h)
+	errs = append(errs, enrolmentWindow(nil, h, w.now())...)
 	return append(errs, w.bootMACUnique(ctx, h)...)
 }
 
@@ -63,6 +70,7 @@ func (w hostWebhook) change(ctx context.Context, old, h *metal3v1.BareMetalHost)
 		old = nil // newly handed to Yonder: every value is new to it
 	}
 	errs = append(errs, validateHostValues(old, h)...)
+	errs = append(errs, enrolmentWindow(old, h, w.now())...)
 	if old == nil || old.Spec.BootMACAddress == "" {
 		// Newly managed, or the MAC is set for the first time (changing a set one is refused above).
 		errs = append(errs, w.bootMACUnique(ctx, h)...)
@@ -127,6 +135,33 @@ func validateHostValues(old, h *metal3v1.BareMetalHost) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// enrolmentWindowSkew is how far past now+MaxEnrolmentWindow a deadline may be: `kubectl yonder host
+// enrol --for 24h` computes it on the operator's machine, whose clock may run a little ahead.
+const enrolmentWindowSkew = 5 * time.Minute
+
+// enrolmentWindow checks a TPM enrolment window that h opens or moves (old nil: created): an RFC 3339
+// deadline at most infrav1.MaxEnrolmentWindow from now. The window is trust on first use — whichever TPM
+// boots in it first is pinned — so it is bounded where it is written, not only by the CLI (a plain
+// `kubectl annotate` passes no CLI). A deadline in the past is a closed window and harmless.
+func enrolmentWindow(old, h *metal3v1.BareMetalHost, now time.Time) field.ErrorList {
+	raw, ok := h.Annotations[baremetalhost.EnrolmentWindowAnnotation]
+	if !ok || (old != nil && old.Annotations[baremetalhost.EnrolmentWindowAnnotation] == raw) {
+		return nil
+	}
+	p := field.NewPath("metadata", "annotations").Key(baremetalhost.EnrolmentWindowAnnotation)
+	deadline, err := time.Parse(time.RFC3339, raw)
+	if err != nil {
+		return field.ErrorList{field.Invalid(p, raw, "the TPM enrolment window must be an RFC 3339 deadline, e.g. "+
+			now.Add(30*time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)+" (kubectl yonder host enrol --for 30m)")}
+	}
+	if latest := now.Add(infrav1.MaxEnrolmentWindow + enrolmentWindowSkew); deadline.After(latest) {
+		return field.ErrorList{field.Invalid(p, raw, fmt.Sprintf("the TPM enrolment window may stay open for at most %s: "+
+			"whichever TPM boots in it first is pinned; choose a deadline before %s", infrav1.MaxEnrolmentWindow,
+			now.Add(infrav1.MaxEnrolmentWindow).UTC().Truncate(time.Second).Format(time.RFC3339)))}
+	}
+	return nil
 }
 
 // imageValues checks the image values the host's iPXE script carries on the agent's kernel line.

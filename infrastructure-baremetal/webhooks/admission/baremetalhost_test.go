@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"testing"
+	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 )
 
@@ -107,4 +109,57 @@ func TestBareMetalHostCreate(t *testing.T) {
 		h.Spec.Image = &metal3v1.Image{URL: "http://i/x y.iso"}
 	}))
 	g.Expect(err).To(MatchError(ContainSubstring("spec.image.url holds a blank")))
+}
+
+// Issue 17: the TPM enrolment window is bounded where it is written: a deadline further than
+// infrav1.MaxEnrolmentWindow (plus a little clock skew) ahead, or one that is not RFC 3339, is refused
+// when it is opened or moved; an unchanged, closed (past) or removed window, and another controller's
+// host, are not checked.
+func TestBareMetalHostEnrolmentWindowIsBounded(t *testing.T) {
+	now := time.Now()
+	window := func(d time.Duration) func(*metal3v1.BareMetalHost) {
+		return func(h *metal3v1.BareMetalHost) {
+			h.Annotations = map[string]string{baremetalhost.EnrolmentWindowAnnotation: now.Add(d).UTC().Format(time.RFC3339)}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		old, cur func(*metal3v1.BareMetalHost)
+		err      string
+	}{
+		{name: "30 minutes", cur: window(30 * time.Minute)},
+		{name: "exactly the maximum", cur: window(infrav1.MaxEnrolmentWindow)},
+		{name: "a day and an hour", cur: window(infrav1.MaxEnrolmentWindow + time.Hour),
+			err: "metadata.annotations[metal.yonder.dev/tpm-enrolment-window]: Invalid value: \"" + now.Add(25*time.Hour).UTC().Format(time.RFC3339) +
+				"\": the TPM enrolment window may stay open for at most 24h0m0s"},
+		{name: "a week, moved from a valid one", old: window(time.Hour), cur: window(7 * 24 * time.Hour), err: "may stay open for at most 24h0m0s"},
+		{name: "not a deadline", cur: func(h *metal3v1.BareMetalHost) {
+			h.Annotations = map[string]string{baremetalhost.EnrolmentWindowAnnotation: "forever"}
+		}, err: "the TPM enrolment window must be an RFC 3339 deadline"},
+		{name: "closed (in the past)", cur: window(-time.Hour)},
+		{name: "unchanged, though written before the webhook", old: window(7 * 24 * time.Hour), cur: window(7 * 24 * time.Hour)},
+		{name: "removed", old: window(time.Hour)},
+		{name: "another controller's host", old: func(h *metal3v1.BareMetalHost) { h.Labels = nil },
+			cur: func(h *metal3v1.BareMetalHost) { h.Labels = nil; window(7 * 24 * time.Hour)(h) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := BareMetalHost(nil).ValidateUpdate(context.Background(), bmh(tc.old), bmh(tc.cur))
+			if tc.err == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.err)))
+			}
+			if tc.old == nil {
+				h := bmh(tc.cur)
+				h.Spec.BootMACAddress = "" // no MAC lookup without an API server (envtest: reconcilers/metalmachine)
+				_, err = BareMetalHost(nil).ValidateCreate(context.Background(), h)
+				if tc.err == "" {
+					g.Expect(err).NotTo(HaveOccurred())
+				} else {
+					g.Expect(err).To(MatchError(ContainSubstring(tc.err)), "on create too")
+				}
+			}
+		})
+	}
 }

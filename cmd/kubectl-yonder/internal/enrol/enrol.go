@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 )
 
 // The BareMetalHost annotations the command writes and reads (the provider's baremetalhost package
@@ -28,7 +29,6 @@ const (
 	PinnedAnnotation    = "metal.yonder.dev/tpm-enrolment"
 	EKSHA256Annotation  = "metal.yonder.dev/tpm-ek-sha256"
 	managedLabel        = "metal.yonder.dev/managed"
-	MaxWindow           = 24 * time.Hour
 	defaultWindowLength = 30 * time.Minute
 )
 
@@ -60,15 +60,15 @@ func NewCommand(o *cli.Options) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return eo.Run(cmd.Context(), o, args[0]) },
 	}
-	cmd.Flags().DurationVar(&eo.For, "for", defaultWindowLength, fmt.Sprintf("how long the window stays open (at most %s)", MaxWindow))
+	cmd.Flags().DurationVar(&eo.For, "for", defaultWindowLength, fmt.Sprintf("how long the window stays open (at most %s)", infrav1.MaxEnrolmentWindow))
 	cmd.Flags().BoolVar(&eo.Close, "close", false, "close the host's window instead")
 	return cmd
 }
 
 // Run opens or closes the window of the named host.
 func (eo *Options) Run(ctx context.Context, o *cli.Options, ref string) error {
-	if !eo.Close && (eo.For <= 0 || eo.For > MaxWindow) {
-		return fmt.Errorf("--for %s: the window must be open for more than 0 and at most %s", eo.For, MaxWindow)
+	if !eo.Close && (eo.For <= 0 || eo.For > infrav1.MaxEnrolmentWindow) {
+		return fmt.Errorf("--for %s: the window must be open for more than 0 and at most %s", eo.For, infrav1.MaxEnrolmentWindow)
 	}
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok {

@@ -133,7 +133,9 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 		inv := inventory.NewStatic()
 		r.NetBoot = inv
-		r.InsecureAcceptAnyEK = att.EKRoots == nil
+		// With roots and --insecure-accept-any-ek both set, an EK without a certificate is still accepted:
+		// the hosts must say so, not claim verified EKs.
+		r.InsecureAcceptAnyEK = att.EKRoots == nil || att.InsecureAcceptAnyEK
 		r.UnsignedBootData = att.SigningKey == nil
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
 			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}

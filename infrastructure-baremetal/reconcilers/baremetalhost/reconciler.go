@@ -641,7 +641,7 @@ func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
 	}
 	if r.InsecureAcceptAnyEK {
 		setCondition(h, BareMetalHostEKTrustCondition, false, BareMetalHostInsecureAcceptAnyEKReason,
-			"the manager runs with --insecure-accept-any-ek: a software TPM inside an open enrolment window can pin itself and receive this host's bootstrap data")
+			"the manager runs with --insecure-accept-any-ek: TPMs whose EK has no certificate, or no configured vendor roots to verify it, are accepted, so a software TPM inside an open enrolment window can pin itself and receive this host's bootstrap data")
 		return
 	}
 	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, "TPM EK certificates must chain to the configured vendor roots")

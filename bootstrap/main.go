@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"os"
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +44,9 @@ func (f *flags) options() (setup.Options, error) {
 
 func run() error {
 	f := addFlags(pflag.CommandLine)
-	pflag.Parse()
+	if err := f.manager.Parse(pflag.CommandLine, os.Args[1:]); err != nil {
+		return err
+	}
 	o, err := f.options()
 	if err != nil {
 		return err

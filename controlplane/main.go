@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -38,7 +39,9 @@ func (f *flags) options() setup.Options {
 
 func run() error {
 	f := addFlags(pflag.CommandLine)
-	pflag.Parse()
+	if err := f.manager.Parse(pflag.CommandLine, os.Args[1:]); err != nil {
+		return err
+	}
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err

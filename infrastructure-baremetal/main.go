@@ -5,6 +5,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -40,7 +42,9 @@ func (f *flags) options() setup.Options {
 
 func run() error {
 	f := addFlags(pflag.CommandLine)
-	pflag.Parse()
+	if err := f.manager.Parse(pflag.CommandLine, os.Args[1:]); err != nil {
+		return err
+	}
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err

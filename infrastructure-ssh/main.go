@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -53,7 +54,9 @@ func (f *flags) options() (setup.Options, error) {
 
 func run() error {
 	f := addFlags(pflag.CommandLine)
-	pflag.Parse()
+	if err := f.manager.Parse(pflag.CommandLine, os.Args[1:]); err != nil {
+		return err
+	}
 	o, err := f.options()
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		WatchFilterValue:    o.WatchFilterValue,
 		HealthCheckInterval: o.HealthCheckInterval,
 		RetryInterval:       o.RetryInterval,
+		Recorder:            mgr.GetEventRecorderFor(ControllerName), //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}).SetupWithManager(ctx, mgr, o.Options(o.Concurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderControlPlane reconciler: %w", err)
 	}

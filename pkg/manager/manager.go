@@ -6,7 +6,6 @@ package manager
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -45,9 +45,11 @@ type Options struct {
 	WebhookCertDir string
 	// SyncPeriod is how often the caches resync.
 	SyncPeriod time.Duration
+	// Logs are the logging flags (--logging-format, -v, --vmodule), applied by Parse.
+	Logs *logsv1.LoggingConfiguration
 }
 
-// AddFlags registers the common flags, and klog's, on fs.
+// AddFlags registers the common flags, and the logging flags (logging.go), on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddr, "metrics-bind-addr", ":8443", `Address of the HTTPS metrics endpoint ("0" disables it)`)
 	fs.StringVar(&o.HealthAddr, "health-addr", ":9440", "Address of the health and readiness probes")
@@ -57,9 +59,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the admission webhook server")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook serving certificate (tls.crt, tls.key)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 10*time.Minute, "How often the caches resync")
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	o.addLoggingFlags(fs)
 }
 
 // LeaderElectionID is unique per manager and per watch filter, so sharded managers elect separately.
@@ -71,7 +71,8 @@ func (o *Options) LeaderElectionID() string {
 	return id
 }
 
-// New sets the logger and returns a manager with the common options.
+// New sets controller-runtime's logger to klog's (the format Parse applied) and returns a manager with the
+// common options.
 func New(cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
 	ctrl.SetLogger(klog.Background())
 	cfg = rest.CopyConfig(cfg)

@@ -262,6 +262,7 @@ func (r *Reconciler) checkInterval(cfg *bootstrapv1.YonderConfig) time.Duration 
 
 // reconcileDelete removes the Machine's token (best effort: it expires anyway) and the finalizer.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) {
+	bootstrapEndedOnDelete(s.config)
 	if id := r.tokenID(ctx, s.config); id != "" {
 		if wl, err := r.ClusterCache.GetUncachedClient(ctx, client.ObjectKeyFromObject(s.cluster)); err == nil {
 			if err := token.Delete(ctx, wl, id); err != nil {
@@ -464,6 +465,7 @@ func (r *Reconciler) stopRefreshing(ctx context.Context, s *scope, wl client.Cli
 	}
 	ctrl.LoggerFrom(ctx).Info("Stopped refreshing the bootstrap token", "tokenID", id, "reason", reason)
 	tokens.WithLabelValues("stopped").Inc()
+	outcomes.WithLabelValues(stoppedOutcome(reason)).Inc()
 	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
 	return nil
 }
@@ -489,6 +491,7 @@ func (r *Reconciler) removeToken(ctx context.Context, s *scope, data *corev1.Sec
 		tokens.WithLabelValues("deleted").Inc()
 		r.recorder().Eventf(s.config, corev1.EventTypeNormal, BootstrapTokenDeletedEvent, "Node %s joined; deleted its bootstrap token %s", s.machine.Status.NodeRef.Name, id)
 	}
+	r.nodeJoined(s)
 	conditions.Set(s.config, metav1.Condition{Type: bootstrapv1.YonderConfigBootstrapTokenReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.YonderConfigBootstrapTokenRemovedReason,
 		Message: "Node " + s.machine.Status.NodeRef.Name + " joined; its bootstrap token was deleted"})
 	return ctrl.Result{}, nil

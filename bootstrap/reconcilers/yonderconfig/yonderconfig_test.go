@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -29,6 +30,7 @@ import (
 	"github.com/yonder-dev/yonder/bootstrap/reconcilers/yonderconfig"
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/harness"
+	"github.com/yonder-dev/yonder/test/promread"
 )
 
 func workloadClient(g *WithT) *kubernetes.Clientset {
@@ -219,6 +221,9 @@ func checkBootstrapToken(ctx context.Context, g *WithT, cs *kubernetes.Clientset
 func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	start := time.Now()
+	joined := outcome("joined")
+	joinCount, joinSum := joinSeconds()
 	cluster := newCluster(ctx, t, g, "join")
 	addrs := []clusterv1.MachineAddress{
 		{Type: clusterv1.MachineInternalIP, Address: "10.250.7.11"},
@@ -272,6 +277,12 @@ func TestNodeJoinRemovesTokenAndOnlyMatchingServingCSRsAreApproved(t *testing.T)
 		))
 		g.Expect(evs).To(HaveEach(Not(ContainSubstring(secretHalf))))
 	}).Should(Succeed())
+	// The operator's dashboard: one bootstrap more ended with its Node joined, and the join time was
+	// observed once, between the YonderConfig's creation and now.
+	g.Expect(outcome("joined")).To(Equal(joined + 1))
+	count, sum := joinSeconds()
+	g.Expect(count).To(Equal(joinCount + 1))
+	g.Expect(sum - joinSum).To(And(BeNumerically(">=", 0), BeNumerically("<=", time.Since(start).Seconds()+1)))
 
 	// Serving CSRs, each requested with a node's own identity (impersonated, as the kubelet's client cert would be).
 	good := createServingCSR(ctx, g, "good", node.Name, []string{"host-11"}, []string{"10.250.7.11"})
@@ -472,6 +483,7 @@ func TestAdmission(t *testing.T) {
 func TestTokenRefreshStopsForMachinesThatWillNotJoin(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	expired, remediated, deleted := outcome("refresh_window_expired"), outcome("remediated"), outcome("deleted")
 	cluster := newCluster(ctx, t, g, "stop")
 	cs := workloadClient(g)
 	tokenGone := func(id string) func() bool {
@@ -527,4 +539,40 @@ func TestTokenRefreshStopsForMachinesThatWillNotJoin(t *testing.T) {
 			g.Expect(evs).To(ContainElement(HavePrefix("Warning " + reason + ": " + bootstrapv1.YonderConfigBootstrapTokenReadyCondition + " is False: ")))
 		}).Should(Succeed())
 	}
+	// Each ended its bootstrap once, with its own outcome.
+	g.Expect(outcome("refresh_window_expired")).To(Equal(expired + 1))
+	g.Expect(outcome("remediated")).To(Equal(remediated + 1))
+
+	// A Machine deleted while its host was still bootstrapping ends as deleted; the remediated Machine,
+	// deleted as a MachineHealthCheck would, is not counted twice.
+	gone := newMachine(ctx, g, cluster, "worker-gone", bootstrapv1.YonderConfigSpec{}, nil)
+	dataSecret(ctx, g, cluster.Namespace, gone.Name)
+	g.Eventually(func(g Gomega) {
+		g.Expect(getConfig(ctx, g, cluster.Namespace, gone.Name).Status.Initialization.DataSecretCreated).To(HaveValue(BeTrue()))
+	}).Should(Succeed())
+	for _, m := range []*clusterv1.Machine{gone, sick} {
+		g.Expect(env.Delete(ctx, m)).To(Succeed())
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(env.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: m.Name}, &bootstrapv1.YonderConfig{}))
+		}).Should(BeTrue(), m.Name)
+	}
+	g.Expect(outcome("deleted")).To(Equal(deleted + 1))
+	g.Expect(outcome("remediated")).To(Equal(remediated + 1))
+}
+
+// outcome reads yonder_bootstrap_outcomes_total{outcome} from the manager's registry.
+func outcome(o string) float64 {
+	return promread.Sum(metrics.Registry, "yonder_bootstrap_outcomes_total", map[string]string{"outcome": o})
+}
+
+// joinSeconds reads yonder_bootstrap_node_join_seconds: how many joins were observed, and their sum.
+func joinSeconds() (uint64, float64) {
+	mfs, _ := metrics.Registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "yonder_bootstrap_node_join_seconds" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +40,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/condevents"
 )
 
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=yondercontrolplanes;yondercontrolplanes/status;yondercontrolplanes/finalizers,verbs=get;list;watch;update;patch
@@ -59,6 +62,8 @@ type Reconciler struct {
 	RetryInterval time.Duration
 	// Timeout bounds each call to the attached cluster (default 10s).
 	Timeout time.Duration
+	// Recorder records Events on YonderControlPlanes (observe.go); the manager's, named after it.
+	Recorder record.EventRecorder
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -147,10 +152,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	beforeConditions, beforeStatus := slices.Clone(cp.Status.Conditions), observe(cp)
 	defer func() {
 		if err := r.patch(ctx, h, cp); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
+			return
 		}
+		condevents.Record(r.recorder(), cp, controlPlaneConditionEvents, beforeConditions, cp.Status.Conditions)
+		recordStatusEvents(r.recorder(), cp, beforeStatus)
 	}()
 	if !cp.DeletionTimestamp.IsZero() {
 		// Nothing to undo: "<cluster>-kubeconfig" is garbage-collected through its owner reference, and the
@@ -345,6 +354,7 @@ func (r *Reconciler) writeClusterKubeconfig(ctx context.Context, cluster *cluste
 		if err := r.Client.Create(ctx, desired); err != nil {
 			return fmt.Errorf("failed to create Secret %s: %w", klog.KObj(desired), err)
 		}
+		r.kubeconfigSecretWritten(cp, desired, true)
 		return nil
 	}
 	if err != nil {
@@ -365,5 +375,6 @@ func (r *Reconciler) writeClusterKubeconfig(ctx context.Context, cluster *cluste
 	if err := r.Client.Patch(ctx, existing, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("failed to update Secret %s: %w", klog.KObj(existing), err)
 	}
+	r.kubeconfigSecretWritten(cp, existing, false)
 	return nil
 }

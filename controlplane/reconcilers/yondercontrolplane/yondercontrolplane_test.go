@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
+	"github.com/yonder-dev/yonder/controlplane/reconcilers/yondercontrolplane"
+	"github.com/yonder-dev/yonder/test/harness"
 )
 
 // attach creates a source kubeconfig Secret, a YonderControlPlane and a Cluster pointing at it.
@@ -214,6 +216,13 @@ func TestRotatingTheSourceSecretUpdatesTheClusterKubeconfigUnlessPaused(t *testi
 	g.Expect(conditions.IsFalse(getCP(ctx, g, cp), clusterv1.PausedCondition)).To(BeTrue())
 	g.Eventually(func(g Gomega) {
 		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneKubeconfigValidCondition)).To(BeTrue())
+	}).Should(Succeed())
+	// The rewrite is an Event that names the Secret, never the new token.
+	g.Eventually(func(g Gomega) {
+		evs, err := harness.Events(ctx, env.Client, cp)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(evs).To(ContainElement("Normal " + yondercontrolplane.KubeconfigSecretUpdatedEvent + ": Updated Secret " + ns.Name + "/rot-kubeconfig, the Cluster's kubeconfig, from spec.kubeconfigSecretRef"))
+		g.Expect(evs).To(HaveEach(Not(ContainSubstring(token))))
 	}).Should(Succeed())
 }
 

@@ -1,0 +1,43 @@
+package manager
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as CAPI's managers offer it.
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// addLoggingFlags registers component-base's logging flags the way CAPI's managers do: --logging-format
+// (text, the default, or json), -v, --vmodule and --log-flush-frequency. They replace klog's own flag
+// set, which would register -v a second time.
+func (o *Options) addLoggingFlags(fs *pflag.FlagSet) {
+	o.Logs = logs.NewOptions()
+	logsv1.AddFlags(o.Logs, fs)
+}
+
+// Parse parses args into fs, which AddFlags and the manager's own flags filled, and applies the logging
+// flags. Every manager's main.go calls it first, so a bad value (--logging-format=xml) fails before the
+// manager reads a kubeconfig or logs a line, and every later line has the chosen format.
+func (o *Options) Parse(fs *pflag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return o.applyLogging()
+}
+
+// applyLogging validates and applies o.Logs (once per process: klog's logger is global) and hands the
+// result to controller-runtime, so the reconcilers' ctrl.LoggerFrom loggers write the same format.
+func (o *Options) applyLogging() error {
+	if o.Logs == nil {
+		o.Logs = logs.NewOptions()
+	}
+	if err := logsv1.ValidateAndApply(o.Logs, nil); err != nil {
+		return fmt.Errorf("failed to apply the logging flags (--logging-format=%s): %w", o.Logs.Format, err)
+	}
+	ctrl.SetLogger(klog.Background())
+	return nil
+}

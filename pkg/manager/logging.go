@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"flag"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -29,14 +30,30 @@ func (o *Options) Parse(fs *pflag.FlagSet, args []string) error {
 	return o.applyLogging()
 }
 
-// applyLogging validates and applies o.Logs (once per process: klog's logger is global) and hands the
-// result to controller-runtime, so the reconcilers' ctrl.LoggerFrom loggers write the same format.
+// AddGoLoggingFlags registers the same logging flags as AddFlags on a Go flag.FlagSet, for a command that
+// parses one (yonder-net-controller), and returns their configuration for ApplyLogging. fs must not hold
+// klog.InitFlags's set: both register -v and --vmodule.
+func AddGoLoggingFlags(fs *flag.FlagSet) *logsv1.LoggingConfiguration {
+	c := logs.NewOptions()
+	logsv1.AddGoFlags(c, fs)
+	return c
+}
+
+// applyLogging applies o.Logs; AddFlags sets it, a bare Options gets the defaults.
 func (o *Options) applyLogging() error {
 	if o.Logs == nil {
 		o.Logs = logs.NewOptions()
 	}
-	if err := logsv1.ValidateAndApply(o.Logs, nil); err != nil {
-		return fmt.Errorf("failed to apply the logging flags (--logging-format=%s): %w", o.Logs.Format, err)
+	return ApplyLogging(o.Logs)
+}
+
+// ApplyLogging validates and applies c, the parsed logging flags (once per process: klog's logger is
+// global), and hands the result to controller-runtime, so the reconcilers' ctrl.LoggerFrom loggers write
+// the same format. Options.Parse calls it; a command with a Go flag.FlagSet calls it right after parsing,
+// before it reads a kubeconfig or logs a line.
+func ApplyLogging(c *logsv1.LoggingConfiguration) error {
+	if err := logsv1.ValidateAndApply(c, nil); err != nil {
+		return fmt.Errorf("failed to apply the logging flags (--logging-format=%s): %w", c.Format, err)
 	}
 	ctrl.SetLogger(klog.Background())
 	return nil

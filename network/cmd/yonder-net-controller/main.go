@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
+	logsv1 "k8s.io/component-base/logs/api/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -44,6 +44,8 @@ type flags struct {
 	leaderElect, manageCerts                  bool
 	certSecret, webhookService, webhookConf   string
 	leaseDuration, renewDeadline, retry       time.Duration
+	// logs are the logging flags (--logging-format, -v, --vmodule), pkg/manager's as every manager has them.
+	logs *logsv1.LoggingConfiguration
 }
 
 // addFlags registers every flag of the controller on fs.
@@ -64,22 +66,23 @@ func addFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.webhookConf, "webhook-configuration", "yonder-net-validating-webhook-configuration", "ValidatingWebhookConfiguration whose caBundle is set.")
 	fs.IntVar(&f.sliceSize, "slice-size", plan.DefaultSliceSize, "Maximum peers per PeerSlice.")
 	fs.IntVar(&f.nodeConcurrency, "node-concurrency", 4, "Concurrent Node reconciles (site labels, pod CIDRs).")
-	klog.InitFlags(fs)
+	f.logs = manager.AddGoLoggingFlags(fs)
 	return f
 }
 
 func run() error {
 	f := addFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(klog.Background())
+	// Before anything reads a kubeconfig or logs: a bad value stops here, every later line has the format.
+	if err := manager.ApplyLogging(f.logs); err != nil {
+		return err
+	}
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("failed to load a kubeconfig: %w", err)
-	}
+	// As every manager does: a missing kubeconfig is logged, in the chosen format, before the exit.
+	cfg := ctrl.GetConfigOrDie()
 	ctx := ctrl.SetupSignalHandler()
 	if err := f.ensureCerts(ctx, cfg, scheme); err != nil {
 		return err

@@ -34,8 +34,10 @@ import (
 	"github.com/yonder-dev/yonder/test/testpki"
 )
 
-// managers are the four providers' manager packages; they share Options.AddFlags and Options.Parse.
-var managers = []string{"bootstrap", "controlplane", "infrastructure-ssh", "infrastructure-baremetal"}
+// managers are the four providers' manager packages, which share Options.AddFlags and Options.Parse, and
+// the network add-on's controller, whose Go flag.FlagSet has the same logging flags (AddGoLoggingFlags,
+// ApplyLogging). Each binary is named after its package's last directory.
+var managers = []string{"bootstrap", "controlplane", "infrastructure-ssh", "infrastructure-baremetal", "network/cmd/yonder-net-controller"}
 
 var (
 	buildOnce sync.Once
@@ -43,8 +45,8 @@ var (
 	buildErr  error
 )
 
-// managerBinaries builds the four managers in one `go build`, once per test binary, and returns their
-// directory (each binary is named after its package directory).
+// managerBinaries builds the managers in one `go build`, once per test binary, and returns their
+// directory (each binary is named after its package's last directory).
 func managerBinaries(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -72,7 +74,8 @@ func managerBinaries(t *testing.T) string {
 // kubeconfig is given here, so a manager that gets past its flags fails on that, and logs it.
 func TestEveryManagerHasTheLoggingFlags(t *testing.T) {
 	dir := managerBinaries(t)
-	for _, m := range managers {
+	for _, pkg := range managers {
+		m := filepath.Base(pkg)
 		for _, tc := range []struct {
 			format string
 			want   types.GomegaMatcher

@@ -110,6 +110,10 @@ func takeSlot(ctx context.Context, slot int) (*Network, error) {
 		_ = n.Close()
 		return nil, err
 	}
+	if err := n.checkRouting(ctx); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -160,6 +164,29 @@ func (n *Network) removeLeftovers(ctx context.Context) error {
 				return fmt.Errorf("failed to remove leftover link %s: %w", name, err)
 			}
 		}
+	}
+	// With the bridge gone, any route left in the root namespace for (part of) this prefix is stale: the
+	// lab routes a remote site's prefix via that site's gateway on another bridge, and a holder killed
+	// before it removed that route leaves it behind. It would capture the next holder's traffic; the
+	// kernel would not even install the new bridge's own prefix route beside it.
+	if _, err := proc.Run(ctx, "ip", "-4", "route", "flush", "root", n.Prefix.String()); err != nil {
+		return fmt.Errorf("failed to remove stale routes to %s: %w", n.Prefix, err)
+	}
+	return nil
+}
+
+// checkRouting makes sure this machine reaches the network's hosts through its bridge: a route or an
+// address that something other than the lab put on this prefix would otherwise surface much later as
+// hosts that time out.
+func (n *Network) checkRouting(ctx context.Context) error {
+	host := netip.AddrFrom4([4]byte{10, 250, octet(n.Slot), 10})
+	out, err := proc.Run(ctx, "ip", "-4", "-o", "route", "get", host.String())
+	if err != nil {
+		return fmt.Errorf("failed to look up the route to %s: %w", host, err)
+	}
+	if !strings.Contains(" "+out+" ", " dev "+n.Bridge+" ") {
+		return fmt.Errorf("this machine routes %s (lab network %s) elsewhere: %q; remove that route or address (ip -4 route show root %s; ip -4 addr show to %s)",
+			host, n.Prefix, strings.Join(strings.Fields(strings.ReplaceAll(out, "\\", " ")), " "), n.Prefix, n.Prefix)
 	}
 	return nil
 }

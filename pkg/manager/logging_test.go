@@ -46,6 +46,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the managers managerBinaries built (five binaries, some 300 MB) when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // managerBinaries builds the managers in one `go build`, once per test binary, and returns their
 // directory (each binary is named after its package's last directory).
 func managerBinaries(t *testing.T) string {

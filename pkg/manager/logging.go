@@ -3,6 +3,7 @@ package manager
 import (
 	"flag"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/logs"
@@ -56,5 +57,10 @@ func ApplyLogging(c *logsv1.LoggingConfiguration) error {
 		return fmt.Errorf("failed to apply the logging flags (--logging-format=%s): %w", c.Format, err)
 	}
 	ctrl.SetLogger(klog.Background())
+	loggingApplied.Store(true)
 	return nil
 }
+
+// loggingApplied tells Main that the logging flags are in force, so that run's error goes through the
+// configured logger.
+var loggingApplied atomic.Bool

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -44,6 +45,15 @@ var (
 	binDir    string
 	buildErr  error
 )
+
+// TestMain removes the managers managerBinaries built (five binaries, some 300 MB) when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // managerBinaries builds the managers in one `go build`, once per test binary, and returns their
 // directory (each binary is named after its package's last directory).
@@ -112,6 +122,90 @@ func TestEveryManagerHasTheLoggingFlags(t *testing.T) {
 			})
 		}
 	}
+}
+
+// managerNames are the names each binary logs under (its setup.ControllerName; the net controller's own).
+var managerNames = map[string]string{
+	"bootstrap": "yonder-bootstrap-manager", "controlplane": "yonder-controlplane-manager", "infrastructure-ssh": "yonder-ssh-manager",
+	"infrastructure-baremetal": "yonder-metal-manager", "yonder-net-controller": "yonder-net-controller",
+}
+
+// An error that run() returns after the logging flags are applied is one line of the chosen format, through
+// the configured logger, and the exit status stays 1. The kubeconfig names an API server nobody listens on:
+// the providers' managers fail in ctrl.NewManager, which asks the API server for the REST mapping of their
+// label-filtered Secret cache; the net controller's clients connect lazily, so it fails on its health port,
+// which another listener holds. Errors before the format is known stay plain text (the xml case above).
+func TestRunErrorsFollowTheLoggingFormat(t *testing.T) {
+	dir := managerBinaries(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = busy.Close() })
+	kubeconfig := unusedKubeconfig(t)
+	for _, pkg := range managers {
+		m := filepath.Base(pkg)
+		args, cause := []string{"--leader-elect=false", "--metrics-bind-addr=0"}, "dial tcp 127.0.0.1:1: connect: connection refused"
+		if m == "yonder-net-controller" {
+			args = []string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=" + busy.Addr().String(), "--manage-webhook-certs=false"}
+			cause = "listen tcp " + busy.Addr().String() + ": bind: address already in use"
+		}
+		t.Run(m+"/json", func(t *testing.T) {
+			g := NewWithT(t)
+			out := runFailing(g, filepath.Join(dir, m), kubeconfig, append(args, "--logging-format=json")...)
+			g.Expect(parseJSONLines(g, out)).To(ContainElement(And(
+				HaveKeyWithValue("msg", "Exiting on error"), HaveKeyWithValue("logger", managerNames[m]),
+				HaveKeyWithValue("err", ContainSubstring(cause)), HaveKey("ts"), HaveKey("caller"),
+			)))
+		})
+		t.Run(m+"/default", func(t *testing.T) {
+			g := NewWithT(t)
+			out := runFailing(g, filepath.Join(dir, m), kubeconfig, args...)
+			g.Expect(string(out)).To(MatchRegexp(`(?m)^E\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] "Exiting on error" err=".*%s.*" logger="%s"$`,
+				regexp.QuoteMeta(cause), managerNames[m]))
+		})
+	}
+	// The net controller's own check of its environment, the error an operator meets first when the
+	// Deployment lacks the downward API's namespace.
+	t.Run("yonder-net-controller/json/POD_NAMESPACE", func(t *testing.T) {
+		g := NewWithT(t)
+		out := runFailing(g, filepath.Join(dir, "yonder-net-controller"), kubeconfig, "--logging-format=json", "--leader-elect=false")
+		lines := parseJSONLines(g, out)
+		g.Expect(lines).To(HaveLen(1))
+		g.Expect(lines[0]).To(And(HaveKeyWithValue("msg", "Exiting on error"), HaveKeyWithValue("logger", "yonder-net-controller"),
+			HaveKeyWithValue("err", "POD_NAMESPACE must be set when --manage-webhook-certs is true")))
+	})
+}
+
+// runFailing runs bin with args and the kubeconfig at kubeconfig, expects exit status 1 and returns what
+// it wrote to stdout and stderr.
+func runFailing(g Gomega, bin, kubeconfig string, args ...string) []byte {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// No POD_NAMESPACE: the net controller's case depends on its absence.
+	cmd.Env = []string{"HOME=" + filepath.Dir(kubeconfig), "KUBECONFIG=" + kubeconfig}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	g.Expect(errors.As(err, &exit)).To(BeTrue(), "the manager must exit with an error: %v\n%s", err, out)
+	g.Expect(exit.ExitCode()).To(Equal(1), "%s", out)
+	return out
+}
+
+// unusedKubeconfig writes a kubeconfig for an API server nobody listens on (port 1): enough for a manager
+// to build its clients, which connect lazily.
+func unusedKubeconfig(t *testing.T) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["none"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", InsecureSkipTLSVerify: true}
+	kc.AuthInfos["none"] = &clientcmdapi.AuthInfo{Token: "unused"}
+	kc.Contexts["none"] = &clientcmdapi.Context{Cluster: "none", AuthInfo: "none"}
+	kc.CurrentContext = "none"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // --logging-format=json: the control-plane manager, run as its own process against a real API server,
@@ -198,6 +292,11 @@ func onlyJSONLine(out string) (map[string]any, error) {
 func jsonLines(g Gomega, path string) []map[string]any {
 	raw, err := os.ReadFile(path)
 	g.Expect(err).NotTo(HaveOccurred())
+	return parseJSONLines(g, raw)
+}
+
+// parseJSONLines parses every line of raw as a JSON object with a message; one that is not fails g.
+func parseJSONLines(g Gomega, raw []byte) []map[string]any {
 	var out []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)

@@ -139,12 +139,23 @@ func Run(ctx context.Context, mgr ctrl.Manager, s Setup) error {
 	return nil
 }
 
-// Main runs a manager's run function and exits 1, printing the error, when it fails.
+// Main runs a manager's run function and exits 1 when it fails. Once run has applied the logging flags
+// (ApplyLogging, Options.Parse), the error is one line of the chosen format through klog, as every other
+// line: with --logging-format=json a log pipeline sees why the manager stopped. Before that (a logging
+// flag component-base refuses) the format is unknown, and the error is printed as plain text; pflag and
+// flag report their own parse errors and exit 2 before run returns.
 func Main(name string, run func() error) {
-	if err := run(); err != nil {
+	err := run()
+	if err == nil {
+		return
+	}
+	if !loggingApplied.Load() {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+	klog.Background().WithName(name).Error(err, "Exiting on error")
+	// The JSON logger may buffer: flush it before exiting.
+	klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 }
 
 // Scheme returns a scheme with the kinds of adds registered.

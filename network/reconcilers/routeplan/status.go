@@ -25,6 +25,11 @@ const (
 // reportStatus writes status on Sites, GatewayPools and SitePeerings where it changed.
 func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *snapshot) error {
 	var errs []error
+	sites := make(map[string]bool, len(in.sites))
+	for i := range in.sites {
+		sites[in.sites[i].Name] = true
+	}
+	forgetDeletedSites(func(site string) bool { return sites[site] })
 	for i := range in.sites {
 		s := &in.sites[i]
 		next := s.DeepCopy()

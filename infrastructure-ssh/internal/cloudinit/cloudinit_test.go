@@ -19,7 +19,10 @@ func TestParseReportsUnsupported(t *testing.T) {
 		"unknown key":      {"#cloud-config\npackages: [nginx]\nruncmd:\n- true\n", "key packages"},
 		"not cloud-config": {"#!/bin/sh\necho hi\n", "not #cloud-config"},
 		"jinja other":      {"## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.instance_id }}\n", "ds.meta_data.instance_id"},
-		"defer":            {"#cloud-config\nwrite_files:\n- path: /a\n  defer: true\n", "defer"},
+		"default user":     {"#cloud-config\nusers:\n- default\n- name: alice\n", "users[0]: default"},
+		"user key":         {"#cloud-config\nusers:\n- name: alice\n  plain_text_passwd: hunter2\n", "users[0].plain_text_passwd"},
+		"ntp client":       {"#cloud-config\nntp:\n  ntp_client: ntpd\n", "ntp.ntp_client"},
+		"disks":            {"#cloud-config\ndisk_setup: {}\nfs_setup: []\nmounts: []\n", "key disk_setup, key fs_setup, key mounts"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -45,7 +45,11 @@ type Config struct {
 	// BootCmd holds each bootcmd command as a shell line.
 	BootCmd    []string
 	WriteFiles []WriteFile
-	Users      []User
+	// Disks, Filesystems and Mounts are disk_setup, fs_setup and mounts.
+	Disks       []Disk
+	Filesystems []Filesystem
+	Mounts      []Mount
+	Users       []User
 	// NTP is nil when the data has no (enabled) ntp key.
 	NTP *NTP
 	// RunCmd holds each command as a shell line.
@@ -111,8 +115,10 @@ func Parse(data []byte, opts Options) (*Config, error) {
 				return nil, err
 			}
 			unsupported = append(unsupported, more...)
-		case "ntp":
-			more, err := cfg.parseNTP(v)
+		case "ntp", "disk_setup", "fs_setup", "mounts":
+			more, err := map[string]func(any) ([]string, error){
+				"ntp": cfg.parseNTP, "disk_setup": cfg.parseDiskSetup, "fs_setup": cfg.parseFSSetup, "mounts": cfg.parseMounts,
+			}[k](v)
 			if err != nil {
 				return nil, err
 			}
@@ -255,4 +261,3 @@ func gunzip(b []byte) ([]byte, error) {
 	}
 	return out, nil
 }
-

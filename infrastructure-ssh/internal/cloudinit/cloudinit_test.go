@@ -22,7 +22,9 @@ func TestParseReportsUnsupported(t *testing.T) {
 		"default user":     {"#cloud-config\nusers:\n- default\n- name: alice\n", "users[0]: default"},
 		"user key":         {"#cloud-config\nusers:\n- name: alice\n  plain_text_passwd: hunter2\n", "users[0].plain_text_passwd"},
 		"ntp client":       {"#cloud-config\nntp:\n  ntp_client: ntpd\n", "ntp.ntp_client"},
-		"disks":            {"#cloud-config\ndisk_setup: {}\nfs_setup: []\nmounts: []\n", "key disk_setup, key fs_setup, key mounts"},
+		"cloud disk names": {"#cloud-config\ndisk_setup: {ephemeral0: {layout: true}}\nfs_setup: [{device: ephemeral0, filesystem: ext4}]\nmounts: [[ephemeral0, /mnt]]\n", "disk_setup[ephemeral0] (a claimed host"},
+		"partition auto":   {"#cloud-config\nfs_setup: [{device: /dev/sdb, partition: auto, filesystem: ext4}]\n", "fs_setup[0].partition: auto (name the partition number or none)"},
+		"custom mkfs":      {"#cloud-config\nfs_setup: [{device: /dev/sdb, filesystem: ext4, cmd: 'mkfs -t %(filesystem)s'}]\n", "fs_setup[0].cmd"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -53,11 +53,11 @@ func TestParseRejectsBadModules(t *testing.T) {
 // them at once.
 func TestParseNamesEveryUnsupportedKey(t *testing.T) {
 	g := NewWithT(t)
-	_, err := Parse([]byte("#cloud-config\npackages: [a]\nmounts: []\nusers:\n- default\n- name: a\n  snapuser: x\n  inactive: true\nntp:\n  config: {}\n"), Options{})
+	_, err := Parse([]byte("#cloud-config\npackages: [a]\nmounts: [[swap, none]]\nusers:\n- default\n- name: a\n  snapuser: x\n  inactive: true\nntp:\n  config: {}\n"), Options{})
 	var u *UnsupportedError
 	g.Expect(errors.As(err, &u)).To(BeTrue(), "%v", err)
 	g.Expect(u.Items).To(Equal([]string{
-		"key mounts", "key packages", "ntp.config",
+		"key packages", "mounts[0]: swap (a claimed host has no cloud metadata to name its disks: use a /dev path, LABEL= or UUID=)", "ntp.config",
 		"users[0]: default (a claimed host has no distro default user; name the user)",
 		"users[1].inactive: true (give the days after password expiry instead)", "users[1].snapuser",
 	}))

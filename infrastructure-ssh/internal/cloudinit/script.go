@@ -12,6 +12,9 @@ import (
 const (
 	ExitBootCmd     = 96
 	ExitWriteFiles  = 97
+	ExitDiskSetup   = 95
+	ExitFSSetup     = 94
+	ExitMounts      = 90
 	ExitUsers       = 93
 	ExitNTP         = 92
 	ExitDeferred    = 91
@@ -20,7 +23,7 @@ const (
 
 // Script renders the config as a POSIX shell script. The modules run in the order cloud-init 22.4's
 // Debian configuration runs them (/etc/cloud/cloud.cfg): bootcmd (init stage), write_files (init),
-// users (init), ntp (config), deferred write_files (final stage, module write-files-deferred, which
+// disk_setup and fs_setup (init, module disk_setup), mounts (init), users (init), ntp (config), deferred write_files (final stage, module write-files-deferred, which
 // runs before scripts-user) and runcmd (scripts-user). Every module before runcmd ends the script with
 // its own exit code when it fails: the sentinel CABPK writes in runcmd would otherwise never appear
 // and the run would only time out.
@@ -45,6 +48,15 @@ func (c *Config) Script() string {
 		fmt.Fprintf(&b, exitStatusGuard, "bootcmd", ExitBootCmd)
 	}
 	c.module(&b, "write_files", ExitWriteFiles, func(b *strings.Builder) bool { return writeFiles(b, c.WriteFiles, false) })
+	c.module(&b, "disk_setup", ExitDiskSetup, func(b *strings.Builder) bool { diskScript(b, c.Disks); return len(c.Disks) > 0 })
+	c.module(&b, "fs_setup", ExitFSSetup, func(b *strings.Builder) bool { fsScript(b, c.Filesystems); return len(c.Filesystems) > 0 })
+	c.module(&b, "mounts", ExitMounts, func(b *strings.Builder) bool {
+		if len(c.Mounts) == 0 {
+			return false
+		}
+		mountsScript(b, c.Mounts)
+		return true
+	})
 	c.module(&b, "users", ExitUsers, func(b *strings.Builder) bool {
 		for _, u := range c.Users {
 			u.script(b)

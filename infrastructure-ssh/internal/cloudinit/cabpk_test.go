@@ -2,8 +2,8 @@ package cloudinit_test
 
 import (
 	"context"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,7 +105,6 @@ func TestCABPKJoinDataRunsOnARealHost(t *testing.T) {
 	}))
 }
 
-
 // CABPK's diskSetup, filesystems and mounts run on a real host against a loop device: a gpt table with
 // the layout's shares, ext4 with its label and extra options, swap, an fstab line marked as cloud-init
 // marks it, the filesystem mounted (in the host's mount namespace). Run again, nothing is partitioned
@@ -147,8 +146,8 @@ func TestCABPKDisksAndMountsOnARealHost(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		g.Expect(lines).To(HaveLen(8), out)
 		g.Expect(lines[0]).To(Equal("label: gpt"))
-		g.Expect(lines[1]).To(MatchRegexp(`^` + loop + `p1 : start=\s*2048, size=\s*78643, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4`), "60% of the 131072 sectors, Linux")
-		g.Expect(lines[2]).To(MatchRegexp(`^` + loop + `p2 : .*type=0657FD6D-A4AB-43C4-84E5-0933C84B4F4F`), "the rest, Linux swap")
+		g.Expect(lines[1]).To(MatchRegexp(`^`+loop+`p1 : start=\s*2048, size=\s*78643, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4`), "60% of the 131072 sectors, Linux")
+		g.Expect(lines[2]).To(MatchRegexp(`^`+loop+`p2 : .*type=0657FD6D-A4AB-43C4-84E5-0933C84B4F4F`), "the rest, Linux swap")
 		g.Expect(lines[3:5]).To(Equal([]string{"ycidata", "yciswap"}))
 		g.Expect(lines[5]).To(Equal(loop + "p1 ext4"))
 		g.Expect(lines[6]).To(Equal("1"))

@@ -125,6 +125,9 @@ func (c *Config) parseDiskSetup(v any) ([]string, error) {
 			if _, ok := gptTypes[strings.ToLower(p.Type)]; d.TableType == "gpt" && !ok {
 				return nil, bad("partition type %q has no gpt equivalent (83, 82, fd, 8e, ef or their 4-digit codes)", p.Type)
 			}
+			if d.TableType == "mbr" && !mbrType.MatchString(p.Type) {
+				return nil, bad("partition type %q is not an MBR type code", p.Type)
+			}
 		}
 		if len(d.Layout) > 0 {
 			c.Disks = append(c.Disks, d)

@@ -24,6 +24,7 @@ func TestParseRejectsBadDisks(t *testing.T) {
 		"layout over 100":       {"#cloud-config\ndisk_setup: {/dev/sdb: {layout: [60, 50]}}\n", "the partitions take 110% of the disk"},
 		"layout type":           {"#cloud-config\ndisk_setup: {/dev/sdb: {layout: [[50, '$(x)'], 50]}}\n", "$(x) is not a partition type code"},
 		"gpt without alias":     {"#cloud-config\ndisk_setup: {/dev/sdb: {table_type: gpt, layout: [[50, '07'], 50]}}\n", `partition type "07" has no gpt equivalent`},
+		"mbr with gpt code":     {"#cloud-config\ndisk_setup: {/dev/sdb: {layout: [[50, '8300'], 50]}}\n", `partition type "8300" is not an MBR type code`},
 		"fs type":               {"#cloud-config\nfs_setup: [{device: /dev/sdb, filesystem: 'ext4 -O x'}]\n", "filesystem ext4 -O x is not a filesystem type"},
 		"label with space":      {"#cloud-config\nfs_setup: [{device: /dev/sdb, filesystem: ext4, label: 'a b'}]\n", `label "a b" is not one word`},
 		"partition":             {"#cloud-config\nfs_setup: [{device: /dev/sdb, filesystem: ext4, partition: '1;x'}]\n", `partition "1;x" is neither none nor a partition number`},

@@ -74,7 +74,7 @@ func TestScriptRunsRuncmdLinesUpToASyntaxError(t *testing.T) {
 	cfg, err := Parse([]byte(data), Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	script := cfg.Script()
-	out, err := shellParses("sh", script)
+	out, err := shellParses(script)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	out2, err := exec.Command("sh", "-c", script).CombinedOutput()
 	var exit *exec.ExitError
@@ -134,15 +134,16 @@ func FuzzParse(f *testing.F) {
 		if !strings.HasPrefix(script, "#!/bin/sh\n") {
 			t.Fatalf("the script is not for /bin/sh:\n%s", script)
 		}
-		if msg, err := shellParses("sh", script); err != nil {
+		if msg, err := shellParses(script); err != nil {
 			t.Fatalf("sh -n refuses the script rendered from %q: %v: %s\n%s", data, err, msg, script)
 		}
 	})
 }
 
-// shellParses runs `shell -n` with script on stdin: it parses the script without running anything.
-func shellParses(shell, script string) (string, error) {
-	cmd := exec.Command(shell, "-n")
+// shellParses runs `sh -n` (dash here, the shell the script's #!/bin/sh names) with script on stdin:
+// it parses the script without running anything.
+func shellParses(script string) (string, error) {
+	cmd := exec.Command("sh", "-n")
 	cmd.Stdin = strings.NewReader(script)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -150,14 +150,14 @@ func layout(v any) ([]Partition, error) {
 		total := 0
 		for _, e := range l {
 			p := Partition{Type: "83"}
-			var pct any = e
+			pct := e
 			if pair, ok := e.([]any); ok {
 				if len(pair) != 2 {
 					return nil, fmt.Errorf("%v is not [percent, type]", e)
 				}
 				pct = pair[0]
 				t, err := scalar(pair[1])
-				if err != nil || !(mbrType.MatchString(t) || gptTypes[strings.ToLower(t)] != "") {
+				if err != nil || (!mbrType.MatchString(t) && gptTypes[strings.ToLower(t)] == "") {
 					return nil, fmt.Errorf("%v is not a partition type code", pair[1])
 				}
 				p.Type = t
@@ -217,9 +217,9 @@ func (c *Config) parseFSSetup(v any) ([]string, error) {
 				}
 				fs.Device = dev
 			case "partition":
-				switch {
-				case s == "none":
-				case s == "auto" || s == "any":
+				switch s {
+				case "none":
+				case "auto", "any":
 					// cloud-init then searches the disk's partitions for a fitting one; name it instead.
 					unsupported = append(unsupported, fmt.Sprintf("fs_setup[%d].partition: %s (name the partition number or none)", i, s))
 					skip = true

@@ -69,7 +69,7 @@ func TestParseDisks(t *testing.T) {
 	script := cfg.Script()
 	g.Expect(script).To(ContainSubstring("printf '%s\\n' \",$((s * 25 / 100)),L\" \",,S\" | sfdisk --quiet --wipe always --label gpt '/dev/sdd'\n"))
 	g.Expect(script).To(ContainSubstring("mkfs.xfs -f \"$d\"\n"))
-	msg, err := shellParses("sh", script)
+	msg, err := shellParses(script)
 	g.Expect(err).NotTo(HaveOccurred(), msg)
 }
 

@@ -147,6 +147,6 @@ func TestUsersScriptQuotesEveryValue(t *testing.T) {
 	g.Expect(strings.Count(script, `'alice it'\''s $(touch /tmp/x)`)).To(Equal(2), "the sudo rule, checked then written")
 	g.Expect(script).To(ContainSubstring("printf '%s\\n' 'alice:" + testHash + "' | chpasswd -e\n"))
 	g.Expect(strings.Count(script, testHash)).To(Equal(1))
-	msg, err := shellParses("sh", script)
+	msg, err := shellParses(script)
 	g.Expect(err).NotTo(HaveOccurred(), msg)
 }

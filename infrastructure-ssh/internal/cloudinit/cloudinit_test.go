@@ -125,6 +125,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.local_hostname }}\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: \"/a b/'c'\\n$(x)\"\n  owner: 'a:b'\n  permissions: '600'\n  append: true\nruncmd:\n- [\"it's\", '\"$x\"', \"\\n\"]\n- 'if true; then echo \"}\"; fi'\n"))
+	f.Add([]byte("#cloud-config\nbootcmd:\n- [echo, \"$(x)\"]\nusers:\n- name: a\n  gecos: \"'$(x)'\"\n  groups: b, c\n  sudo: ['ALL=(ALL) ALL']\n  ssh_authorized_keys: [\"k '$x'\"]\nntp: {servers: [a.example]}\n"))
+	f.Add([]byte("#cloud-config\ndisk_setup: {/dev/sdb: {table_type: gpt, layout: [[50, 82], 50]}}\nfs_setup: [{device: sdb, partition: 1, filesystem: ext4, label: x, extra_opts: [\"-E\", \"$(y)\"]}]\nmounts: [[LABEL=x, /m]]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data, Options{Hostname: "h"})
 		if err != nil {

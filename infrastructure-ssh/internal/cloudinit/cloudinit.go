@@ -1,7 +1,7 @@
 // Package cloudinit turns the cloud-init that Cluster API bootstrap providers emit (CABPK's kubeadm data,
 // Yonder's own) into one POSIX shell script that runs the modules in cloud-init 22.4's order: bootcmd,
-// write_files, users, ntp, deferred write_files, runcmd. Anything else is reported by name, never
-// ignored.
+// write_files, disk_setup, fs_setup, mounts, users, ntp, deferred write_files, runcmd. Anything else is
+// reported by name, never ignored.
 package cloudinit
 
 import (

@@ -23,8 +23,9 @@ const (
 
 // Script renders the config as a POSIX shell script. The modules run in the order cloud-init 22.4's
 // Debian configuration runs them (/etc/cloud/cloud.cfg): bootcmd (init stage), write_files (init),
-// disk_setup and fs_setup (init, module disk_setup), mounts (init), users (init), ntp (config), deferred write_files (final stage, module write-files-deferred, which
-// runs before scripts-user) and runcmd (scripts-user). Every module before runcmd ends the script with
+// disk_setup and fs_setup (init, module disk_setup), mounts (init), users (init), ntp (config),
+// deferred write_files (final stage, module write-files-deferred, which runs before scripts-user) and
+// runcmd (scripts-user). Every module before runcmd ends the script with
 // its own exit code when it fails: the sentinel CABPK writes in runcmd would otherwise never appear
 // and the run would only time out.
 //

@@ -1,13 +1,13 @@
-// Package cloudinit turns the subset of cloud-init that Cluster API bootstrap providers emit (CABPK's
-// kubeadm data, Yonder's own) into one POSIX shell script: write_files (content, encoding b64 / gzip /
-// gzip+b64, permissions, owner, append) and runcmd. Anything else is reported, never ignored.
+// Package cloudinit turns the cloud-init that Cluster API bootstrap providers emit (CABPK's kubeadm data,
+// Yonder's own) into one POSIX shell script that runs the modules in cloud-init 22.4's order: bootcmd,
+// write_files, disk_setup, fs_setup, mounts, users, ntp, deferred write_files, runcmd. Anything else is
+// reported by name, never ignored.
 package cloudinit
 
 import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -42,7 +42,16 @@ type WriteFile struct {
 
 // Config is the supported subset.
 type Config struct {
+	// BootCmd holds each bootcmd command as a shell line.
+	BootCmd    []string
 	WriteFiles []WriteFile
+	// Disks, Filesystems and Mounts are disk_setup, fs_setup and mounts.
+	Disks       []Disk
+	Filesystems []Filesystem
+	Mounts      []Mount
+	Users       []User
+	// NTP is nil when the data has no (enabled) ntp key.
+	NTP *NTP
 	// RunCmd holds each command as a shell line.
 	RunCmd []string
 }
@@ -73,7 +82,14 @@ func Parse(data []byte, opts Options) (*Config, error) {
 	}
 	cfg := &Config{}
 	var unsupported []string
-	for k, v := range raw {
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	// In a fixed order, so that of several malformed keys the same one is reported every time.
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := raw[k]
 		switch k {
 		case "write_files":
 			b, err := yaml.Marshal(v)
@@ -83,19 +99,38 @@ func Parse(data []byte, opts Options) (*Config, error) {
 			if err := yaml.UnmarshalStrict(b, &cfg.WriteFiles); err != nil {
 				return nil, fmt.Errorf("failed to parse write_files: %w", err)
 			}
-		case "runcmd":
-			if cfg.RunCmd, err = parseRunCmd(v); err != nil {
+		case "runcmd", "bootcmd":
+			cmds, err := parseCommands(k, v)
+			if err != nil {
 				return nil, err
 			}
+			if k == "runcmd" {
+				cfg.RunCmd = cmds
+			} else {
+				cfg.BootCmd = cmds
+			}
+		case "users":
+			more, err := cfg.parseUsers(v)
+			if err != nil {
+				return nil, err
+			}
+			unsupported = append(unsupported, more...)
+		case "ntp", "disk_setup", "fs_setup", "mounts":
+			more, err := map[string]func(any) ([]string, error){
+				"ntp": cfg.parseNTP, "disk_setup": cfg.parseDiskSetup, "fs_setup": cfg.parseFSSetup, "mounts": cfg.parseMounts,
+			}[k](v)
+			if err != nil {
+				return nil, err
+			}
+			unsupported = append(unsupported, more...)
 		default:
 			unsupported = append(unsupported, "key "+k)
 		}
 	}
-	more, err := checkWriteFiles(cfg.WriteFiles)
-	if err != nil {
+	if err := checkWriteFiles(cfg.WriteFiles); err != nil {
 		return nil, err
 	}
-	if unsupported = append(unsupported, more...); len(unsupported) > 0 {
+	if len(unsupported) > 0 {
 		sort.Strings(unsupported)
 		return nil, &UnsupportedError{Items: unsupported}
 	}
@@ -138,11 +173,12 @@ func renderTemplate(text string, opts Options) (string, error) {
 	return text, nil
 }
 
-// parseRunCmd reads runcmd: strings run as shell lines, lists as quoted argument vectors.
-func parseRunCmd(v any) ([]string, error) {
+// parseCommands reads runcmd or bootcmd (key): strings run as shell lines, lists as quoted argument
+// vectors.
+func parseCommands(key string, v any) ([]string, error) {
 	items, ok := v.([]any)
 	if !ok {
-		return nil, errors.New("failed to parse runcmd: not a list")
+		return nil, fmt.Errorf("failed to parse %s: not a list", key)
 	}
 	var out []string
 	for i, it := range items {
@@ -159,38 +195,37 @@ func parseRunCmd(v any) ([]string, error) {
 			// YAML reads `- true` as a boolean; cloud-init runs it as the command it spells.
 			out = append(out, fmt.Sprint(c))
 		default:
-			return nil, fmt.Errorf("failed to parse runcmd[%d]: neither a string nor a list", i)
+			return nil, fmt.Errorf("failed to parse %s[%d]: neither a string nor a list", key, i)
+		}
+		// The shell drops a NUL byte even inside quotes, so the command would not be the one written.
+		if strings.ContainsRune(out[len(out)-1], 0) {
+			return nil, fmt.Errorf("failed to parse %s[%d]: contains a NUL byte", key, i)
 		}
 	}
 	return out, nil
 }
 
-// checkWriteFiles validates write_files entries; it returns the features they use that are not
-// executed.
-func checkWriteFiles(files []WriteFile) ([]string, error) {
-	var unsupported []string
+// checkWriteFiles validates write_files entries.
+func checkWriteFiles(files []WriteFile) error {
 	for i, f := range files {
 		if f.Path == "" || !path.IsAbs(f.Path) {
-			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q is not absolute", i, f.Path)
+			return fmt.Errorf("failed to parse write_files[%d]: path %q is not absolute", i, f.Path)
 		}
 		// The shell drops a NUL byte even inside quotes: "/etc/a\x00b" would write /etc/ab.
 		if strings.ContainsRune(f.Path, 0) {
-			return nil, fmt.Errorf("failed to parse write_files[%d]: path %q contains a NUL byte", i, f.Path)
+			return fmt.Errorf("failed to parse write_files[%d]: path %q contains a NUL byte", i, f.Path)
 		}
 		if f.Permissions != "" && !validMode.MatchString(f.Permissions) {
-			return nil, fmt.Errorf("failed to parse write_files[%d]: permissions %q are not octal", i, f.Permissions)
+			return fmt.Errorf("failed to parse write_files[%d]: permissions %q are not octal", i, f.Permissions)
 		}
 		if f.Owner != "" && !validOwner.MatchString(f.Owner) {
-			return nil, fmt.Errorf("failed to parse write_files[%d]: owner %q is not user[:group]", i, f.Owner)
+			return fmt.Errorf("failed to parse write_files[%d]: owner %q is not user[:group]", i, f.Owner)
 		}
 		if _, err := decode(f); err != nil {
-			return nil, fmt.Errorf("failed to decode write_files[%d] (%s): %w", i, f.Path, err)
-		}
-		if f.Defer {
-			unsupported = append(unsupported, "write_files[].defer")
+			return fmt.Errorf("failed to decode write_files[%d] (%s): %w", i, f.Path, err)
 		}
 	}
-	return unsupported, nil
+	return nil
 }
 
 // decode returns the file content in clear.
@@ -225,37 +260,4 @@ func gunzip(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// Script renders the config as a POSIX shell script. Files are written first (any failure aborts), then
-// the runcmd lines run in order as cloud-init runs them: in one script, a failing command does not stop
-// the next, and the script's status is the last command's.
-//
-// The runcmd lines are handed to eval as one quoted string, not pasted into the script: a line of the
-// data (an unbalanced `(` or `}`, an unterminated quote) then cannot make the whole script unparseable
-// or close the function early and run the rest outside it. As in cloud-init's own runcmd script (a
-// file of these lines run by /bin/sh), the lines before a syntax error run and the error ends the
-// script with status 2, and a construct may span lines (`if …; then`, `fi`).
-func (c *Config) Script() string {
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\n# Generated by yonder-ssh-manager from cloud-init user data.\numask 022\n(\nset -e\n")
-	for _, f := range c.WriteFiles {
-		content, _ := decode(f) // validated by Parse
-		mode := f.Permissions
-		if mode == "" {
-			mode = "0644"
-		}
-		owner := f.Owner
-		if owner == "" {
-			owner = "root:root"
-		}
-		shellwrite.File(&b, f.Path, mode, owner, content, f.Append)
-	}
-	b.WriteString(") || { echo 'yonder-ssh: write_files failed' >&2; exit 97; }\n")
-	b.WriteString("runcmd() {\n:\n")
-	if len(c.RunCmd) > 0 {
-		b.WriteString("eval " + shellwrite.Quote(strings.Join(c.RunCmd, "\n")) + "\n")
-	}
-	b.WriteString("}\nruncmd\n")
-	return b.String()
 }

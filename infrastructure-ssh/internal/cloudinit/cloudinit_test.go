@@ -19,7 +19,12 @@ func TestParseReportsUnsupported(t *testing.T) {
 		"unknown key":      {"#cloud-config\npackages: [nginx]\nruncmd:\n- true\n", "key packages"},
 		"not cloud-config": {"#!/bin/sh\necho hi\n", "not #cloud-config"},
 		"jinja other":      {"## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.instance_id }}\n", "ds.meta_data.instance_id"},
-		"defer":            {"#cloud-config\nwrite_files:\n- path: /a\n  defer: true\n", "defer"},
+		"default user":     {"#cloud-config\nusers:\n- default\n- name: alice\n", "users[0]: default"},
+		"user key":         {"#cloud-config\nusers:\n- name: alice\n  plain_text_passwd: hunter2\n", "users[0].plain_text_passwd"},
+		"ntp client":       {"#cloud-config\nntp:\n  ntp_client: ntpd\n", "ntp.ntp_client"},
+		"cloud disk names": {"#cloud-config\ndisk_setup: {ephemeral0: {layout: true}}\nfs_setup: [{device: ephemeral0, filesystem: ext4}]\nmounts: [[ephemeral0, /mnt]]\n", "disk_setup[ephemeral0] (a claimed host"},
+		"partition auto":   {"#cloud-config\nfs_setup: [{device: /dev/sdb, partition: auto, filesystem: ext4}]\n", "fs_setup[0].partition: auto (name the partition number or none)"},
+		"custom mkfs":      {"#cloud-config\nfs_setup: [{device: /dev/sdb, filesystem: ext4, cmd: 'mkfs -t %(filesystem)s'}]\n", "fs_setup[0].cmd"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -69,7 +74,7 @@ func TestScriptRunsRuncmdLinesUpToASyntaxError(t *testing.T) {
 	cfg, err := Parse([]byte(data), Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	script := cfg.Script()
-	out, err := shellParses("sh", script)
+	out, err := shellParses(script)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	out2, err := exec.Command("sh", "-c", script).CombinedOutput()
 	var exit *exec.ExitError
@@ -120,6 +125,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("## template: jinja\n#cloud-config\nruncmd:\n- echo {{ ds.meta_data.local_hostname }}\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: H4sIAAAAAAAAA8tIzcnJBwCGphA2BQAAAA==\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: \"/a b/'c'\\n$(x)\"\n  owner: 'a:b'\n  permissions: '600'\n  append: true\nruncmd:\n- [\"it's\", '\"$x\"', \"\\n\"]\n- 'if true; then echo \"}\"; fi'\n"))
+	f.Add([]byte("#cloud-config\nbootcmd:\n- [echo, \"$(x)\"]\nusers:\n- name: a\n  gecos: \"'$(x)'\"\n  groups: b, c\n  sudo: ['ALL=(ALL) ALL']\n  ssh_authorized_keys: [\"k '$x'\"]\nntp: {servers: [a.example]}\n"))
+	f.Add([]byte("#cloud-config\ndisk_setup: {/dev/sdb: {table_type: gpt, layout: [[50, 82], 50]}}\nfs_setup: [{device: sdb, partition: 1, filesystem: ext4, label: x, extra_opts: [\"-E\", \"$(y)\"]}]\nmounts: [[LABEL=x, /m]]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data, Options{Hostname: "h"})
 		if err != nil {
@@ -129,15 +136,16 @@ func FuzzParse(f *testing.F) {
 		if !strings.HasPrefix(script, "#!/bin/sh\n") {
 			t.Fatalf("the script is not for /bin/sh:\n%s", script)
 		}
-		if msg, err := shellParses("sh", script); err != nil {
+		if msg, err := shellParses(script); err != nil {
 			t.Fatalf("sh -n refuses the script rendered from %q: %v: %s\n%s", data, err, msg, script)
 		}
 	})
 }
 
-// shellParses runs `shell -n` with script on stdin: it parses the script without running anything.
-func shellParses(shell, script string) (string, error) {
-	cmd := exec.Command(shell, "-n")
+// shellParses runs `sh -n` (dash here, the shell the script's #!/bin/sh names) with script on stdin:
+// it parses the script without running anything.
+func shellParses(script string) (string, error) {
+	cmd := exec.Command("sh", "-n")
 	cmd.Stdin = strings.NewReader(script)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -174,12 +174,14 @@ func (a *Adapter) bootstrapScript(ctx context.Context, s *scope, e sshexec.Execu
 	cfg, err := cloudinit.Parse(secret.Data["value"], cloudinit.Options{Hostname: hostname})
 	if err != nil {
 		var u *cloudinit.UnsupportedError
-		reason := infrav1.YonderSSHMachineBootstrapFailedReason
+		reason, hint := infrav1.YonderSSHMachineBootstrapFailedReason, "Fix the bootstrap config that produced it"
 		if errors.As(err, &u) {
-			reason = infrav1.YonderSSHMachineBootstrapDataUnsupportedReason
+			// The error names every refused key, so one edit of the bootstrap config can remove them all.
+			reason, hint = infrav1.YonderSSHMachineBootstrapDataUnsupportedReason,
+				"Remove these from the bootstrap config (docs/infrastructure-ssh.md lists the cloud-init the SSH provider runs)"
 		}
 		setCond(m, infrav1.YonderSSHMachineBootstrapExecutedCondition, metav1.ConditionFalse, reason,
-			fmt.Sprintf("Bootstrap data Secret %s cannot be executed: %v. Use a bootstrap provider that emits write_files and runcmd only", key.Name, err))
+			fmt.Sprintf("Bootstrap data Secret %s cannot be executed: %v. %s", key.Name, err, hint))
 		return "", false, nil
 	}
 	return remote.ProviderIDPrelude(providerID(m, s.Host)) + cfg.Script(), true, nil

@@ -58,7 +58,7 @@ func TestFailureModesYieldConditionsAndNeverLeakClaims(t *testing.T) {
 	cluster := newCluster(t, g, ns, "fail")
 	good := dataSecret(g, ns, "good", cluster.Name, "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n")
 	failing := dataSecret(g, ns, "failing", cluster.Name, "#cloud-config\nruncmd:\n- echo boom >&2\n- exit 3\n")
-	unsupported := dataSecret(g, ns, "unsupported", cluster.Name, "#cloud-config\npackages: [nginx]\nruncmd:\n- true\n")
+	unsupported := dataSecret(g, ns, "unsupported", cluster.Name, "#cloud-config\npackages: [nginx]\napt: {}\nusers:\n- default\nruncmd:\n- true\n")
 
 	newMachine(g, ns, cluster.Name, "mismatch", "fm-0", good.Name)
 	newMachine(g, ns, cluster.Name, "badcreds", "fm-1", good.Name)
@@ -144,7 +144,10 @@ func checkFailureReasons(ctx context.Context, g *WithT, ns string) {
 	g.Expect(condition(m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Message).To(ContainSubstring("delete the Machine"))
 	g.Expect(m.Annotations).To(HaveKey("clusterctl.cluster.x-k8s.io/block-move"), "not provisioned: clusterctl move must wait")
 	g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "unsupported"}, m)).To(Succeed())
-	g.Expect(condition(m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Message).To(ContainSubstring("key packages"))
+	// Every refused key is named at once, with what to do about them.
+	for _, refused := range []string{"key apt", "key packages", "users[0]: default", "Remove these from the bootstrap config"} {
+		g.Expect(condition(m, infrav1.YonderSSHMachineBootstrapExecutedCondition).Message).To(ContainSubstring(refused))
+	}
 	// The host controller sees the same problems on its probes.
 	g.Eventually(func(g Gomega) {
 		h := &infrav1.YonderSSHHost{}

@@ -21,10 +21,11 @@ import (
 	"github.com/yonder-dev/yonder/config/grafana"
 
 	// The packages whose metrics register with controller-runtime's registry when they are loaded, as
-	// in the managers: the claim (inventory, claims), the bootstrap provider, and the host controller
+	// in the managers: the claim (inventory, claims), the bootstrap provider, the network controller, and the host controller
 	// with its Redfish client. controller-runtime registers its own on load.
 	_ "github.com/yonder-dev/yonder/bootstrap/reconcilers/yonderconfig"
 	_ "github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	_ "github.com/yonder-dev/yonder/network/reconcilers/routeplan"
 	_ "github.com/yonder-dev/yonder/pkg/claim"
 )
 

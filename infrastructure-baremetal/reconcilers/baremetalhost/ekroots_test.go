@@ -16,6 +16,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
@@ -139,4 +140,65 @@ func patchConfigMap(g Gomega, key types.NamespacedName, mutate func(*corev1.Conf
 		mutate(cm)
 		return env.Update(context.Background(), cm)
 	}).Should(Succeed())
+}
+
+// addWithoutEKCertificate gives host id a TPM whose EK has no certificate (some platforms ship them).
+func (p *pxeHosts) addWithoutEKCertificate(id, mac string) {
+	dir, err := os.MkdirTemp("", "ybmh-tpm-")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	tpm, err := swtpm.StartWithoutEKCertificate(context.Background(), dir)
+	if err != nil {
+		p.t.Fatalf("failed to start swtpm: %v", err)
+	}
+	p.t.Cleanup(func() { _ = tpm.Stop(); _ = os.RemoveAll(dir) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.macs[id] = mac
+	p.tpms[id] = tpm
+}
+
+// Issue 17: a TPM without an EK certificate whose EK the operator registered on the BareMetalHost
+// (annotation metal.yonder.dev/tpm-ek-sha256) provisions although the boot server verifies EK
+// certificates against vendor roots: the registration is the trust, and the host's Attested condition
+// says so. The same kind of TPM on a host that only has an enrolment window is refused
+// (EKCertificateMissing, a real failure: not pinned, powered off).
+func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-regek").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	macs := map[string]string{"registered": "52:54:00:51:00:01", "window": "52:54:00:51:00:02"}
+	for id, mac := range macs {
+		hosts.addWithoutEKCertificate(id, mac)
+	}
+	sim := startSim(t, hosts)
+	for id, mac := range macs {
+		sim.AddSystem(redfishsim.DefaultSystem(id, mac))
+	}
+	r := testReconciler(lab.inv)
+	startController(t, r, ns)
+
+	registered := newHost(g, ns, "registered", sim, "registered", macs["registered"], bmcPass, noWindow, func(h *metal3v1.BareMetalHost) {
+		h.Annotations[baremetalhost.EKFingerprintAnnotation] = ekFingerprint(t, hosts.tpms["registered"])
+	})
+	window := newHost(g, ns, "window", sim, "window", macs["window"], bmcPass)
+	for _, h := range []*metal3v1.BareMetalHost{registered, window} {
+		g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+		claim(g, ns, h, "data-of-"+h.Name)
+	}
+
+	g.Eventually(state(registered)).Should(Equal(metal3v1.StateProvisioned))
+	g.Eventually(func() []string { _, d, _ := hosts.snapshot("registered"); return d }).Should(Equal([]string{"data-of-registered"}))
+	g.Expect(getHost(g, registered).Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation))
+	g.Expect(condition(registered, baremetalhost.BareMetalHostAttestedCondition)(g)).To(And(HaveField("Status", metav1.ConditionTrue),
+		HaveField("Message", ContainSubstring("EK registered out of band"))))
+
+	g.Eventually(condition(window, baremetalhost.BareMetalHostAttestedCondition)).Should(HaveField("Reason", wire.ReasonEKCertificateMissing))
+	g.Eventually(func() bool { return sim.State("window").PoweredOn }).Should(BeFalse())
+	g.Expect(getHost(g, window).Annotations).NotTo(HaveKey(baremetalhost.EnrolmentAnnotation))
+	_, data, _ := hosts.snapshot("window")
+	g.Expect(data).To(BeEmpty())
 }

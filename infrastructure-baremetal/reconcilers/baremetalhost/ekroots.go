@@ -190,9 +190,10 @@ func (w *EKRootsWatch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("failed to get ConfigMap %s: %w", req.NamespacedName, err)
 		}
-		// Deleted: the operator withdrew these roots.
+		// Missing at start, or deleted: the operator withdrew these roots.
 		w.Trust.Set(w.source(), attest.EKCerts{})
-		log.Info("Removing EK roots of a deleted ConfigMap")
+		log.Info("Waiting for the EK roots ConfigMap: it does not exist, so EKs that need a vendor root are refused until it holds one",
+			"rootsFromOtherSources", w.Trust.RootCount())
 		w.setState(false, fmt.Sprintf("ConfigMap %s does not exist", w.ConfigMap))
 		return ctrl.Result{}, nil
 	}

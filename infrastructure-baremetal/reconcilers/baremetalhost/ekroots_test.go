@@ -58,7 +58,7 @@ func TestEKRootsConfigMapIsAppliedWithoutRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	sim := startSim(t, nil)
-	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:13:00:01"))
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:e7:00:01"))
 	trust := attest.NewEKTrust()
 	r := testReconciler(inventory.NewStatic())
 	harness.StartProvider(t, env.Config, env.GetScheme(), func(ctx context.Context, mgr ctrl.Manager) error {
@@ -70,7 +70,8 @@ func TestEKRootsConfigMapIsAppliedWithoutRestart(t *testing.T) {
 		r.Client, r.Namespaces, r.EKRoots = mgr.GetClient(), []string{ns}, w
 		return r.SetupWithManager(ctx, mgr, opts)
 	})
-	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:13:00:01", bmcPass)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:e7:00:01", bmcPass)
+	t.Cleanup(func() { deleteHost(t, h) })
 	ekTrust := condition(h, baremetalhost.BareMetalHostEKTrustCondition)
 
 	g.Eventually(ekTrust).Should(And(HaveField("Status", metav1.ConditionFalse),
@@ -170,7 +171,7 @@ func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
 	ns := env.CreateNamespace(ctx, t, "bmh-regek").Name
 	lab := startBootLab(t, env.Client)
 	hosts := newPXEHosts(t, lab)
-	macs := map[string]string{"registered": "52:54:00:51:00:01", "window": "52:54:00:51:00:02"}
+	macs := map[string]string{"registered": "52:54:00:e8:00:01", "window": "52:54:00:e8:00:02"}
 	for id, mac := range macs {
 		hosts.addWithoutEKCertificate(id, mac)
 	}
@@ -185,6 +186,7 @@ func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
 		h.Annotations[baremetalhost.EKFingerprintAnnotation] = ekFingerprint(t, hosts.tpms["registered"])
 	})
 	window := newHost(g, ns, "window", sim, "window", macs["window"], bmcPass)
+	t.Cleanup(func() { deleteHost(t, registered); deleteHost(t, window) })
 	for _, h := range []*metal3v1.BareMetalHost{registered, window} {
 		g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 		claim(g, ns, h, "data-of-"+h.Name)

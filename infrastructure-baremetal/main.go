@@ -45,6 +45,9 @@ func run() error {
 	if err := f.manager.Parse(pflag.CommandLine, os.Args[1:]); err != nil {
 		return err
 	}
+	if err := f.host.Validate(); err != nil {
+		return err
+	}
 	scheme, err := setup.Scheme()
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/spf13/pflag"
@@ -39,11 +40,17 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 		wantNS, wantFilter     string
 		wantBootIf, wantBootIP string
 		wantUnsigned           bool
+		wantEKConfigMap        string
+		wantRate               float64
+		wantEnvelopeTTL        time.Duration
 	}{
-		{name: "defaults"},
+		{name: "defaults", wantRate: 5, wantEnvelopeTTL: 10 * time.Minute},
 		{name: "set", vars: map[string]string{"YONDER_WATCH_NAMESPACE": "team-a", "YONDER_WATCH_FILTER": "shard-1",
-			"YONDER_BOOT_INTERFACE": "eno2", "YONDER_BOOT_SERVER_IP": "192.0.2.1", "YONDER_INSECURE_UNSIGNED_BOOT_DATA": "true"},
-			wantNS: "team-a", wantFilter: "shard-1", wantBootIf: "eno2", wantBootIP: "192.0.2.1", wantUnsigned: true},
+			"YONDER_BOOT_INTERFACE": "eno2", "YONDER_BOOT_SERVER_IP": "192.0.2.1", "YONDER_INSECURE_UNSIGNED_BOOT_DATA": "true",
+			"YONDER_EK_ROOTS_CONFIGMAP": "yonder-system/ek-roots", "YONDER_ATTESTATION_RATE_LIMIT": "0.5", "YONDER_ATTESTATION_RATE_BURST": "2",
+			"YONDER_ATTESTATION_ENVELOPE_TTL": "3m"},
+			wantNS: "team-a", wantFilter: "shard-1", wantBootIf: "eno2", wantBootIP: "192.0.2.1", wantUnsigned: true,
+			wantEKConfigMap: "yonder-system/ek-roots", wantRate: 0.5, wantEnvelopeTTL: 3 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -66,6 +73,10 @@ func TestManagerDeploymentArgsParseWithTheManagersFlags(t *testing.T) {
 			g.Expect(f.host.BootArtifactsDir).To(Equal("/var/lib/yonder/boot"))
 			g.Expect(f.host.BootSigningKey).To(BeEmpty())
 			g.Expect(f.host.InsecureUnsignedBootData).To(Equal(tc.wantUnsigned), "unsigned boot data only when asked for")
+			g.Expect(f.host.EKRootsConfigMap).To(Equal(tc.wantEKConfigMap))
+			g.Expect(f.host.AttestationRateLimit).To(Equal(tc.wantRate))
+			g.Expect(f.host.AttestationEnvelopeTTL).To(Equal(tc.wantEnvelopeTTL))
+			g.Expect(f.host.Validate()).To(Succeed())
 			var podNS string
 			for _, e := range c.Env {
 				if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {

@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,15 @@ type Store interface {
 	Record(ctx context.Context, host string, r Result)
 }
 
+// EKRegistry is implemented by a Store on which an operator can register a host's EK out of band (the
+// BareMetalHost's EK fingerprint annotation). A registered EK is trusted by its hash: a TPM that presents
+// exactly that EK and no EK certificate is accepted even where vendor roots are configured, because the
+// operator vouched for that key; any other EK without a certificate stays refused.
+type EKRegistry interface {
+	// RegisteredEK returns the EKFingerprint registered for host, "" when none is.
+	RegisteredEK(ctx context.Context, host string) (string, error)
+}
+
 // Config is the attestation policy.
 type Config struct {
 	// PCRs to quote (SHA-256 bank). Default 0-7: firmware, option ROMs, boot loader, Secure Boot state.
@@ -102,6 +112,10 @@ type Config struct {
 	EKRoots *x509.CertPool
 	// EKIntermediates are offered when verifying EK certificates.
 	EKIntermediates *x509.CertPool
+	// EKTrust, when set, replaces EKRoots and EKIntermediates: its pools are read at every attestation,
+	// so roots loaded while the service runs (a ConfigMap) apply to the next host. While it holds no
+	// root, attestation is refused as EKRootsNotConfigured, as without EKRoots.
+	EKTrust *EKTrust
 	// InsecureAcceptAnyEK accepts EKs whose certificate chain is not verified: every EK when EKRoots is
 	// nil, and with EKRoots an EK that has no certificate at all (some platforms ship TPMs without one; a
 	// certificate that is present must still chain). Such a host's attestation succeeds with reason
@@ -170,27 +184,29 @@ type ticket struct {
 }
 
 type session struct {
-	host       string
-	from       netip.Addr // the address that opened it with the host's ticket
-	agentNonce []byte     // the agent's StartRequest.AgentNonce: the released envelope is bound to it
-	nonce      []byte
-	secret     []byte
-	ekPub      tpm2.TPMTPublic
-	ekCert     []byte
-	ekVerified bool // the EK certificate chained to a configured root
-	akPub      tpm2.TPMTPublic
-	akName     []byte
-	expires    time.Time
+	host         string
+	from         netip.Addr // the address that opened it with the host's ticket
+	agentNonce   []byte     // the agent's StartRequest.AgentNonce: the released envelope is bound to it
+	nonce        []byte
+	secret       []byte
+	ekPub        tpm2.TPMTPublic
+	ekCert       []byte
+	ekVerified   bool // the EK certificate chained to a configured root, or the EK is registered (EKRegistry)
+	ekRegistered bool // accepted by its registered fingerprint, without an EK certificate
+	akPub        tpm2.TPMTPublic
+	akName       []byte
+	expires      time.Time
 }
 
 type release struct {
-	host       string
-	from       netip.Addr // the address that answered the session
-	agentNonce []byte
-	ekVerified bool
-	ekPub      tpm2.TPMTPublic
-	akName     []byte
-	expires    time.Time
+	host         string
+	from         netip.Addr // the address that answered the session
+	agentNonce   []byte
+	ekVerified   bool
+	ekRegistered bool
+	ekPub        tpm2.TPMTPublic
+	akName       []byte
+	expires      time.Time
 }
 
 // Service issues tickets and runs attestation sessions. Its state is in memory: a restarted manager
@@ -342,10 +358,6 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 		return nil, s.fail(ctx, "", refuse(403, wire.ReasonTicketBoundElsewhere, "the boot ticket was issued to another address"))
 	}
 	host := tk.host
-	if s.cfg.EKRoots == nil && !s.cfg.InsecureAcceptAnyEK {
-		return nil, s.fail(ctx, host, refuse(503, wire.ReasonEKRootsNotConfigured,
-			"the boot server has no TPM vendor roots to verify EK certificates: configure them (--ek-roots) or start it with --insecure-accept-any-ek"))
-	}
 	if len(req.AgentNonce) != wire.AgentNonceSize {
 		// Without it the released data would not be bound to this boot: replayable to the host later.
 		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "agentNonce must be %d bytes", wire.AgentNonceSize))
@@ -358,7 +370,7 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 	if err != nil {
 		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "AK public area does not decode: %v", err))
 	}
-	ekVerified, rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate)
+	trust, rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate)
 	if rerr != nil {
 		return nil, s.fail(ctx, host, rerr)
 	}
@@ -389,63 +401,125 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 	}
 	delete(s.tickets, hashKey(req.Ticket))
 	s.sessions[id] = &session{host: host, from: from.Unmap(), agentNonce: slices.Clone(req.AgentNonce), nonce: nonce, secret: secret, ekPub: *ekPub,
-		ekCert: req.EKCertificate, ekVerified: ekVerified, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+		ekCert: req.EKCertificate, ekVerified: trust != ekUnverified, ekRegistered: trust == ekRegistered, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.log.V(4).Info("Starting attestation session", "host", host)
 	return &wire.StartResponse{Session: id, CredentialBlob: blob, EncryptedSecret: encSecret, Nonce: nonce, PCRs: s.cfg.PCRs}, nil
 }
 
+// ekTrust is how a presented EK was accepted.
+type ekTrust int
+
+const (
+	// ekUnverified: taken on trust (Config.InsecureAcceptAnyEK).
+	ekUnverified ekTrust = iota
+	// ekCertified: its certificate chains to a configured root.
+	ekCertified
+	// ekRegistered: no certificate, but the operator registered exactly this EK for the host (EKRegistry).
+	ekRegistered
+)
+
+// errEKRootsNotConfigured refuses every EK that would need a vendor root while none is loaded: not
+// evidence against the host (the manager's configuration is missing), so it is retried, not fatal.
+func errEKRootsNotConfigured() *RefusedError {
+	return refuse(503, wire.ReasonEKRootsNotConfigured, "the boot server has no TPM vendor roots to verify EK certificates: "+
+		"configure them (--ek-roots, or certificates in --ek-roots-configmap), register the host's EK out of band, or start it with --insecure-accept-any-ek")
+}
+
+// ekPools are the roots (nil: none) and intermediates EK certificates are verified with now.
+func (s *Service) ekPools() (roots, intermediates *x509.CertPool) {
+	if s.cfg.EKTrust != nil {
+		return s.cfg.EKTrust.Pools()
+	}
+	return s.cfg.EKRoots, s.cfg.EKIntermediates
+}
+
 // checkEK checks the presented EK against the host's pinned one and its certificate against the vendor
-// roots; verified says whether the certificate chained (false where InsecureAcceptAnyEK let it pass).
-func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, certDER []byte) (verified bool, _ *RefusedError) {
+// roots. An EK without a certificate passes when the operator registered it for the host (the pin is the
+// trust) or under InsecureAcceptAnyEK. A certificate that is present must chain, registered EK or not:
+// the policy stays "every certificate a TPM presents is verified", a certificate for another key or from
+// an unknown CA is evidence an operator must see (a swapped or refurbished TPM, a missing vendor root),
+// and the fix (add the vendor's root or intermediate) is the operator's one step.
+func (s *Service) checkEK(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, certDER []byte) (ekTrust, *RefusedError) {
 	key, err := tpm2.Pub(*ekPub)
 	if err != nil {
-		return false, refuse(400, wire.ReasonMalformedRequest, "EK public key: %v", err)
+		return ekUnverified, refuse(400, wire.ReasonMalformedRequest, "EK public key: %v", err)
 	}
 	enr, err := s.store.Enrolment(ctx, host)
 	if err != nil {
-		return false, refuse(503, "StoreUnavailable", "failed to read enrolment: %v", err)
+		return ekUnverified, refuse(503, "StoreUnavailable", "failed to read enrolment: %v", err)
 	}
 	if enr != nil {
 		pinned, err := tpm2.Unmarshal[tpm2.TPMTPublic](enr.EKPublic)
 		if err != nil {
-			return false, refuse(500, wire.ReasonEKMismatch, "pinned EK does not decode: %v", err)
+			return ekUnverified, refuse(500, wire.ReasonEKMismatch, "pinned EK does not decode: %v", err)
 		}
 		pk, err := tpm2.Pub(*pinned)
 		if err != nil || !equalKeys(pk, key) {
-			return false, refuse(403, wire.ReasonEKMismatch, "the host presented a different TPM than the one enrolled: "+
+			return ekUnverified, refuse(403, wire.ReasonEKMismatch, "the host presented a different TPM than the one enrolled: "+
 				"if the TPM or mainboard was replaced, clear the host's enrolment to re-enrol")
 		}
 	}
+	roots, intermediates := s.ekPools()
 	if len(certDER) == 0 {
-		if s.cfg.EKRoots != nil && !s.cfg.InsecureAcceptAnyEK {
-			// Nothing proves that a TPM holds this key: a software "TPM" presents exactly this.
-			return false, refuse(403, wire.ReasonEKCertificateMissing, "the TPM presented no EK certificate, so its EK cannot be "+
-				"verified against the configured vendor roots and could be a software key. A real TPM without "+
-				"an EK certificate is accepted only by a manager started with --insecure-accept-any-ek")
-		}
-		return false, nil
+		return s.checkEKWithoutCertificate(ctx, host, ekPub, roots != nil)
 	}
 	cert, err := x509.ParseCertificate(certDER)
 	if err != nil {
-		return false, refuse(403, wire.ReasonEKCertificateMismatch, "EK certificate does not parse: %v", err)
+		return ekUnverified, refuse(403, wire.ReasonEKCertificateMismatch, "EK certificate does not parse: %v", err)
 	}
 	if !equalKeys(cert.PublicKey, key) {
-		return false, refuse(403, wire.ReasonEKCertificateMismatch, "the EK certificate is for another key")
+		return ekUnverified, refuse(403, wire.ReasonEKCertificateMismatch, "the EK certificate is for another key")
 	}
-	if s.cfg.EKRoots == nil {
-		return false, nil
+	if roots == nil {
+		if s.cfg.InsecureAcceptAnyEK {
+			return ekUnverified, nil
+		}
+		return ekUnverified, errEKRootsNotConfigured()
 	}
 	// TPM EK certificates carry a critical subjectAltName of directory names (TPM manufacturer, model,
 	// version) that crypto/x509 does not interpret; it is informational for chain building.
 	cert.UnhandledCriticalExtensions = slices.DeleteFunc(cert.UnhandledCriticalExtensions, func(oid asn1.ObjectIdentifier) bool {
 		return oid.Equal(asn1.ObjectIdentifier{2, 5, 29, 17})
 	})
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: s.cfg.EKRoots, Intermediates: s.cfg.EKIntermediates,
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: s.cfg.Now()}); err != nil {
-		return false, refuse(403, wire.ReasonEKCertificateUntrusted, "the EK certificate does not chain to a configured TPM vendor root: %v", err)
+		return ekUnverified, refuse(403, wire.ReasonEKCertificateUntrusted, "the EK certificate does not chain to a configured TPM vendor root: %v", err)
 	}
-	return true, nil
+	return ekCertified, nil
+}
+
+// checkEKWithoutCertificate decides on an EK that came without a certificate: registered for the host,
+// taken on trust (InsecureAcceptAnyEK), or refused.
+func (s *Service) checkEKWithoutCertificate(ctx context.Context, host string, ekPub *tpm2.TPMTPublic, haveRoots bool) (ekTrust, *RefusedError) {
+	registry, ok := s.store.(EKRegistry)
+	if ok {
+		want, err := registry.RegisteredEK(ctx, host)
+		if err != nil {
+			return ekUnverified, refuse(503, "StoreUnavailable", "failed to read the registered EK: %v", err)
+		}
+		if want != "" {
+			got, err := EKFingerprint(tpm2.Marshal(*ekPub))
+			if err != nil {
+				return ekUnverified, refuse(400, wire.ReasonMalformedRequest, "%v", err)
+			}
+			if !strings.EqualFold(strings.TrimSpace(want), got) {
+				return ekUnverified, refuse(403, wire.ReasonEKMismatch, "the TPM presented no EK certificate and its EK (sha256 %s) is not the one "+
+					"registered for the host (%s)", got, want)
+			}
+			return ekRegistered, nil
+		}
+	}
+	switch {
+	case s.cfg.InsecureAcceptAnyEK:
+		return ekUnverified, nil
+	case !haveRoots:
+		return ekUnverified, errEKRootsNotConfigured()
+	}
+	// Nothing proves that a TPM holds this key: a software "TPM" presents exactly this.
+	return ekUnverified, refuse(403, wire.ReasonEKCertificateMissing, "the TPM presented no EK certificate, so its EK cannot be "+
+		"verified against the configured vendor roots and could be a software key. Register its EK out of band on the host "+
+		"(its EK fingerprint) if you vouch for this TPM; otherwise only a manager started with --insecure-accept-any-ek accepts it")
 }
 
 // EKFingerprint is the hex SHA-256 of an EK's public key in PKIX (SubjectPublicKeyInfo) DER form, given its
@@ -572,16 +646,25 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 	}
 	token := randomToken(32)
 	s.mu.Lock()
-	s.releases[hashKey(token)] = &release{host: host, from: sess.from, agentNonce: sess.agentNonce, ekVerified: sess.ekVerified, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
+	s.releases[hashKey(token)] = &release{host: host, from: sess.from, agentNonce: sess.agentNonce, ekVerified: sess.ekVerified,
+		ekRegistered: sess.ekRegistered, ekPub: sess.ekPub, akName: sess.akName, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.metrics.Results.WithLabelValues(reason).Inc()
-	msg := "TPM attestation passed"
-	if !sess.ekVerified {
-		msg = unverifiedEKMessage("TPM attestation passed")
-	}
+	msg := ekMessage("TPM attestation passed", sess.ekVerified, sess.ekRegistered)
 	s.store.Record(ctx, host, Result{Success: true, Reason: reason, Message: msg})
 	s.log.Info("Attested host", "host", host, "reason", reason)
 	return &wire.VerifyResponse{ReleaseToken: token}, nil
+}
+
+// ekMessage is what, on the host's Attested condition, says how its TPM's EK was trusted.
+func ekMessage(what string, verified, registered bool) string {
+	switch {
+	case registered:
+		return what + " (EK registered out of band on the host; the TPM has no EK certificate)"
+	case verified:
+		return what
+	}
+	return unverifiedEKMessage(what)
 }
 
 // unverifiedEKMessage says, on the host's Attested condition, that its TPM was taken on trust.
@@ -692,10 +775,7 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 		env.Signature = ed25519.Sign(s.cfg.SigningKey, env.SignedBytes())
 	}
 	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
-	msg := "bootstrap data delivered to the attested TPM"
-	if !rel.ekVerified {
-		msg = unverifiedEKMessage(msg)
-	}
+	msg := ekMessage("bootstrap data delivered to the attested TPM", rel.ekVerified, rel.ekRegistered)
 	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: msg})
 	s.log.Info("Released bootstrap data", "host", rel.host)
 	return env, nil
@@ -726,17 +806,35 @@ func seal(ekPub *tpm2.TPMTPublic, akName, data []byte) (*wire.Envelope, error) {
 		Ciphertext: gcm.Seal(nil, nonce, data, []byte(wire.EnvelopeAAD))}, nil
 }
 
-// MemoryStore is an in-memory Store (tests, and a manager without host objects). Safe for concurrent use.
+// MemoryStore is an in-memory Store and EKRegistry (tests, and a manager without host objects). Safe for
+// concurrent use.
 type MemoryStore struct {
 	mu         sync.Mutex
 	enrolments map[string]Enrolment
+	registered map[string]string
 	data       map[string][]byte
 	results    map[string][]Result
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{enrolments: map[string]Enrolment{}, data: map[string][]byte{}, results: map[string][]Result{}}
+	return &MemoryStore{enrolments: map[string]Enrolment{}, registered: map[string]string{}, data: map[string][]byte{}, results: map[string][]Result{}}
+}
+
+var _ EKRegistry = (*MemoryStore)(nil)
+
+// RegisterEK registers host's EK out of band by its EKFingerprint.
+func (m *MemoryStore) RegisterEK(host, fingerprint string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.registered[host] = fingerprint
+}
+
+// RegisteredEK implements EKRegistry.
+func (m *MemoryStore) RegisteredEK(_ context.Context, host string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.registered[host], nil
 }
 
 // Enrolment implements Store.
@@ -756,6 +854,12 @@ func (m *MemoryStore) Enrol(_ context.Context, host string, e Enrolment) error {
 	defer m.mu.Unlock()
 	if _, ok := m.enrolments[host]; ok {
 		return errors.New("failed to enrol: host is already enrolled")
+	}
+	if want, ok := m.registered[host]; ok {
+		// As AttestStore.Enrol: a registered EK is the only one the host may pin.
+		if got, err := EKFingerprint(e.EKPublic); err != nil || !strings.EqualFold(got, want) {
+			return refuse(403, wire.ReasonEKMismatch, "the TPM's EK is not the one registered for the host")
+		}
 	}
 	m.enrolments[host] = e
 	return nil

@@ -42,7 +42,10 @@ func (s AttestStore) reader() client.Reader {
 	return s.Client
 }
 
-var _ attest.Store = AttestStore{}
+var (
+	_ attest.Store      = AttestStore{}
+	_ attest.EKRegistry = AttestStore{}
+)
 
 func splitHost(host string) (types.NamespacedName, error) {
 	ns, name, ok := strings.Cut(host, "/")
@@ -82,6 +85,17 @@ func (s AttestStore) Enrolment(ctx context.Context, host string) (*attest.Enrolm
 		return nil, fmt.Errorf("failed to decode annotation %s of %s: %w", EnrolmentAnnotation, host, err)
 	}
 	return e, nil
+}
+
+// RegisteredEK implements attest.EKRegistry: the fingerprint an operator registered in
+// EKFingerprintAnnotation. The attestation service trusts that EK by its hash, so a TPM without an EK
+// certificate whose EK it is attests even where vendor roots are configured.
+func (s AttestStore) RegisteredEK(ctx context.Context, host string) (string, error) {
+	h, err := s.get(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(h.Annotations[EKFingerprintAnnotation]), nil
 }
 
 // Enrol implements attest.Store. Enrolment is explicit: the TPM is pinned only when its EK has the

@@ -49,6 +49,16 @@ type Options struct {
 	EKRoots, EKIntermediates []string
 	InsecureAcceptAnyEK      bool
 	AttestationPCRs          []int
+	// EKRootsConfigMap is <namespace>/<name> of a ConfigMap of EK vendor roots and intermediates (see
+	// EKRootsFromConfigMap), watched and applied without a restart, in addition to EKRoots.
+	EKRootsConfigMap string
+	// AttestationRateLimit, AttestationRateBurst and AttestationRateSources are attest.RateLimit's Rate,
+	// Burst and MaxSources: the attestation API's token bucket per source address.
+	AttestationRateLimit   float64
+	AttestationRateBurst   int
+	AttestationRateSources int
+	// AttestationEnvelopeTTL is attest.Config.EnvelopeTTL: how long a released envelope is accepted.
+	AttestationEnvelopeTTL time.Duration
 	// BootSigningKey is a PEM PKCS#8 Ed25519 private key that signs released bootstrap data; its public
 	// half goes into the boot image (/etc/yonder/boot-server.pub), whose agent refuses unsigned data.
 	// InsecureUnsignedBootData releases data unsigned instead (required when BootSigningKey is empty).
@@ -79,25 +89,65 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BootSigningKey, "boot-signing-key", "", "PEM PKCS#8 Ed25519 private key that signs released bootstrap data (the boot image's agent holds the public key and refuses anything else; required with --boot-interface unless --insecure-unsigned-boot-data)")
 	fs.BoolVar(&o.InsecureUnsignedBootData, "insecure-unsigned-boot-data", false, "INSECURE: release bootstrap data unsigned (a boot image without the provider's public key then runs whatever a rogue server on the boot LAN sends it); hosts show BootDataSigned=False")
 	fs.IntSliceVar(&o.AttestationPCRs, "attestation-pcrs", []int{0, 1, 2, 3, 4, 5, 6, 7}, "SHA-256 PCRs a host quotes; they must equal the values recorded when its TPM was enrolled")
+	fs.Var(&configMapRefValue{p: &o.EKRootsConfigMap}, "ek-roots-configmap", "<namespace>/<name> of a ConfigMap of TPM vendor root CAs (keys *.pem, *.crt; keys starting with \"intermediate\" hold intermediate CAs), watched and applied without a restart, in addition to --ek-roots")
+	o.AttestationRateLimit = attest.DefaultRateLimit
+	fs.Var(&positiveFloatValue{p: &o.AttestationRateLimit}, "attestation-rate-limit", "Sustained attestation API requests per second of one source address (token bucket; over it the answer is 429 with Retry-After)")
+	o.AttestationRateBurst = attest.DefaultRateBurst
+	fs.Var(&intRangeValue{p: &o.AttestationRateBurst, min: 1, max: 1 << 20}, "attestation-rate-burst", "Attestation API requests one source address may send at once before the rate applies (one attestation is three requests); at least --attestation-rate-limit")
+	o.AttestationRateSources = attest.DefaultRateMaxSources
+	fs.Var(&intRangeValue{p: &o.AttestationRateSources, min: 1, max: maxRateSources}, "attestation-rate-sources", "Source addresses the attestation rate limit tracks at once (about 128 bytes each); beyond it the least recently seen is forgotten")
+	o.AttestationEnvelopeTTL = defaultEnvelopeTTL
+	fs.Var(&durationRangeValue{p: &o.AttestationEnvelopeTTL, min: minEnvelopeTTL, max: maxEnvelopeTTL}, "attestation-envelope-ttl", "How long the agent accepts released bootstrap data (1m-24h): hosts whose clock is further off than this refuse genuine data, a longer one lets a recorded envelope be replayed longer")
 }
 
-// attestation is the attestation policy of the options: the EK roots read from their files.
-func (o Options) attestation() (attest.Config, error) {
-	cfg := attest.Config{PCRs: o.AttestationPCRs, InsecureAcceptAnyEK: o.InsecureAcceptAnyEK}
-	if len(o.EKRoots) == 0 && !o.InsecureAcceptAnyEK {
-		return cfg, errors.New("--boot-interface needs --ek-roots (the TPM vendors' EK root CAs) or, knowingly, --insecure-accept-any-ek")
+// Bounds of the attestation flags.
+const (
+	defaultEnvelopeTTL = 10 * time.Minute
+	minEnvelopeTTL     = time.Minute
+	maxEnvelopeTTL     = 24 * time.Hour
+	maxRateSources     = 1 << 20 // about 128 MiB of buckets
+)
+
+// Validate checks what the flags' own parsing cannot: combinations. main.go calls it right after parsing,
+// so a bad command line stops the manager before it connects anywhere.
+func (o *Options) Validate() error {
+	if float64(o.AttestationRateBurst) < o.AttestationRateLimit {
+		return fmt.Errorf("--attestation-rate-burst=%d is below --attestation-rate-limit=%g: a source could never send one second's worth of requests at once",
+			o.AttestationRateBurst, o.AttestationRateLimit)
 	}
+	if o.EKRootsConfigMap != "" {
+		if _, err := ParseConfigMapRef(o.EKRootsConfigMap); err != nil {
+			return fmt.Errorf("--ek-roots-configmap: %w", err)
+		}
+	}
+	return nil
+}
+
+// attestation is the attestation policy of the options: the EK roots read from their files into an
+// EKTrust, which the ConfigMap watch (when configured) adds its certificates to.
+func (o Options) attestation() (attest.Config, error) {
+	if err := o.Validate(); err != nil {
+		return attest.Config{}, err
+	}
+	cfg := attest.Config{PCRs: o.AttestationPCRs, InsecureAcceptAnyEK: o.InsecureAcceptAnyEK, EKTrust: attest.NewEKTrust(),
+		EnvelopeTTL: o.AttestationEnvelopeTTL,
+		RateLimit:   attest.RateLimit{Rate: o.AttestationRateLimit, Burst: o.AttestationRateBurst, MaxSources: o.AttestationRateSources}}
+	if len(o.EKRoots) == 0 && o.EKRootsConfigMap == "" && !o.InsecureAcceptAnyEK {
+		return cfg, errNoEKRoots
+	}
+	var files attest.EKCerts
 	var err error
 	if len(o.EKRoots) > 0 {
-		if cfg.EKRoots, err = attest.LoadCertPool(o.EKRoots...); err != nil {
+		if files.Roots, err = attest.LoadCertificates(o.EKRoots...); err != nil {
 			return cfg, fmt.Errorf("--ek-roots: %w", err)
 		}
 	}
 	if len(o.EKIntermediates) > 0 {
-		if cfg.EKIntermediates, err = attest.LoadCertPool(o.EKIntermediates...); err != nil {
+		if files.Intermediates, err = attest.LoadCertificates(o.EKIntermediates...); err != nil {
 			return cfg, fmt.Errorf("--ek-intermediates: %w", err)
 		}
 	}
+	cfg.EKTrust.Set("--ek-roots", files)
 	switch {
 	case o.BootSigningKey != "":
 		if cfg.SigningKey, err = attest.LoadSigningKey(o.BootSigningKey); err != nil {
@@ -135,8 +185,14 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		r.NetBoot = inv
 		// With roots and --insecure-accept-any-ek both set, an EK without a certificate is still accepted:
 		// the hosts must say so, not claim verified EKs.
-		r.InsecureAcceptAnyEK = att.EKRoots == nil || att.InsecureAcceptAnyEK
+		r.InsecureAcceptAnyEK = att.InsecureAcceptAnyEK
 		r.UnsignedBootData = att.SigningKey == nil
+		if o.EKRootsConfigMap != "" {
+			key, _ := ParseConfigMapRef(o.EKRootsConfigMap) // checked by attestation()
+			if r.EKRoots, err = WatchEKRoots(mgr, key, att.EKTrust, controller.Options{}); err != nil {
+				return err
+			}
+		}
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
 			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}
 		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}

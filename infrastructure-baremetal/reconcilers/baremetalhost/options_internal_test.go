@@ -5,15 +5,20 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 )
 
@@ -98,6 +103,139 @@ func TestHostsShowWhetherTheirBootServicesVerifyAndSign(t *testing.T) {
 				g.Expect(c).NotTo(BeNil(), cond)
 				g.Expect(string(c.Status)).To(Equal(want[0]), cond)
 				g.Expect(c.Reason).To(Equal(want[1]), cond)
+			}
+		})
+	}
+}
+
+// parseFlags parses args with the options' flags as the manager does (parse, then Validate).
+func parseFlags(args ...string) (*Options, error) {
+	fs := pflag.NewFlagSet("yonder-metal-manager", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := &Options{}
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.Validate()
+}
+
+// Issue 17: the attestation rate limit and envelope lifetime are flags whose defaults are the service's
+// own, and a setting that means nothing (no rate, a burst below the rate, an envelope that expires before
+// a host can open it or lives for days) stops the manager at parse time with the flag's name.
+func TestAttestationFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(Gomega, *Options)
+	}{
+		{name: "defaults are the service's", check: func(g Gomega, o *Options) {
+			g.Expect(o.AttestationRateLimit).To(Equal(float64(attest.DefaultRateLimit)))
+			g.Expect(o.AttestationRateBurst).To(Equal(attest.DefaultRateBurst))
+			g.Expect(o.AttestationRateSources).To(Equal(attest.DefaultRateMaxSources))
+			g.Expect(o.AttestationEnvelopeTTL).To(Equal(10 * time.Minute))
+			g.Expect(o.EKRootsConfigMap).To(BeEmpty())
+		}},
+		{name: "set", args: []string{"--attestation-rate-limit=0.5", "--attestation-rate-burst=3", "--attestation-rate-sources=100",
+			"--attestation-envelope-ttl=2m", "--ek-roots-configmap=yonder-system/ek-roots"}, check: func(g Gomega, o *Options) {
+			g.Expect(o.AttestationRateLimit).To(Equal(0.5))
+			g.Expect(o.AttestationRateBurst).To(Equal(3))
+			g.Expect(o.AttestationRateSources).To(Equal(100))
+			g.Expect(o.AttestationEnvelopeTTL).To(Equal(2 * time.Minute))
+			g.Expect(o.EKRootsConfigMap).To(Equal("yonder-system/ek-roots"))
+		}},
+		{name: "bounds are allowed", args: []string{"--attestation-envelope-ttl=24h", "--attestation-rate-burst=1", "--attestation-rate-limit=1"}},
+		{name: "zero rate", args: []string{"--attestation-rate-limit=0"},
+			wantErr: `invalid argument "0" for "--attestation-rate-limit" flag: 0 must be a number above 0`},
+		{name: "negative rate", args: []string{"--attestation-rate-limit=-1"}, wantErr: "-1 must be a number above 0"},
+		{name: "rate not a number", args: []string{"--attestation-rate-limit=fast"}, wantErr: `"fast" is not a number`},
+		{name: "infinite rate", args: []string{"--attestation-rate-limit=+Inf"}, wantErr: "must be a number above 0"},
+		{name: "zero burst", args: []string{"--attestation-rate-burst=0"}, wantErr: `"--attestation-rate-burst" flag: 0 is outside 1-1048576`},
+		{name: "burst below rate", args: []string{"--attestation-rate-limit=50", "--attestation-rate-burst=30"},
+			wantErr: "--attestation-rate-burst=30 is below --attestation-rate-limit=50"},
+		{name: "no sources", args: []string{"--attestation-rate-sources=0"}, wantErr: `"--attestation-rate-sources" flag: 0 is outside 1-1048576`},
+		{name: "too many sources", args: []string{"--attestation-rate-sources=2000000"}, wantErr: "2000000 is outside 1-1048576"},
+		{name: "envelope TTL too short", args: []string{"--attestation-envelope-ttl=30s"}, wantErr: `"--attestation-envelope-ttl" flag: 30s is outside 1m0s-24h0m0s`},
+		{name: "envelope TTL too long", args: []string{"--attestation-envelope-ttl=48h"}, wantErr: "48h0m0s is outside 1m0s-24h0m0s"},
+		{name: "envelope TTL not a duration", args: []string{"--attestation-envelope-ttl=10"}, wantErr: `"10" is not a duration`},
+		{name: "ConfigMap without namespace", args: []string{"--ek-roots-configmap=ek-roots"}, wantErr: `"ek-roots" is not <namespace>/<name>`},
+		{name: "ConfigMap with a bad name", args: []string{"--ek-roots-configmap=yonder-system/EK_roots"}, wantErr: `name "EK_roots"`},
+		{name: "ConfigMap with a bad namespace", args: []string{"--ek-roots-configmap=a.b/ek-roots"}, wantErr: `namespace "a.b"`},
+		{name: "ConfigMap path", args: []string{"--ek-roots-configmap=a/b/c"}, wantErr: `"a/b/c" is not <namespace>/<name>`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o, err := parseFlags(tc.args...)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tc.check != nil {
+				tc.check(g, o)
+			}
+		})
+	}
+}
+
+// The flags reach the attestation service's configuration; a ConfigMap alone satisfies the boot
+// services' need for EK roots (its roots may arrive later), nothing at all still does not.
+func TestAttestationConfigFromFlags(t *testing.T) {
+	g := NewWithT(t)
+	o, err := parseFlags("--attestation-rate-limit=2", "--attestation-rate-burst=4", "--attestation-rate-sources=64",
+		"--attestation-envelope-ttl=3m", "--ek-roots-configmap=yonder-system/ek-roots", "--insecure-unsigned-boot-data")
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := o.attestation()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.RateLimit).To(Equal(attest.RateLimit{Rate: 2, Burst: 4, MaxSources: 64}))
+	g.Expect(cfg.EnvelopeTTL).To(Equal(3 * time.Minute))
+	g.Expect(cfg.EKTrust).NotTo(BeNil())
+	g.Expect(cfg.EKTrust.RootCount()).To(BeZero(), "nothing loaded before the ConfigMap is read")
+	g.Expect(cfg.InsecureAcceptAnyEK).To(BeFalse())
+
+	o, err = parseFlags("--insecure-unsigned-boot-data")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = o.attestation()
+	g.Expect(err).To(MatchError(ContainSubstring("--boot-interface needs --ek-roots or --ek-roots-configmap")))
+}
+
+// Issue 17: with an EK roots ConfigMap, hosts say whether a root is loaded: before the ConfigMap was read
+// or while it holds none, EKCertificatesVerified is False (the host cannot attest) and names the
+// ConfigMap; --insecure-accept-any-ek still wins, as it decides what is accepted.
+func TestHostsShowWhetherEKRootsAreLoaded(t *testing.T) {
+	key := types.NamespacedName{Namespace: "yonder-system", Name: "ek-roots"}
+	root := attest.EKCerts{Roots: []*x509.Certificate{{Raw: []byte("root")}}}
+	for _, tc := range []struct {
+		name         string
+		anyEK        bool
+		set          *attest.EKCerts
+		wantStatus   metav1.ConditionStatus
+		wantReason   string
+		wantMessages []string
+	}{
+		{name: "not read yet", wantStatus: metav1.ConditionFalse, wantReason: BareMetalHostEKRootsNotLoadedReason,
+			wantMessages: []string{"ConfigMap yonder-system/ek-roots was not read yet", "this host cannot attest", EKFingerprintAnnotation}},
+		{name: "loaded", set: &root, wantStatus: metav1.ConditionTrue, wantReason: BareMetalHostEKRootsConfiguredReason,
+			wantMessages: []string{"(1 loaded)"}},
+		{name: "insecure wins", anyEK: true, wantStatus: metav1.ConditionFalse, wantReason: BareMetalHostInsecureAcceptAnyEKReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			w := &EKRootsWatch{ConfigMap: key, Trust: attest.NewEKTrust()}
+			if tc.set != nil {
+				w.Trust.Set(w.source(), *tc.set)
+				w.setState(true, "")
+			}
+			r := &Reconciler{NetBoot: inventory.NewStatic(), EKRoots: w, InsecureAcceptAnyEK: tc.anyEK}
+			h := &metal3v1.BareMetalHost{}
+			r.setEKTrust(h)
+			c := meta.FindStatusCondition(h.Status.Conditions, BareMetalHostEKTrustCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(tc.wantStatus))
+			g.Expect(c.Reason).To(Equal(tc.wantReason))
+			for _, m := range tc.wantMessages {
+				g.Expect(c.Message).To(ContainSubstring(m))
 			}
 		})
 	}

@@ -34,7 +34,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -78,6 +81,9 @@ type Reconciler struct {
 	// InsecureAcceptAnyEK says that the boot services accept TPMs without verifying their EK certificate
 	// against vendor roots; every host then carries condition EKCertificatesVerified=False.
 	InsecureAcceptAnyEK bool
+	// EKRoots, when set, is the watch of the EK roots ConfigMap: hosts say in EKCertificatesVerified whether
+	// a root is loaded, and are reconciled again when that changes.
+	EKRoots *EKRootsWatch
 	// UnsignedBootData says that the boot services release bootstrap data without the provider's signature
 	// (--insecure-unsigned-boot-data); hosts say so in BootDataSigned.
 	UnsignedBootData bool
@@ -107,11 +113,30 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 	}
 	r.countHosts(mgr.GetClient())
 	managed := predicate.NewPredicateFuncs(r.manages)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("baremetalhost").
 		For(&metal3v1.BareMetalHost{}, builder.WithPredicates(managed)).
-		WithOptions(opts).
-		Complete(r)
+		WithOptions(opts)
+	if r.EKRoots != nil {
+		b = b.WatchesRawSource(source.Channel(r.EKRoots.Changes(), handler.EnqueueRequestsFromMapFunc(r.allHosts)))
+	}
+	return b.Complete(r)
+}
+
+// allHosts are the managed hosts: each says in EKCertificatesVerified whether EK roots are loaded.
+func (r *Reconciler) allHosts(ctx context.Context, _ client.Object) []reconcile.Request {
+	var hosts metal3v1.BareMetalHostList
+	if err := r.Client.List(ctx, &hosts, client.MatchingLabels{ManagedLabel: "true"}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list BareMetalHosts to report the changed EK roots")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range hosts.Items {
+		if r.manages(&hosts.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&hosts.Items[i])})
+		}
+	}
+	return reqs
 }
 
 // manages is the opt-in: the label, and the namespace when Namespaces is set.
@@ -644,7 +669,22 @@ func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
 			"the manager runs with --insecure-accept-any-ek: TPMs whose EK has no certificate, or no configured vendor roots to verify it, are accepted, so a software TPM inside an open enrolment window can pin itself and receive this host's bootstrap data")
 		return
 	}
-	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, "TPM EK certificates must chain to the configured vendor roots")
+	if r.EKRoots == nil {
+		setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, "TPM EK certificates must chain to the configured vendor roots")
+		return
+	}
+	roots, problem := r.EKRoots.State()
+	if roots == 0 {
+		setCondition(h, BareMetalHostEKTrustCondition, false, BareMetalHostEKRootsNotLoadedReason, fmt.Sprintf(
+			"the manager holds no TPM vendor root yet (%s): this host cannot attest (EKRootsNotConfigured) unless its EK is registered out of band "+
+				"(annotation %s); add the vendor's root CA to ConfigMap %s (a key ending in .pem or .crt)", problem, EKFingerprintAnnotation, r.EKRoots.ConfigMap))
+		return
+	}
+	msg := fmt.Sprintf("TPM EK certificates must chain to the configured vendor roots (%d loaded)", roots)
+	if problem != "" {
+		msg += "; " + problem
+	}
+	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, msg)
 }
 
 func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Host, error) {

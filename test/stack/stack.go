@@ -139,6 +139,10 @@ type Options struct {
 	// authenticated metrics endpoint as a ServiceAccount bound to the shipped metrics-reader role. Off by
 	// default: suites that do not assert metrics do not pay for it.
 	Prometheus bool
+	// StartTimeout bounds Start after its builds (0: only ctx bounds it). The builds are left out: how long
+	// they take depends on the Go build cache and on what else compiles at the same time (go test runs
+	// several packages at once, and each suite builds the managers), not on the stack.
+	StartTimeout time.Duration
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -231,12 +235,13 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 			_ = s.Stop()
 		}
 	}()
-	for _, p := range []struct {
+	for i, p := range []struct {
 		run func(context.Context) error
 		// done is logged with the phase's duration (a phase without one logs itself).
 		done string
 	}{
-		// Builds run while nothing else is up yet: they are the slow part of a cold start.
+		// Builds run while nothing else is up yet: they are the slow part of a cold start. They stay first:
+		// StartTimeout starts counting after them.
 		{s.prepare, "built the managers, the agent and the release manifests"},
 		{s.startNetwork, ""},
 		{s.startManagementPlane, "management control plane up"},
@@ -253,6 +258,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		}
 		if p.done != "" {
 			opts.Log("%s in %s", p.done, time.Since(t0).Round(time.Millisecond))
+		}
+		if i == 0 && opts.StartTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, opts.StartTimeout)
+			defer cancel()
 		}
 	}
 	if opts.MetalHosts > 0 {

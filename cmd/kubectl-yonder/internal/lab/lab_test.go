@@ -322,9 +322,9 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) *State {
 	t0 := time.Now()
 	scaleMachineDeployment(g, mgmt, st.Namespace, workerPool, 3)
 	g.Eventually(func(g Gomega) {
-		g.Expect(apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKeyFromObject(victim), &clusterv1.Machine{}))).To(BeTrue(), "Machine %s deleted", victim.Name)
+		expectMachineGone(ctx, g, mgmt, victim)
 		g.Expect(apierrors.IsNotFound(wl.Get(ctx, client.ObjectKey{Name: oldNode}, &corev1.Node{}))).To(BeTrue(), "Node %s deleted", oldNode)
-	}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	}).WithTimeout(machineDeletionTimeout).WithPolling(2 * time.Second).Should(Succeed())
 	t.Logf("scaled %s to 3: Machine %s and Node %s gone in %.1fs", workerPool, victim.Name, oldNode, time.Since(t0).Seconds())
 	status := l.expectStale(g, st, site, regexp.QuoteMeta(st.PodCheck.Pods[site]+" is missing"))
 	g.Expect(status).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(oldNode)+`\s+missing\s`), "the drain evicted site-c's check pod")
@@ -364,8 +364,8 @@ func (l labUnderTest) remediateAndCheck(t *testing.T, prev *State) *State {
 	l.expectStale(g, prev, site, podName+`'s Node `+regexp.QuoteMeta(oldNode)+` is gone|`+podName+` is missing`)
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(apierrors.IsNotFound(mgmt.Get(ctx, client.ObjectKeyFromObject(victim), &clusterv1.Machine{}))).To(BeTrue(), "Machine %s deleted", victim.Name)
-	}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		expectMachineGone(ctx, g, mgmt, victim)
+	}).WithTimeout(machineDeletionTimeout).WithPolling(time.Second).Should(Succeed())
 	gone := time.Since(t0)
 	g.Eventually(func(g Gomega) {
 		// The MachineHealthCheck, not anything else, took the Machine away: its event outlives the Machine.
@@ -396,6 +396,30 @@ func labClients(g Gomega, st *State) (mgmt, wl client.Client) {
 }
 
 // machineOf returns the Machine of workerPool whose Node is node.
+// machineDeletionTimeout bounds a worker Machine's deletion (drain, the host's reset over SSH, release).
+// It takes well under a minute on a quiet machine; go test runs other suites beside this one, and the
+// bound only has to catch a deletion that is stuck.
+const machineDeletionTimeout = 10 * time.Minute
+
+// expectMachineGone fails while the Machine exists, saying why it is still there: CAPI's Deleting
+// condition reports the drain (pods it waits for) and the infrastructure's deletion.
+func expectMachineGone(ctx context.Context, g Gomega, mgmt client.Client, victim *clusterv1.Machine) {
+	m := &clusterv1.Machine{}
+	err := mgmt.Get(ctx, client.ObjectKeyFromObject(victim), m)
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	var why []string
+	for _, c := range m.Status.Conditions {
+		if c.Type == clusterv1.MachineDeletingCondition || c.Type == clusterv1.MachineInfrastructureReadyCondition || c.Type == clusterv1.MachineNodeHealthyCondition {
+			why = append(why, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+		}
+	}
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Machine %s still exists (phase %s, deleting since %v): %s",
+		m.Name, m.Status.Phase, m.DeletionTimestamp, strings.Join(why, "; "))
+}
+
 func machineOf(g Gomega, mgmt client.Client, st *State, node string) *clusterv1.Machine {
 	ms := &clusterv1.MachineList{}
 	g.Expect(mgmt.List(context.Background(), ms, client.InNamespace(st.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: ClusterName})).To(Succeed())

@@ -145,19 +145,7 @@ func patchConfigMap(g Gomega, key types.NamespacedName, mutate func(*corev1.Conf
 
 // addWithoutEKCertificate gives host id a TPM whose EK has no certificate (some platforms ship them).
 func (p *pxeHosts) addWithoutEKCertificate(id, mac string) {
-	dir, err := os.MkdirTemp("", "ybmh-tpm-")
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	tpm, err := swtpm.StartWithoutEKCertificate(context.Background(), dir)
-	if err != nil {
-		p.t.Fatalf("failed to start swtpm: %v", err)
-	}
-	p.t.Cleanup(func() { _ = tpm.Stop(); _ = os.RemoveAll(dir) })
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.macs[id] = mac
-	p.tpms[id] = tpm
+	p.addTPM(id, mac, swtpm.StartWithoutEKCertificate)
 }
 
 // Issue 17: a TPM without an EK certificate whose EK the operator registered on the BareMetalHost

@@ -193,12 +193,15 @@ func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 }
 
 // add registers a host and gives it a fresh TPM (call again to swap the TPM: a changed machine).
-func (p *pxeHosts) add(id, mac string) {
+func (p *pxeHosts) add(id, mac string) { p.addTPM(id, mac, swtpm.Start) }
+
+// addTPM registers a host with a TPM that start manufactures in a directory of its own.
+func (p *pxeHosts) addTPM(id, mac string, start func(context.Context, string) (*swtpm.TPM, error)) {
 	dir, err := os.MkdirTemp("", "ybmh-tpm-")
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	tpm, err := swtpm.Start(context.Background(), dir)
+	tpm, err := start(context.Background(), dir)
 	if err != nil {
 		p.t.Fatalf("failed to start swtpm: %v", err)
 	}

@@ -28,18 +28,16 @@ lab: ## Bring up the local lab: management plane, workload cluster, hosts at two
 FUZZTIME ?= 10s
 
 .PHONY: test
-# Tests and benchmarks run in separate `go test` invocations on purpose. With -bench set, cmd/go builds every
-# test binary and then RUNS the packages one at a time (it forces benchmarks to run serially:
-# go/src/cmd/go/internal/test/test.go), so one invocation doing both takes the sum of all packages' times
-# (over an hour here). Without -bench, packages run -p (GOMAXPROCS) at a time, and the slow ones, named
-# first, start first. Then every benchmark runs once at its tiny size (test/benchsize) in only the packages
-# that have benchmarks, so none of them can rot between `make bench` runs; no timing is asserted.
+# hack/test.sh runs the suite: the heavy suites below one after another, every other package beside them in
+# a second lane, then every benchmark once at its tiny size (test/benchsize; no timing asserted) in only the
+# packages that have benchmarks, then fuzzing. Why not one `go test ./...`: with -bench set, cmd/go runs the
+# packages one at a time (go/src/cmd/go/internal/test/test.go), which made the suite take the sum of all its
+# packages' times (over an hour); without -bench, -p 2 let two heavy suites run together, and on 2 cores
+# their stacks starved each other into timeouts.
 SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./test/e2e/metal/ \
 	./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/ ./network/internal/dataplane/sitetest/
 test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(SLOW_TEST_PKGS) ./...
-	YONDER_BENCH_TINY=1 $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) $(BENCH_PKGS)
-	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) GO=$(GO) hack/test.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each

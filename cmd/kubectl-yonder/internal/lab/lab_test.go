@@ -183,7 +183,8 @@ type bystanders struct {
 func startBystanders(t *testing.T) *bystanders {
 	t.Helper()
 	g := NewWithT(t)
-	b := &bystanders{process: exec.Command("sleep", "600"), name: fmt.Sprintf("ybys%d", os.Getpid()%100000)}
+	// It sleeps until the test kills it: the lab test itself takes longer than any fixed time under load.
+	b := &bystanders{process: exec.Command("sleep", "infinity"), name: fmt.Sprintf("ybys%d", os.Getpid()%100000)}
 	g.Expect(b.process.Start()).To(Succeed())
 	t.Cleanup(func() { _ = b.process.Process.Kill(); _ = b.process.Wait() })
 	g.Expect(exec.Command("ip", "netns", "add", b.name).Run()).To(Succeed())

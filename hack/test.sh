@@ -19,7 +19,7 @@ read -r -a bench <<<"${BENCH_PKGS:-}"
 # Every package of the module that is not a heavy suite, as import paths.
 module=$("$GO" list -m)
 heavy_imports=()
-for p in "${heavy[@]}"; do heavy_imports+=("${module}/${p#./}"); heavy_imports[-1]=${heavy_imports[-1]%/}; done
+for p in "${heavy[@]}"; do p=${p#./}; heavy_imports+=("${module}/${p%/}"); done
 all=$("$GO" list ./...)
 mapfile -t light < <(grep -vxF -f <(printf '%s\n' "${heavy_imports[@]}") <<<"$all")
 if [ "${#light[@]}" -eq 0 ] || [ "$(wc -l <<<"$all")" -ne $((${#light[@]} + ${#heavy[@]})) ]; then

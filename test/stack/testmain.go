@@ -16,9 +16,9 @@ func RunTests(m *testing.M, opts Options, started func(*Stack)) int {
 		opts.Log = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "stack: "+f+"\n", a...) }
 	}
 	// Starting takes about a minute on two cores after the builds; fifteen leave room for a machine loaded
-	// by the other packages go test runs at the same time. The builds themselves are bounded only by the
-	// test binary's -timeout: a cold build cache, shared with other suites building the same managers at
-	// once, took 9.5 minutes here and must not fail the suite.
+	// by the packages that run beside this suite (hack/test.sh's second lane). The builds are bounded only
+	// by the test binary's -timeout: a cold build cache, shared with another suite building the same
+	// managers at once, took 9.5 minutes here and must not fail the suite.
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 15 * time.Minute
 	}

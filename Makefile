@@ -37,7 +37,7 @@ FUZZTIME ?= 10s
 SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./test/e2e/metal/ \
 	./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/ ./network/internal/dataplane/sitetest/
 test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
-	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) GO=$(GO) hack/test.sh
+	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) hack/test.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each

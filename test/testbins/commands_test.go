@@ -20,7 +20,7 @@ import (
 )
 
 // repoScripts are the repository's shell scripts; TestRepoScriptsAreListed keeps the list complete.
-var repoScripts = []string{".ci/run", "hack/fuzz.sh", "hack/release-repo.sh", "hack/test-bins.sh", "templates/generate.sh"}
+var repoScripts = []string{".ci/run", "hack/fuzz.sh", "hack/release-repo.sh", "hack/test-bins.sh", "hack/test.sh", "templates/generate.sh"}
 
 func TestShellCommandsScanner(t *testing.T) {
 	for _, tc := range []struct {

@@ -78,6 +78,9 @@ type Reconciler struct {
 	Now func() time.Time
 	// Recorder records Events on YonderConfigs (observe.go); SetupWithManager sets the manager's.
 	Recorder record.EventRecorder
+	// APIReader reads YonderConfigs past the cache where a step must happen once per bootstrap (counting
+	// how it ended); SetupWithManager sets the manager's.
+	APIReader client.Reader
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -90,6 +93,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.Now == nil {
 		r.Now = time.Now
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorderFor("yonder-bootstrap-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
@@ -262,7 +268,15 @@ func (r *Reconciler) checkInterval(cfg *bootstrapv1.YonderConfig) time.Duration 
 
 // reconcileDelete removes the Machine's token (best effort: it expires anyway) and the finalizer.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) {
-	bootstrapEndedOnDelete(s.config)
+	// Whether the bootstrap already ended is read live where possible: the cache may not show yet the
+	// reason a reconcile just before the deletion recorded, and that end must not be counted twice.
+	ended := s.config
+	if r.APIReader != nil {
+		if live := (&bootstrapv1.YonderConfig{}); r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.config), live) == nil {
+			ended = live
+		}
+	}
+	bootstrapEndedOnDelete(ended)
 	if id := r.tokenID(ctx, s.config); id != "" {
 		if wl, err := r.ClusterCache.GetUncachedClient(ctx, client.ObjectKeyFromObject(s.cluster)); err == nil {
 			if err := token.Delete(ctx, wl, id); err != nil {
@@ -455,8 +469,8 @@ func (r *Reconciler) refreshStopped(s *scope, data *corev1.Secret, now time.Time
 // stopRefreshing deletes the Machine's token (id; a token already gone is fine) and records why it is
 // no longer refreshed. Nothing is requeued: a Machine or Node change brings the Machine back.
 func (r *Reconciler) stopRefreshing(ctx context.Context, s *scope, wl client.Client, id, reason, msg string) error {
-	if c := conditions.Get(s.config, bootstrapv1.YonderConfigBootstrapTokenReadyCondition); c != nil && c.Reason == reason {
-		return nil
+	if recorded, err := r.tokenReasonRecorded(ctx, s.config, reason); err != nil || recorded {
+		return err
 	}
 	if id != "" {
 		if err := token.Delete(ctx, wl, id); err != nil {
@@ -470,11 +484,34 @@ func (r *Reconciler) stopRefreshing(ctx context.Context, s *scope, wl client.Cli
 	return nil
 }
 
+// tokenReasonRecorded says whether BootstrapTokenReady already has reason: the steps that end a bootstrap
+// (deleting the token, counting the outcome) run once. The cached YonderConfig can predate the status write
+// of the reconcile before this one (a Secret or Machine event requeues it at once), so a reason the cache
+// does not show yet is looked up live; reconciles of one object never run at the same time.
+func (r *Reconciler) tokenReasonRecorded(ctx context.Context, cfg *bootstrapv1.YonderConfig, reason string) (bool, error) {
+	if conditions.GetReason(cfg, bootstrapv1.YonderConfigBootstrapTokenReadyCondition) == reason {
+		return true, nil
+	}
+	if r.APIReader == nil {
+		return false, nil
+	}
+	live := &bootstrapv1.YonderConfig{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cfg), live); err != nil {
+		return false, fmt.Errorf("failed to read YonderConfig %s: %w", klog.KObj(cfg), err)
+	}
+	if conditions.GetReason(live, bootstrapv1.YonderConfigBootstrapTokenReadyCondition) != reason {
+		return false, nil
+	}
+	// The patch at the end of this reconcile is computed against the stale copy: keep what the live one says.
+	conditions.Set(cfg, *conditions.Get(live, bootstrapv1.YonderConfigBootstrapTokenReadyCondition))
+	return true, nil
+}
+
 // removeToken deletes the token once the Machine's Node exists: a joined kubelet renews its own
 // certificate and never needs the token again.
 func (r *Reconciler) removeToken(ctx context.Context, s *scope, data *corev1.Secret) (ctrl.Result, error) {
-	if conditions.GetReason(s.config, bootstrapv1.YonderConfigBootstrapTokenReadyCondition) == bootstrapv1.YonderConfigBootstrapTokenRemovedReason {
-		return ctrl.Result{}, nil
+	if recorded, err := r.tokenReasonRecorded(ctx, s.config, bootstrapv1.YonderConfigBootstrapTokenRemovedReason); err != nil || recorded {
+		return ctrl.Result{}, err
 	}
 	wl, err := r.ClusterCache.GetUncachedClient(ctx, client.ObjectKeyFromObject(s.cluster))
 	if err != nil {

@@ -28,9 +28,9 @@ lab: ## Bring up the local lab: management plane, workload cluster, hosts at two
 FUZZTIME ?= 10s
 
 .PHONY: test
-# hack/test.sh runs the suite: the heavy suites below one after another, every other package beside them in
-# a second lane, then every benchmark once at its tiny size (test/benchsize; no timing asserted) in only the
-# packages that have benchmarks, then fuzzing. Why not one `go test ./...`: with -bench set, cmd/go runs the
+# hack/test.sh runs the suite: the heavy suites below one after another, and beside them a second lane with
+# every other package, then every benchmark once at its tiny size (test/benchsize; no timing asserted) in only
+# the packages that have benchmarks, then fuzzing; it ends by naming what failed. Why not one `go test ./...`: with -bench set, cmd/go runs the
 # packages one at a time (go/src/cmd/go/internal/test/test.go), which made the suite take the sum of all its
 # packages' times (over an hour); without -bench, -p 2 let two heavy suites run together, and on 2 cores
 # their stacks starved each other into timeouts.

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Runs the test suite the way `make test` documents it (Makefile: target test):
-#   1. two lanes at once: the heavy suites (each brings up whole clusters, QEMU hosts or site labs) one after
-#      another, and every other package one after another beside them. Two heavy suites never run together:
-#      on a 2-core machine their stacks starved each other into timeouts (a host's agent waiting 5 minutes
-#      for its Node, a Machine's deletion outlasting its test's bound);
-#   2. every benchmark once at its tiny size, in only the packages that have benchmarks (a go test of its
-#      own: with -bench set, cmd/go runs packages one at a time);
-#   3. fuzzing (hack/fuzz.sh).
+# Runs the test suite the way `make test` documents it (Makefile: target test), in two lanes at once:
+#   heavy: the heavy suites (each brings up whole clusters, QEMU hosts or site labs) one after another.
+#          Two heavy suites never run together: on a 2-core machine their stacks starved each other into
+#          timeouts (a host's agent waiting 5 minutes for its Node, a Machine's deletion outlasting its
+#          test's bound);
+#   other: every other package one after another, then every benchmark once at its tiny size in only the
+#          packages that have benchmarks (a go test of its own: with -bench set, cmd/go runs packages one at
+#          a time), then fuzzing (hack/fuzz.sh). The heavy lane is the longer one, so the benchmarks and the
+#          fuzzing cost no wall time of their own.
+# Every step runs even when an earlier one failed, and the script ends with a summary of what failed (the
+# failing packages and tests of every step): a CI log that keeps only its last lines still says what broke.
 # Environment: HEAVY_PKGS (the heavy suites, ./paths), BENCH_PKGS, TEST_TIMEOUT, FUZZTIME; the Makefile
-# sets them. Each lane's output is printed as it comes, every line prefixed with its lane.
+# sets them. Each step's output is printed as it comes, every line prefixed with the step's name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEST_TIMEOUT=${TEST_TIMEOUT:-45m}
@@ -18,7 +21,10 @@ read -r -a bench <<<"${BENCH_PKGS:-}"
 
 # Every package of the module that is not a heavy suite, as import paths.
 module=$(go list -m)
-heavy_imports=$(go list "${heavy[@]}")
+if ! heavy_imports=$(go list "${heavy[@]}"); then
+  echo "make test: the heavy suites (${heavy[*]}) are not all packages of ${module}" >&2
+  exit 1
+fi
 all=$(go list ./...)
 mapfile -t light < <(grep -vxF -f <(printf '%s\n' "$heavy_imports") <<<"$all")
 if [ "${#light[@]}" -eq 0 ] || [ "$(grep -cxF -f <(printf '%s\n' "$heavy_imports") <<<"$all")" -ne "${#heavy[@]}" ]; then
@@ -26,22 +32,39 @@ if [ "${#light[@]}" -eq 0 ] || [ "$(grep -cxF -f <(printf '%s\n' "$heavy_imports
   exit 1
 fi
 
-# lane NAME ARGS… runs go test on ARGS, each output line prefixed with [NAME].
-lane() {
-  local name=$1
-  shift
-  go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "$@" 2>&1 | sed -u "s/^/[${name}] /"
-}
-lane heavy "${heavy[@]}" &
-heavy_pid=$!
-lane other "${light[@]}" &
-light_pid=$!
-status=0
-wait "$heavy_pid" || { echo "make test: a heavy suite failed, see the lines marked [heavy] above"; status=1; }
-wait "$light_pid" || { echo "make test: a package failed, see the lines marked [other] above"; status=1; }
-[ "$status" -eq 0 ] || exit 1
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
-if [ "${#bench[@]}" -gt 0 ]; then
-  YONDER_BENCH_TINY=1 go test -count=1 -run '^$' -bench . -benchtime 1x -timeout "${TEST_TIMEOUT}" "${bench[@]}"
+# record NAME prints its input as it comes, every line prefixed with [NAME], and keeps it in $logs/NAME.log.
+record() { tee "$logs/$1.log" | sed -u "s/^/[$1] /"; }
+# failed NAME notes that step NAME failed (the summary at the end lists them).
+failed() { echo "$1" >>"$logs/failed"; }
+
+heavy_lane() { go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "${heavy[@]}" 2>&1 | record heavy || failed heavy; }
+
+other_lane() {
+  go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "${light[@]}" 2>&1 | record other || failed other
+  if [ "${#bench[@]}" -gt 0 ]; then
+    YONDER_BENCH_TINY=1 go test -count=1 -run '^$' -bench . -benchtime 1x -timeout "${TEST_TIMEOUT}" "${bench[@]}" 2>&1 |
+      record bench || failed bench
+  fi
+  hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
+}
+
+heavy_lane &
+heavy_pid=$!
+other_lane &
+other_pid=$!
+wait "$heavy_pid"
+wait "$other_pid"
+
+if [ ! -s "$logs/failed" ]; then
+  echo "make test: every step passed (heavy, other, bench, fuzz)"
+  exit 0
 fi
-hack/fuzz.sh
+echo "make test: FAILED: $(sort "$logs/failed" | tr '\n' ' ')"
+for f in $(sort "$logs/failed"); do
+  echo "== what failed in step ${f}:"
+  grep -hE '^([[:space:]]*--- FAIL: |FAIL[[:space:]]|FAIL: |panic: )' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"
+done
+exit 1

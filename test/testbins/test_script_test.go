@@ -36,7 +36,7 @@ if [ "$step" = other ]; then touch "$STUB_STATE/other-started"; fi
 if [ "$step" = heavy ]; then
   i=0
   while [ ! -e "$STUB_STATE/other-started" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$(expr "$i" + 1); done
-  if [ -e "$STUB_STATE/other-started" ]; then echo overlap >>"$STUB_STATE/seen"; fi
+  [ -e "$STUB_STATE/other-started" ] && echo overlap >>"$STUB_STATE/seen"
 fi
 if [ -e "$STUB_STATE/fail-$step" ]; then
   echo "--- FAIL: TestOf_$step (1.00s)"

@@ -149,7 +149,7 @@ func newDiskCleanCommand(opts *disk.ListOptions) *cobra.Command {
 			var errs []error
 			// Every disk is attempted: one disk in use must not leave the others' metadata in place.
 			for _, d := range devices {
-				rep, err := disk.Clean(d, opts.SysRoot)
+				rep, err := disk.Clean(d)
 				if err != nil {
 					errs = append(errs, err)
 					continue

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 
@@ -32,7 +31,7 @@ type CleanReport struct {
 	Zeroed     []ByteRange `json:"zeroed"`
 }
 
-// Partition is a partition found in the on-disk table or in the kernel's view of the disk.
+// Partition is a partition found in an on-disk table.
 type Partition struct {
 	StartBytes int64  `json:"startBytes"`
 	SizeBytes  int64  `json:"sizeBytes"`
@@ -46,9 +45,10 @@ type ByteRange struct {
 }
 
 // Clean removes the partition tables and the filesystem, RAID and LVM signatures of one whole disk and
-// its partitions. Partitions are taken from the on-disk GPT (primary, else backup) and MBR (with logical
-// partitions) and from sysfs, so a table the kernel never read is cleaned as well as one it did.
-func Clean(device, sysRoot string) (*CleanReport, error) {
+// its partitions. Partitions are read from the on-disk GPT (primary, else the backup at the end) and MBR
+// (with the logical partitions of an extended one), not from the kernel's view: the ramdisk's kernel may
+// not have scanned the table, or may lack the partition format, and what matters is what is on the disk.
+func Clean(device string) (*CleanReport, error) {
 	t, err := openTarget(device)
 	if err != nil {
 		return nil, err
@@ -63,7 +63,6 @@ func Clean(device, sysRoot string) (*CleanReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the partition table of %s: %w", device, err)
 	}
-	parts = append(parts, kernelPartitions(sysRoot, device)...)
 	rep.Partitions = dedupPartitions(parts, t.size)
 	var ranges []ByteRange
 	add := func(start, size int64) {
@@ -177,37 +176,7 @@ func gptPartitions(f *os.File, lba, sector, size int64) ([]Partition, bool) {
 	return parts, true
 }
 
-// kernelPartitions reads /sys/class/block/<disk>/<partition>/{start,size} (512-byte units always).
-func kernelPartitions(sysRoot, device string) []Partition {
-	if sysRoot == "" {
-		sysRoot = DefaultSysRoot
-	}
-	real, err := filepath.EvalSymlinks(device)
-	if err != nil {
-		return nil
-	}
-	name := filepath.Base(real)
-	dir := filepath.Join(sysRoot, "class/block", name)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var parts []Partition
-	for _, e := range entries {
-		pdir := filepath.Join(dir, e.Name())
-		if _, err := os.Stat(filepath.Join(pdir, "partition")); err != nil {
-			continue
-		}
-		start, err1 := readInt(filepath.Join(pdir, "start"))
-		n, err2 := readInt(filepath.Join(pdir, "size"))
-		if err1 == nil && err2 == nil {
-			parts = append(parts, Partition{start * 512, n * 512, "kernel:" + e.Name()})
-		}
-	}
-	return parts
-}
-
-// dedupPartitions drops duplicates (the same partition from the table and the kernel) and clips every
+// dedupPartitions drops duplicates (a GPT partition its hybrid MBR repeats) and clips every
 // partition to the disk: a corrupt table must not make the cleaner write past the end.
 func dedupPartitions(parts []Partition, size int64) []Partition {
 	seen := map[string]bool{}

@@ -16,24 +16,20 @@ import (
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
-// loopDevice attaches a new sparse file of size bytes to a free loop device (with partition scanning when
-// partscan is set) and detaches it when the test ends. Every test gets its own file and device.
-func loopDevice(t testing.TB, size int64, partscan bool) string {
+// loopDevice attaches a new sparse file of size bytes to a free loop device and detaches it when the test
+// ends. Every test gets its own file and device.
+func loopDevice(t testing.TB, size int64) string {
 	t.Helper()
 	g := NewWithT(t)
 	img := filepath.Join(t.TempDir(), "disk.img")
 	g.Expect(os.WriteFile(img, nil, 0o600)).To(Succeed())
 	g.Expect(os.Truncate(img, size)).To(Succeed())
-	return attach(t, img, partscan)
+	return attach(t, img)
 }
 
-func attach(t testing.TB, img string, partscan bool) string {
+func attach(t testing.TB, img string) string {
 	t.Helper()
-	args := []string{"--find", "--show"}
-	if partscan {
-		args = append(args, "--partscan")
-	}
-	out, err := exec.Command("losetup", append(args, img)...).CombinedOutput()
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
 	if err != nil {
 		t.Fatalf("losetup %s: %v: %s", img, err, out)
 	}

@@ -60,7 +60,7 @@ func TestWriteRaw(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			dev := loopDevice(t, testDeviceSize, false)
+			dev := loopDevice(t, testDeviceSize)
 			before := fillRandom(t, dev)
 			w := &Writer{Client: srv.Client()}
 			res, err := w.Write(context.Background(), dev, metal3v1alpha1.Image{
@@ -103,7 +103,7 @@ func TestWriteQcow2(t *testing.T) {
 			qdata, err := os.ReadFile(q) //nolint:gosec // test file
 			g.Expect(err).NotTo(HaveOccurred())
 
-			dev := loopDevice(t, testDeviceSize, false)
+			dev := loopDevice(t, testDeviceSize)
 			before := fillRandom(t, dev)
 			spool := t.TempDir()
 			w := &Writer{Client: srv.Client(), SpoolDir: spool}
@@ -175,7 +175,7 @@ func TestWriteFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			dev := loopDevice(t, tc.dev, false)
+			dev := loopDevice(t, tc.dev)
 			before := fillRandom(t, dev)
 			w := &Writer{Client: srv.Client(), SpoolDir: t.TempDir()}
 			_, err := w.Write(context.Background(), dev, tc.img)

@@ -235,8 +235,8 @@ func (q *Qcow2) Walk(fn func(off, length int64, data []byte) error) error {
 // readCompressed inflates one compressed cluster (raw deflate, as QEMU writes it) into cluster.
 func (q *Qcow2) readCompressed(e uint64, buf, cluster []byte) ([]byte, error) {
 	x := 62 - (q.clusterBits - 8)
-	host := int64(e & (1<<x - 1))                                    //nolint:gosec // masked
-	sectors := int64((e >> x) & (1<<(62-x) - 1))                     //nolint:gosec // masked
+	host := int64(e & (1<<x - 1))                //nolint:gosec // masked
+	sectors := int64((e >> x) & (1<<(62-x) - 1)) //nolint:gosec // masked
 	size := (sectors+1)*512 - host%512
 	size = min(size, q.fileSize-host) // the last compressed cluster may end before its last sector does
 	if host >= q.fileSize || size <= 0 || size > 2*q.clusterSize {

@@ -44,6 +44,8 @@ type Qcow2 struct {
 	virtualSize int64
 	l1          []uint64
 	l2Entries   int64
+	inflater    io.ReadCloser // reused across compressed clusters: a new one allocates ~40 KiB
+	src         bytes.Reader
 }
 
 // OpenQcow2 parses and checks the header and reads the L1 table. fileSize bounds every offset.
@@ -246,9 +248,15 @@ func (q *Qcow2) readCompressed(e uint64, buf, cluster []byte) ([]byte, error) {
 	if _, err := q.r.ReadAt(buf, host); err != nil && !errors.Is(err, io.EOF) {
 		return buf, fmt.Errorf("failed to read qcow2 compressed cluster at offset %d: %w", host, err)
 	}
-	zr := flate.NewReader(bytes.NewReader(buf))
-	defer func() { _ = zr.Close() }()
-	if _, err := io.ReadFull(zr, cluster); err != nil {
+	q.src.Reset(buf)
+	if r, ok := q.inflater.(flate.Resetter); ok {
+		if err := r.Reset(&q.src, nil); err != nil {
+			return buf, err
+		}
+	} else {
+		q.inflater = flate.NewReader(&q.src)
+	}
+	if _, err := io.ReadFull(q.inflater, cluster); err != nil {
 		return buf, fmt.Errorf("failed to inflate qcow2 compressed cluster at offset %d: %w", host, err)
 	}
 	return buf, nil

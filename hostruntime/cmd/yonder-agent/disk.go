@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	metal3v1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"github.com/spf13/cobra"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/disk"
@@ -62,7 +62,7 @@ func newDiskListCommand(opts *disk.ListOptions) *cobra.Command {
 
 func newDiskWriteCommand(opts *disk.ListOptions) *cobra.Command {
 	var hintsJSON, imageJSON, device, format, spoolDir string
-	var img metal3v1alpha1.Image
+	var img metal3v1.Image
 	var checksumType string
 	cmd := &cobra.Command{
 		Use:   "write",
@@ -77,7 +77,7 @@ func newDiskWriteCommand(opts *disk.ListOptions) *cobra.Command {
 					return fmt.Errorf("--image-json: %w", err)
 				}
 			} else {
-				img.ChecksumType = metal3v1alpha1.ChecksumType(checksumType)
+				img.ChecksumType = metal3v1.ChecksumType(checksumType)
 				if format != "" {
 					img.DiskFormat = &format
 				}
@@ -178,11 +178,11 @@ func describeExcluded(ex []disk.Excluded) string {
 	return strings.Join(parts, "; ")
 }
 
-func parseHints(s string) (*metal3v1alpha1.RootDeviceHints, error) {
+func parseHints(s string) (*metal3v1.RootDeviceHints, error) {
 	if s == "" {
 		return nil, nil
 	}
-	h := &metal3v1alpha1.RootDeviceHints{}
+	h := &metal3v1.RootDeviceHints{}
 	if err := strictJSON(s, h); err != nil {
 		return nil, fmt.Errorf("--hints-json: %w", err)
 	}

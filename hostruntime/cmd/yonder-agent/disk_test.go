@@ -76,14 +76,14 @@ func TestDiskCommands(t *testing.T) {
 	g.Expect(json.Unmarshal([]byte(out), &res)).To(Succeed())
 	g.Expect(res.Device).To(Equal(dev))
 	g.Expect(res.ImageBytes).To(Equal(int64(len(img))))
-	written, err := os.ReadFile(dev) //nolint:gosec // the test's loop device
+	written, err := os.ReadFile(dev)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Equal(written[:len(img)], img)).To(BeTrue())
 
 	out, err = runAgent("disk", "clean", "--device", dev)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring(`"device": "` + dev + `"`))
-	written, err = os.ReadFile(dev) //nolint:gosec // the test's loop device
+	written, err = os.ReadFile(dev)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Count(written[:1<<20], []byte{0})).To(Equal(1<<20), "the first MiB is zeroed")
 	g.Expect(bytes.Count(written[len(written)-1<<20:], []byte{0})).To(Equal(1<<20), "the last MiB is zeroed")

@@ -80,8 +80,8 @@ func (t *target) zeroRange(off, n int64) error {
 		return nil
 	}
 	if off%512 == 0 && n%512 == 0 {
-		r := [2]uint64{uint64(off), uint64(n)} //nolint:gosec // non-negative
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, t.f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r))); errno == 0 {
+		r := [2]uint64{uint64(off), uint64(n)}                                                                               //nolint:gosec // non-negative
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, t.f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r))); errno == 0 { //nolint:gosec // BLKZEROOUT takes a pointer to its range
 			return nil
 		}
 	}

@@ -56,7 +56,7 @@ func Clean(device string) (*CleanReport, error) {
 	defer func() { _ = t.Close() }()
 	rep := &CleanReport{Device: device, SizeBytes: t.size}
 	sector := int64(512)
-	if ss, err := unix.IoctlGetInt(int(t.f.Fd()), unix.BLKSSZGET); err == nil && ss >= 512 { //nolint:gosec // fd fits int
+	if ss, err := unix.IoctlGetInt(int(t.f.Fd()), unix.BLKSSZGET); err == nil && ss >= 512 {
 		sector = int64(ss)
 	}
 	parts, err := readPartitionTables(t.f, t.size, sector)

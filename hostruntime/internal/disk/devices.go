@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	metal3v1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 )
 
 const (
@@ -239,8 +239,8 @@ var ErrNoRootDevice = errors.New("no disk matches the root device hints")
 // (smallest disk of at least 4 GiB); with hints Ironic takes the first match in lsblk's order, which is not
 // stable across boots, so Yonder keeps the size order there too — it never picks a large data disk when a
 // smaller one matches. The error lists every disk and why it was rejected, for the operator's condition.
-func (inv *Inventory) Choose(h *metal3v1alpha1.RootDeviceHints) (Device, error) {
-	noHints := h == nil || (*h == metal3v1alpha1.RootDeviceHints{})
+func (inv *Inventory) Choose(h *metal3v1.RootDeviceHints) (Device, error) {
+	noHints := h == nil || (*h == metal3v1.RootDeviceHints{})
 	var deviceName string
 	if !noHints && h.DeviceName != "" {
 		var err error
@@ -272,7 +272,7 @@ func (inv *Inventory) Choose(h *metal3v1alpha1.RootDeviceHints) (Device, error) 
 	return Device{}, fmt.Errorf("%w %s: %s", ErrNoRootDevice, describeHints(h), strings.Join(why, "; "))
 }
 
-func mismatches(d Device, h *metal3v1alpha1.RootDeviceHints, deviceName string) []string {
+func mismatches(d Device, h *metal3v1.RootDeviceHints, deviceName string) []string {
 	var r []string
 	exact := func(field, hint, actual string) {
 		if hint != "" && hint != actual {
@@ -335,8 +335,8 @@ func (inv *Inventory) resolveDeviceName(hint string) (string, error) {
 	return "", fmt.Errorf("deviceName %s: too many levels of links", hint)
 }
 
-func describeHints(h *metal3v1alpha1.RootDeviceHints) string {
-	if h == nil || (*h == metal3v1alpha1.RootDeviceHints{}) {
+func describeHints(h *metal3v1.RootDeviceHints) string {
+	if h == nil || (*h == metal3v1.RootDeviceHints{}) {
 		return "(no rootDeviceHints: the smallest disk of at least 4 GiB)"
 	}
 	var parts []string

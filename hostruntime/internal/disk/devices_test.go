@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	metal3v1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 )
 
@@ -113,24 +113,24 @@ func TestChooseByHints(t *testing.T) {
 	yes, no := true, false
 	for _, tc := range []struct {
 		name  string
-		hints *metal3v1alpha1.RootDeviceHints
+		hints *metal3v1.RootDeviceHints
 		want  string
 	}{
 		{"no hints: the smallest disk", nil, "sda"},
-		{"empty hints are no hints", &metal3v1alpha1.RootDeviceHints{}, "sda"},
-		{"deviceName", &metal3v1alpha1.RootDeviceHints{DeviceName: "/dev/sdb"}, "sdb"},
-		{"deviceName by-path", &metal3v1alpha1.RootDeviceHints{DeviceName: "/dev/disk/by-path/pci-0000:5e:00.0-nvme-1"}, "nvme0n1"},
-		{"hctl", &metal3v1alpha1.RootDeviceHints{HCTL: "1:0:2:0"}, "sdb"},
-		{"model substring", &metal3v1alpha1.RootDeviceHints{Model: "NVMe"}, "nvme0n1"},
-		{"vendor substring", &metal3v1alpha1.RootDeviceHints{Vendor: "GATE"}, "sdb"},
-		{"serialNumber", &metal3v1alpha1.RootDeviceHints{SerialNumber: "ZC1ABCDE"}, "sdb"},
-		{"wwn", &metal3v1alpha1.RootDeviceHints{WWN: "0x5002538e40a1b2c3"}, "sda"},
-		{"wwnWithExtension", &metal3v1alpha1.RootDeviceHints{WWNWithExtension: "0x6000c2912345678f1234567890abcdef"}, "sdb"},
-		{"wwnVendorExtension", &metal3v1alpha1.RootDeviceHints{WWNVendorExtension: "0x1234567890abcdef"}, "sdb"},
-		{"minSizeGigabytes: the smallest large enough", &metal3v1alpha1.RootDeviceHints{MinSizeGigabytes: 500}, "nvme0n1"},
-		{"minSizeGigabytes equal to the size", &metal3v1alpha1.RootDeviceHints{MinSizeGigabytes: 480}, "sda"},
-		{"rotational", &metal3v1alpha1.RootDeviceHints{Rotational: &yes}, "sdb"},
-		{"all hints together", &metal3v1alpha1.RootDeviceHints{Rotational: &no, MinSizeGigabytes: 100, Model: "U.2"}, "nvme0n1"},
+		{"empty hints are no hints", &metal3v1.RootDeviceHints{}, "sda"},
+		{"deviceName", &metal3v1.RootDeviceHints{DeviceName: "/dev/sdb"}, "sdb"},
+		{"deviceName by-path", &metal3v1.RootDeviceHints{DeviceName: "/dev/disk/by-path/pci-0000:5e:00.0-nvme-1"}, "nvme0n1"},
+		{"hctl", &metal3v1.RootDeviceHints{HCTL: "1:0:2:0"}, "sdb"},
+		{"model substring", &metal3v1.RootDeviceHints{Model: "NVMe"}, "nvme0n1"},
+		{"vendor substring", &metal3v1.RootDeviceHints{Vendor: "GATE"}, "sdb"},
+		{"serialNumber", &metal3v1.RootDeviceHints{SerialNumber: "ZC1ABCDE"}, "sdb"},
+		{"wwn", &metal3v1.RootDeviceHints{WWN: "0x5002538e40a1b2c3"}, "sda"},
+		{"wwnWithExtension", &metal3v1.RootDeviceHints{WWNWithExtension: "0x6000c2912345678f1234567890abcdef"}, "sdb"},
+		{"wwnVendorExtension", &metal3v1.RootDeviceHints{WWNVendorExtension: "0x1234567890abcdef"}, "sdb"},
+		{"minSizeGigabytes: the smallest large enough", &metal3v1.RootDeviceHints{MinSizeGigabytes: 500}, "nvme0n1"},
+		{"minSizeGigabytes equal to the size", &metal3v1.RootDeviceHints{MinSizeGigabytes: 480}, "sda"},
+		{"rotational", &metal3v1.RootDeviceHints{Rotational: &yes}, "sdb"},
+		{"all hints together", &metal3v1.RootDeviceHints{Rotational: &no, MinSizeGigabytes: 100, Model: "U.2"}, "nvme0n1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -147,7 +147,7 @@ func TestChooseRejectsWithReasons(t *testing.T) {
 	inv, err := List(ListOptions{SysRoot: sys, DevRoot: dev})
 	g.Expect(err).NotTo(HaveOccurred())
 	no := false
-	_, err = inv.Choose(&metal3v1alpha1.RootDeviceHints{Model: "SAMSUNG", SerialNumber: "S45NNE0M12345", Rotational: &no})
+	_, err = inv.Choose(&metal3v1.RootDeviceHints{Model: "SAMSUNG", SerialNumber: "S45NNE0M12345", Rotational: &no})
 	g.Expect(err).To(MatchError(ErrNoRootDevice))
 	g.Expect(err.Error()).To(Equal(`no disk matches the root device hints {model="SAMSUNG", serialNumber="S45NNE0M12345", rotational=false}: ` +
 		`sda (480.0 GiB): serialNumber "S45NNE0M123456" is not "S45NNE0M12345"; ` +
@@ -157,9 +157,9 @@ func TestChooseRejectsWithReasons(t *testing.T) {
 		`md127: excluded, software RAID device (its member disks are listed themselves); nbd0: excluded, network block device; ram0: excluded, RAM disk; ` +
 		`sdc: excluded, removable; sdd: excluded, no medium (size 0); sr0: excluded, optical drive; vdb: excluded, read-only; zram0: excluded, compressed RAM disk`))
 
-	_, err = inv.Choose(&metal3v1alpha1.RootDeviceHints{DeviceName: "/dev/disk/by-path/pci-0000:99:00.0-nvme-1"})
+	_, err = inv.Choose(&metal3v1.RootDeviceHints{DeviceName: "/dev/disk/by-path/pci-0000:99:00.0-nvme-1"})
 	g.Expect(err).To(MatchError(ContainSubstring("deviceName /dev/disk/by-path/pci-0000:99:00.0-nvme-1 does not exist (by-* links exist only where udev runs")))
-	_, err = inv.Choose(&metal3v1alpha1.RootDeviceHints{DeviceName: "sda"})
+	_, err = inv.Choose(&metal3v1.RootDeviceHints{DeviceName: "sda"})
 	g.Expect(err).To(MatchError(ContainSubstring(`deviceName "sda" is not a /dev path`)))
 }
 
@@ -174,10 +174,10 @@ func TestChooseLoopDeviceFromRealSysfs(t *testing.T) {
 	g.Expect(inv.Excluded).To(ContainElement(Excluded{Name: name, Reason: "loop device (only with --include-loop)"}))
 	inv, err = List(ListOptions{IncludeLoop: true})
 	g.Expect(err).NotTo(HaveOccurred())
-	d, err := inv.Choose(&metal3v1alpha1.RootDeviceHints{DeviceName: dev})
+	d, err := inv.Choose(&metal3v1.RootDeviceHints{DeviceName: dev})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d.Path).To(Equal(dev))
 	g.Expect(d.SizeBytes).To(Equal(int64(24 << 20)))
-	_, err = inv.Choose(&metal3v1alpha1.RootDeviceHints{DeviceName: dev, MinSizeGigabytes: 1})
+	_, err = inv.Choose(&metal3v1.RootDeviceHints{DeviceName: dev, MinSizeGigabytes: 1})
 	g.Expect(err).To(MatchError(ContainSubstring(name + " (24.0 MiB): size 24.0 MiB is below minSizeGigabytes 1")))
 }

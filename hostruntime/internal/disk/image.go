@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	metal3v1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,7 +74,7 @@ func (w *Writer) client() *http.Client {
 // download the server refused), holding the verified image, or — after any other failure, a checksum
 // mismatch included — with its first MiB zeroed, so a host never boots a half-written or unverified
 // image (nor the previous one, which the operator asked to replace). The first MiB is written last.
-func (w *Writer) Write(ctx context.Context, device string, img metal3v1alpha1.Image) (*Result, error) {
+func (w *Writer) Write(ctx context.Context, device string, img metal3v1.Image) (*Result, error) {
 	start := time.Now()
 	format, err := imageFormat(img)
 	if err != nil {
@@ -244,7 +244,7 @@ func (w *Writer) get(ctx context.Context, u string) (io.ReadCloser, int64, error
 	return resp.Body, resp.ContentLength, nil
 }
 
-func imageFormat(img metal3v1alpha1.Image) (string, error) {
+func imageFormat(img metal3v1.Image) (string, error) {
 	f := FormatRaw
 	if img.DiskFormat != nil && *img.DiskFormat != "" {
 		f = *img.DiskFormat
@@ -258,7 +258,7 @@ func imageFormat(img metal3v1alpha1.Image) (string, error) {
 
 // resolveChecksum returns the algorithm and the expected hex digest. img.Checksum is a digest or an
 // http(s) URL of a checksum file ("<hash>" or "<hash>  <file>" lines, as sha256sum writes them).
-func (w *Writer) resolveChecksum(ctx context.Context, img metal3v1alpha1.Image, imageURL *url.URL) (string, string, error) {
+func (w *Writer) resolveChecksum(ctx context.Context, img metal3v1.Image, imageURL *url.URL) (string, string, error) {
 	sum := strings.TrimSpace(img.Checksum)
 	if sum == "" {
 		return "", "", errors.New("image checksum is empty: an image is written only when it can be verified")
@@ -292,7 +292,7 @@ func checksumAlgorithm(typ, sum string) (string, error) {
 		return "", fmt.Errorf("image checksum %q is not a hex digest", sum)
 	}
 	switch typ {
-	case "", string(metal3v1alpha1.AutoChecksum):
+	case "", string(metal3v1.AutoChecksum):
 		for algo, n := range checksumLengths {
 			if len(sum) == n {
 				return algo, nil

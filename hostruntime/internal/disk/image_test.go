@@ -3,7 +3,7 @@ package disk
 import (
 	"bytes"
 	"context"
-	"crypto/md5" //nolint:gosec // Metal3's md5 checksum type is tested
+	"crypto/md5"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	metal3v1alpha1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
 )
 
@@ -26,7 +26,7 @@ const (
 func sum(algo string, b []byte) string {
 	switch algo {
 	case "md5":
-		s := md5.Sum(b) //nolint:gosec // see import
+		s := md5.Sum(b)
 		return hex.EncodeToString(s[:])
 	case "sha512":
 		s := sha512.Sum512(b)
@@ -43,7 +43,7 @@ func format(f string) *string { return &f }
 func TestWriteRaw(t *testing.T) {
 	dir := t.TempDir()
 	raw := testImage(t, dir, testImageSize)
-	data, err := os.ReadFile(raw) //nolint:gosec // test file
+	data, err := os.ReadFile(raw)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	sha := sum("sha256", data)
 	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte("# release\n"+
@@ -63,8 +63,8 @@ func TestWriteRaw(t *testing.T) {
 			dev := loopDevice(t, testDeviceSize)
 			before := fillRandom(t, dev)
 			w := &Writer{Client: srv.Client()}
-			res, err := w.Write(context.Background(), dev, metal3v1alpha1.Image{
-				URL: srv.URL + "/image.raw", Checksum: tc.checksum, ChecksumType: metal3v1alpha1.ChecksumType(tc.typ),
+			res, err := w.Write(context.Background(), dev, metal3v1.Image{
+				URL: srv.URL + "/image.raw", Checksum: tc.checksum, ChecksumType: metal3v1.ChecksumType(tc.typ),
 			})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.ImageBytes).To(Equal(int64(testImageSize)))
@@ -98,16 +98,16 @@ func TestWriteQcow2(t *testing.T) {
 			qemuImg(t, append(append([]string{"convert", "-f", "raw", "-O", "qcow2"}, tc.args...), raw, q)...)
 			want := filepath.Join(t.TempDir(), "want.raw")
 			qemuImg(t, "convert", "-f", "qcow2", "-O", "raw", q, want)
-			wantData, err := os.ReadFile(want) //nolint:gosec // test file
+			wantData, err := os.ReadFile(want)
 			g.Expect(err).NotTo(HaveOccurred())
-			qdata, err := os.ReadFile(q) //nolint:gosec // test file
+			qdata, err := os.ReadFile(q)
 			g.Expect(err).NotTo(HaveOccurred())
 
 			dev := loopDevice(t, testDeviceSize)
 			before := fillRandom(t, dev)
 			spool := t.TempDir()
 			w := &Writer{Client: srv.Client(), SpoolDir: spool}
-			res, err := w.Write(context.Background(), dev, metal3v1alpha1.Image{
+			res, err := w.Write(context.Background(), dev, metal3v1.Image{
 				URL: srv.URL + "/" + name, Checksum: sum("sha256", qdata), ChecksumType: "sha256", DiskFormat: format("qcow2"),
 			})
 			g.Expect(err).NotTo(HaveOccurred())
@@ -128,11 +128,11 @@ func TestWriteQcow2(t *testing.T) {
 func TestWriteFailures(t *testing.T) {
 	dir := t.TempDir()
 	raw := testImage(t, dir, testImageSize)
-	data, err := os.ReadFile(raw) //nolint:gosec // test file
+	data, err := os.ReadFile(raw)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	big := filepath.Join(dir, "big.qcow2")
 	qemuImg(t, "create", "-f", "qcow2", big, "32M")
-	bigData, err := os.ReadFile(big) //nolint:gosec // test file
+	bigData, err := os.ReadFile(big)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "SUMS"), []byte(sum("sha256", data)+"  someother.raw\n"), 0o600)).To(Succeed())
 	qcow := filepath.Join(dir, "image.qcow2")
@@ -148,29 +148,29 @@ func TestWriteFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		dev     int64
-		img     metal3v1alpha1.Image
+		img     metal3v1.Image
 		errText string
 		disk    outcome
 	}{
-		{"raw checksum mismatch", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, ChecksumType: "sha256"},
+		{"raw checksum mismatch", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, ChecksumType: "sha256"},
 			"image checksum mismatch: downloaded image has " + sum("sha256", data) + ", spec.image.checksum says " + wrong, headZeroed},
-		{"qcow2 checksum mismatch", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.qcow2", Checksum: wrong, DiskFormat: format("qcow2")},
+		{"qcow2 checksum mismatch", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: wrong, DiskFormat: format("qcow2")},
 			"image checksum mismatch", headZeroed},
-		{"raw larger than the disk", 4 << 20, metal3v1alpha1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)},
+		{"raw larger than the disk", 4 << 20, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)},
 			fmt.Sprintf("(the disk is untouched): image larger than the disk: the raw image is %d bytes (Content-Length)", testImageSize), untouched},
-		{"qcow2 virtual size larger than the disk", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/big.qcow2?token=secret", Checksum: sum("md5", bigData), DiskFormat: format("qcow2")},
+		{"qcow2 virtual size larger than the disk", testDeviceSize, metal3v1.Image{URL: srv.URL + "/big.qcow2?token=secret", Checksum: sum("md5", bigData), DiskFormat: format("qcow2")},
 			"/big.qcow2?REDACTED to", untouched},
-		{"missing image", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/nothing.raw", Checksum: wrong},
+		{"missing image", testDeviceSize, metal3v1.Image{URL: srv.URL + "/nothing.raw", Checksum: wrong},
 			"HTTP 404 Not Found", untouched},
-		{"checksum file without the image", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.raw", Checksum: srv.URL + "/SUMS"},
+		{"checksum file without the image", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: srv.URL + "/SUMS"},
 			"has no digest for image.raw (it lists someother.raw)", untouched},
-		{"vmdk", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, DiskFormat: format("vmdk")},
+		{"vmdk", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, DiskFormat: format("vmdk")},
 			`image format "vmdk" cannot be written to disk`, untouched},
-		{"checksum length", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, ChecksumType: "md5"},
+		{"checksum length", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, ChecksumType: "md5"},
 			"image checksum has 64 hex digits, a md5 digest has 32", untouched},
-		{"no checksum", testDeviceSize, metal3v1alpha1.Image{URL: srv.URL + "/image.raw"},
+		{"no checksum", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw"},
 			"image checksum is empty", untouched},
-		{"not http", testDeviceSize, metal3v1alpha1.Image{URL: "file:///etc/passwd", Checksum: wrong},
+		{"not http", testDeviceSize, metal3v1.Image{URL: "file:///etc/passwd", Checksum: wrong},
 			"is not an http(s) URL", untouched},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,7 +78,7 @@ func OpenQcow2(r io.ReaderAt, fileSize int64) (*Qcow2, error) {
 	if vs > 1<<56 {
 		return nil, fmt.Errorf("qcow2 virtual size %d is implausible", vs)
 	}
-	q.virtualSize = int64(vs) //nolint:gosec // bounded above
+	q.virtualSize = int64(vs)
 	if m := be.Uint32(h[32:]); m != 0 {
 		return nil, fmt.Errorf("qcow2 image is encrypted (crypt_method %d): provisioning images must not be", m)
 	}
@@ -122,7 +122,7 @@ func OpenQcow2(r io.ReaderAt, fileSize int64) (*Qcow2, error) {
 	if l1Size*8 > qcow2MaxL1Bytes {
 		return nil, fmt.Errorf("qcow2 L1 table of %d entries exceeds QEMU's limit", l1Size)
 	}
-	l1Off := int64(be.Uint64(h[40:]) & 0x7fffffffffffffff) //nolint:gosec // masked to a positive value
+	l1Off := int64(be.Uint64(h[40:]) & 0x7fffffffffffffff)
 	// Only the entries covering the virtual size matter; a longer table is legal and ignored.
 	raw, err := q.readRange(l1Off, need*8, "L1 table")
 	if err != nil {
@@ -146,7 +146,7 @@ func (q *Qcow2) readRange(off, n int64, what string) ([]byte, error) {
 		return nil, fmt.Errorf("qcow2 %s at offset %d (+%d bytes) lies outside the %d-byte file", what, off, n, q.fileSize)
 	}
 	buf := make([]byte, n)
-	if _, err := q.r.ReadAt(buf, off); err != nil && !(errors.Is(err, io.EOF) && off+n == q.fileSize) {
+	if _, err := q.r.ReadAt(buf, off); err != nil && (!errors.Is(err, io.EOF) || off+n != q.fileSize) {
 		return nil, fmt.Errorf("failed to read qcow2 %s at offset %d: %w", what, off, err)
 	}
 	return buf, nil
@@ -183,7 +183,7 @@ func (q *Qcow2) Walk(fn func(off, length int64, data []byte) error) error {
 	for i, l1e := range q.l1 {
 		base := int64(i) * perL1
 		span := min(perL1, q.virtualSize-base)
-		l2Off := int64(l1e & qcow2OffsetMask) //nolint:gosec // masked
+		l2Off := int64(l1e & qcow2OffsetMask)
 		if l2Off == 0 {
 			if err := zero(base, span); err != nil {
 				return err
@@ -206,7 +206,7 @@ func (q *Qcow2) Walk(fn func(off, length int64, data []byte) error) error {
 					return fmt.Errorf("cluster at virtual offset %d: %w", off, err)
 				}
 			} else {
-				host := int64(e & qcow2OffsetMask) //nolint:gosec // masked
+				host := int64(e & qcow2OffsetMask)
 				if (q.version == 3 && e&qcow2ZeroFlag != 0) || host == 0 {
 					if err := zero(off, n); err != nil {
 						return err
@@ -219,7 +219,7 @@ func (q *Qcow2) Walk(fn func(off, length int64, data []byte) error) error {
 				if host > q.fileSize || n > q.fileSize-host {
 					return fmt.Errorf("qcow2 data cluster at offset %d lies outside the %d-byte file", host, q.fileSize)
 				}
-				if _, err := q.r.ReadAt(cluster[:n], host); err != nil && !(errors.Is(err, io.EOF) && host+n == q.fileSize) {
+				if _, err := q.r.ReadAt(cluster[:n], host); err != nil && (!errors.Is(err, io.EOF) || host+n != q.fileSize) {
 					return fmt.Errorf("failed to read qcow2 data cluster at offset %d: %w", host, err)
 				}
 			}

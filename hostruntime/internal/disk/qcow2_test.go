@@ -24,7 +24,7 @@ func walkAll(q *Qcow2) ([]byte, error) {
 
 func openFile(t *testing.T, p string) (*Qcow2, error) {
 	t.Helper()
-	f, err := os.Open(p) //nolint:gosec // test file
+	f, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestQcow2Seeds(t *testing.T) {
 			p := filepath.Join("testdata", name)
 			want := filepath.Join(t.TempDir(), "want.raw")
 			qemuImg(t, "convert", "-f", "qcow2", "-O", "raw", p, want)
-			wantData, err := os.ReadFile(want) //nolint:gosec // test file
+			wantData, err := os.ReadFile(want)
 			g.Expect(err).NotTo(HaveOccurred())
 			q, err := openFile(t, p)
 			g.Expect(err).NotTo(HaveOccurred())

@@ -170,14 +170,20 @@ func readDevice(dir, name, devRoot string) (Device, string, error) {
 	if target, err := os.Readlink(filepath.Join(dir, "device")); err == nil && hctlPattern.MatchString(filepath.Base(target)) {
 		d.HCTL = filepath.Base(target)
 	}
-	d.WWN, d.WWNWithExtension, d.WWNVendorExtension = wwnFromWWID(firstAttr(dir, "wwid", "device/wwid"))
+	if wwid := firstAttr(dir, "wwid", "device/wwid"); strings.HasPrefix(name, "nvme") {
+		// udev sets an NVMe namespace's ID_WWN to the kernel's wwid as it is ("eui.…", "nvme.…") and
+		// no extension; Ironic matches the hint against that.
+		d.WWN = wwid
+	} else {
+		d.WWN, d.WWNWithExtension, d.WWNVendorExtension = wwnFromWWID(wwid)
+	}
 	return d, "", nil
 }
 
-// wwnFromWWID derives udev's ID_WWN, ID_WWN_WITH_EXTENSION and ID_WWN_VENDOR_EXTENSION (which Ironic
-// matches the hints against) from the kernel's wwid: an NAA identifier "naa.<hex>" gives 0x<first 16
-// hex digits>, a 32-digit (NAA type 6) one also the vendor extension 0x<last 16>; an EUI-64 "eui.<hex>" gives
-// 0x<hex>. Other designators (t10 vendor strings of ATA disks, NVMe nguid) have no WWN.
+// wwnFromWWID derives what udev's scsi_id reports as ID_WWN, ID_WWN_WITH_EXTENSION and
+// ID_WWN_VENDOR_EXTENSION (which Ironic matches the hints against) from a SCSI disk's wwid: an NAA
+// identifier "naa.<hex>" gives 0x<first 16 hex digits>, a 32-digit (NAA type 6) one also the vendor
+// extension 0x<last 16>; an EUI-64 "eui.<hex>" gives 0x<hex>. A t10 vendor string (ATA disks) has no WWN.
 func wwnFromWWID(wwid string) (wwn, withExt, vendorExt string) {
 	kind, hex, ok := strings.Cut(strings.ToLower(strings.TrimSpace(wwid)), ".")
 	if !ok || hex == "" {

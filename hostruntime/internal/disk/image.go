@@ -57,7 +57,7 @@ type Result struct {
 	Checksum        string `json:"checksum"`
 	DownloadedBytes int64  `json:"downloadedBytes"`
 	ImageBytes      int64  `json:"imageBytes"`
-	DurationSeconds string `json:"duration"`
+	Duration        string `json:"duration"`
 }
 
 func (w *Writer) client() *http.Client {
@@ -105,7 +105,7 @@ func (w *Writer) Write(ctx context.Context, device string, img metal3v1.Image) (
 		return nil, fmt.Errorf("failed to write image %s to %s (its first MiB is left zeroed): %w", redactURL(u), device, err)
 	}
 	t.rereadPartitions()
-	res.DurationSeconds = time.Since(start).Round(time.Millisecond).String()
+	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	return res, nil
 }
 

@@ -82,10 +82,11 @@ func qemuImg(t testing.TB, args ...string) {
 	}
 }
 
-// testImage builds a raw disk image of size bytes that exercises every kind of qcow2 cluster once
+// testImage builds a raw disk image of testImageSize bytes that exercises every kind of qcow2 cluster once
 // converted: a GPT with a partition, random (incompressible) data, a compressible run, and zeros.
-func testImage(t testing.TB, dir string, size int64) string {
+func testImage(t testing.TB, dir string) string {
 	t.Helper()
+	const size = testImageSize
 	p := filepath.Join(dir, "image.raw")
 	b := make([]byte, size)
 	_, _ = rand.Read(b[1<<20 : 3<<20])

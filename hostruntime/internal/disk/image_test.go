@@ -8,7 +8,10 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,7 +45,7 @@ func format(f string) *string { return &f }
 // checks the device holds the image byte for byte and nothing past it changed.
 func TestWriteRaw(t *testing.T) {
 	dir := t.TempDir()
-	raw := testImage(t, dir, testImageSize)
+	raw := testImage(t, dir)
 	data, err := os.ReadFile(raw)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	sha := sum("sha256", data)
@@ -80,7 +83,7 @@ func TestWriteRaw(t *testing.T) {
 // device with qemu-img's own conversion of the same file.
 func TestWriteQcow2(t *testing.T) {
 	dir := t.TempDir()
-	raw := testImage(t, dir, testImageSize)
+	raw := testImage(t, dir)
 	srv := fileServer(t, dir)
 	for _, tc := range []struct {
 		name string
@@ -127,7 +130,7 @@ func TestWriteQcow2(t *testing.T) {
 // refused download leave the disk untouched; refused formats and checksums fail before anything.
 func TestWriteFailures(t *testing.T) {
 	dir := t.TempDir()
-	raw := testImage(t, dir, testImageSize)
+	raw := testImage(t, dir)
 	data, err := os.ReadFile(raw)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	big := filepath.Join(dir, "big.qcow2")
@@ -233,4 +236,50 @@ func TestChecksumAlgorithm(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring(`checksumType "sha1" is not one of md5, sha256, sha512, auto`)))
 	_, err = checksumAlgorithm("md5", "zz")
 	g.Expect(err).To(MatchError(ContainSubstring("is not a hex digest")))
+}
+
+// TestWriteLimits: a qcow2 download larger than the spool's free space is refused before the disk is
+// touched (the ramdisk's RAM, here a 1 MiB tmpfs); a raw image sent without Content-Length that turns out
+// larger than the disk stops at the disk's end with the first MiB zeroed.
+func TestWriteLimits(t *testing.T) {
+	dir := t.TempDir()
+	raw := testImage(t, dir)
+	data, err := os.ReadFile(raw)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	qcow := filepath.Join(dir, "image.qcow2")
+	qemuImg(t, "convert", "-f", "raw", "-O", "qcow2", raw, qcow)
+	qdata, err := os.ReadFile(qcow)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+
+	t.Run("spool too small", func(t *testing.T) {
+		g := NewWithT(t)
+		spool := t.TempDir()
+		out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1M", "yonder-disk-test", spool).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+		t.Cleanup(func() { _ = exec.Command("umount", spool).Run() })
+		srv := fileServer(t, dir)
+		dev := loopDevice(t, testDeviceSize)
+		before := fillRandom(t, dev)
+		w := &Writer{Client: srv.Client(), SpoolDir: spool}
+		_, err = w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: sum("sha256", qdata), DiskFormat: format(FormatQcow2)})
+		g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("(the disk is untouched): the qcow2 image (%d bytes) does not fit in %s", len(qdata), spool))))
+		g.Expect(bytes.Equal(readDev(t, dev), before)).To(BeTrue())
+	})
+	t.Run("raw without length larger than the disk", func(t *testing.T) {
+		g := NewWithT(t)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			for i := 0; i < len(data); i += 1 << 20 {
+				_, _ = w.Write(data[i:min(i+1<<20, len(data))])
+				w.(http.Flusher).Flush() // chunked: no Content-Length
+			}
+		}))
+		t.Cleanup(srv.Close)
+		dev := loopDevice(t, 4<<20)
+		fillRandom(t, dev)
+		w := &Writer{Client: srv.Client()}
+		_, err := w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)})
+		g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("its first MiB is left zeroed): image data up to byte %d does not fit on %s (%d bytes)", 8<<20, dev, 4<<20))))
+		got := readDev(t, dev)
+		g.Expect(bytes.Count(got[:headBytes], []byte{0})).To(Equal(headBytes))
+	})
 }

@@ -7,6 +7,7 @@
 //	yonder-agent status      print the node's state as JSON
 //	yonder-agent reset       remove the node from this host
 //	yonder-agent attest      (bare metal) prove the TPM to the boot server, receive the bootstrap data
+//	yonder-agent disk        (bare metal) list disks, write the image to the root disk, clean disk metadata
 //	yonder-agent version     print the version
 package main
 
@@ -56,7 +57,7 @@ func newRoot() *cobra.Command {
 	f.StringVar(&o.SentinelPath, "sentinel", agent.DefaultSentinel, "file written once the Node is Ready")
 	f.StringVar(&o.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "read the providerID from this file when the AgentConfig has none (reset removes it)")
 	bootstrap, upgrade := newBootstrapCommands(o)
-	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand())
+	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand(), newDiskCommand())
 	return root
 }
 

@@ -40,12 +40,14 @@ import (
 )
 
 func main() {
+	// A flag set of our own: controller-runtime registers its own --kubeconfig on the global one.
+	fs := flag.NewFlagSet("cert-manager-cainjector", flag.ExitOnError)
 	var (
-		kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
-		namespace  = flag.String("namespace", "", "inject only from and into this namespace (empty: every namespace)")
+		kubeconfig = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
+		namespace  = fs.String("namespace", "", "inject only from and into this namespace (empty: every namespace)")
 	)
-	klog.InitFlags(nil)
-	flag.Parse()
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits with the usage
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "cert-manager-cainjector: --kubeconfig is required")
 		os.Exit(2)

@@ -59,14 +59,16 @@ var enabledControllers = []string{
 }
 
 func main() {
+	// A flag set of our own: controller-runtime registers its own --kubeconfig on the global one.
+	fs := flag.NewFlagSet("cert-manager-controller", flag.ExitOnError)
 	var (
-		kubeconfig       = flag.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
-		namespace        = flag.String("namespace", "", "watch only this namespace (empty: every namespace)")
-		clusterResources = flag.String("cluster-resource-namespace", "cert-manager", "namespace where ClusterIssuers keep their Secrets (the CA issuer's key pair)")
-		workers          = flag.Int("workers", 5, "concurrent workers per controller")
+		kubeconfig       = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
+		namespace        = fs.String("namespace", "", "watch only this namespace (empty: every namespace)")
+		clusterResources = fs.String("cluster-resource-namespace", "cert-manager", "namespace where ClusterIssuers keep their Secrets (the CA issuer's key pair)")
+		workers          = fs.Int("workers", 5, "concurrent workers per controller")
 	)
-	klog.InitFlags(nil)
-	flag.Parse()
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits with the usage
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "cert-manager-controller: --kubeconfig is required")
 		os.Exit(2)

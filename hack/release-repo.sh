@@ -8,8 +8,8 @@
 #
 # The core provider (cluster-api) is built with kustomize from the CAPI module's own core/config at the
 # version go.mod pins, the image set to the upstream release image of that version. cert-manager is the
-# real cert-manager CRDs of the version below (from its Go module); see docs/clusterctl.md for why only
-# the CRDs and who issues the certificates in the e2e suite.
+# real cert-manager CRDs of the version hack/certmanager/go.mod requires (from its Go module); see
+# docs/clusterctl.md for why only the CRDs and who issues the certificates in the e2e suite.
 #
 # Versions accumulate: laying out a version replaces only that version's directories (and the core provider
 # and cert-manager), so a repository that has v0.1.0 and then gets v0.2.0 offers both — what `clusterctl
@@ -20,8 +20,11 @@ set -euo pipefail
 
 OUT=${1:?usage: release-repo.sh <out dir> <version>}
 VERSION=${2:?usage: release-repo.sh <out dir> <version>}
-CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.19.1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# The version of cert-manager whose controller the tests run (hack/certmanager/go.mod, built by
+# hack/test-bins.sh): the CRDs must be the ones that controller serves.
+CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(awk '$1 == "github.com/cert-manager/cert-manager" {print $2} $1 == "require" && $2 == "github.com/cert-manager/cert-manager" {print $3}' "$ROOT/hack/certmanager/go.mod")}
+[[ -n $CERT_MANAGER_VERSION ]] || { echo "hack/certmanager/go.mod requires no github.com/cert-manager/cert-manager" >&2; exit 1; }
 cd "$ROOT"
 KUSTOMIZE=(go tool -modfile=hack/tools/go.mod kustomize)
 

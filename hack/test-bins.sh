@@ -31,8 +31,16 @@ REGISTRY_VERSION=${REGISTRY_VERSION:-v3.1.2}
 KUBELET_PREVIOUS_VERSION=${KUBELET_PREVIOUS_VERSION:-v1.36.2}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# cert-manager's controller and cainjector, which the tests run as real peers (test/certmanager): our own
+# mains in the nested module hack/certmanager, whose go.mod is the one place the version is written
+# (hack/release-repo.sh reads it there too, for the CRDs). CERT_MANAGER_SOURCES keys the build on those
+# mains as well, so that a change to them rebuilds the binaries.
+CERT_MANAGER_MOD="${ROOT}/hack/certmanager"
+CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(awk '$1 == "github.com/cert-manager/cert-manager" {print $2} $1 == "require" && $2 == "github.com/cert-manager/cert-manager" {print $3}' "${CERT_MANAGER_MOD}/go.mod")}
+[ -n "$CERT_MANAGER_VERSION" ] || { echo "hack/certmanager/go.mod requires no github.com/cert-manager/cert-manager" >&2; exit 1; }
+CERT_MANAGER_SOURCES=$(cd "$CERT_MANAGER_MOD" && cat go.mod go.sum ./*/*.go | sha256sum | cut -c1-8)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
-KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}"
+KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
 BUILD_ROOT="${CACHE_ROOT}/build"
 LOG_DIR="${CACHE_ROOT}/logs"
@@ -275,9 +283,22 @@ build_registry() {
     github.com/distribution/distribution/v3/cmd/registry
 }
 
+# build_certmanager BIN VERSION: the mains of hack/certmanager (upstream's cmd/* modules are not on the
+# proxy), built in the scratch directory from a copy so that the work tree's module is never rewritten.
+# VERSION is the component's stamp (version and sources); the module version is CERT_MANAGER_VERSION.
+build_certmanager() {
+  local bin=$1 v=$CERT_MANAGER_VERSION
+  cp -R "${CERT_MANAGER_MOD}/." .
+  go mod edit -require="github.com/cert-manager/cert-manager@${v}"
+  local ld="-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=${v}"
+  go build -trimpath -ldflags "$ld" -o "$bin/cert-manager-controller" ./controller
+  go build -trimpath -ldflags "$ld" -o "$bin/cert-manager-cainjector" ./cainjector
+}
+
 # BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
 BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
-  containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}")
+  containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}"
+  cert-manager-controller cert-manager-cainjector)
 
 build_binaries() {
   if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi
@@ -287,11 +308,12 @@ build_binaries() {
   build_component containerd "${CONTAINERD_VERSION}" build_containerd
   build_component registry "${REGISTRY_VERSION}" build_registry
   build_component kubelet "${KUBELET_PREVIOUS_VERSION}" build_kubelet
+  build_component certmanager "${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}" build_certmanager
   STEP=assemble
   mkdir -p "${BIN_DIR}"
   local c f
   for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}" \
-    "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}"; do
+    "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}" "certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}"; do
     for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
   done
   for f in "${BUILT_BINARIES[@]}"; do

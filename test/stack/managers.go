@@ -92,7 +92,7 @@ func (s *Stack) startManagers(ctx context.Context) error {
 // ReloadManagers runs the provider Deployments installed now, as a rollout replaces Pods: after `clusterctl
 // upgrade apply` deleted and recreated the providers' components (Deployments, ServiceAccounts, RBAC,
 // Certificates, webhook configurations), every manager is stopped and started again from its new
-// Deployment, with a token of the new ServiceAccount, the certificate and CA issued again and its
+// Deployment, with a token of the new ServiceAccount, the certificate and CA issued again by cert-manager and its
 // Services routed to it.
 func (s *Stack) ReloadManagers(ctx context.Context) error {
 	for _, n := range s.Managers() {
@@ -103,7 +103,9 @@ func (s *Stack) ReloadManagers(ctx context.Context) error {
 	s.mu.Lock()
 	s.managers = map[string]*Manager{}
 	s.mu.Unlock()
-	if err := s.IssueCertificates(ctx); err != nil {
+	// The upgraded components' Certificates and webhook configurations: cert-manager (still running) issues
+	// and injects them again where clusterctl replaced them.
+	if err := s.waitForCertificates(ctx); err != nil {
 		return err
 	}
 	if err := s.startManagers(ctx); err != nil {

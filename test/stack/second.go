@@ -31,7 +31,7 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	t := &Stack{
 		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
 		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, Spare: s.Spare, ClientKeyPEM: s.ClientKeyPEM, HostNamespace: s.HostNamespace, Registry: s.Registry,
-		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir, ca: s.ca,
+		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir,
 		managers: map[string]*Manager{}, shared: true,
 	}
 	t.logDir = filepath.Join(t.Dir, "logs")
@@ -67,7 +67,8 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	if err := t.clusterctlInit(ctx); err != nil {
 		return nil, err
 	}
-	if err := t.IssueCertificates(ctx); err != nil {
+	// Its own cert-manager, as a user's second management cluster has (clusterctl init installs only CRDs).
+	if err := t.startCertManager(ctx); err != nil {
 		return nil, err
 	}
 	if err := t.startManagers(ctx); err != nil {

@@ -35,10 +35,10 @@
 //     metrics-reader role (see prometheus.go).
 //
 // cert-manager: clusterctl init installs the real cert-manager CRDs from the local repository and checks
-// its API with its own test resources; the cert-manager controller itself does not run here. The stack's
-// certificate issuer stands in for it (IssueCertificates): every cert-manager Certificate gets its Secret
-// from a per-stack CA, and every webhook configuration and CRD annotated with cert-manager.io/inject-ca-from
-// gets that CA as caBundle — the two things cert-manager's controller and cainjector do for a provider.
+// its API with its own test resources; then the stack starts the REAL cert-manager controller and cainjector
+// as processes (test/certmanager) and waits until every Certificate of the installed components is Ready
+// through the Issuer it names and every webhook configuration and CRD annotated with
+// cert-manager.io/inject-ca-from carries that Certificate's CA — what a user's cert-manager does.
 //
 // Usage:
 //
@@ -78,6 +78,7 @@ import (
 	bootstrapv1 "github.com/yonder-dev/yonder/bootstrap/api/v1alpha1"
 	controlplanev1 "github.com/yonder-dev/yonder/controlplane/api/v1alpha1"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/hosts"
@@ -180,7 +181,8 @@ type Stack struct {
 	clusterctl string
 	binDir     string
 	logDir     string
-	ca         *certAuthority
+	// certManager is the real cert-manager serving this management cluster (startCertManager).
+	certManager *certmanager.CertManager
 	// scrapeToken is Prometheus's bearer token (ScrapeToken).
 	scrapeToken string
 
@@ -246,7 +248,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		{s.startNetwork, ""},
 		{s.startManagementPlane, "management control plane up"},
 		{s.clusterctlInit, "clusterctl init done"},
-		{s.IssueCertificates, ""},
+		{s.startCertManager, ""},
 		{s.startManagers, "managers ready"},
 		{s.startPrometheus, ""},
 		{s.startWorkload, "workload control plane up"},
@@ -296,7 +298,7 @@ func (opts *Options) complete() error {
 	return nil
 }
 
-// prepare creates the stack's directories and certificate authority, finds clusterctl and builds the
+// prepare creates the stack's directories, finds clusterctl and builds the
 // managers, the agent and the release manifests.
 func (s *Stack) prepare(ctx context.Context) error {
 	s.binDir, s.logDir = filepath.Join(s.Dir, "bin"), filepath.Join(s.Dir, "logs")
@@ -307,9 +309,6 @@ func (s *Stack) prepare(ctx context.Context) error {
 	}
 	var err error
 	if s.clusterctl, err = testbins.Path("clusterctl"); err != nil {
-		return err
-	}
-	if s.ca, err = newCertAuthority(); err != nil {
 		return err
 	}
 	return s.build(ctx)
@@ -367,6 +366,8 @@ func (s *Stack) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	// cert-manager before its apiserver, so that it does not log a stopped apiserver as its failure.
+	errs = append(errs, s.stopCertManager())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if s.shared {

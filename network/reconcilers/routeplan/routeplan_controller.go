@@ -46,6 +46,9 @@ type Reconciler struct {
 	SliceSize int
 	// Recorder records gateway elections, failovers and condition changes (the manager's when nil).
 	Recorder record.EventRecorder
+	// APIReader reads a GatewayPool's status past the cache before an election is reported (the
+	// manager's when nil; see liveStatus).
+	APIReader client.Reader
 
 	// planner and publisher carry the last pass into the next: a node change recomputes its Site only and
 	// compares only the objects that were recomputed (one worker: no locking).
@@ -71,6 +74,9 @@ func (r *Reconciler) LastPassWrites() int64 { return r.lastPassWrites.Load() }
 func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts controller.Options) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{key} })
 	r.lastPassWrites.Store(-1)
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorderFor(netv1.ControllerName) //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}

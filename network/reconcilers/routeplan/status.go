@@ -44,10 +44,12 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 		p := &in.pools[i]
 		next := p.DeepCopy()
 		poolStatus(next, out.Pools[p.Name])
-		written, err := r.patchStatus(ctx, p, next, !equality.Semantic.DeepEqual(p.Status, next.Status))
+		changed := !equality.Semantic.DeepEqual(p.Status, next.Status)
+		prev := r.liveStatus(ctx, p, changed)
+		written, err := r.patchStatus(ctx, p, next, changed)
 		if written {
-			recordGatewayEvents(r.Recorder, next, p.Status.Gateways, next.Status.Gateways)
-			condevents.Record(r.Recorder, next, condevents.Policy{}, p.Status.Conditions, next.Status.Conditions)
+			recordGatewayEvents(r.Recorder, next, prev.Gateways, next.Status.Gateways)
+			condevents.Record(r.Recorder, next, condevents.Policy{}, prev.Conditions, next.Status.Conditions)
 		}
 		errs = append(errs, err)
 	}
@@ -66,6 +68,21 @@ func (r *Reconciler) reportStatus(ctx context.Context, out *plan.Output, in *sna
 
 // patchStatus writes next's status when it changed and reports whether the API server really changed the
 // object (only then are Events recorded).
+// liveStatus is the status a pool's elections are compared with before a write (changed): the cached pool
+// can predate this controller's own last status write (a Node event requeues at once), and comparing with
+// it would report and count the same election or failover twice; so it is read from the apiserver. The
+// cached status serves when nothing is written or the read fails (the write then fails or counts anyway).
+func (r *Reconciler) liveStatus(ctx context.Context, cached *netv1.GatewayPool, changed bool) netv1.GatewayPoolStatus {
+	if !changed || r.APIReader == nil {
+		return cached.Status
+	}
+	live := &netv1.GatewayPool{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
+		return cached.Status
+	}
+	return live.Status
+}
+
 func (r *Reconciler) patchStatus(ctx context.Context, old, next client.Object, changed bool) (bool, error) {
 	if !changed {
 		return false, nil

@@ -1,6 +1,7 @@
 package testbins_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,16 +66,7 @@ func TestFuzzScriptRetriesOnlyGosDeadlineRace(t *testing.T) {
 			g.Expect(os.WriteFile(filepath.Join(bin, "go"), []byte(fuzzGoStandIn), 0o755)).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(state, "outcomes"), []byte(strings.Join(tc.outcomes, "\n")+"\n"), 0o600)).To(Succeed())
 
-			cmd := exec.Command("bash", filepath.Join(tree, "hack", "fuzz.sh"))
-			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "STUB_STATE=" + state, "FUZZTIME=10s"}
-			out, err := cmd.CombinedOutput()
-			t.Logf("hack/fuzz.sh:\n%s", out)
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else {
-				g.Expect(err).NotTo(HaveOccurred())
-			}
+			out, code := runScript(t, filepath.Join(tree, "hack", "fuzz.sh"), "PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "FUZZTIME=10s")
 			g.Expect(code).To(Equal(tc.exit))
 			calls, err := os.ReadFile(filepath.Join(state, "calls"))
 			g.Expect(err).NotTo(HaveOccurred())
@@ -82,10 +74,28 @@ func TestFuzzScriptRetriesOnlyGosDeadlineRace(t *testing.T) {
 			g.Expect(lines).To(HaveLen(tc.calls))
 			g.Expect(lines[0]).To(Equal("go test -run ^$ -fuzz ^FuzzParse$ -fuzztime 10s -fuzzminimizetime 2s ./pkg"))
 			if tc.exit != 0 {
-				g.Expect(string(out)).To(ContainSubstring("FAIL: fuzz target FuzzParse in ./pkg"))
+				g.Expect(out).To(ContainSubstring("FAIL: fuzz target FuzzParse in ./pkg"))
 			} else {
-				g.Expect(string(out)).To(ContainSubstring("fuzzing done: 1 targets for 10s each, 0 with a failure"))
+				g.Expect(out).To(ContainSubstring("fuzzing done: 1 targets for 10s each, 0 with a failure"))
 			}
 		})
 	}
+}
+
+// runScript runs a repository script with bash in exactly the environment env; it returns the combined
+// output (also logged) and the exit status, and fails the test when bash itself could not run.
+func runScript(t *testing.T, script string, env ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("bash", script)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", filepath.Base(script), out)
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	case err != nil:
+		t.Fatalf("failed to run %s: %v", script, err)
+	}
+	return string(out), 0
 }

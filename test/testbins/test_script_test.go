@@ -2,7 +2,6 @@ package testbins_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,26 +84,18 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 				g.Expect(os.WriteFile(filepath.Join(state, "fail-"+f), nil, 0o600)).To(Succeed())
 			}
 
-			cmd := exec.Command("bash", filepath.Join(tree, "hack", "test.sh"))
-			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "STUB_STATE=" + state, "HEAVY_PKGS=" + tc.heavy, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m"}
-			out, err := cmd.CombinedOutput()
-			t.Logf("hack/test.sh:\n%s", out)
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else {
-				g.Expect(err).NotTo(HaveOccurred())
-			}
+			out, code := runScript(t, filepath.Join(tree, "hack", "test.sh"),
+				"PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "HEAVY_PKGS="+tc.heavy, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m")
 			g.Expect(code).To(Equal(tc.exit))
 			calls, err := os.ReadFile(filepath.Join(state, "calls"))
 			g.Expect(err).NotTo(HaveOccurred())
 			if tc.heavy == "./nope" {
-				g.Expect(string(out)).To(ContainSubstring("make test: the heavy suites (./nope) are not all packages of example.test\n"))
+				g.Expect(out).To(ContainSubstring("make test: the heavy suites (./nope) are not all packages of example.test\n"))
 				g.Expect(string(calls)).NotTo(ContainSubstring("go test"), "nothing runs when the heavy list is wrong")
 				return
 			}
 			for _, w := range tc.want {
-				g.Expect(string(out)).To(ContainSubstring(w))
+				g.Expect(out).To(ContainSubstring(w))
 			}
 			// Every step ran, whatever failed before it; the benchmarks at their tiny size, only in the
 			// packages that have benchmarks.
@@ -120,9 +111,9 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred(), "the heavy lane never saw the other lane running")
 			g.Expect(strings.TrimSpace(string(seen))).To(Equal("overlap"))
 			// Each step's lines carry its name.
-			g.Expect(string(out)).To(ContainSubstring("[heavy] "))
-			g.Expect(string(out)).To(ContainSubstring("[other] "))
-			g.Expect(string(out)).To(ContainSubstring("[fuzz] "))
+			g.Expect(out).To(ContainSubstring("[heavy] "))
+			g.Expect(out).To(ContainSubstring("[other] "))
+			g.Expect(out).To(ContainSubstring("[fuzz] "))
 		})
 	}
 }

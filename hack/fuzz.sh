@@ -16,8 +16,20 @@ FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
 # failed run that wrote no new input and printed only that error is run once more; anything else fails.
 corpus_listing() { find "$1" -type f 2>/dev/null | sort; }
 
+# A failing input or a panic can print raw bytes: `cat -v` keeps the log text, so the summary's grep
+# still names the failure (a CI run once printed only "binary file matches" for it).
 fuzz_once() { # pkg name log
-  go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" "$1" 2>&1 | tee "$3"
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" "$1" 2>&1 | cat -v | tee "$3"
+}
+
+# The inputs a failed run wrote, printed into the log: CI's clone is gone by the time anyone reads it.
+show_new_inputs() { # before after
+  comm -13 <(printf '%s\n' "$1") <(printf '%s\n' "$2") | while read -r input; do
+    [ -n "$input" ] || continue
+    echo "== failing input ${input}:"
+    head -c 4096 "$input" | cat -v
+    echo
+  done
 }
 
 # Prints "pass", "fail" or "deadline-race" for one run of a target.
@@ -33,6 +45,7 @@ fuzz_target() { # pkg name
     ! grep -q 'Failing input written to' "$log"; then
     rm -f "$log"; echo deadline-race; return
   fi
+  show_new_inputs "$before" "$after" >&2
   rm -f "$log"; echo fail
 }
 

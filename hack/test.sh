@@ -65,6 +65,6 @@ fi
 echo "make test: FAILED: $(sort "$logs/failed" | tr '\n' ' ')"
 for f in $(sort "$logs/failed"); do
   echo "== what failed in step ${f}:"
-  grep -hE '^([[:space:]]*--- FAIL: |FAIL[[:space:]]|FAIL: |panic: )' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"
+  grep -ahE '^([[:space:]]*--- FAIL: |FAIL[[:space:]]|FAIL: |panic: )' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"
 done
 exit 1

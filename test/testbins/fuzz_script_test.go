@@ -75,6 +75,9 @@ func TestFuzzScriptRetriesOnlyGosDeadlineRace(t *testing.T) {
 			g.Expect(lines[0]).To(Equal("go test -run ^$ -fuzz ^FuzzParse$ -fuzztime 10s -fuzzminimizetime 2s ./pkg"))
 			if tc.exit != 0 {
 				g.Expect(out).To(ContainSubstring("FAIL: fuzz target FuzzParse in ./pkg"))
+				if tc.outcomes[0] == "crash" { // the failing input is in the log itself: CI's clone is gone afterwards
+					g.Expect(out).To(ContainSubstring("== failing input ./pkg/testdata/fuzz/FuzzParse/0123abcd:\ngo test fuzz v1"))
+				}
 			} else {
 				g.Expect(out).To(ContainSubstring("fuzzing done: 1 targets for 10s each, 0 with a failure"))
 			}

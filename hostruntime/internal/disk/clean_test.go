@@ -126,7 +126,7 @@ func attachRange(t *testing.T, img string, start, size int64) string {
 		t.Fatalf("losetup %s: %v: %s", img, err, out)
 	}
 	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "--detach", dev).Run() })
+	detachAtCleanup(t, dev, img)
 	return dev
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalcluster"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalmachine"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalremediation"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/webhooks/admission"
 	"github.com/yonder-dev/yonder/pkg/manager"
 	"github.com/yonder-dev/yonder/pkg/webhooks"
@@ -66,6 +67,11 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := metalcluster.New(mgr.GetClient(), o.WatchFilterValue).SetupWithManager(ctx, mgr, o.Options(o.ClusterConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderMetalCluster reconciler: %w", err)
+	}
+	// Remediations are few and short-lived; they share the machines' concurrency.
+	remediations := &metalremediation.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.WatchFilterValue, Name: o.Name}
+	if err := remediations.SetupWithManager(ctx, mgr, o.Options(o.MachineConcurrency)); err != nil {
+		return fmt.Errorf("failed to set up the YonderMetalRemediation reconciler: %w", err)
 	}
 	if o.Hosts != nil {
 		// BareMetalHosts labelled metal.yonder.dev/managed=true, and the boot services when configured.

@@ -1,7 +1,8 @@
 // Package admission holds the validating webhooks of the bare-metal provider: host selectors are valid
 // label selectors, a machine boots exactly one of an image or a custom deploy method, image checksums
 // are present where Metal3 requires them, a machine's claim identity is the controller's to record
-// (pkg/claim), and templates are immutable (except for ClusterClass dry-runs). BareMetalHosts that
+// (pkg/claim), templates are immutable (except for ClusterClass dry-runs; remediation templates may
+// change), and a remediation's strategy is Reboot with a sane retry limit and timeout. BareMetalHosts that
 // Yonder manages get Metal3's immutability rules, a unique boot MAC and boot values that fit an iPXE
 // script (BareMetalHost).
 // Every kind is a pkg/webhooks Validator; Webhooks lists their registrations.
@@ -25,6 +26,8 @@ func Webhooks() []webhooks.Registration {
 		webhooks.For(&infrav1.YonderMetalMachineTemplate{}, YonderMetalMachineTemplate()),
 		webhooks.For(&infrav1.YonderMetalCluster{}, YonderMetalCluster()),
 		webhooks.For(&infrav1.YonderMetalClusterTemplate{}, YonderMetalClusterTemplate()),
+		webhooks.For(&infrav1.YonderMetalRemediation{}, YonderMetalRemediation()),
+		webhooks.For(&infrav1.YonderMetalRemediationTemplate{}, YonderMetalRemediationTemplate()),
 		func(mgr ctrl.Manager) error {
 			return webhooks.For(&metal3v1.BareMetalHost{}, BareMetalHost(mgr.GetAPIReader()))(mgr)
 		},

@@ -153,10 +153,22 @@ push: images ## Push out/images to REGISTRY (e.g. REGISTRY=registry.example:5000
 	@test -n "$(REGISTRY)" || { echo "make push needs REGISTRY=<host[:port]/prefix>"; exit 1; }
 	$(GO) run ./hack/images push -out $(OUT)/images -registry $(IMAGE_PREFIX) -to $(REGISTRY) $(if $(REGISTRY_CA),-ca $(REGISTRY_CA))
 
+# `make boot-image`: the bare-metal provisioning boot for yonder-metal-manager's --boot-artifacts-dir (Debian's
+# kernel, Yonder's initramfs with the static agent and, with BOOT_SERVER_KEY, the provider's public key built
+# in; see hack/bootimage). `make release` ships the generic one.
+BOOT_SERVER_KEY ?=
+
+.PHONY: boot-image
+boot-image: ## Build the bare-metal provisioning boot (vmlinuz, yonder-initrd.img) into out/boot for --boot-artifacts-dir: generic (the manager serves its key beside it), or BOOT_SERVER_KEY=<public PEM of the manager's --boot-signing-key> built in
+	hack/test-bins.sh --packages
+	hack/test-bins.sh --metal-kernel >/dev/null
+	$(GO) run ./hack/bootimage -out $(OUT)/boot $(if $(BOOT_SERVER_KEY),-server-key $(BOOT_SERVER_KEY))
+
 # `make release`: a directory shaped like a GitHub release that clusterctl reads (out/release/<version>/):
 # each provider's components file (distinct names), metadata.yaml, the templates and ClusterClasses,
 # metal3-crds.yaml, the network add-on, yonder-agent and kubectl-yonder (static, -trimpath; the plugin
-# without the lab, -tags release) for the build's architecture, the plugin's krew archives and manifest
+# without the lab, -tags release) for the build's architecture, the generic bare-metal provisioning boot
+# (yonder-boot-linux-amd64.tar.gz: Debian's amd64 kernel and Yonder's initramfs), the plugin's krew archives and manifest
 # (release-plugin), the Grafana dashboard (config/grafana) and checksums.txt (sha256 of every file).
 # With REGISTRY set, the images are pushed there too.
 RELEASE_DIR = $(OUT)/release/$(RELEASE_VERSION)
@@ -188,6 +200,10 @@ release: release-manifests ## Write out/release/<version>/ (components, metadata
 	@for p in $(PROVIDERS); do cp $(OUT)/$$p/*-components*.yaml $(RELEASE_DIR)/; done
 	@cp metadata.yaml templates/cluster-template*.yaml templates/clusterclass-*.yaml $(OUT)/infrastructure-baremetal/metal3-crds.yaml $(OUT)/network/yonder-network.yaml $(RELEASE_DIR)/
 	@cp config/grafana/yonder-grafana-dashboard.json $(RELEASE_DIR)/
+	@# The generic provisioning boot (no key built in: yonder-metal-manager serves its own beside it).
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; hack/test-bins.sh --packages >/dev/null; hack/test-bins.sh --metal-kernel >/dev/null; \
+	  $(GO) run ./hack/bootimage -out $$tmp >/dev/null; \
+	  tar -C $$tmp --owner=0 --group=0 --numeric-owner --mtime=@0 --sort=name -czf $(RELEASE_DIR)/yonder-boot-linux-amd64.tar.gz vmlinuz yonder-initrd.img
 	@arch=$$($(GO) env GOARCH); \
 	  CGO_ENABLED=0 $(GO) build -trimpath -o $(RELEASE_DIR)/yonder-agent-linux-$$arch ./hostruntime/cmd/yonder-agent && \
 	  CGO_ENABLED=0 $(GO) build -trimpath -tags release -ldflags "$(PLUGIN_LDFLAGS)" -o $(RELEASE_DIR)/kubectl-yonder-linux-$$arch ./cmd/kubectl-yonder

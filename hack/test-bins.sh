@@ -55,7 +55,8 @@ MIN_FREE_GIB=${YONDER_MIN_FREE_GIB:-12}
 DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps kmod bridge-utils
   runc systemd systemd-container containernetworking-plugins busybox-static zstd xz-utils curl ca-certificates
   isc-dhcp-client tftp-hpa atftp swtpm swtpm-tools ipxe qemu-system-x86 ovmf kea-admin kea-dhcp4-server debootstrap
-  iperf3 iputils-ping conntrack clang-14 llvm libbpf-dev tftpd-hpa nginx nftables prometheus fdisk qemu-utils dosfstools)
+  iperf3 iputils-ping conntrack clang-14 llvm libbpf-dev tftpd-hpa nginx nftables prometheus fdisk qemu-utils dosfstools
+  syslinux syslinux-common mtools genisoimage)
 if [ -n "${YONDER_DEB_PACKAGES:-}" ]; then
   # Override for the script's own test (test/testbins), never needed otherwise.
   read -r -a DEB_PACKAGES <<<"${YONDER_DEB_PACKAGES}"
@@ -368,17 +369,25 @@ debootstrap_filtered() {
 
 # ---------------------------------------------------------------------------------------------------------
 # Kernel for bare-metal PXE boots (infrastructure-baremetal e2e): Debian's linux-image-amd64 (apt-get download
-# + dpkg -x, no install), cached as <cache>/metal-kernel/<package>/ with vmlinuz and the few modules a QEMU
-# host needs before its agent runs (virtio NIC; the TPM TIS driver is built in). The e2e builds the initramfs
-# itself (busybox-static + the static yonder-agent of the tree under test). Tests find it with
-# `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL. <cache>/metal-kernel/current names
-# the package fetched, so a warm run never asks apt (whose lists may be gone) which kernel is current.
-METAL_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+# + dpkg -x, no install), cached as <cache>/metal-kernel/<package>_modules-<hash of the list>/ with vmlinuz
+# and the few modules a QEMU host needs that Debian builds as modules (the TPM TIS driver, the MBR partition
+# table and NLS are built in): the virtio NIC, before the agent runs; the virtio disk, which the
+# provisioning ramdisk writes the image to; FAT and ISO 9660 with their code pages, to read a config drive
+# (cloud-init's config-2 partition: vfat mounts need nls_cp437, nls_ascii and nls_utf8 as Debian sets its
+# defaults; isofs needs cdrom). The list is in load order, dependencies first. The e2e builds its initramfs
+# itself (busybox-static + the static yonder-agent of the tree under test; test/bootdisk's disk boots one too).
+# Tests find it with `hack/test-bins.sh --metal-kernel-print` or YONDER_TEST_METAL_KERNEL.
+# <cache>/metal-kernel/current names the package fetched, so a warm run never asks apt (whose lists may be
+# gone) which kernel is current; the directory's name carries the module list's hash, so a changed list
+# fetches again instead of serving a cache that lacks a module.
+METAL_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net virtio_blk fat vfat nls_cp437 nls_ascii nls_utf8 cdrom isofs"
+METAL_KERNEL_MODULES_KEY=$(echo "$METAL_KERNEL_MODULES" | sha256sum | cut -c1-8)
 METAL_KERNEL_ROOT="${CACHE_ROOT}/metal-kernel"
 metal_kernel_dir() {
   local pkg
   pkg=$(cat "${METAL_KERNEL_ROOT}/current" 2>/dev/null || true)
-  [ -n "$pkg" ] && [ -f "${METAL_KERNEL_ROOT}/${pkg}/.complete" ] && echo "${METAL_KERNEL_ROOT}/${pkg}"
+  [ -n "$pkg" ] && [ -f "${METAL_KERNEL_ROOT}/${pkg}_modules-${METAL_KERNEL_MODULES_KEY}/.complete" ] &&
+    echo "${METAL_KERNEL_ROOT}/${pkg}_modules-${METAL_KERNEL_MODULES_KEY}"
 }
 metal_kernel_ready() { metal_kernel_dir >/dev/null; }
 build_metal_kernel() {
@@ -389,7 +398,8 @@ build_metal_kernel() {
   local pkg
   pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ && !seen {print $2; seen = 1}')
   [ -n "$pkg" ] || fail "metal kernel: apt-cache knows no linux-image-amd64 after apt-get update (is a Debian main mirror configured?)"
-  local out="${METAL_KERNEL_ROOT}/${pkg}" tmp="${METAL_KERNEL_ROOT}/${pkg}.tmp"
+  local out="${METAL_KERNEL_ROOT}/${pkg}_modules-${METAL_KERNEL_MODULES_KEY}"
+  local tmp="${out}.tmp"
   rm -rf "$tmp" && mkdir -p "$tmp/dl" "$tmp/x" "$tmp/modules"
   log "metal kernel: apt-get download ${pkg}…"
   run_step metal-kernel in_dir "$tmp/dl" apt-get download "$pkg"
@@ -399,7 +409,7 @@ build_metal_kernel() {
   local m f
   for m in $METAL_KERNEL_MODULES; do
     f=$(find "$tmp/x/lib/modules" -name "${m}.ko*" -print -quit)
-    [ -n "$f" ] || fail "metal kernel: module ${m} missing in ${pkg}"
+    [ -n "$f" ] || fail "metal kernel: module ${m} missing in ${pkg} (built in? grep its boot/config-*)"
     case "$f" in
       *.ko.xz) xz -dc "$f" >"$tmp/modules/${m}.ko" ;;
       *.ko.zst) zstd -qdc "$f" >"$tmp/modules/${m}.ko" ;;

@@ -44,7 +44,8 @@ func newCluster(t *testing.T, g Gomega, ns, name string) *clusterv1.Cluster {
 // 1 with a YonderMetalMachineTemplate (live image) claims it; the VM PXE-boots through our DHCP/TFTP/HTTP,
 // the agent in the initramfs attests with the VM's TPM and receives the Machine's bootstrap data, and the
 // Machine reaches Provisioned. Scaling to 0 deletes the Machine: the host is deprovisioned, the VM powered
-// off, and the host is available again with no consumer. Wall time of each phase is logged.
+// off, and the host is available again with no consumer. This image has the provider's key built in (the
+// other tests boot the generic one). Wall time of each phase is logged.
 func TestQEMUMachineDeploymentClaimsAndReleasesHost(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -93,6 +94,7 @@ func TestQEMUMachineDeploymentClaimsAndReleasesHost(t *testing.T) {
 	g.Expect(h.Annotations).To(HaveKey("metal.yonder.dev/tpm-enrolment"))
 	console, _ := os.ReadFile(l.driver.ConsoleLog("vm0"))
 	g.Expect(string(console)).To(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(data.Data["value"]))))
+	g.Expect(string(console)).NotTo(ContainSubstring(metalboot.ServedKeyMarker), "the key built into this image wins over the one the boot server serves")
 
 	start = time.Now()
 	g.Eventually(func() error {

@@ -93,13 +93,16 @@ type metalLab struct {
 	sim      *redfishsim.Server
 	host     *metal3v1.BareMetalHost
 	userData *corev1.Secret
+	// artifactsURL is where the boot server serves its artifacts directory (ending in /).
+	artifactsURL string
 }
 
 // labs numbers the metal labs of this test process (their VMs' MACs).
 var labs atomic.Uint32
 
 // newMetalLab starts the site; artifacts fills the boot artifacts directory and returns the boot config.
-func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig, timeout time.Duration, memMiB int) *metalLab {
+// Each vm option changes the VM's QEMU system before it is added (a disk, for instance).
+func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig, timeout time.Duration, memMiB int, vm ...func(*redfishsim.QEMUSystem)) *metalLab {
 	t.Helper()
 	g := NewWithT(t)
 	for _, need := range []string{"qemu-system-x86_64", "swtpm", "swtpm_setup", "/usr/lib/ipxe/virtio-net.rom"} {
@@ -148,7 +151,11 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 
 	l.driver = redfishsim.NewQEMUDriver(t.TempDir())
 	t.Cleanup(l.driver.Close)
-	g.Expect(l.driver.Add(ctx, "vm0", redfishsim.QEMUSystem{Tap: tap, MAC: mac.String(), MemoryMiB: memMiB})).To(Succeed())
+	sys := redfishsim.QEMUSystem{Tap: tap, MAC: mac.String(), MemoryMiB: memMiB}
+	for _, o := range vm {
+		o(&sys)
+	}
+	g.Expect(l.driver.Add(ctx, "vm0", sys)).To(Succeed())
 	l.sim, err = redfishsim.Start(redfishsim.Options{Username: "admin", Password: "pw", Driver: l.driver})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(l.sim.Close)
@@ -169,6 +176,7 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 		HealthProbeBindAddress: "0", Client: managercache.ClientOptions()})
 	g.Expect(err).NotTo(HaveOccurred())
 	skip := true
+	l.artifactsURL = fmt.Sprintf("http://%s:8080/artifacts/", n.Gateway)
 	r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inv, Namespaces: []string{l.ns}, Boot: boot,
 		ProvisionTimeout: timeout, MaxProvisionAttempts: 2, RetryInterval: 2 * time.Second, PowerPollInterval: 5 * time.Second}
 	g.Expect(r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip})).To(Succeed())
@@ -284,10 +292,22 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 
 // artifactsAgent builds the provisioning boot the e2e stack and the lab use too (test/metalboot): Debian's
 // kernel (hack/test-bins.sh --metal-kernel) and an initramfs of busybox-static, the virtio modules and the
-// static yonder-agent built from this tree, which attests with the VM's TPM and then runs live (idles).
+// static yonder-agent built from this tree, which attests with the VM's TPM and then runs live (idles) or
+// carries out its instructions. The provider's public key is built in.
 func artifactsAgent(t *testing.T, dir string, serverKey []byte) inventory.BootConfig {
 	t.Helper()
 	if err := metalboot.Build(context.Background(), dir, metalboot.Options{ServerKey: serverKey}); err != nil {
+		t.Fatalf("failed to build the provisioning boot: %v", err)
+	}
+	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}
+}
+
+// artifactsGeneric builds the generic provisioning boot a release ships (`make boot-image` without
+// BOOT_SERVER_KEY): no key built in, so the agent verifies with the key the boot server serves as a
+// second initrd, as on a user's site that downloaded the release's image.
+func artifactsGeneric(t *testing.T, dir string, _ []byte) inventory.BootConfig {
+	t.Helper()
+	if err := metalboot.Build(context.Background(), dir); err != nil {
 		t.Fatalf("failed to build the provisioning boot: %v", err)
 	}
 	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}
@@ -297,12 +317,13 @@ func artifactsAgent(t *testing.T, dir string, serverKey []byte) inventory.BootCo
 // claimed like CAPM3 claims it, its VM PXE-boots through our DHCP/TFTP/HTTP into Debian's kernel and our
 // initramfs, `yonder-agent attest` enrols and attests the VM's TPM and receives exactly the user data; the
 // host is provisioned (running live). Released, it is powered off (the VM killed) and available again.
-// Wall time of each phase is logged.
+// The boot image is the generic one a release ships: the VM boots the boot server's key as a second
+// initrd and the agent verifies the signed instructions with it. Wall time of each phase is logged.
 func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	start := time.Now()
-	l := newMetalLab(ctx, t, artifactsAgent, 8*time.Minute, 512)
+	l := newMetalLab(ctx, t, artifactsGeneric, 8*time.Minute, 512)
 	prepared := time.Since(start)
 	registered := l.register(g)
 
@@ -321,6 +342,10 @@ func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
 	g.Eventually(func() string { b, _ := os.ReadFile(l.driver.ConsoleLog("vm0")); return string(b) }, time.Minute, time.Second).
 		Should(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+	console, err := os.ReadFile(l.driver.ConsoleLog("vm0"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(console)).To(ContainSubstring(metalboot.ServedKeyMarker))
+	g.Expect(promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "serverkey", "code": "200"})).To(BeNumerically(">=", 1))
 	g.Expect(l.driver.Running("vm0")).To(BeTrue(), "the live host keeps running")
 
 	start = time.Now()

@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"compress/gzip"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/yonder-dev/yonder/pkg/newc"
 )
 
 // writeInitramfs packs the tree at root into dst as a gzip-compressed cpio archive in the "newc" format
@@ -31,7 +32,7 @@ func writeInitramfs(root, dst string) (rerr error) {
 	if err != nil {
 		return err
 	}
-	w := &newcWriter{w: zw}
+	w := newc.NewWriter(zw)
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -40,12 +41,12 @@ func writeInitramfs(root, dst string) (rerr error) {
 		if err != nil {
 			return err
 		}
-		return w.add(path, rel, d)
+		return add(w, path, rel, d)
 	})
 	if err != nil {
 		return fmt.Errorf("failed to pack %s into the initramfs: %w", root, err)
 	}
-	if err := w.trailer(); err != nil {
+	if err := w.Close(); err != nil {
 		return fmt.Errorf("failed to write the initramfs: %w", err)
 	}
 	if err := zw.Close(); err != nil {
@@ -63,21 +64,8 @@ func writeInitramfs(root, dst string) (rerr error) {
 	return os.Rename(tmp.Name(), dst)
 }
 
-// newcWriter writes cpio "newc" (SVR4, no CRC) entries: a 110-byte ASCII header, the NUL-terminated name and
-// the data, each padded to 4 bytes. Every file gets its own inode number, so the kernel never links two.
-type newcWriter struct {
-	w   io.Writer
-	ino uint32
-}
-
-// Mode bits of a cpio entry (the same as st_mode's).
-const (
-	cpioDir     = 0o040000
-	cpioRegular = 0o100000
-	cpioSymlink = 0o120000
-)
-
-func (c *newcWriter) add(path, name string, d fs.DirEntry) error {
+// add packs one entry of the tree.
+func add(w *newc.Writer, path, name string, d fs.DirEntry) error {
 	info, err := d.Info()
 	if err != nil {
 		return err
@@ -85,52 +73,25 @@ func (c *newcWriter) add(path, name string, d fs.DirEntry) error {
 	perm := uint32(info.Mode().Perm())
 	switch {
 	case d.IsDir():
-		return c.entry(name, cpioDir|perm, nil, 2)
+		return w.Dir(name, perm)
 	case info.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(path)
 		if err != nil {
 			return err
 		}
-		return c.entry(name, cpioSymlink|0o777, []byte(target), 1)
+		return w.Symlink(name, target)
 	case info.Mode().IsRegular():
 		data, err := os.ReadFile(path) //nolint:gosec // files of the tree Build assembled
 		if err != nil {
 			return err
 		}
-		return c.entry(name, cpioRegular|perm, data, 1)
+		return w.File(name, perm, data)
 	default:
 		return fmt.Errorf("%s: only directories, regular files and symlinks go into the initramfs, not %s", path, info.Mode().Type())
 	}
 }
 
-func (c *newcWriter) trailer() error { return c.entry("TRAILER!!!", 0, nil, 1) }
-
-func (c *newcWriter) entry(name string, mode uint32, data []byte, nlink uint32) error {
-	c.ino++
-	ino := c.ino
-	if name == "TRAILER!!!" {
-		ino = 0
-	}
-	// Fields: magic, ino, mode, uid, gid, nlink, mtime, filesize, devmajor, devminor, rdevmajor, rdevminor,
-	// namesize (with its NUL), check. Owner root, mtime 0: the archive depends only on the tree's contents.
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		ino, mode, 0, 0, nlink, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
-	if _, err := io.WriteString(c.w, hdr+name+"\x00"); err != nil {
-		return err
-	}
-	if err := c.pad(len(hdr) + len(name) + 1); err != nil {
-		return err
-	}
-	if _, err := c.w.Write(data); err != nil {
-		return err
-	}
-	return c.pad(len(data))
-}
-
-func (c *newcWriter) pad(n int) error {
-	if r := n % 4; r != 0 {
-		_, err := c.w.Write(make([]byte, 4-r))
-		return err
-	}
-	return nil
-}
+// WriteInitramfs packs the tree at root into dst as the gzip-compressed newc cpio archive a kernel unpacks
+// as its initramfs (see writeInitramfs). Exported for the other boot images of the tests (test/bootdisk's
+// disk-booted initramfs), so that every one is written the same way without a cpio command.
+func WriteInitramfs(root, dst string) error { return writeInitramfs(root, dst) }

@@ -1,8 +1,9 @@
 // Package metalboot builds the provisioning boot of a bare-metal test host: Debian's kernel
 // (`hack/test-bins.sh --metal-kernel`, cached outside the tree) and an initramfs of busybox-static, the
 // kernel's virtio modules and a static yonder-agent. The initramfs leases an address with udhcpc, runs
-// `yonder-agent attest` with the VM's TPM and, when the boot server released the bootstrap data, keeps
-// running live (it prints a marker line on the serial console); refused, it powers itself off.
+// `yonder-agent attest` with the VM's TPM and, when the boot server released its instructions, runs
+// `yonder-agent provision` (write the image and config drive, clean the disks, or nothing for a live
+// image) and keeps running (it prints marker lines on the serial console); refused, it powers itself off.
 //
 // The files are named as yonder-metal-manager's defaults expect them (--boot-kernel vmlinuz,
 // --boot-initrd yonder-initrd.img), so a manager whose --boot-artifacts-dir is the directory serves them
@@ -35,6 +36,16 @@ const (
 // AttestedMarker starts the console line the initramfs prints once it received its bootstrap data.
 const AttestedMarker = "YONDER: attested, "
 
+// ProvisionedMarker and ProvisionFailedMarker start the console line with `yonder-agent provision`'s
+// output: the image and config drive written, the disks cleaned, or "action live".
+const (
+	// ServedKeyMarker is what `yonder-agent attest` prints when it verifies with the key the boot server
+	// served beside a generic image (one built without a key).
+	ServedKeyMarker       = "verifying with the provider key the boot server served beside the image"
+	ProvisionedMarker     = "YONDER: provision done: "
+	ProvisionFailedMarker = "YONDER: provision failed: "
+)
+
 // initScript is the initramfs's /init: drivers for the virtio NIC (the TPM TIS driver is built into
 // Debian's kernel), DHCP with busybox udhcpc, then `yonder-agent attest` with the VM's TPM.
 //
@@ -52,8 +63,17 @@ ip link set lo up
 i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
 ip link set eth0 up
 udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP lease"
-if /bin/yonder-agent attest --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data; then
-  echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data; running live"
+# An image built knowingly without the provider's key says so by a file; any other image refuses unsigned data.
+attest_flags=""; [ -e /etc/yonder/insecure-unsigned ] && attest_flags="--insecure-unsigned"
+if /bin/yonder-agent attest $attest_flags --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data --instructions /run/yonder/instructions.json; then
+  echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data"
+  # Write the image and its config drive, or clean the disks, as the instructions say, and report; the
+  # controller then boots the host from its disk or powers it off. A live image needs nothing.
+  if /bin/yonder-agent provision --instructions /run/yonder/instructions.json >/run/yonder/provision.log 2>&1; then
+    echo "` + ProvisionedMarker + `$(tr -d '\n' < /run/yonder/provision.log)"
+  else
+    echo "` + ProvisionFailedMarker + `$(tr -d '\n' < /run/yonder/provision.log)"
+  fi
   while true; do sleep 3600; done
 fi
 echo "YONDER: attestation failed"
@@ -87,7 +107,12 @@ func KernelDir(ctx context.Context) (string, error) {
 type Options struct {
 	// ServerKey is the provider's Ed25519 public key (PEM, GenerateSigningKey): written to
 	// /etc/yonder/boot-server.pub, where `yonder-agent attest` reads it and refuses unsigned data.
+	// Without it the image is generic: the agent verifies with the key the boot server serves beside it
+	// (a manager with --boot-signing-key), and refuses to run when there is none.
 	ServerKey []byte
+	// InsecureUnsigned builds an image whose agent, finding no key at all, runs unsigned instructions
+	// (for a manager with --insecure-unsigned-boot-data).
+	InsecureUnsigned bool
 }
 
 // GenerateSigningKey writes a new Ed25519 private key (PEM PKCS#8, mode 0600) to dir/boot-signing-key.pem,
@@ -157,6 +182,9 @@ func Build(ctx context.Context, dir string, opts ...Options) error {
 	files := map[string]string{"init": initScript, "etc/udhcpc.script": udhcpcScript}
 	if o.ServerKey != nil {
 		files["etc/yonder/boot-server.pub"] = string(o.ServerKey)
+	}
+	if o.InsecureUnsigned {
+		files["etc/yonder/insecure-unsigned"] = "the agent runs unsigned instructions when no provider key is found\n"
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o755); err != nil { //nolint:gosec // executables of the initramfs

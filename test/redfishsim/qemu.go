@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,12 +20,30 @@ type QEMUSystem struct {
 	Tap, MAC string
 	// MemoryMiB of the VM (default 512: the agent's initramfs runs in RAM).
 	MemoryMiB int
+	// Disk is the raw file that is the system's disk, attached as virtio-blk-pci ("": no disk, a host
+	// that can only boot from the network). Add creates it, sparse, of DiskSizeBytes when it does not exist;
+	// an existing file is used as it is (a test may have written an image into it).
+	Disk string
+	// DiskSizeBytes of a disk Add creates (default 2 GiB: room for a small image and its config drive).
+	DiskSizeBytes int64
+	// DiskSerial is the disk's serial number as the guest reads it (/sys/block/vda/serial,
+	// rootDeviceHints' serialNumber); virtio-blk holds at most 20 bytes. Default "D-<system id>", as
+	// DefaultSystem's Redfish drive reports it.
+	DiskSerial string
 }
 
+// DefaultDiskSizeBytes is the size of a disk the driver creates when QEMUSystem.DiskSizeBytes is 0.
+const DefaultDiskSizeBytes = 2 << 30
+
+// maxVirtioBlkSerial is VIRTIO_BLK_ID_BYTES: QEMU truncates a longer serial, which would then not match.
+const maxVirtioBlkSerial = 20
+
 // QEMUDriver is a PowerDriver whose systems are QEMU VMs (software emulation): power on starts the VM —
-// network boot (SeaBIOS + iPXE option ROM) when the one-time PXE override asked for it, else the normal
-// boot order (no disk: it halts in the firmware) — with a software TPM (swtpm, `-tpmdev emulator`) whose
-// state outlives power cycles, as a soldered TPM does; power off kills the VM.
+// network boot (SeaBIOS + iPXE option ROM) when the boot override asked for "Pxe", else from the disk
+// ("Hdd" or no override: SeaBIOS reads the disk's MBR; a system without a disk halts in the firmware) —
+// with a software TPM (swtpm, `-tpmdev emulator`) whose state outlives power cycles, as a soldered TPM does;
+// power off kills the VM. The boot device is chosen with QEMU's `-boot` (the firmware's CMOS boot order):
+// no device has a bootindex, which would take precedence over it.
 type QEMUDriver struct {
 	// Dir holds each system's TPM state, console log and firmware log.
 	Dir string
@@ -46,8 +65,14 @@ func NewQEMUDriver(dir string) *QEMUDriver {
 	return &QEMUDriver{Dir: dir, IPXEROM: "/usr/lib/ipxe/virtio-net.rom", systems: map[string]QEMUSystem{}, running: map[string]*vm{}}
 }
 
-// Add registers a system and manufactures its TPM (swtpm_setup, EK with certificate).
+// Add registers a system, creates its disk file when it has none yet, and manufactures its TPM
+// (swtpm_setup, EK with certificate).
 func (d *QEMUDriver) Add(ctx context.Context, id string, s QEMUSystem) error {
+	if s.Disk != "" {
+		if err := prepareDisk(id, &s); err != nil {
+			return err
+		}
+	}
 	state := filepath.Join(d.Dir, id, "tpm")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return fmt.Errorf("failed to create TPM state of %s: %w", id, err)
@@ -64,6 +89,47 @@ func (d *QEMUDriver) Add(ctx context.Context, id string, s QEMUSystem) error {
 	defer d.mu.Unlock()
 	d.systems[id] = s
 	return nil
+}
+
+// prepareDisk validates a system's disk settings and creates its file when missing.
+func prepareDisk(id string, s *QEMUSystem) error {
+	if s.DiskSizeBytes == 0 {
+		s.DiskSizeBytes = DefaultDiskSizeBytes
+	}
+	if s.DiskSerial == "" {
+		s.DiskSerial = "D-" + id
+	}
+	if len(s.DiskSerial) > maxVirtioBlkSerial || strings.ContainsAny(s.DiskSerial, ", \t\n") {
+		return fmt.Errorf("disk serial %q of %s: at most %d bytes, no commas or blanks (a virtio-blk serial)", s.DiskSerial, id, maxVirtioBlkSerial)
+	}
+	if s.DiskSizeBytes < 0 || s.DiskSizeBytes%512 != 0 {
+		return fmt.Errorf("disk size %d of %s is not a positive multiple of 512 bytes", s.DiskSizeBytes, id)
+	}
+	if strings.Contains(s.Disk, ",") {
+		// QEMU's -drive option syntax would split the path.
+		return fmt.Errorf("disk path %q of %s contains a comma", s.Disk, id)
+	}
+	if _, err := os.Stat(s.Disk); err == nil {
+		return nil
+	}
+	f, err := os.OpenFile(s.Disk, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("failed to create the disk of %s: %w", id, err)
+	}
+	// Truncate extends the file without writing: a sparse 2 GiB disk costs no space until written.
+	if err := f.Truncate(s.DiskSizeBytes); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("failed to size the disk of %s: %w", id, err)
+	}
+	return f.Close()
+}
+
+// DiskPath is the path of a system's disk file ("" when it has none or is unknown), for tests that inspect
+// what was written to it.
+func (d *QEMUDriver) DiskPath(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.systems[id].Disk
 }
 
 // ConsoleLog is the path of a system's serial console log.
@@ -118,9 +184,12 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 		_, err := os.Stat(ctrl)
 		return err == nil, nil
 	})
-	boot := "c"
-	if target == "Pxe" {
+	boot := "c" // the first hard disk: "Hdd", and the normal boot order of a server provisioned to disk
+	switch target {
+	case "Pxe":
 		boot = "n"
+	case "Cd":
+		boot = "d" // no optical drive is emulated: the firmware finds nothing, as on a server without one
 	}
 	args := []string{"-machine", "pc,accel=tcg", "-m", fmt.Sprint(s.MemoryMiB), "-smp", "1",
 		"-display", "none", "-nodefaults", "-no-reboot", "-boot", boot,
@@ -129,6 +198,10 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 		"-chardev", "socket,id=chrtpm,path=" + ctrl, "-tpmdev", "emulator,id=tpm0,chardev=chrtpm", "-device", "tpm-tis,tpmdev=tpm0",
 		"-serial", "file:" + d.ConsoleLog(id),
 		"-debugcon", "file:" + d.FirmwareLog(id), "-global", "isa-debugcon.iobase=0x402"}
+	if s.Disk != "" {
+		args = append(args, "-drive", "file="+s.Disk+",format=raw,if=none,id=disk0,discard=unmap",
+			"-device", "virtio-blk-pci,drive=disk0,serial="+s.DiskSerial)
+	}
 	q := exec.Command("qemu-system-x86_64", args...)
 	log, err := os.Create(filepath.Join(dir, "qemu.log")) //nolint:gosec // the driver's own directory
 	if err != nil {

@@ -3,7 +3,7 @@
 // ComputerSystems with inventory (Processors incl. GPUs, Memory, EthernetInterfaces, Storage/Drives,
 // PCIeDevices), Managers, SessionService (X-Auth-Token sessions) and HTTP Basic auth,
 // ComputerSystem.Reset and a one-time boot override. What a power action does is a PowerDriver: the
-// QEMU driver starts and stops a VM that PXE-boots with a software TPM, the memory driver only flips
+// QEMU driver starts and stops a VM that PXE-boots or boots its disk, with a software TPM, the memory driver only flips
 // state (scale tests).
 //
 // It implements the subset of DMTF Redfish that BMCs commonly expose and that Yonder's client uses; the
@@ -31,8 +31,8 @@ import (
 	"github.com/yonder-dev/yonder/test/testpki"
 )
 
-// PowerDriver carries out power changes of one system. bootTarget is "Pxe" when the one-time boot
-// override asked for a network boot, "" for the normal boot order.
+// PowerDriver carries out power changes of one system. bootTarget is the boot override's target when one
+// is in force ("Pxe" network, "Hdd" disk, "Cd" optical), "" for the normal boot order.
 type PowerDriver interface {
 	PowerOn(ctx context.Context, systemID, bootTarget string) error
 	PowerOff(ctx context.Context, systemID string) error

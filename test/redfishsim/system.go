@@ -338,7 +338,7 @@ func (d *MemoryDriver) PowerOn(_ context.Context, id, target string) error {
 // PowerOff implements PowerDriver.
 func (d *MemoryDriver) PowerOff(context.Context, string) error { return nil }
 
-// Boots lists the boot targets of a system's power-ons ("" normal, "Pxe").
+// Boots lists the boot targets of a system's power-ons ("" normal, "Pxe", "Hdd", "Cd").
 func (d *MemoryDriver) Boots(id string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -93,13 +93,14 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 	if err := s.metal.copyEKCA(ctx); err != nil {
 		return err
 	}
-	// The provider's signing key: the manager signs released data, the boot image's agent holds the public half.
-	key, pub, err := metalboot.GenerateSigningKey(s.metal.ekCADir)
+	// The provider's signing key: the manager signs released data and serves the public half beside the
+	// boot image, which is the generic one a release ships (no key built in), as on a user's site.
+	key, _, err := metalboot.GenerateSigningKey(s.metal.ekCADir)
 	if err != nil {
 		return err
 	}
 	s.metal.signingKey = key
-	return metalboot.Build(ctx, s.metal.bootDir, metalboot.Options{ServerKey: pub})
+	return metalboot.Build(ctx, s.metal.bootDir)
 }
 
 // copyEKCA gives the metal manager the vendor roots of the VMs' TPMs, swtpm-localca's root and issuing CA,

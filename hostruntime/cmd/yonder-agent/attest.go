@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +16,8 @@ import (
 // one-time ticket come from the kernel command line the per-host iPXE script set) and receive the
 // bootstrap data, which only that TPM can decrypt and the server releases once.
 func newAttestCommand() *cobra.Command {
-	var tpmPath, cmdlinePath, server, ticket, output, serverKey string
+	var tpmPath, cmdlinePath, server, ticket, output, instructionsPath, serverKey, servedServerKey string
+	var insecureUnsigned bool
 	cmd := &cobra.Command{
 		Use:   "attest",
 		Short: "Attest this host's TPM to the boot server and write the bootstrap data it releases",
@@ -37,16 +39,11 @@ func newAttestCommand() *cobra.Command {
 				return fmt.Errorf("no boot server or ticket: %s has no yonder.server= / yonder.ticket= (was this host booted by its Yonder iPXE script?); pass --server and --ticket to override", cmdlinePath)
 			}
 			client := &attest.Client{Server: server}
-			switch pemKey, err := os.ReadFile(serverKey); { //nolint:gosec // the boot image's key file
-			case err == nil:
-				if client.ServerKey, err = attest.ParseServerKey(pemKey); err != nil {
-					return fmt.Errorf("%s: %w", serverKey, err)
-				}
-			case errors.Is(err, os.ErrNotExist) && !cmd.Flags().Changed("server-key"):
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: %s is absent: the bootstrap data's origin is not verified (build the provider's public key into the boot image)\n", serverKey)
-			default:
-				return fmt.Errorf("failed to read the provider key: %w", err)
+			key, err := providerKey(cmd, serverKey, servedServerKey, insecureUnsigned)
+			if err != nil {
+				return err
 			}
+			client.ServerKey = key
 			tpm, err := attest.OpenTPM(tpmPath)
 			if err != nil {
 				return err
@@ -57,7 +54,7 @@ func newAttestCommand() *cobra.Command {
 				return fmt.Errorf("failed to load the TPM's endorsement and attestation keys: %w", err)
 			}
 			defer func() { _ = keys.Close() }()
-			data, err := client.Attest(cmd.Context(), ticket, keys)
+			plain, err := client.Attest(cmd.Context(), ticket, keys)
 			if err != nil {
 				var refused *attest.RefusedError
 				if errors.As(err, &refused) {
@@ -68,10 +65,19 @@ func newAttestCommand() *cobra.Command {
 				}
 				return fmt.Errorf("attestation with %s failed: %w", server, err)
 			}
-			if err := writeFileAtomic(output, data, 0o600); err != nil {
+			in, err := attest.DecodeInstructions(plain)
+			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "attested; bootstrap data written to %s (%d bytes)\n", output, len(data))
+			// The instructions (with the report token) go where `yonder-agent provision` reads them; the
+			// user data alone where the live boot's consumers read it.
+			if err := writeFileAtomic(instructionsPath, plain, 0o600); err != nil {
+				return err
+			}
+			if err := writeFileAtomic(output, in.UserData, 0o600); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "attested; action %s; bootstrap data written to %s (%d bytes), instructions to %s\n", in.Action, output, len(in.UserData), instructionsPath)
 			return err
 		},
 	}
@@ -81,8 +87,40 @@ func newAttestCommand() *cobra.Command {
 	f.StringVar(&server, "server", "", "boot server URL (default: yonder.server= from the command line)")
 	f.StringVar(&ticket, "ticket", "", "one-time boot ticket (default: yonder.ticket= from the command line)")
 	f.StringVar(&output, "output", "/run/yonder/bootstrap-data", "where to write the released bootstrap data (mode 0600)")
-	f.StringVar(&serverKey, "server-key", "/etc/yonder/boot-server.pub", "the provider's Ed25519 public key (PEM), built into the boot image: data it did not sign is refused (absent default file: not verified, with a warning)")
+	f.StringVar(&instructionsPath, "instructions", "/run/yonder/instructions.json", "where to write the released instructions, for `yonder-agent provision` (mode 0600)")
+	f.StringVar(&serverKey, "server-key", "/etc/yonder/boot-server.pub", "the provider's Ed25519 public key (PEM) built into the boot image: data it did not sign is refused")
+	f.StringVar(&servedServerKey, "served-server-key", "/etc/yonder/boot-server.served.pub", "the provider's key as the boot server serves it beside a generic boot image (a second initrd), used when the image has none built in")
+	f.BoolVar(&insecureUnsigned, "insecure-unsigned", false, "INSECURE: with neither key, accept unsigned data (a rogue server on the boot LAN could then make this host run its own); without this flag the host refuses to run")
 	return cmd
+}
+
+// providerKey is the key released data must be signed with: the one built into the boot image, else the one
+// the boot server served with it. With neither, the host refuses to run unless insecure is set: an image
+// must never quietly accept whatever a server on the boot LAN sends.
+func providerKey(cmd *cobra.Command, builtIn, served string, insecure bool) (ed25519.PublicKey, error) {
+	for _, path := range []string{builtIn, served} {
+		pemKey, err := os.ReadFile(path) //nolint:gosec // the boot image's key files
+		switch {
+		case err == nil:
+			k, err := attest.ParseServerKey(pemKey)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			if path == served {
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "verifying with the provider key the boot server served beside the image (%s)\n", served)
+			}
+			return k, nil
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("failed to read the provider key: %w", err)
+		case path == builtIn && cmd.Flags().Changed("server-key"):
+			return nil, fmt.Errorf("failed to read the provider key: %w", err)
+		}
+	}
+	if !insecure {
+		return nil, fmt.Errorf("no provider key: neither %s (built into the boot image) nor %s (served by the boot server when the manager has --boot-signing-key) exists; refusing to run unsigned instructions (--insecure-unsigned accepts them)", builtIn, served)
+	}
+	_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: no provider key (%s, %s): the instructions' origin is not verified (--insecure-unsigned)\n", builtIn, served)
+	return nil, nil
 }
 
 // writeFileAtomic writes through a temporary file in the same directory and renames it, so a crash never

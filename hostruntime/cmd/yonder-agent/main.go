@@ -57,7 +57,7 @@ func newRoot() *cobra.Command {
 	f.StringVar(&o.SentinelPath, "sentinel", agent.DefaultSentinel, "file written once the Node is Ready")
 	f.StringVar(&o.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "read the providerID from this file when the AgentConfig has none (reset removes it)")
 	bootstrap, upgrade := newBootstrapCommands(o)
-	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand(), newDiskCommand())
+	root.AddCommand(bootstrap, upgrade, newPreflightCommand(o), newStatusCommand(o), newResetCommand(o), newVersionCommand(), newAttestCommand(), newProvisionCommand(), newDiskCommand())
 	return root
 }
 

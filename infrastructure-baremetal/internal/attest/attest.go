@@ -20,6 +20,7 @@ import (
 	"encoding/asn1"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,6 +58,9 @@ type Result struct {
 	// one, its EK does not chain to a vendor root, or its quote or PCRs are wrong. Other refusals (a
 	// malformed request, a closed enrolment window) say nothing about the host and must not stop it.
 	Fatal bool
+	// Address is, on a release, the address the attested host fetched its data from: what its boot NIC
+	// leased, which the host's inventory records as that NIC's IP (as Metal3's inspection does).
+	Address netip.Addr
 }
 
 // fatalReasons are the refusals that are real attestation failures.
@@ -89,10 +93,15 @@ type Store interface {
 	// Enrol pins a TPM for a host that has none. A *RefusedError (EnrolmentClosed, EKMismatch) is a
 	// refusal of the host's policy and is answered as such.
 	Enrol(ctx context.Context, host string, e Enrolment) error
-	// BootstrapData returns the data to release to the host.
-	BootstrapData(ctx context.Context, host string) ([]byte, error)
+	// Instructions returns what to release to the host: encoded wire.Instructions (what the host is to
+	// do, with its bootstrap data). An *RefusedError is answered as such; any other error as
+	// NoBootstrapData.
+	Instructions(ctx context.Context, host string) ([]byte, error)
 	// Record reports an outcome (a condition on the host).
 	Record(ctx context.Context, host string, r Result)
+	// Report records the provisioning ramdisk's outcome of its instructions, once: a token that is not the
+	// one released to r.Host (or was used already) is an *RefusedError with wire.ReasonUnknownReportToken.
+	Report(ctx context.Context, r wire.Report) error
 }
 
 // EKRegistry is implemented by a Store on which an operator can register a host's EK out of band (the
@@ -760,9 +769,13 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 	if !ok {
 		return nil, s.fail(ctx, "", refuse(404, wire.ReasonUnknownReleaseToken, "the release token is unknown or expired"))
 	}
-	data, err := s.store.BootstrapData(ctx, rel.host)
+	data, err := s.store.Instructions(ctx, rel.host)
 	if err != nil || len(data) == 0 {
-		return nil, s.fail(ctx, rel.host, refuse(409, wire.ReasonNoBootstrapData, "no bootstrap data is available for the host yet"))
+		msg := "no bootstrap data is available for the host yet"
+		if err != nil {
+			s.log.Info("No instructions to release", "host", rel.host, "error", err.Error())
+		}
+		return nil, s.fail(ctx, rel.host, refuse(409, wire.ReasonNoBootstrapData, "%s", msg))
 	}
 	env, err := seal(&rel.ekPub, rel.akName, data)
 	if err != nil {
@@ -776,9 +789,38 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 	}
 	s.metrics.Results.WithLabelValues(ReasonReleased).Inc()
 	msg := ekMessage("bootstrap data delivered to the attested TPM", rel.ekVerified, rel.ekRegistered)
-	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: msg})
+	s.store.Record(ctx, rel.host, Result{Success: true, Reason: ReasonReleased, Message: msg, Address: from.Unmap()})
 	s.log.Info("Released bootstrap data", "host", rel.host)
 	return env, nil
+}
+
+// NewReportToken draws a report token (wire.Instructions.ReportToken): 256 random bits, base64url.
+func NewReportToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Report hands the provisioning ramdisk's report to the store, which accepts it once, with the token that
+// was released to that host. The source address is not checked: the token travelled only inside the
+// envelope that the host's TPM opened, and a host may lease a new address while it writes its disk.
+func (s *Service) Report(ctx context.Context, r *wire.Report) (*wire.ReportResponse, error) {
+	if r.Host == "" || r.Token == "" || (r.Action != wire.ActionWriteImage && r.Action != wire.ActionClean) {
+		return nil, s.fail(ctx, "", refuse(400, wire.ReasonMalformedRequest, "a report names its host, token and action (%s or %s)", wire.ActionWriteImage, wire.ActionClean))
+	}
+	if len(r.Message) > 4096 {
+		r.Message = r.Message[:4096]
+	}
+	if err := s.store.Report(ctx, *r); err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			// Not recorded on the host: a stranger's guess must not change its condition.
+			return nil, s.fail(ctx, "", re)
+		}
+		return nil, fmt.Errorf("failed to record the report of %s: %w", r.Host, err)
+	}
+	s.log.Info("Recorded provisioning report", "host", r.Host, "action", r.Action, "success", r.Success)
+	return &wire.ReportResponse{Recorded: true}, nil
 }
 
 func seal(ekPub *tpm2.TPMTPublic, akName, data []byte) (*wire.Envelope, error) {
@@ -809,16 +851,19 @@ func seal(ekPub *tpm2.TPMTPublic, akName, data []byte) (*wire.Envelope, error) {
 // MemoryStore is an in-memory Store and EKRegistry (tests, and a manager without host objects). Safe for
 // concurrent use.
 type MemoryStore struct {
-	mu         sync.Mutex
-	enrolments map[string]Enrolment
-	registered map[string]string
-	data       map[string][]byte
-	results    map[string][]Result
+	mu           sync.Mutex
+	enrolments   map[string]Enrolment
+	registered   map[string]string
+	instructions map[string]wire.Instructions
+	reportTokens map[string]string
+	reports      map[string][]wire.Report
+	results      map[string][]Result
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{enrolments: map[string]Enrolment{}, registered: map[string]string{}, data: map[string][]byte{}, results: map[string][]Result{}}
+	return &MemoryStore{enrolments: map[string]Enrolment{}, registered: map[string]string{}, instructions: map[string]wire.Instructions{},
+		reportTokens: map[string]string{}, reports: map[string][]wire.Report{}, results: map[string][]Result{}}
 }
 
 var _ EKRegistry = (*MemoryStore)(nil)
@@ -865,18 +910,62 @@ func (m *MemoryStore) Enrol(_ context.Context, host string, e Enrolment) error {
 	return nil
 }
 
-// SetBootstrapData sets the data released to host.
+// SetBootstrapData sets the bootstrap data released to host, to be run live (wire.ActionLive).
 func (m *MemoryStore) SetBootstrapData(host string, data []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.data[host] = data
+	if len(data) == 0 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.instructions, host)
+		return
+	}
+	m.SetInstructions(host, wire.Instructions{Action: wire.ActionLive, UserData: data})
 }
 
-// BootstrapData implements Store.
-func (m *MemoryStore) BootstrapData(_ context.Context, host string) ([]byte, error) {
+// SetInstructions sets what is released to host. Version and Host are filled in; an action that reports
+// gets a fresh report token, which Report accepts once.
+func (m *MemoryStore) SetInstructions(host string, in wire.Instructions) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.data[host], nil
+	in.Version, in.Host = wire.InstructionsVersion, host
+	if in.Action != wire.ActionLive && in.ReportToken == "" {
+		in.ReportToken = NewReportToken()
+	}
+	m.instructions[host] = in
+}
+
+// Instructions implements Store.
+func (m *MemoryStore) Instructions(_ context.Context, host string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.instructions[host]
+	if !ok {
+		return nil, nil
+	}
+	if in.ReportToken != "" {
+		m.reportTokens[host] = in.ReportToken
+	}
+	return json.Marshal(in)
+}
+
+// Report implements Store.
+func (m *MemoryStore) Report(_ context.Context, r wire.Report) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want, ok := m.reportTokens[r.Host]
+	if !ok || subtle.ConstantTimeCompare([]byte(want), []byte(r.Token)) != 1 {
+		return refuse(403, wire.ReasonUnknownReportToken, "no report is expected from this host with this token")
+	}
+	delete(m.reportTokens, r.Host)
+	r.Token = ""
+	m.reports[r.Host] = append(m.reports[r.Host], r)
+	return nil
+}
+
+// Reports returns the reports host sent (tokens removed).
+func (m *MemoryStore) Reports(host string) []wire.Report {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.reports[host])
 }
 
 // Record implements Store.

@@ -70,7 +70,7 @@ func DecodeVerifyRequest(r io.Reader) (*wire.VerifyRequest, error) {
 	return &req, nil
 }
 
-// Handler serves the attestation API and the bootstrap-data endpoint, each request within its source
+// Handler serves the attestation API, the bootstrap-data endpoint and the provisioning report, each request within its source
 // address's rate limit (Config.RateLimit).
 func (s *Service) Handler() http.Handler {
 	return s.rateLimited(s.api())
@@ -145,6 +145,17 @@ func (s *Service) api() http.Handler {
 			w.Header().Set("Cache-Control", "no-store")
 		}
 		respond(w, env, err)
+	})
+	mux.HandleFunc("POST "+wire.PathReport, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.Report
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "the report is not JSON: %v", err)))
+			return
+		}
+		rsp, err := s.Report(r.Context(), &req)
+		respond(w, rsp, err)
 	})
 	return mux
 }

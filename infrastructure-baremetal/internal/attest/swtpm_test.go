@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
+
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
@@ -121,6 +123,13 @@ func newEnv(t *testing.T, cfg attest.Config) *env {
 	return &env{svc: svc, store: store, client: &wire.Client{Server: srv.URL, HTTP: srv.Client()}, metrics: metrics, url: srv.URL}
 }
 
+// userData is the bootstrap data of released instructions.
+func userData(g Gomega, plain []byte) string {
+	in, err := wire.DecodeInstructions(plain)
+	g.Expect(err).NotTo(HaveOccurred())
+	return string(in.UserData)
+}
+
 func refusal(err error) string {
 	var re *wire.RefusedError
 	if errors.As(err, &re) {
@@ -143,6 +152,45 @@ func extendPCR(t *testing.T, tpm transport.TPM, pcr int) {
 	}
 }
 
+// The instructions to write an image carry a report token; the report with it is recorded once, and no
+// other report (a guessed token, another host's, a replay) is.
+func TestReportOfReleasedInstructions(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	tpmA := startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates})
+	e.store.SetInstructions(host, wire.Instructions{Action: wire.ActionWriteImage, UserData: []byte("#cloud-config\n"),
+		Image: &metal3v1.Image{URL: "http://images.example/node.raw", Checksum: "0a", ChecksumType: metal3v1.SHA256}})
+
+	report := wire.Report{Host: host, Token: "before-any-release", Action: wire.ActionWriteImage, Success: true, Device: "/dev/vda", Bytes: 512}
+	g.Expect(refusal(e.client.Report(ctx, report))).To(Equal(wire.ReasonUnknownReportToken), "no token was released yet")
+
+	plain, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	in, err := wire.DecodeInstructions(plain)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(in.Action).To(Equal(wire.ActionWriteImage))
+	g.Expect(in.Image.URL).To(Equal("http://images.example/node.raw"))
+	g.Expect(in.Host).To(Equal(host))
+	g.Expect(in.ReportToken).NotTo(BeEmpty())
+
+	guessed := report
+	guessed.Token = "guessed"
+	g.Expect(refusal(e.strangerClient().Report(ctx, guessed))).To(Equal(wire.ReasonUnknownReportToken))
+	malformed := report
+	malformed.Token, malformed.Action = in.ReportToken, "format-everything"
+	g.Expect(refusal(e.client.Report(ctx, malformed))).To(Equal(wire.ReasonMalformedRequest))
+	g.Expect(e.store.Reports(host)).To(BeEmpty(), "refused reports are not recorded")
+
+	report.Token = in.ReportToken
+	g.Expect(e.client.Report(ctx, report)).To(Succeed())
+	g.Expect(e.store.Reports(host)).To(ConsistOf(HaveField("Device", "/dev/vda")))
+	g.Expect(e.store.Reports(host)[0].Token).To(BeEmpty(), "the token is not kept")
+	g.Expect(refusal(e.client.Report(ctx, report))).To(Equal(wire.ReasonUnknownReportToken), "a token reports once")
+	g.Expect(e.store.Results(host)).NotTo(ContainElement(HaveField("Reason", wire.ReasonUnknownReportToken)), "a stranger's report never lands on the host's condition")
+}
+
 func TestAttestationWithSwtpm(t *testing.T) {
 	ctx := context.Background()
 	tpmA := startTPM(t)
@@ -155,7 +203,7 @@ func TestAttestationWithSwtpm(t *testing.T) {
 		g := NewWithT(t)
 		data, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(string(data)).To(ContainSubstring("join token"))
+		g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 		g.Expect(testutil.ToFloat64(e.metrics.Results.WithLabelValues(attest.ReasonAttested))).To(Equal(1.0))
 	})
 
@@ -214,7 +262,7 @@ func firstBootEnrols(ctx context.Context, t *testing.T, e *env, tpmA *realTPM) {
 	g.Expect(err).NotTo(HaveOccurred())
 	data, err := tpmA.keys.Open(envl)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 	g.Expect(string(envl.Ciphertext)).NotTo(ContainSubstring("join token"))
 
 	_, err = e.client.Fetch(ctx, token, ch.AgentNonce)
@@ -311,7 +359,7 @@ func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL to one address is the limit")
 	data, err := e.client.Attest(ctx, first, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred(), "the refetch did not invalidate the first ticket")
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 }
 
 // TestOverheardSessionAndTokenAreUselessElsewhere: boot traffic is plain HTTP, so a stranger on the LAN
@@ -348,7 +396,7 @@ func TestOverheardSessionAndTokenAreUselessElsewhere(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "the overheard token was not spent by the stranger's fetch")
 	data, err := tpmA.keys.Open(envl)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 	g.Expect(e.store.Results(host)).To(HaveEach(HaveField("Fatal", false)))
 	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased))
 }

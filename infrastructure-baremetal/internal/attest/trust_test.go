@@ -103,7 +103,7 @@ func TestReplayedEnvelopeIsRefusedByTheAgent(t *testing.T) {
 	g.Expect(recorded.Expires).To(BeTemporally("~", released.Add(10*time.Minute), 2*time.Second), "the default EnvelopeTTL")
 	data, err := tpmA.keys.Open(recorded)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 
 	// The next boot of the same host, with a rogue server answering first.
 	rogue := &rogueServer{recorded: recorded}
@@ -132,7 +132,7 @@ func TestReplayedEnvelopeIsRefusedByTheAgent(t *testing.T) {
 
 	data, err = e.client.Attest(ctx, issue(t, e), tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred(), "the real server, straight: a fresh envelope is accepted")
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 }
 
 // A start request without the agent's nonce is refused (named, not fatal): its data could not be bound
@@ -204,7 +204,7 @@ func TestFloodFromOneAddressDoesNotStopAnother(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	g.Expect(err).NotTo(HaveOccurred(), "the host on 127.0.0.1 attests during the flood")
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 	refused, _ := codes.Load(http.StatusForbidden)
 	limited, _ := codes.Load(http.StatusTooManyRequests)
 	t.Logf("flood from 127.0.0.2: %d requests reached the service (403), %d were limited (429)", refused.(*atomic.Int64).Load(), limited.(*atomic.Int64).Load())
@@ -228,7 +228,7 @@ func TestAgentRetriesWhenRateLimited(t *testing.T) {
 	began := time.Now()
 	data, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(data)).To(ContainSubstring("join token"))
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 	g.Expect(testutil.ToFloat64(e.metrics.Results.WithLabelValues(wire.ReasonRateLimited))).To(BeNumerically(">=", 2))
 	g.Expect(time.Since(began)).To(BeNumerically(">=", 3*time.Second), "it waited Retry-After (2 s) at least twice")
 	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased))
@@ -280,7 +280,7 @@ func TestEKWithoutCertificate(t *testing.T) {
 		e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates, InsecureAcceptAnyEK: true})
 		data, err := e.client.Attest(ctx, issue(t, e), bare.keys)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(string(data)).To(ContainSubstring("join token"))
+		g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 		enr, err := e.store.Enrolment(ctx, host)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(enr).NotTo(BeNil())

@@ -4,9 +4,13 @@
 package bootserver
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +30,7 @@ import (
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/pkg/newc"
 )
 
 // TicketIssuer issues one-time boot tickets (attest.Service), each bound to the address that fetched the
@@ -52,12 +57,30 @@ type Config struct {
 	// Lookup finds hosts by MAC; Tickets issues their boot tickets (nil: scripts carry no ticket).
 	Lookup  inventory.Lookup
 	Tickets TicketIssuer
-	// API serves /attestation/ and /bootstrap/ (attest.Service.Handler()); nil: not mounted.
+	// API serves /attestation/, /bootstrap/ and /provisioning/ (attest.Service.Handler()); nil: not mounted.
 	API http.Handler
 	// BindToReservation serves a host's script only to the address its DHCP reservation leases (set when
 	// this site's DHCP server leases the addresses; a host without a reservation is served from anywhere).
 	BindToReservation bool
+	// ServerKey is the public half of the key that signs released instructions (nil: they are unsigned).
+	// A host with an initrd then boots a second one, KeyArchivePath: a cpio archive holding the key as
+	// ServedServerKeyFile, which the kernel unpacks over the boot image. So a generic boot image (a
+	// release's, built without a key) verifies what this server signs without being rebuilt per site.
+	ServerKey ed25519.PublicKey
 }
+
+// KeyArchivePath serves the cpio archive with the server's public key; KeyInitrdName is its initrd's name
+// in the script (the kernel's initrd= for EFI boots).
+const (
+	KeyArchivePath = "/boot/v1/server-key.cpio"
+	KeyInitrdName  = "yonder-key"
+)
+
+// ServedServerKeyFile is where the key archive puts the key (PEM) in the boot image's root: beside, not
+// over, the key a boot image may have been built with (/etc/yonder/boot-server.pub), which the agent
+// prefers — a key built into an image delivered over a trusted channel must not be replaced by whatever
+// the boot network serves.
+const ServedServerKeyFile = "etc/yonder/boot-server.served.pub"
 
 // Metrics are the HTTP Prometheus metrics.
 type Metrics struct {
@@ -90,6 +113,8 @@ type Server struct {
 
 	mu   sync.Mutex
 	sums map[string]digest // artifact path → digest of one (size, mtime) version
+
+	keyArchive []byte // KeyArchivePath's content; nil without Config.ServerKey
 }
 
 type digest struct {
@@ -110,7 +135,39 @@ func New(cfg Config, log logr.Logger, metrics *Metrics) (*Server, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Server{cfg: cfg, root: root, log: log, metrics: metrics, sums: map[string]digest{}}, nil
+	s := &Server{cfg: cfg, root: root, log: log, metrics: metrics, sums: map[string]digest{}}
+	if cfg.ServerKey != nil {
+		if s.keyArchive, err = keyArchive(cfg.ServerKey); err != nil {
+			_ = root.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// keyArchive packs the public key (PEM) as ServedServerKeyFile into an uncompressed cpio archive.
+func keyArchive(key ed25519.PublicKey) ([]byte, error) {
+	if len(key) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("failed to configure boot server: the server key has %d bytes, not an Ed25519 public key's %d", len(key), ed25519.PublicKeySize)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode the server key: %w", err)
+	}
+	var b bytes.Buffer
+	w := newc.NewWriter(&b)
+	for _, d := range []string{"etc", "etc/yonder"} {
+		if err := w.Dir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.File(ServedServerKeyFile, 0o644, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // Close releases the artifacts directory.
@@ -121,9 +178,16 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ipxe/{mac}", s.counted("ipxe", http.HandlerFunc(s.script)))
 	mux.Handle("GET /artifacts/{path...}", s.counted("artifacts", http.HandlerFunc(s.artifact)))
+	if s.keyArchive != nil {
+		mux.Handle("GET "+KeyArchivePath, s.counted("serverkey", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/x-cpio")
+			http.ServeContent(w, r, path.Base(KeyArchivePath), time.Time{}, bytes.NewReader(s.keyArchive))
+		})))
+	}
 	if s.cfg.API != nil {
 		mux.Handle("/attestation/", s.counted("attestation", s.cfg.API))
 		mux.Handle("/bootstrap/", s.counted("bootstrap", s.cfg.API))
+		mux.Handle("/provisioning/", s.counted("provisioning", s.cfg.API))
 	}
 	return mux
 }
@@ -153,12 +217,20 @@ func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
 		}
 		cmdline += " yonder.ticket=" + t
 	}
+	withKey := h.Boot.Initrd != "" && s.keyArchive != nil
+	if withKey {
+		cmdline = "initrd=" + KeyInitrdName + " " + cmdline
+	}
 	if h.Boot.Initrd != "" {
 		cmdline = "initrd=initrd " + cmdline
 	}
 	fmt.Fprintf(&b, "kernel %s %s\n", s.url(h.Boot.Kernel), cmdline)
 	if h.Boot.Initrd != "" {
 		fmt.Fprintf(&b, "initrd --name initrd %s\n", s.url(h.Boot.Initrd))
+	}
+	// After the image's initrd: the kernel unpacks the archives in this order.
+	if withKey {
+		fmt.Fprintf(&b, "initrd --name %s %s%s\n", KeyInitrdName, s.cfg.BaseURL, KeyArchivePath)
 	}
 	b.WriteString("boot\n")
 	return b.String(), nil

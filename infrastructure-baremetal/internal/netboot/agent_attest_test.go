@@ -3,6 +3,8 @@ package netboot_test
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"net/http"
 	"os"
@@ -167,18 +169,33 @@ func TestAgentRefusesARogueBootServer(t *testing.T) {
 		return string(b), output, err
 	}
 
-	// The attack, with an image that does not carry the provider's key: the rogue's data is written.
-	msg, output, err := boot()
+	noServed := filepath.Join(work, "no-served-key.pub")
+	// An image with no key at all refuses to run before it asks anything: it never quietly runs unsigned data.
+	msg, output, err := boot("--served-server-key", noServed)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(msg).To(ContainSubstring("no provider key: neither /etc/yonder/boot-server.pub (built into the boot image) nor " + noServed))
+	_, err = os.Stat(output)
+	g.Expect(err).To(MatchError(os.ErrNotExist))
+
+	// The attack, with an image knowingly built without the provider's key: the rogue's data is written.
+	msg, output, err = boot("--served-server-key", noServed, "--insecure-unsigned")
 	g.Expect(err).NotTo(HaveOccurred(), msg)
-	g.Expect(msg).To(ContainSubstring("WARNING: /etc/yonder/boot-server.pub is absent"))
+	g.Expect(msg).To(ContainSubstring("WARNING: no provider key"))
 	data, err := os.ReadFile(output)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(data)).To(ContainSubstring("curl evil"))
 
-	// Our boot image: refused by name, nothing written.
-	msg, output, err = boot("--server-key", serverKey)
-	g.Expect(err).To(HaveOccurred())
-	g.Expect(msg).To(ContainSubstring("refusing the bootstrap data from " + base + ": " + wire.ReasonEnvelopeNotSigned))
-	_, err = os.Stat(output)
-	g.Expect(err).To(MatchError(os.ErrNotExist))
+	// Our boot image: refused by name, nothing written — also when the boot network serves its own key
+	// beside the image (a key built into the image wins over a served one).
+	roguePub := filepath.Join(work, "rogue-served.pub")
+	der, err := x509.MarshalPKIXPublicKey(rogueSigner.Public())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(roguePub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)).To(Succeed())
+	for _, extra := range [][]string{{"--server-key", serverKey}, {"--server-key", serverKey, "--served-server-key", roguePub}} {
+		msg, output, err = boot(extra...)
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(msg).To(ContainSubstring("refusing the bootstrap data from " + base + ": " + wire.ReasonEnvelopeNotSigned))
+		_, err = os.Stat(output)
+		g.Expect(err).To(MatchError(os.ErrNotExist))
+	}
 }

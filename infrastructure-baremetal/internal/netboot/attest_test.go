@@ -72,7 +72,10 @@ func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
 	client := &wire.Client{Server: server, HTTP: &http.Client{Transport: &http.Transport{DialContext: host.DialContext}}}
 	data, err := client.Attest(ctx, ticket, keys)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(data)).To(Equal("join-config-for-host-7"))
+	in, err := wire.DecodeInstructions(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(in.Action).To(Equal(wire.ActionLive))
+	g.Expect(string(in.UserData)).To(Equal("join-config-for-host-7"))
 	g.Expect(store.LastReason("metal/host-7")).To(Equal(attest.ReasonReleased))
 
 	_, err = client.Attest(ctx, ticket, keys)

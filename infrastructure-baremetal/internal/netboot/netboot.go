@@ -4,6 +4,7 @@ package netboot
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -78,8 +79,13 @@ func Start(ctx context.Context, cfg Config, lookup inventory.Lookup, store attes
 	}
 	closeAll := func() { _ = httpLn.Close(); _ = tftpConn.Close() }
 	svc := attest.New(cfg.Attestation, store, log.WithName("attest"), attest.NewMetrics(reg))
-	boot, err := bootserver.New(bootserver.Config{BaseURL: cfg.HTTPBase, ArtifactsDir: cfg.ArtifactsDir, Lookup: lookup,
-		Tickets: svc, API: svc.Handler(), BindToReservation: !cfg.DisableDHCP && !cfg.DHCP.ProxyDHCP}, log.WithName("http"), bootserver.NewMetrics(reg))
+	bootCfg := bootserver.Config{BaseURL: cfg.HTTPBase, ArtifactsDir: cfg.ArtifactsDir, Lookup: lookup,
+		Tickets: svc, API: svc.Handler(), BindToReservation: !cfg.DisableDHCP && !cfg.DHCP.ProxyDHCP}
+	if cfg.Attestation.SigningKey != nil {
+		// Hosts boot the public half beside their image: a release's generic boot image needs no rebuild.
+		bootCfg.ServerKey = cfg.Attestation.SigningKey.Public().(ed25519.PublicKey)
+	}
+	boot, err := bootserver.New(bootCfg, log.WithName("http"), bootserver.NewMetrics(reg))
 	if err != nil {
 		closeAll()
 		return nil, err

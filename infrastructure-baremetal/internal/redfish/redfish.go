@@ -89,6 +89,9 @@ const (
 	PowerOn    PowerAction = "On"
 	PowerOff   PowerAction = "ForceOff"
 	PowerCycle PowerAction = "ForceRestart"
+	// PowerSoftOff asks the operating system to shut down (ACPI power button). The BMC accepts it at once
+	// whether or not the OS obeys; the caller watches the power state and falls back to PowerOff.
+	PowerSoftOff PowerAction = "GracefulShutdown"
 )
 
 // System is the power and boot state of a ComputerSystem.
@@ -145,6 +148,9 @@ type Client interface {
 	Power(ctx context.Context, action PowerAction) error
 	// SetOneTimePXEBoot makes the next boot (only) boot from the network.
 	SetOneTimePXEBoot(ctx context.Context) error
+	// SetDiskBoot makes every boot from now on boot the local disk (a persistent override, as Ironic sets
+	// after writing an image), until the next one-time PXE boot.
+	SetDiskBoot(ctx context.Context) error
 	// Close ends the session.
 	Close()
 }
@@ -342,6 +348,21 @@ func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {
 		BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled,
 	}); err != nil {
 		return c.classify("set one-time PXE boot on", err)
+	}
+	return nil
+}
+
+func (c *gofishClient) SetDiskBoot(_ context.Context) error {
+	c.budget.Store(maxRequestsPerCall)
+	s, err := c.system()
+	if err != nil {
+		return err
+	}
+	if err := s.SetBoot(&schemas.Boot{
+		BootSourceOverrideTarget:  schemas.HddBootSource,
+		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
+	}); err != nil {
+		return c.classify("set persistent disk boot on", err)
 	}
 	return nil
 }

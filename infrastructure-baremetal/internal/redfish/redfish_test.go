@@ -146,6 +146,11 @@ func checkOneTimePXEBoot(ctx context.Context, g *WithT, c redfish.Client, sim *r
 	g.Expect(st.Override).To(BeEmpty(), "a one-time override is consumed by the boot")
 	g.Expect(c.Power(ctx, redfish.PowerOff)).To(Succeed())
 	g.Expect(sim.State("node-1").PoweredOn).To(BeFalse())
+	// A soft power-off is the GracefulShutdown reset type, which the BMC maps to the OS's shutdown.
+	g.Expect(c.Power(ctx, redfish.PowerOn)).To(Succeed())
+	g.Expect(sim.State("node-1").PoweredOn).To(BeTrue())
+	g.Expect(c.Power(ctx, redfish.PowerSoftOff)).To(Succeed())
+	g.Expect(sim.State("node-1").PoweredOn).To(BeFalse())
 }
 
 // mockup serves DMTF's public-rackmount1 documents read-only; sessions, PATCH and actions are answered

@@ -38,6 +38,11 @@ const (
 	// AttestationAnnotation is the latest attestation outcome reported by the boot server (JSON
 	// AttestationRecord); written by the boot server's store, read by the reconciler.
 	AttestationAnnotation = "metal.yonder.dev/attestation"
+	// ReportTokenAnnotation is the hex SHA-256 of the report token released to the host inside its
+	// instructions (write an image, clean the disks); ReportAnnotation is the report the ramdisk sent with
+	// it (JSON ReportRecord). The token is consumed by its report.
+	ReportTokenAnnotation = "metal.yonder.dev/report-token-sha256" //nolint:gosec // a digest's annotation name, not a credential
+	ReportAnnotation      = "metal.yonder.dev/provisioning-report"
 	// BootAddressAnnotation is the IPv4 address the DHCP server reserves for the host's boot NIC (when
 	// Yonder serves DHCP; unused behind another DHCP server in proxy mode).
 	BootAddressAnnotation = "metal.yonder.dev/boot-address"
@@ -95,6 +100,13 @@ const (
 	BareMetalHostPowerFailedReason         = "PowerActionFailed"
 	BareMetalHostProvisionedReason         = "Provisioned"
 	BareMetalHostNotProvisionedReason      = "NotProvisioned"
+	// BareMetalHostWritingImageReason: the ramdisk attested and received its instructions, and is writing
+	// the image to the root disk; BareMetalHostImageWriteFailedReason: it reported that it could not.
+	BareMetalHostWritingImageReason     = "WritingImage"
+	BareMetalHostImageWriteFailedReason = "ImageWriteFailed"
+	// BareMetalHostCleaningReason: the host PXE-booted its ramdisk to clean its disks before it is released.
+	BareMetalHostCleaningReason       = "CleaningDisks"
+	BareMetalHostCleaningFailedReason = "CleaningFailed"
 	// BareMetalHostAttestationRefusedReason: the boot server refused a request of the host without
 	// evidence against it (malformed request, closed enrolment window, no EK roots); the attempt goes on
 	// to its timeout and retry, the host is not powered off.
@@ -128,6 +140,37 @@ type HostState struct {
 	RetryAt *metav1.Time `json:"retryAt,omitempty"`
 	// PhaseStartedAt is when the current state began (operation history, timeouts).
 	PhaseStartedAt *metav1.Time `json:"phaseStartedAt,omitempty"`
+	// DisksWritten is set when a disk image's provisioning attempt starts: from then on the host's disks
+	// may hold what Yonder wrote, which metadata cleaning removes when the host is deprovisioned.
+	DisksWritten bool `json:"disksWritten,omitempty"`
+	// CleanRequestedAt, CleanSentAt and CleanAttempt are BootRequestedAt, BootSentAt and Attempt of the
+	// cleaning boot (deprovisioning with automatedCleaningMode metadata).
+	CleanRequestedAt *metav1.Time `json:"cleanRequestedAt,omitempty"`
+	CleanSentAt      *metav1.Time `json:"cleanSentAt,omitempty"`
+	CleanAttempt     int          `json:"cleanAttempt,omitempty"`
+}
+
+// ReportRecord is the provisioning ramdisk's report of its work (wire.Report), as recorded on the host.
+type ReportRecord struct {
+	At       metav1.Time `json:"at"`
+	Action   string      `json:"action"`
+	Success  bool        `json:"success"`
+	Message  string      `json:"message,omitempty"`
+	Device   string      `json:"device,omitempty"`
+	Bytes    int64       `json:"bytes,omitempty"`
+	Duration string      `json:"duration,omitempty"`
+}
+
+func readReport(h *metal3v1.BareMetalHost) *ReportRecord {
+	raw, ok := h.Annotations[ReportAnnotation]
+	if !ok {
+		return nil
+	}
+	var r ReportRecord
+	if json.Unmarshal([]byte(raw), &r) != nil {
+		return nil
+	}
+	return &r
 }
 
 // AttestationRecord is one outcome reported by the boot server.
@@ -176,4 +219,35 @@ func readAttestation(h *metal3v1.BareMetalHost) *AttestationRecord {
 func now() *metav1.Time {
 	t := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	return &t
+}
+
+// Annotation, condition and reasons of Metal3's annotations (annotations.go).
+const (
+	// RebootPowerOffAnnotation is the last power-off sent for reboot annotations (JSON PowerOffRecord),
+	// written before it is sent: a pass that read an outdated host fails on that write instead of powering
+	// the host off twice, and a soft power-off is forced once Reconciler.SoftPowerOffTimeout has passed
+	// since it was sent, across restarts. Removed once the host is off.
+	RebootPowerOffAnnotation = "metal.yonder.dev/reboot-power-off"
+	// BareMetalHostRebootRequestedCondition: Metal3 reboot annotations (reboot.metal3.io[/<key>]) ask for
+	// the host off; absent when none does.
+	BareMetalHostRebootRequestedCondition = "RebootRequested"
+	// BareMetalHostPoweringOffReason: the host is being powered off for them.
+	BareMetalHostPoweringOffReason = "PoweringOff"
+	// BareMetalHostPoweredOffByAnnotationReason: the host is off and kept off by reboot.metal3.io/<key>.
+	BareMetalHostPoweredOffByAnnotationReason = "PoweredOffByAnnotation"
+	// BareMetalHostPowerOffDisabledReason: keyed reboot annotations cannot hold off a host with
+	// spec.disablePowerOff.
+	BareMetalHostPowerOffDisabledReason = "PowerOffDisabled"
+	// BareMetalHostHardwareDetailsAnnotationReason: status.hardware came from inspect.metal3.io/hardwaredetails;
+	// BareMetalHostInvalidHardwareDetailsReason: that annotation could not be parsed.
+	BareMetalHostHardwareDetailsAnnotationReason = "HardwareDetailsAnnotation"
+	BareMetalHostInvalidHardwareDetailsReason    = "InvalidHardwareDetails"
+)
+
+// PowerOffRecord is a power-off sent for reboot annotations, as kept in RebootPowerOffAnnotation.
+type PowerOffRecord struct {
+	// Action is the Redfish reset type sent: GracefulShutdown (soft) or ForceOff (hard).
+	Action string `json:"action"`
+	// At is when it was sent.
+	At metav1.Time `json:"at"`
 }

@@ -1,23 +1,34 @@
 package baremetalhost
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"net/netip"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 )
 
@@ -55,6 +66,8 @@ func splitHost(host string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
+var errNotManaged = errors.New("not managed by Yonder")
+
 func (s AttestStore) get(ctx context.Context, host string) (*metal3v1.BareMetalHost, error) {
 	key, err := splitHost(host)
 	if err != nil {
@@ -65,7 +78,7 @@ func (s AttestStore) get(ctx context.Context, host string) (*metal3v1.BareMetalH
 		return nil, fmt.Errorf("failed to get BareMetalHost %s: %w", host, err)
 	}
 	if h.Labels[ManagedLabel] != "true" {
-		return nil, fmt.Errorf("BareMetalHost %s is not managed by Yonder (label %s)", host, ManagedLabel)
+		return nil, fmt.Errorf("BareMetalHost %s is %w (label %s)", host, errNotManaged, ManagedLabel)
 	}
 	return h, nil
 }
@@ -162,29 +175,184 @@ func enrolmentAllowed(h *metal3v1.BareMetalHost, fp string, now time.Time) *atte
 	return nil
 }
 
-// BootstrapData implements attest.Store: the user data Secret's "userData" key (what CAPM3 writes), or
-// "value" (a CAPI bootstrap data Secret named directly).
-func (s AttestStore) BootstrapData(ctx context.Context, host string) ([]byte, error) {
+// Instructions implements attest.Store: what the attested host is to do, by its provisioning state.
+//   - provisioning a live-iso image: run the user data live (wire.ActionLive);
+//   - provisioning a disk image: write spec.image to the disk spec.rootDeviceHints chooses and add a config
+//     drive with the user data, meta data and network data (wire.ActionWriteImage);
+//   - deprovisioning with automatedCleaningMode metadata: clean every disk (wire.ActionClean).
+//
+// The user data is the spec.userData Secret's "userData" key (what CAPM3 writes) or "value" (a CAPI
+// bootstrap data Secret named directly). Actions that report get a fresh report token, whose digest is
+// stored on the host before the instructions leave (ReportTokenAnnotation).
+func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, error) {
 	h, err := s.get(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
-		return nil, fmt.Errorf("host %s has no spec.userData", host)
+	in := wire.Instructions{Version: wire.InstructionsVersion, Host: host}
+	switch h.Status.Provisioning.State {
+	case metal3v1.StateProvisioning:
+		if in.UserData, err = s.secretKey(ctx, h, h.Spec.UserData, "spec.userData", "userData", "value"); err != nil {
+			return nil, err
+		}
+		if in.UserData == nil {
+			return nil, fmt.Errorf("host %s has no spec.userData", host)
+		}
+		if h.Spec.Image == nil || h.Spec.Image.URL == "" {
+			return nil, fmt.Errorf("host %s has no spec.image", host)
+		}
+		if isLiveImage(h.Spec.Image) {
+			in.Action = wire.ActionLive
+			break
+		}
+		in.Action = wire.ActionWriteImage
+		in.Image, in.RootDeviceHints = h.Spec.Image.DeepCopy(), h.Spec.RootDeviceHints.DeepCopy()
+		if in.MetaData, err = s.metaData(ctx, h); err != nil {
+			return nil, err
+		}
+		if in.NetworkData, err = s.networkData(ctx, h); err != nil {
+			return nil, err
+		}
+	case metal3v1.StateDeprovisioning:
+		in.Action = wire.ActionClean
+	default:
+		return nil, fmt.Errorf("host %s is %q, neither provisioning nor deprovisioning: nothing is released", host, h.Status.Provisioning.State)
 	}
-	if h.Status.Provisioning.State != metal3v1.StateProvisioning {
-		return nil, fmt.Errorf("host %s is %q, not provisioning: no bootstrap data is released", host, h.Status.Provisioning.State)
+	if in.Action != wire.ActionLive {
+		in.ReportToken = attest.NewReportToken()
+		sum := sha256.Sum256([]byte(in.ReportToken))
+		orig := h.DeepCopy()
+		if h.Annotations == nil {
+			h.Annotations = map[string]string{}
+		}
+		h.Annotations[ReportTokenAnnotation] = hex.EncodeToString(sum[:])
+		delete(h.Annotations, ReportAnnotation)
+		// A merge patch of these two annotations only: the controller writes the host at the same time.
+		if err := s.Client.Patch(ctx, h, client.MergeFrom(orig)); err != nil {
+			return nil, fmt.Errorf("failed to store the report token of %s: %w", host, err)
+		}
+	}
+	return json.Marshal(in)
+}
+
+// isLiveImage reports whether an image is booted rather than written to disk (format live-iso).
+func isLiveImage(img *metal3v1.Image) bool {
+	return img.DiskFormat != nil && *img.DiskFormat == string(infrav1.LiveISOFormat)
+}
+
+// secretKey returns the first of keys in the Secret ref names (in the host's namespace); nil when ref
+// names none.
+func (s AttestStore) secretKey(ctx context.Context, h *metal3v1.BareMetalHost, ref *corev1.SecretReference, field string, keys ...string) ([]byte, error) {
+	if ref == nil || ref.Name == "" {
+		return nil, nil
+	}
+	if ref.Namespace != "" && ref.Namespace != h.Namespace {
+		return nil, fmt.Errorf("%s names Secret %s/%s in another namespace than the host's", field, ref.Namespace, ref.Name)
 	}
 	sec := &corev1.Secret{}
-	if err := s.reader().Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.UserData.Name}, sec); err != nil {
-		return nil, fmt.Errorf("failed to get user data Secret of %s: %w", host, err)
+	if err := s.reader().Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, sec); err != nil {
+		return nil, fmt.Errorf("failed to get the %s Secret of %s/%s: %w", field, h.Namespace, h.Name, err)
 	}
-	for _, k := range []string{"userData", "value"} {
+	for _, k := range keys {
 		if v, ok := sec.Data[k]; ok {
 			return v, nil
 		}
 	}
-	return nil, fmt.Errorf("user data Secret %s/%s has neither key userData nor value", h.Namespace, sec.Name)
+	return nil, fmt.Errorf("the %s Secret %s/%s has none of the keys %s", field, h.Namespace, sec.Name, strings.Join(keys, ", "))
+}
+
+// metaData is the config drive's meta_data.json, as Metal3's operator builds it for Ironic: the host's
+// identity (uuid, metal3-namespace, metal3-name, name, and its name as local-hostname/hostname), with the
+// keys of the spec.metaData Secret's "metaData" (YAML or JSON map, CAPM3's Metal3Data) on top.
+func (s AttestStore) metaData(ctx context.Context, h *metal3v1.BareMetalHost) (json.RawMessage, error) {
+	md := map[string]any{
+		"uuid": string(h.UID), "metal3-namespace": h.Namespace, "metal3-name": h.Name, "name": h.Name,
+		"local-hostname": h.Name, "local_hostname": h.Name, "hostname": h.Name,
+	}
+	raw, err := s.secretKey(ctx, h, h.Spec.MetaData, "spec.metaData", "metaData")
+	if err != nil {
+		return nil, err
+	}
+	if raw != nil {
+		extra := map[string]any{}
+		if err := yaml.Unmarshal(raw, &extra); err != nil {
+			return nil, fmt.Errorf("the spec.metaData Secret of %s/%s: key metaData is not a YAML or JSON map: %w", h.Namespace, h.Name, err)
+		}
+		maps.Copy(md, extra)
+	}
+	return json.Marshal(md)
+}
+
+// networkData is the config drive's network_data.json: the spec.networkData Secret's "networkData" (YAML
+// or JSON, OpenStack's network_data format as CAPM3 renders it); nil when the host names none.
+func (s AttestStore) networkData(ctx context.Context, h *metal3v1.BareMetalHost) (json.RawMessage, error) {
+	raw, err := s.secretKey(ctx, h, h.Spec.NetworkData, "spec.networkData", "networkData")
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	out, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the spec.networkData Secret of %s/%s: key networkData is not YAML or JSON: %w", h.Namespace, h.Name, err)
+	}
+	return out, nil
+}
+
+// Report implements attest.Store: a report with the token released to the host is recorded on it
+// (ReportAnnotation) and consumes the token, in one update.
+func (s AttestStore) Report(ctx context.Context, r wire.Report) error {
+	unknown := &attest.RefusedError{Status: 403, Reason: wire.ReasonUnknownReportToken, Message: "no report is expected from this host with this token"}
+	sum := sha256.Sum256([]byte(r.Token))
+	rec := ReportRecord{At: *now(), Action: r.Action, Success: r.Success, Message: r.Message, Device: r.Device, Bytes: r.Bytes, Duration: r.Duration}
+	raw, _ := json.Marshal(rec)
+	if _, err := splitHost(r.Host); err != nil {
+		return unknown
+	}
+	return retry.RetryOnConflict(recordBackoff, func() error {
+		h, err := s.get(ctx, r.Host)
+		if apierrors.IsNotFound(err) || errors.Is(err, errNotManaged) {
+			return unknown
+		}
+		if err != nil {
+			return err
+		}
+		want, err := hex.DecodeString(h.Annotations[ReportTokenAnnotation])
+		if err != nil || len(want) != sha256.Size || subtle.ConstantTimeCompare(want, sum[:]) != 1 {
+			return unknown
+		}
+		orig := h.DeepCopy()
+		delete(h.Annotations, ReportTokenAnnotation)
+		h.Annotations[ReportAnnotation] = string(raw)
+		if err := s.Client.Patch(ctx, h, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("Recorded provisioning report", "BareMetalHost", r.Host, "action", r.Action, "success", r.Success)
+		return nil
+	})
+}
+
+// recordBootAddress writes the address the attested host used into its inventory, as Metal3's inspection
+// records the ramdisk's leases: the boot NIC's IP (a NIC entry for the boot MAC is added when the BMC's
+// inventory listed none), and the host's name as its hostname when inspection found none. Redfish rarely
+// reports a host NIC's IP, and the Machine's addresses are read from here.
+func recordBootAddress(h *metal3v1.BareMetalHost, addr netip.Addr) {
+	if h.Status.HardwareDetails == nil {
+		h.Status.HardwareDetails = &metal3v1.HardwareDetails{}
+	}
+	hw := h.Status.HardwareDetails
+	if hw.Hostname == "" {
+		hw.Hostname = h.Name
+	}
+	mac, err := net.ParseMAC(h.Spec.BootMACAddress)
+	if err != nil {
+		return
+	}
+	for i := range hw.NIC {
+		if m, err := net.ParseMAC(hw.NIC[i].MAC); err == nil && bytes.Equal(m, mac) {
+			hw.NIC[i].IP = addr.String()
+			return
+		}
+	}
+	hw.NIC = append(hw.NIC, metal3v1.NIC{Name: "boot", MAC: mac.String(), IP: addr.String(), PXE: true})
 }
 
 // recordBackoff spaces Record's retries. The host reconciler answers the annotation with its own status
@@ -213,6 +381,9 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 			status = metav1.ConditionFalse
 		}
 		setConditionRaw(h, metav1.Condition{Type: BareMetalHostAttestedCondition, Status: status, Reason: r.Reason, Message: r.Message})
+		if r.Success && r.Address.IsValid() {
+			recordBootAddress(h, r.Address)
+		}
 		// A merge patch replaces the whole conditions list. The host reconciler acts on the annotation
 		// written above and may set Provisioned=True in between; without the optimistic lock this patch
 		// would write the older list back (state provisioned, Provisioned condition False, for good).

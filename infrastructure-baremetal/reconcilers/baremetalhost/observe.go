@@ -24,6 +24,13 @@ import (
 const (
 	// PXEBootRequestedEvent: the BMC accepted the one-time PXE boot and the power action of an attempt.
 	PXEBootRequestedEvent = "PXEBootRequested"
+	// DiskBootRequestedEvent: the ramdisk reported the image written and the host was set to boot its disk.
+	DiskBootRequestedEvent = "DiskBootRequested"
+	// ImageWriteFailedEvent: the ramdisk reported that it could not write the image.
+	ImageWriteFailedEvent = "ImageWriteFailed"
+	// DisksCleanedEvent / DiskCleaningFailedEvent: the ramdisk's report of metadata cleaning.
+	DisksCleanedEvent       = "DisksCleaned"
+	DiskCleaningFailedEvent = "DiskCleaningFailed"
 )
 
 var phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -27,8 +27,11 @@ type Options struct {
 	Namespaces []string
 	// BasicAuth: see Reconciler.BasicAuth.
 	BasicAuth bool
-	// ProvisionTimeout, MaxProvisionAttempts, RetryInterval: see Reconciler.
-	ProvisionTimeout     time.Duration
+	// ProvisionTimeout, ImageWriteTimeout, MaxProvisionAttempts, RetryInterval: see Reconciler.
+	ProvisionTimeout  time.Duration
+	ImageWriteTimeout time.Duration
+	// SoftPowerOffTimeout: see Reconciler.
+	SoftPowerOffTimeout  time.Duration
 	MaxProvisionAttempts int
 	RetryInterval        time.Duration
 
@@ -72,6 +75,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Namespaces, "baremetalhost-namespaces", nil, "Only manage BareMetalHosts in these namespaces (they still need the label "+ManagedLabel+"=true)")
 	fs.BoolVar(&o.BasicAuth, "redfish-basic-auth", false, "Send BMC credentials with every Redfish request instead of opening sessions")
 	fs.DurationVar(&o.ProvisionTimeout, "provision-timeout", 15*time.Minute, "Time from the PXE power cycle to the released bootstrap data before a boot attempt counts as failed")
+	fs.DurationVar(&o.ImageWriteTimeout, "image-write-timeout", time.Hour, "Time from the released instructions to the ramdisk's report that the image is written (or the disks cleaned) before the attempt counts as failed")
+	fs.DurationVar(&o.SoftPowerOffTimeout, "soft-power-off-timeout", 3*time.Minute, "How long a soft power-off (Metal3's reboot annotations, mode soft) waits for the OS to shut down before the host is forced off")
 	fs.IntVar(&o.MaxProvisionAttempts, "provision-attempts", 3, "PXE boots per image before the host stays in error")
 	fs.DurationVar(&o.RetryInterval, "bmc-retry-interval", time.Minute, "First retry delay after a BMC error or failed boot (doubles per boot attempt)")
 	fs.StringVar(&o.BootInterface, "boot-interface", "", "Interface of the boot network (enables DHCP/TFTP/HTTP/attestation)")
@@ -170,7 +175,7 @@ func (o Options) attestation() (attest.Config, error) {
 // one call yonder-metal-manager's main.go makes for BareMetalHosts.
 func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	r := &Reconciler{Client: mgr.GetClient(), BasicAuth: o.BasicAuth, Namespaces: o.Namespaces,
-		ProvisionTimeout: o.ProvisionTimeout, MaxProvisionAttempts: o.MaxProvisionAttempts, RetryInterval: o.RetryInterval,
+		ProvisionTimeout: o.ProvisionTimeout, ImageWriteTimeout: o.ImageWriteTimeout, SoftPowerOffTimeout: o.SoftPowerOffTimeout, MaxProvisionAttempts: o.MaxProvisionAttempts, RetryInterval: o.RetryInterval,
 		Boot: inventory.BootConfig{Kernel: o.BootKernel, Initrd: o.BootInitrd, Cmdline: o.BootCmdline}}
 	if o.BootInterface != "" {
 		ip, err := netip.ParseAddr(o.BootServerIP)

@@ -16,6 +16,8 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 )
@@ -28,8 +30,11 @@ import (
 //  2. the boot services know the host (DHCP reservation, iPXE script with a one-time ticket);
 //  3. one-time PXE boot override + power cycle (BootRequestedAt recorded before, BootSentAt after; a
 //     recorded boot that was never sent, as the BMC shows the host off, is sent on restart);
-//  4. wait for the boot server's attestation record: released → provisioned, refused → error;
-//     no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all.
+//  4. wait for the boot server's attestation record: released → provisioned (live-iso) or step 5,
+//     refused → error; no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all;
+//  5. a disk image: wait for the ramdisk's report (ReportAnnotation) that it wrote the image and the
+//     config drive; written → persistent disk boot + power cycle → provisioned; failed, or no report
+//     within ImageWriteTimeout → the attempt is retried as after a timeout.
 func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	if h.Spec.Image == nil || h.Spec.Image.URL == "" || !h.Spec.Online {
@@ -90,8 +95,12 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 	if rec == nil || rec.At.Before(s.state.BootRequestedAt) {
 		return ctrl.Result{}, false, nil
 	}
-	if rec.Success && rec.Reason == "BootstrapDataReleased" {
-		return r.provisioned(ctx, s), true, nil
+	if rec.Success && rec.Reason == attest.ReasonReleased {
+		if isLiveImage(s.host.Spec.Image) {
+			return r.provisioned(ctx, s), true, nil
+		}
+		res, err := r.awaitImage(ctx, s, rec)
+		return res, true, err
 	}
 	if !rec.Success && rec.Fatal {
 		res, err := r.attestationFailed(ctx, s, rec)
@@ -232,8 +241,15 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, b
 	s.state.Attempt++
 	s.state.BootRequestedAt = now()
 	s.state.RetryAt = nil
+	if !isLiveImage(s.host.Spec.Image) {
+		// From this boot on the ramdisk may write the disk (the image can be withdrawn while it does):
+		// deprovisioning cleans it, as Metal3 cleans every deprovisioned host.
+		s.state.DisksWritten = true
+	}
 	// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
 	delete(s.host.Annotations, AttestationAnnotation)
+	delete(s.host.Annotations, ReportAnnotation)
+	delete(s.host.Annotations, ReportTokenAnnotation)
 	s.state.BootSentAt = nil
 	if err := r.persist(ctx, s); err != nil {
 		return ctrl.Result{}, true, err
@@ -264,21 +280,76 @@ func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, e
 		msg = fmt.Sprintf("the boot server refused PXE boot %d of %d (%s: %s) and the host attested no later within %s",
 			s.state.Attempt, r.MaxProvisionAttempts, rec.Reason, rec.Message, r.ProvisionTimeout)
 	}
-	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostPXEBootTimeoutReason, msg)
-	s.setError(metal3v1.ProvisioningError, msg, true)
 	ctrl.LoggerFrom(ctx).Info("PXE boot timed out", "attempt", s.state.Attempt)
+	return r.retryAttempt(ctx, s, BareMetalHostPXEBootTimeoutReason, msg), nil
+}
+
+// retryAttempt ends a failed attempt: the host is in error with msg, and the next attempt comes after a
+// backoff, or, out of attempts, the host is powered off and stays in error until its image changes.
+func (r *Reconciler) retryAttempt(ctx context.Context, s *scope, reason, msg string) ctrl.Result {
+	h := s.host
+	setCondition(h, BareMetalHostProvisionedCondition, false, reason, msg)
+	s.setError(metal3v1.ProvisioningError, msg, true)
 	s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
-	if s.state.Attempt >= r.MaxProvisionAttempts {
-		// Out of attempts: power off and stay in error until the image changes or is removed.
+	// Out of attempts: the host stays in error until the image changes or is removed.
+	return r.backoffOrPowerOff(ctx, s, s.state.Attempt)
+}
+
+// backoffOrPowerOff schedules the next of MaxProvisionAttempts boots after attempt failed (RetryInterval,
+// doubled per attempt) or, after the last one, powers the host off and takes it out of the boot services.
+func (r *Reconciler) backoffOrPowerOff(ctx context.Context, s *scope, attempt int) ctrl.Result {
+	if attempt >= r.MaxProvisionAttempts {
 		_ = s.bmc.Power(ctx, redfish.PowerOff)
-		h.Status.PoweredOn = false
-		r.forgetBoot(h)
-		return ctrl.Result{}, nil
+		s.host.Status.PoweredOn = false
+		r.forgetBoot(s.host)
+		return ctrl.Result{}
 	}
-	retry := r.RetryInterval << (s.state.Attempt - 1)
+	retry := r.RetryInterval << (attempt - 1)
 	s.state.RetryAt = now()
 	s.state.RetryAt.Time = s.state.RetryAt.Add(retry)
-	return ctrl.Result{RequeueAfter: retry}, nil
+	return ctrl.Result{RequeueAfter: retry}
+}
+
+// awaitImage is step 5: the ramdisk received its instructions (rec, the release) and writes the image;
+// its report decides. A written image is booted from disk and the host is provisioned.
+func (r *Reconciler) awaitImage(ctx context.Context, s *scope, rec *AttestationRecord) (ctrl.Result, error) {
+	h := s.host
+	rep := readReport(h)
+	if rep == nil || rep.Action != wire.ActionWriteImage || rep.At.Before(s.state.BootRequestedAt) {
+		waited := time.Since(rec.At.Time)
+		if waited < r.ImageWriteTimeout {
+			setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWritingImageReason,
+				fmt.Sprintf("attempt %d of %d: the host attested at %s and is writing %s to its root disk (timeout %s)",
+					s.state.Attempt, r.MaxProvisionAttempts, rec.At.Format(time.RFC3339), h.Spec.Image.URL, r.ImageWriteTimeout))
+			return ctrl.Result{RequeueAfter: min(r.ImageWriteTimeout-waited+time.Second, 30*time.Second)}, nil
+		}
+		msg := fmt.Sprintf("the host attested but did not report its image written within %s (attempt %d of %d): check its console", r.ImageWriteTimeout, s.state.Attempt, r.MaxProvisionAttempts)
+		ctrl.LoggerFrom(ctx).Info("Image write timed out", "attempt", s.state.Attempt)
+		return r.retryAttempt(ctx, s, BareMetalHostImageWriteFailedReason, msg), nil
+	}
+	if !rep.Success {
+		msg := fmt.Sprintf("the host could not write %s (attempt %d of %d): %s", h.Spec.Image.URL, s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
+		ctrl.LoggerFrom(ctx).Info("Image write failed", "attempt", s.state.Attempt, "message", rep.Message)
+		r.recorder().Eventf(h, corev1.EventTypeWarning, ImageWriteFailedEvent, "Attempt %d of %d: %s", s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
+		return r.retryAttempt(ctx, s, BareMetalHostImageWriteFailedReason, msg), nil
+	}
+	// Written: every boot from now on boots the disk, starting with this power cycle. Killed between the
+	// cycle and the status write, the controller cycles once more: the target is the disk either way.
+	if err := s.bmc.SetDiskBoot(ctx); err != nil {
+		return r.powerFailed(s, fmt.Sprintf("failed to set the persistent disk boot: %v", err))
+	}
+	action := redfish.PowerCycle
+	if sys, err := s.bmc.System(ctx); err != nil {
+		return r.powerFailed(s, err.Error())
+	} else if !sys.PoweredOn {
+		action = redfish.PowerOn
+	}
+	if err := s.bmc.Power(ctx, action); err != nil {
+		return r.powerFailed(s, fmt.Sprintf("failed to boot the host from its disk: %v", err))
+	}
+	r.recorder().Eventf(h, corev1.EventTypeNormal, DiskBootRequestedEvent, "Image written to %s (%d bytes in %s); booting the host from its disk", rep.Device, rep.Bytes, rep.Duration)
+	ctrl.LoggerFrom(ctx).Info("Image written, booting from disk", "device", rep.Device, "bytes", rep.Bytes, "duration", rep.Duration)
+	return r.provisioned(ctx, s), nil
 }
 
 // sendBoot arms the one-time PXE override and powers the host on (or cycles it when cycle is true and it
@@ -356,11 +427,22 @@ func (r *Reconciler) attestationFailed(ctx context.Context, s *scope, rec *Attes
 	return ctrl.Result{}, nil
 }
 
-// deprovision cleans and powers off a host. Images are only ever run live (nothing is written to the
-// host's disks), so "metadata" cleaning has nothing to wipe and "disabled" skips it: both end with the
-// host powered off and available.
+// deprovision cleans and powers off a host. A host whose disks Yonder wrote (a disk image's instructions
+// were released) is cleaned first when automatedCleaningMode is metadata: its ramdisk PXE-boots, attests
+// and removes every disk's partition tables and signatures (cleanDisks). "disabled" leaves the disks as
+// they are. Both end with the host powered off and available.
 func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
+	cleaned := "nothing was written to its disks"
+	switch {
+	case s.state.DisksWritten && cleaningMode(h) == string(metal3v1.CleaningModeMetadata):
+		if res, done, err := r.cleanDisks(ctx, s); err != nil || !done {
+			return res, err
+		}
+		cleaned = "disk metadata cleaned"
+	case s.state.DisksWritten:
+		cleaned = "cleaning disabled: the disks keep the image"
+	}
 	r.forgetBoot(h)
 	if !h.Spec.DisablePowerOff {
 		if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
@@ -371,14 +453,110 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 		h.Status.PoweredOn = false
 	}
 	s.state.Image, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, nil, 0
+	s.state.DisksWritten, s.state.CleanRequestedAt, s.state.CleanSentAt, s.state.CleanAttempt = false, nil, nil, 0
 	delete(h.Annotations, AttestationAnnotation)
+	delete(h.Annotations, ReportAnnotation)
+	delete(h.Annotations, ReportTokenAnnotation)
 	h.Status.Provisioning.Image = metal3v1.Image{}
 	s.clearError()
-	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, "deprovisioned ("+cleaningMode(h)+" cleaning: live images leave no data on disk)")
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, "deprovisioned ("+cleaningMode(h)+" cleaning: "+cleaned+")")
 	s.endOperation(metal3v1.StateDeprovisioning)
 	s.transition(metal3v1.StateAvailable)
-	ctrl.LoggerFrom(ctx).Info("Host deprovisioned, available")
+	ctrl.LoggerFrom(ctx).Info("Host deprovisioned, available", "cleaning", cleaned)
 	return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+}
+
+// cleanDisks runs the cleaning boot, in the steps of a provisioning attempt: the boot recorded before it
+// is sent (CleanRequestedAt, CleanSentAt), the host attests and receives the clean instructions, and its
+// ramdisk's report decides. done is true once the disks are clean. A failed or timed-out attempt is
+// retried with backoff, MaxProvisionAttempts in all; then the host stays in error (and powered off), not
+// available: a host whose disks may still hold a cluster's data is not handed to the next consumer.
+func (r *Reconciler) cleanDisks(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	h := s.host
+	if r.NetBoot == nil {
+		msg := "automatedCleaningMode metadata needs the boot services to boot the cleaning ramdisk (start yonder-metal-manager with the boot network flags), or set it to disabled"
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostCleaningFailedReason, msg)
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, false, nil
+	}
+	if res, done, err := r.serveBoot(ctx, s); err != nil || done {
+		return res, false, err
+	}
+	fresh := s.state.CleanRequestedAt == nil
+	if fresh {
+		if s.state.CleanAttempt >= r.MaxProvisionAttempts {
+			return ctrl.Result{}, false, nil // in error (cleanFailed says why) until an operator acts
+		}
+		if s.state.RetryAt != nil && time.Now().Before(s.state.RetryAt.Time) {
+			return ctrl.Result{RequeueAfter: time.Until(s.state.RetryAt.Time)}, false, nil
+		}
+		s.state.CleanAttempt++
+		s.state.CleanRequestedAt, s.state.CleanSentAt, s.state.RetryAt = now(), nil, nil
+		delete(h.Annotations, AttestationAnnotation)
+		delete(h.Annotations, ReportAnnotation)
+		delete(h.Annotations, ReportTokenAnnotation)
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostCleaningReason,
+			fmt.Sprintf("cleaning boot %d of %d: the host PXE-boots its ramdisk to remove the partition tables and signatures of its disks", s.state.CleanAttempt, r.MaxProvisionAttempts))
+		if err := r.persist(ctx, s); err != nil {
+			return ctrl.Result{}, false, err
+		}
+	}
+	if s.state.CleanSentAt == nil {
+		sys, err := s.bmc.System(ctx)
+		if err != nil {
+			res, err := r.powerFailed(s, err.Error())
+			return res, false, err
+		}
+		if fresh || !sys.PoweredOn {
+			// A new attempt, or one a predecessor recorded but never sent (the host is off). A host that
+			// is on after a recorded request may be booting from it: it is left alone.
+			if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
+				res, err := r.powerFailed(s, fmt.Sprintf("failed to set the one-time PXE boot for cleaning: %v", err))
+				return res, false, err
+			}
+			action := redfish.PowerOn
+			if sys.PoweredOn {
+				action = redfish.PowerCycle
+			}
+			if err := s.bmc.Power(ctx, action); err != nil {
+				res, err := r.powerFailed(s, fmt.Sprintf("failed to power the host into its cleaning boot: %v", err))
+				return res, false, err
+			}
+			h.Status.PoweredOn = true
+			r.recorder().Eventf(h, corev1.EventTypeNormal, PXEBootRequestedEvent, "Cleaning boot %d of %d: one-time PXE boot set and power action %s accepted by the BMC", s.state.CleanAttempt, r.MaxProvisionAttempts, action)
+		}
+		s.state.CleanSentAt = now()
+	}
+	if rec := readAttestation(h); rec != nil && !rec.At.Before(s.state.CleanRequestedAt) && !rec.Success && rec.Fatal {
+		res, err := r.attestationFailed(ctx, s, rec)
+		return res, false, err
+	}
+	rep := readReport(h)
+	if rep != nil && rep.Action == wire.ActionClean && !rep.At.Before(s.state.CleanRequestedAt) {
+		if rep.Success {
+			r.recorder().Eventf(h, corev1.EventTypeNormal, DisksCleanedEvent, "Disk metadata cleaned in %s: %s", rep.Duration, rep.Message)
+			return ctrl.Result{}, true, nil
+		}
+		r.recorder().Eventf(h, corev1.EventTypeWarning, DiskCleaningFailedEvent, "Cleaning boot %d of %d: %s", s.state.CleanAttempt, r.MaxProvisionAttempts, rep.Message)
+		return r.cleanFailed(ctx, s, "the ramdisk could not clean the disks: "+rep.Message), false, nil
+	}
+	timeout := r.ProvisionTimeout + r.ImageWriteTimeout
+	if waited := time.Since(s.state.CleanRequestedAt.Time); waited < timeout {
+		return ctrl.Result{RequeueAfter: min(timeout-waited+time.Second, 30*time.Second)}, false, nil
+	}
+	return r.cleanFailed(ctx, s, fmt.Sprintf("no cleaning report within %s of the cleaning boot", timeout)), false, nil
+}
+
+// cleanFailed ends a failed cleaning attempt: retried after a backoff, or, out of attempts, the host is
+// powered off and stays in error.
+func (r *Reconciler) cleanFailed(ctx context.Context, s *scope, why string) ctrl.Result {
+	h := s.host
+	msg := fmt.Sprintf("cleaning boot %d of %d failed: %s", s.state.CleanAttempt, r.MaxProvisionAttempts, why)
+	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostCleaningFailedReason, msg)
+	s.setError(metal3v1.ProvisioningError, msg, true)
+	ctrl.LoggerFrom(ctx).Info("Disk cleaning failed", "attempt", s.state.CleanAttempt, "reason", why)
+	s.state.CleanRequestedAt, s.state.CleanSentAt = nil, nil
+	return r.backoffOrPowerOff(ctx, s, s.state.CleanAttempt)
 }
 
 func cleaningMode(h *metal3v1.BareMetalHost) string {

@@ -16,6 +16,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/harness"
 	"github.com/yonder-dev/yonder/test/promread"
@@ -220,4 +221,71 @@ func mustMAC(s string) net.HardwareAddr {
 		panic(err)
 	}
 	return m
+}
+
+// A disk image: the attested ramdisk receives write-image instructions (image, hints, user data) and
+// reports; a failed write is retried by a new PXE boot, a written image makes the host boot its disk
+// (a persistent override) and provisioned. Released with automatedCleaningMode metadata, the host
+// PXE-boots once more to clean its disks before it is available; with cleaning disabled it is not booted.
+func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-disk").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("s1", "52:54:00:2e:00:01")
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:2e:00:01"))
+	startController(t, testReconciler(lab.inv), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:2e:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	diskImage := func(mode metal3v1.AutomatedCleaningMode) func(*metal3v1.BareMetalHost) {
+		return func(h *metal3v1.BareMetalHost) {
+			h.Spec.Image = &metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
+			h.Spec.RootDeviceHints = &metal3v1.RootDeviceHints{MinSizeGigabytes: 1}
+			h.Spec.AutomatedCleaningMode = mode
+		}
+	}
+
+	hosts.mu.Lock()
+	hosts.failWrites["s1"] = 1
+	hosts.mu.Unlock()
+	claim(g, ns, h, "disk-round-1", diskImage(metal3v1.CleaningModeMetadata))
+	g.Eventually(condition(h, baremetalhost.BareMetalHostProvisionedCondition)).Should(HaveField("Reason", baremetalhost.BareMetalHostImageWriteFailedReason))
+	g.Expect(getHost(g, h).Status.ErrorMessage).To(ContainSubstring("checksum mismatch"), "the ramdisk's reason is shown")
+	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateProvisioned))
+	g.Eventually(func() int { _, n := hosts.disk("s1"); return n }).Should(Equal(1))
+	boots, data, errs := hosts.snapshot("s1")
+	actions, _ := hosts.disk("s1")
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(boots).To(Equal(2), "the failed write cost one more PXE boot")
+	g.Expect(actions).To(Equal([]string{wire.ActionWriteImage, wire.ActionWriteImage}))
+	g.Expect(data).To(Equal([]string{"disk-round-1", "disk-round-1"}))
+	g.Expect(sim.State("s1").Override).To(Equal("Hdd"), "every later boot boots the disk")
+	got := getHost(g, h)
+	g.Expect(got.Status.ErrorMessage).To(BeEmpty())
+	g.Expect(got.Status.Provisioning.Image.URL).To(Equal("http://images.example/node.qcow2"))
+	g.Expect(got.Annotations[baremetalhost.ReportAnnotation]).To(ContainSubstring(`"success":true`))
+	g.Expect(got.Annotations).NotTo(HaveKey(baremetalhost.ReportTokenAnnotation), "the report consumed its token")
+	g.Expect(got.Status.HardwareDetails.NIC).To(ContainElement(And(HaveField("MAC", "52:54:00:2e:00:01"), HaveField("IP", "127.0.0.1"))),
+		"the boot NIC's IP is the address the host attested from")
+	g.Expect(got.Status.HardwareDetails.Hostname).NotTo(BeEmpty())
+
+	release(g, h)
+	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateAvailable))
+	boots, _, errs = hosts.snapshot("s1")
+	actions, _ = hosts.disk("s1")
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(boots).To(Equal(3), "one cleaning boot")
+	g.Expect(actions[len(actions)-1]).To(Equal(wire.ActionClean))
+	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Message).To(ContainSubstring("disk metadata cleaned"))
+	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
+
+	claim(g, ns, h, "disk-round-2", diskImage(metal3v1.CleaningModeDisabled))
+	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateProvisioned))
+	release(g, h)
+	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateAvailable))
+	boots, _, _ = hosts.snapshot("s1")
+	g.Expect(boots).To(Equal(4), "cleaning disabled: no cleaning boot")
+	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Message).To(ContainSubstring("cleaning disabled"))
 }

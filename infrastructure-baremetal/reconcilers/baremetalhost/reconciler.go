@@ -68,12 +68,18 @@ type Reconciler struct {
 	Boot inventory.BootConfig
 	// ProvisionTimeout bounds the time from the power cycle to the released bootstrap data (default 15m).
 	ProvisionTimeout time.Duration
+	// ImageWriteTimeout bounds the time from the released instructions to the ramdisk's report that the
+	// image is written, or that the disks are cleaned (default 60m: a multi-GiB image over a slow link).
+	ImageWriteTimeout time.Duration
 	// MaxProvisionAttempts is how many PXE boots one image gets before the host stays in error (default 3).
 	MaxProvisionAttempts int
 	// RetryInterval is the first delay after a BMC error or a failed boot; it doubles per attempt (default 1m).
 	RetryInterval time.Duration
 	// PowerPollInterval is how often a settled host's power state is read from its BMC (default 5m).
 	PowerPollInterval time.Duration
+	// SoftPowerOffTimeout is how long a soft power-off for Metal3's reboot annotations waits for the OS to
+	// shut down before the host is forced off (default 3m, as Metal3's baremetal-operator).
+	SoftPowerOffTimeout time.Duration
 	// Namespaces, when set, limits the controller to hosts in these namespaces (the label is still required).
 	Namespaces []string
 	// BasicAuth sends credentials with every request instead of opening Redfish sessions.
@@ -99,6 +105,9 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 	if r.ProvisionTimeout == 0 {
 		r.ProvisionTimeout = 15 * time.Minute
 	}
+	if r.ImageWriteTimeout == 0 {
+		r.ImageWriteTimeout = time.Hour
+	}
 	if r.MaxProvisionAttempts == 0 {
 		r.MaxProvisionAttempts = 3
 	}
@@ -107,6 +116,9 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 	}
 	if r.PowerPollInterval == 0 {
 		r.PowerPollInterval = 5 * time.Minute
+	}
+	if r.SoftPowerOffTimeout == 0 {
+		r.SoftPowerOffTimeout = 3 * time.Minute
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorderFor("yonder-metal-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
@@ -159,12 +171,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// Opted out (or never in): not ours, even if it carries our finalizer from before.
 		return ctrl.Result{}, nil
 	}
-	// clusterctl move and CAPM3 pause hosts with Metal3's annotations; detached hosts are left alone.
+	// clusterctl move and CAPM3 pause hosts with Metal3's annotations; detached hosts are left alone
+	// (annotations.go), and deleted without deprovisioning.
 	if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
 		return ctrl.Result{}, nil
 	}
-	if _, ok := h.Annotations[metal3v1.DetachedAnnotation]; ok {
-		return ctrl.Result{}, nil
+	if done, err := r.reconcileDetached(ctx, h); done || err != nil {
+		return ctrl.Result{}, err
 	}
 	if h.DeletionTimestamp.IsZero() {
 		if added, err := ensureFinalizer(ctx, r.Client, h); err != nil || added {
@@ -176,6 +189,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// fields, which a merge patch of only the changed ones would lack: write it whole, once.
 		st, err := readState(h)
 		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.restoreStatusAnnotation(ctx, h, &st); err != nil {
 			return ctrl.Result{}, err
 		}
 		restoreStatus(h, st)
@@ -224,6 +240,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	r.setEKTrust(h)
 	if s.state.State == metal3v1.StateNone {
 		s.transition(metal3v1.StateRegistering)
+	}
+	if r.applyAnnotations(ctx, s) {
+		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 	}
 	return r.reconcileNormal(ctx, s)
 }
@@ -387,24 +406,15 @@ func unsupported(h *metal3v1.BareMetalHost) []string {
 	if sp.PreprovisioningNetworkDataName != "" {
 		add("spec.preprovisioningNetworkDataName", "the agent configures its own boot network")
 	}
-	if sp.NetworkData != nil {
-		add("spec.networkData", "network configuration belongs in the bootstrap data")
-	}
-	if sp.MetaData != nil {
-		add("spec.metaData", "no config drive")
-	}
 	if sp.BootMode == metal3v1.UEFISecureBoot {
 		add("spec.bootMode=UEFISecureBoot", "the boot override does not manage Secure Boot")
 	}
 	if sp.InspectionMode == metal3v1.InspectionModeAgent {
 		add("spec.inspectionMode=agent", "inspection reads the BMC's Redfish inventory; no inspection boot yet")
 	}
-	if sp.RootDeviceHints != nil {
-		add("spec.rootDeviceHints", "only live images are provisioned, nothing is written to a root device")
-	}
 	if sp.Image != nil {
-		if sp.Image.DiskFormat == nil || *sp.Image.DiskFormat != "live-iso" {
-			add("spec.image.format other than live-iso", "writing images to disk is not implemented yet; use format live-iso")
+		if f := sp.Image.DiskFormat; f != nil && *f != "raw" && *f != "qcow2" && *f != "live-iso" {
+			add("spec.image.format="+*f, "images are written as raw or qcow2, or booted as live-iso")
 		}
 		if sp.Image.OCIAuthSecretName != nil {
 			add("spec.image.ociAuthSecretName", "no OCI images")
@@ -444,7 +454,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			// Status lost (clusterctl move): read the inventory again, it costs no boot.
 			return r.inspect(ctx, s)
 		}
-		return r.ensurePower(ctx, s, h.Spec.Online)
+		return r.reconcilePower(ctx, s)
 	case metal3v1.StateProvisioning:
 		return r.provision(ctx, s)
 	case metal3v1.StateProvisioned:
@@ -456,7 +466,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 			// Status lost (clusterctl move): read the inventory again, it costs no boot.
 			return r.inspect(ctx, s)
 		}
-		return r.ensurePower(ctx, s, h.Spec.Online)
+		return r.reconcilePower(ctx, s)
 	case metal3v1.StateDeprovisioning:
 		return r.deprovision(ctx, s)
 	default:
@@ -557,7 +567,10 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	if h.InspectionDisabled() {
-		setCondition(h, BareMetalHostInspectedCondition, false, BareMetalHostInspectionDisabledReason, "spec.inspectionMode is disabled")
+		if h.Status.HardwareDetails == nil {
+			setCondition(h, BareMetalHostInspectedCondition, false, BareMetalHostInspectionDisabledReason,
+				"spec.inspectionMode (or annotation "+metal3v1.InspectAnnotationPrefix+") is disabled; annotation "+metal3v1.HardwareDetailsAnnotation+" may give status.hardware")
+		}
 		s.endOperation(metal3v1.StateInspecting)
 		s.transition(metal3v1.StateAvailable)
 		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
@@ -700,19 +713,17 @@ func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Ho
 		}
 		ih.Address = addr
 	}
+	// The image is not on the kernel command line: it travels in the released instructions, sealed to
+	// the host's TPM and signed by the provider, so nobody on the boot LAN can change what a host writes.
+	// A URL or checksum with blanks or control characters is still refused before the host boots: it is
+	// a mistake (or an attack) that would only fail later, in the ramdisk.
 	if img := h.Spec.Image; img != nil {
-		// The agent learns what to run from its command line; the checksum lets it verify what it fetches.
-		// Each value must stay one word of the iPXE script's kernel line.
 		for _, v := range []struct{ field, value string }{
 			{"spec.image.url", img.URL}, {"spec.image.checksum", img.Checksum}, {"spec.image.checksumType", string(img.ChecksumType)},
 		} {
 			if err := inventory.CheckBootValue(v.field, v.value); err != nil {
 				return inventory.Host{}, err
 			}
-		}
-		ih.Boot.Cmdline = strings.Trim(ih.Boot.Cmdline+" yonder.image="+img.URL, " ")
-		if img.Checksum != "" {
-			ih.Boot.Cmdline += " yonder.image_checksum=" + string(img.ChecksumType) + ":" + img.Checksum
 		}
 	}
 	if err := ih.Boot.Check(); err != nil {

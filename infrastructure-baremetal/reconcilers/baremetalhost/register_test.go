@@ -149,11 +149,11 @@ func TestUnsupportedFieldsRejected(t *testing.T) {
 	startController(t, testReconciler(nil), ns)
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:13:00:01", bmcPass, func(h *metal3v1.BareMetalHost) {
 		h.Spec.RAID = &metal3v1.RAIDConfig{SoftwareRAIDVolumes: []metal3v1.SoftwareRAIDVolume{{Level: "1"}}}
-		h.Spec.Image = &metal3v1.Image{URL: "http://images/ubuntu.qcow2", Checksum: "abc", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
+		h.Spec.Image = &metal3v1.Image{URL: "http://images/ubuntu.vmdk", Checksum: "abc", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("vmdk")}
 	})
 	g.Eventually(condition(h, baremetalhost.BareMetalHostSpecSupportedCondition)).Should(And(
 		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.BareMetalHostUnsupportedFieldsReason),
-		HaveField("Message", ContainSubstring("spec.raid")), HaveField("Message", ContainSubstring("live-iso"))))
+		HaveField("Message", ContainSubstring("spec.raid")), HaveField("Message", ContainSubstring("spec.image.format=vmdk"))))
 	g.Expect(getHost(g, h).Status.ErrorType).To(Equal(metal3v1.RegistrationError))
 	g.Expect(sim.State("s1").Requests).To(BeZero())
 

@@ -179,15 +179,22 @@ type pxeHosts struct {
 	data     map[string][]string
 	errs     map[string][]string
 	// bootAs replaces what a host's PXE boot does (a misbehaving host); nil: fetch the script and attest.
+	// It returns the released instructions, which the host then carries out as the ramdisk does.
 	bootAs map[string]func(mac string, tpm *swtpm.TPM) ([]byte, error)
-	wg     sync.WaitGroup
+	// actions records the instructions' actions each host received; diskBoots counts boots from disk.
+	actions   map[string][]string
+	diskBoots map[string]int
+	// failWrites is how many of a host's next write-image or clean instructions it reports as failed.
+	failWrites map[string]int
+	wg         sync.WaitGroup
 }
 
 func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 	t.Helper()
 	p := &pxeHosts{t: t, lab: lab, macs: map[string]string{}, tpms: map[string]*swtpm.TPM{},
 		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{},
-		bootAs: map[string]func(string, *swtpm.TPM) ([]byte, error){}}
+		bootAs: map[string]func(string, *swtpm.TPM) ([]byte, error){}, actions: map[string][]string{},
+		diskBoots: map[string]int{}, failWrites: map[string]int{}}
 	t.Cleanup(p.wg.Wait)
 	return p
 }
@@ -213,6 +220,12 @@ func (p *pxeHosts) addTPM(id, mac string, start func(context.Context, string) (*
 }
 
 func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
+	if target == "Hdd" {
+		p.mu.Lock()
+		p.diskBoots[id]++
+		p.mu.Unlock()
+		return nil
+	}
 	if target != "Pxe" {
 		return nil
 	}
@@ -229,19 +242,52 @@ func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		data, err := boot(mac, tpm)
+		plain, err := boot(mac, tpm)
+		var in *wire.Instructions
+		if err == nil {
+			in, err = wire.DecodeInstructions(plain)
+		}
+		if err == nil && in.Action != wire.ActionLive {
+			err = p.report(id, in)
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if err != nil {
 			p.errs[id] = append(p.errs[id], err.Error())
 			return
 		}
-		p.data[id] = append(p.data[id], string(data))
+		p.data[id] = append(p.data[id], string(in.UserData))
+		p.actions[id] = append(p.actions[id], in.Action)
 	}()
 	return nil
 }
 
 func (p *pxeHosts) PowerOff(context.Context, string) error { return nil }
+
+// report is the ramdisk's report of a write-image or clean instruction (the disk work itself is the real
+// agent's, in the QEMU e2e): a success, or a failure while failWrites says so.
+func (p *pxeHosts) report(id string, in *wire.Instructions) error {
+	p.mu.Lock()
+	fail := p.failWrites[id] > 0
+	if fail {
+		p.failWrites[id]--
+	}
+	p.mu.Unlock()
+	r := wire.Report{Host: in.Host, Token: in.ReportToken, Action: in.Action, Success: !fail, Device: "/dev/vda", Bytes: 1 << 20, Duration: "1s"}
+	if fail {
+		r.Message = "checksum mismatch: the image's sha256 is not the one named"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return (&wire.Client{Server: p.lab.base}).Report(ctx, r)
+}
+
+// disk returns a host's instruction actions and its boots from disk.
+func (p *pxeHosts) disk(id string) (actions []string, diskBoots int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.actions[id]...), p.diskBoots[id]
+}
 
 func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

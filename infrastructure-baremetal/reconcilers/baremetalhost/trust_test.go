@@ -247,8 +247,9 @@ func TestDuplicateBootMACAcrossNamespaces(t *testing.T) {
 	g.Consistently(inTable, "2s").Should(Equal(nsA+"/a"), "the duplicate's deletion did not remove the first host's boot entry")
 }
 
-// An image URL with a newline (or blank) would inject iPXE commands into the host's script: the host
-// gets InvalidBootParameter and never enters the boot table.
+// An image URL with a newline (or blank) is refused before the host boots (the URL is not in the iPXE
+// script, which it could inject commands into, but it would fail in the ramdisk): the host gets
+// InvalidBootParameter and never enters the boot table.
 func TestImageURLInjectionRefused(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()

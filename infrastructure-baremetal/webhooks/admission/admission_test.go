@@ -45,6 +45,8 @@ func TestMachineValidation(t *testing.T) {
 		{name: "checksum URL needs no type", mod: func(s *infrav1.YonderMetalMachineSpec) {
 			s.Image.Checksum, s.Image.ChecksumType = "http://i/x.sha256", ""
 		}},
+		{name: "raw disk image", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.Format = "raw" }},
+		{name: "vmdk is not written", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.Format = "vmdk" }, err: `spec.image.format: Unsupported value: "vmdk": supported values: "raw", "qcow2", "live-iso"`},
 		{name: "live iso with metadata cleaning", mod: func(s *infrav1.YonderMetalMachineSpec) {
 			s.Image = &infrav1.Image{URL: "http://i/x.iso", Format: "live-iso"}
 			s.AutomatedCleaningMode = "metadata"

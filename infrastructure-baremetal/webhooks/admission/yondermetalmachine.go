@@ -58,7 +58,7 @@ func validateMachineSpec(s *infrav1.YonderMetalMachineSpec, p *field.Path) field
 	}
 	if img := s.Image; img != nil {
 		ip := p.Child("image")
-		// These values go into the host's iPXE script: one that would add a command or an argument is refused here.
+		// No URL or checksum holds whitespace or control characters; one that does is a mistake or an attack.
 		for _, v := range []struct {
 			path  *field.Path
 			value string
@@ -73,6 +73,9 @@ func validateMachineSpec(s *infrav1.YonderMetalMachineSpec, p *field.Path) field
 		}
 		if img.Checksum != "" && img.ChecksumType == "" && !strings.Contains(img.Checksum, "://") {
 			errs = append(errs, field.Required(ip.Child("checksumType"), "say which algorithm the checksum uses (md5, sha256, sha512 or auto)"))
+		}
+		if img.Format == "vdi" || img.Format == "vmdk" {
+			errs = append(errs, field.NotSupported(ip.Child("format"), img.Format, []string{"raw", "qcow2", string(infrav1.LiveISOFormat)}))
 		}
 		if img.Format == infrav1.LiveISOFormat && s.AutomatedCleaningMode == "metadata" {
 			errs = append(errs, field.Invalid(p.Child("automatedCleaningMode"), s.AutomatedCleaningMode, "a live-iso host writes nothing to disk; use disabled or leave it empty"))

@@ -148,6 +148,8 @@ func (l *metalLife) provisioned(t *testing.T, t0 time.Time) (claimed, poweredOn,
 	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: *m.Spec.Bootstrap.DataSecretName}, data)).To(Succeed())
 	g.Eventually(func() string { return st.MetalConsole(l.host.Name) }, time.Minute, time.Second).
 		Should(ContainSubstring(fmt.Sprintf("%s%d bytes of bootstrap data", metalboot.AttestedMarker, len(data.Data["value"]))))
+	// The boot image is the generic one a release ships: the agent verified with the key the manager served.
+	g.Expect(st.MetalConsole(l.host.Name)).To(ContainSubstring(metalboot.ServedKeyMarker))
 	g.Expect(st.MetalRunning(l.host.Name)).To(BeTrue(), "the live host keeps running")
 	return claimed, poweredOn, provisioned
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"compress/gzip"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/test/metalboot"
+)
+
+// The boot image a user builds carries the agent, the init that runs attest and provision, and exactly the
+// public key they named; the generic image (a release's) carries no key and no permission to run unsigned
+// instructions: its agent uses the key the boot server serves, or refuses.
+func TestBootImageCarriesTheAgentAndTheKey(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	keyDir := t.TempDir()
+	_, pub, err := metalboot.GenerateSigningKey(keyDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	pubFile := filepath.Join(keyDir, "boot-server.pub")
+	g.Expect(os.WriteFile(pubFile, pub, 0o600)).To(Succeed())
+
+	notAKey := filepath.Join(keyDir, "not-a-key.pem")
+	g.Expect(os.WriteFile(notAKey, []byte("hello"), 0o600)).To(Succeed())
+	g.Expect(run(ctx, []string{"-out", t.TempDir(), "-server-key", notAKey})).To(MatchError(ContainSubstring("no PEM PUBLIC KEY")))
+	g.Expect(run(ctx, []string{"-out", t.TempDir(), "-server-key", pubFile, "-insecure-unsigned"})).To(MatchError(ContainSubstring("alternatives")))
+
+	out := filepath.Join(t.TempDir(), "boot")
+	g.Expect(run(ctx, []string{"-out", out, "-server-key", pubFile})).To(Succeed())
+	tree := unpack(t, out)
+	g.Expect(os.ReadFile(filepath.Join(tree, "etc", "yonder", "boot-server.pub"))).To(Equal(pub))
+	g.Expect(filepath.Join(tree, "etc", "yonder", "insecure-unsigned")).NotTo(BeAnExistingFile())
+
+	generic := filepath.Join(t.TempDir(), "boot")
+	g.Expect(run(ctx, []string{"-out", generic})).To(Succeed())
+	gtree := unpack(t, generic)
+	g.Expect(filepath.Join(gtree, "etc", "yonder", "boot-server.pub")).NotTo(BeAnExistingFile())
+	g.Expect(filepath.Join(gtree, "etc", "yonder", "insecure-unsigned")).NotTo(BeAnExistingFile())
+
+	initScript, err := os.ReadFile(filepath.Join(tree, "init"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(initScript)).To(And(ContainSubstring("yonder-agent attest"), ContainSubstring("yonder-agent provision")))
+	agent := exec.Command(filepath.Join(tree, "bin", "yonder-agent"), "provision", "--help")
+	b, err := agent.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(b))
+	g.Expect(string(b)).To(ContainSubstring("carry out the attested instructions"))
+	g.Expect(filepath.Join(tree, "lib", "modules", "virtio_blk.ko")).To(BeARegularFile(), "the ramdisk can see a virtio disk")
+}
+
+// unpack extracts the boot image's initramfs in dir into a new directory.
+func unpack(t *testing.T, dir string) string {
+	t.Helper()
+	g := NewWithT(t)
+	kernel, err := os.Stat(filepath.Join(dir, metalboot.Kernel))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kernel.Size()).To(BeNumerically(">", 1<<20))
+	f, err := os.Open(filepath.Join(dir, metalboot.Initrd))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	zr, err := gzip.NewReader(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	tree := t.TempDir()
+	cpio := exec.Command("busybox", "cpio", "-i", "-d", "-m")
+	cpio.Dir, cpio.Stdin = tree, zr
+	b, err := cpio.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(b))
+	return tree
+}

@@ -6,8 +6,11 @@
 // QEMU driver starts and stops a VM that PXE-boots or boots its disk, with a software TPM, the memory driver only flips
 // state (scale tests).
 //
-// It implements the subset of DMTF Redfish that BMCs commonly expose and that Yonder's client uses; the
-// client is also tested against DMTF's own mockup so it is not tuned to this emulator's JSON.
+// It implements the subset of DMTF Redfish that BMCs commonly expose and that Yonder's client uses, and it
+// refuses what a BMC refuses (validate.go: read-only and unknown properties, values outside the published
+// AllowableValues, stale If-Match ETags, unknown action parameters), so a client that passes here is not
+// merely tolerated; its documents are checked against DMTF's mockup of a real server, against which the
+// client is tested too, so it is not tuned to this emulator's JSON.
 package redfishsim
 
 import (
@@ -98,6 +101,7 @@ type system struct {
 	poweredOn     bool
 	overrideOn    string // Disabled, Once, Continuous
 	overrideTgt   string
+	overrideMode  string // Legacy, UEFI
 	pxeBoots      int
 	requests      atomic.Int64
 	lastBootTaget string
@@ -202,7 +206,7 @@ func (s *Server) Close() { _ = s.srv.Close() }
 func (s *Server) AddSystem(spec SystemSpec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.systems[spec.ID] = &system{spec: spec, overrideOn: "Disabled", overrideTgt: "None"}
+	s.systems[spec.ID] = &system{spec: spec, overrideOn: "Disabled", overrideTgt: "None", overrideMode: "Legacy"}
 }
 
 // SystemState is a snapshot of a system's power and boot state.
@@ -318,12 +322,19 @@ func (s *Server) serviceRoot(w http.ResponseWriter) {
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var body struct{ UserName, Password string }
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", err.Error())
+	raw, rerr := readBody(w, r, 4096)
+	var body struct{ UserName, Password *string }
+	if rerr == nil && json.Unmarshal(raw, &body) != nil {
+		rerr = badRequest("MalformedJSON", "the session request is not one JSON object")
+	}
+	if rerr == nil && (body.UserName == nil || body.Password == nil) {
+		rerr = badRequest("PropertyMissing", "a session needs the properties UserName and Password")
+	}
+	if rerr != nil {
+		rerr.Write(w)
 		return
 	}
-	if body.UserName != s.opts.Username || body.Password != s.opts.Password {
+	if *body.UserName != s.opts.Username || *body.Password != s.opts.Password {
 		writeError(w, http.StatusUnauthorized, "Base.1.0.InsufficientPrivilege", "invalid credentials")
 		return
 	}
@@ -338,7 +349,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	loc := "/redfish/v1/SessionService/Sessions/" + id
 	w.Header().Set("X-Auth-Token", tok)
 	w.Header().Set("Location", loc)
-	writeJSON(w, http.StatusCreated, map[string]any{"@odata.id": loc, "@odata.type": "#Session.v1_3_0.Session", "Id": id, "Name": "Session", "UserName": body.UserName})
+	writeJSON(w, http.StatusCreated, map[string]any{"@odata.id": loc, "@odata.type": "#Session.v1_3_0.Session", "Id": id, "Name": "Session", "UserName": *body.UserName})
 }
 
 func (s *Server) sessionService(w http.ResponseWriter, r *http.Request, parts []string) {

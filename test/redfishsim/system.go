@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 )
@@ -12,7 +13,9 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, sys *sys
 	base := "/redfish/v1/Systems/" + sys.spec.ID
 	switch {
 	case len(rest) == 0 && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, s.systemJSON(sys))
+		doc := s.systemDoc(sys)
+		w.Header().Set("ETag", doc["@odata.etag"].(string))
+		writeJSON(w, http.StatusOK, doc)
 	case len(rest) == 0 && r.Method == http.MethodPatch:
 		s.patchBoot(w, r, sys)
 	case len(rest) == 2 && rest[0] == "Actions" && rest[1] == "ComputerSystem.Reset" && r.Method == http.MethodPost:
@@ -178,7 +181,7 @@ func (s *Server) systemJSON(sys *system) map[string]any {
 		"UUID": "00000000-0000-4000-8000-" + fmt.Sprintf("%012x", hash(sys.spec.ID)), "BiosVersion": sys.spec.BIOSVersion,
 		"PowerState": power, "Status": map[string]any{"State": "Enabled", "Health": "OK"},
 		"Boot": map[string]any{
-			"BootSourceOverrideEnabled": sys.overrideOn, "BootSourceOverrideTarget": sys.overrideTgt, "BootSourceOverrideMode": "Legacy",
+			"BootSourceOverrideEnabled": sys.overrideOn, "BootSourceOverrideTarget": sys.overrideTgt, "BootSourceOverrideMode": sys.overrideMode,
 			"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "Cd"},
 		},
 		"ProcessorSummary":   map[string]any{"Count": len(sys.spec.CPUs), "LogicalProcessorCount": threads},
@@ -204,46 +207,77 @@ func hash(s string) uint64 {
 	return h & 0xffffffffffff
 }
 
+// systemDoc is the system's document as a client reads it: JSON-shaped values and its ETag.
+func (s *Server) systemDoc(sys *system) map[string]any {
+	var doc map[string]any
+	b, _ := json.Marshal(s.systemJSON(sys))
+	_ = json.Unmarshal(b, &doc)
+	doc["@odata.etag"] = ETag(doc)
+	return doc
+}
+
+// readBody reads a request's JSON body, refusing other media types and bodies over limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *RequestError) {
+	if rerr := CheckJSONBody(r); rerr != nil {
+		return nil, rerr
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return nil, badRequest("MalformedJSON", "failed to read the request body: %v", err)
+	}
+	return b, nil
+}
+
+// patchBoot changes the boot override, after the checks a BMC makes: JSON body, If-Match against the
+// system's current ETag, and only writable properties with allowed values (ValidatePatch).
 func (s *Server) patchBoot(w http.ResponseWriter, r *http.Request, sys *system) {
-	var body struct {
-		Boot *struct {
+	body, rerr := readBody(w, r, 16384)
+	if rerr != nil {
+		rerr.Write(w)
+		return
+	}
+	doc := s.systemDoc(sys)
+	if rerr := CheckIfMatch(r, doc["@odata.etag"].(string)); rerr != nil {
+		rerr.Write(w)
+		return
+	}
+	if rerr := ValidatePatch(doc, body, ComputerSystemWritable); rerr != nil {
+		rerr.Write(w)
+		return
+	}
+	var patch struct {
+		Boot struct {
 			BootSourceOverrideEnabled string
 			BootSourceOverrideTarget  string
+			BootSourceOverrideMode    string
 		}
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&body); err != nil || body.Boot == nil {
-		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", "expected a Boot object")
-		return
-	}
-	switch body.Boot.BootSourceOverrideTarget {
-	case "", "None", "Pxe", "Hdd", "Cd":
-	default:
-		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", "unsupported BootSourceOverrideTarget "+body.Boot.BootSourceOverrideTarget)
-		return
-	}
-	switch body.Boot.BootSourceOverrideEnabled {
-	case "", "Disabled", "Once", "Continuous":
-	default:
-		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", "unsupported BootSourceOverrideEnabled "+body.Boot.BootSourceOverrideEnabled)
-		return
-	}
+	_ = json.Unmarshal(body, &patch) // validated above
 	s.mu.Lock()
-	if body.Boot.BootSourceOverrideTarget != "" {
-		sys.overrideTgt = body.Boot.BootSourceOverrideTarget
+	if t := patch.Boot.BootSourceOverrideTarget; t != "" {
+		sys.overrideTgt = t
 	}
-	if body.Boot.BootSourceOverrideEnabled != "" {
-		sys.overrideOn = body.Boot.BootSourceOverrideEnabled
+	if e := patch.Boot.BootSourceOverrideEnabled; e != "" {
+		sys.overrideOn = e
+	}
+	if m := patch.Boot.BootSourceOverrideMode; m != "" {
+		sys.overrideMode = m
 	}
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
-	var body struct{ ResetType string }
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", err.Error())
+	raw, rerr := readBody(w, r, 4096)
+	if rerr == nil {
+		rerr = ValidateAction(s.systemDoc(sys), "#ComputerSystem.Reset", raw, "ResetType")
+	}
+	if rerr != nil {
+		rerr.Write(w)
 		return
 	}
+	var body struct{ ResetType string }
+	_ = json.Unmarshal(raw, &body) // validated above
 	if s.failPower.Load() {
 		writeError(w, http.StatusInternalServerError, "Base.1.0.InternalError", "power controller fault (injected)")
 		return
@@ -259,9 +293,6 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
 		if err = s.powerOff(ctx, sys); err == nil {
 			err = s.powerOn(ctx, sys, true)
 		}
-	default:
-		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterValueNotInList", "unsupported ResetType "+body.ResetType)
-		return
 	}
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "Base.1.0.InternalError", err.Error())

@@ -338,31 +338,39 @@ func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
 }
 
 func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {
-	c.budget.Store(maxRequestsPerCall)
-	s, err := c.system()
-	if err != nil {
-		return err
-	}
-	if err := s.SetBoot(&schemas.Boot{
+	return c.setBoot("set one-time PXE boot on", &schemas.Boot{
 		BootSourceOverrideTarget:  schemas.PxeBootSource,
 		BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled,
-	}); err != nil {
-		return c.classify("set one-time PXE boot on", err)
-	}
-	return nil
+	})
 }
 
 func (c *gofishClient) SetDiskBoot(_ context.Context) error {
+	return c.setBoot("set persistent disk boot on", &schemas.Boot{
+		BootSourceOverrideTarget:  schemas.HddBootSource,
+		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
+	})
+}
+
+// setBoot PATCHes the boot override. gofish sends the ETag of the system as last read in If-Match, and a
+// BMC that checks it answers 412 when the system changed since (a power action of ours or anyone's, the
+// host powering itself off): the system is then read again and the PATCH repeated, once.
+func (c *gofishClient) setBoot(what string, b *schemas.Boot) error {
 	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return err
 	}
-	if err := s.SetBoot(&schemas.Boot{
-		BootSourceOverrideTarget:  schemas.HddBootSource,
-		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
-	}); err != nil {
-		return c.classify("set persistent disk boot on", err)
+	err = s.SetBoot(b)
+	var rerr *schemas.Error
+	if errors.As(err, &rerr) && rerr.HTTPReturnedStatusCode == http.StatusPreconditionFailed {
+		if s, err = schemas.GetComputerSystem(c.api, s.ODataID); err != nil {
+			return c.classify("read system "+c.sys.ODataID+" from", err)
+		}
+		c.sys, c.fresh = s, false
+		err = s.SetBoot(b)
+	}
+	if err != nil {
+		return c.classify(what, err)
 	}
 	return nil
 }

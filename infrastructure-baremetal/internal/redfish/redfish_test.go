@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -154,11 +155,22 @@ func checkOneTimePXEBoot(ctx context.Context, g *WithT, c redfish.Client, sim *r
 }
 
 // mockup serves DMTF's public-rackmount1 documents read-only; sessions, PATCH and actions are answered
-// here and recorded.
+// here and recorded, after the checks a BMC makes (the emulator's validators, driven by the mockup's own
+// documents: its writable properties and AllowableValues, its Reset action's ResetTypes).
 type mockup struct {
 	root string
 	mu   sync.Mutex
 	log  []string
+}
+
+func (m *mockup) doc(p string) (map[string]any, error) {
+	f := filepath.Join(m.root, strings.TrimPrefix(p, "/redfish/v1"), "index.json")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	return doc, json.Unmarshal(b, &doc)
 }
 
 func (m *mockup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -166,18 +178,57 @@ func (m *mockup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.log = append(m.log, r.Method+" "+p)
 	m.mu.Unlock()
+	var body []byte
+	if r.Method == http.MethodPost || r.Method == http.MethodPatch {
+		if rerr := redfishsim.CheckJSONBody(r); rerr != nil {
+			rerr.Write(w)
+			return
+		}
+		body, _ = io.ReadAll(r.Body)
+	}
 	switch r.Method {
 	case http.MethodPost:
-		if strings.HasSuffix(p, "/SessionService/Sessions") {
+		switch {
+		case strings.HasSuffix(p, "/SessionService/Sessions"):
+			var cred struct{ UserName, Password *string }
+			if json.Unmarshal(body, &cred) != nil || cred.UserName == nil || cred.Password == nil {
+				http.Error(w, "UserName and Password required", http.StatusBadRequest)
+				return
+			}
 			w.Header().Set("X-Auth-Token", "mocktoken")
 			w.Header().Set("Location", "/redfish/v1/SessionService/Sessions/1")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write([]byte(`{"Id":"1"}`))
 			return
+		case strings.HasSuffix(p, "/Actions/ComputerSystem.Reset"):
+			doc, err := m.doc(strings.TrimSuffix(p, "/Actions/ComputerSystem.Reset"))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			if rerr := redfishsim.ValidateAction(doc, "#ComputerSystem.Reset", body, "ResetType"); rerr != nil {
+				rerr.Write(w)
+				return
+			}
+		default:
+			http.NotFound(w, r)
+			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case http.MethodPatch, http.MethodDelete:
+	case http.MethodPatch:
+		doc, err := m.doc(p)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		if rerr := redfishsim.ValidatePatch(doc, body, redfishsim.ComputerSystemWritable); rerr != nil {
+			rerr.Write(w)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case http.MethodDelete:
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -236,10 +287,46 @@ func TestDMTFMockup(t *testing.T) {
 	}
 	g.Expect(inv.Disks).NotTo(BeEmpty(), "disks from SimpleStorage")
 
+	// Every boot override and power action the controller uses passes the mockup's own AllowableValues.
 	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
-	g.Expect(c.Power(ctx, redfish.PowerCycle)).To(Succeed())
+	g.Expect(c.SetDiskBoot(ctx)).To(Succeed())
+	for _, a := range []redfish.PowerAction{redfish.PowerCycle, redfish.PowerOff, redfish.PowerSoftOff, redfish.PowerOn} {
+		g.Expect(c.Power(ctx, a)).To(Succeed(), "%s", a)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	g.Expect(m.log).To(ContainElement("PATCH /redfish/v1/Systems/437XR1138R2"))
 	g.Expect(m.log).To(ContainElement("POST /redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset"))
+}
+
+// A BMC refuses a PATCH whose If-Match names a version of the system it no longer has (412), and gofish
+// sends the ETag of its last read. The system changes under the client between its read and its PATCH
+// (someone else powered it on here; a host that powers itself off does the same), and the client reads it
+// again and repeats the change instead of failing the provisioning step.
+func TestBootOverrideAfterTheSystemChanged(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	sim := startSim(t)
+	addr, err := redfish.ParseAddress(sim.Address("node-1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	dial := func() redfish.Client {
+		c, err := redfish.Dial(ctx, redfish.Config{Address: addr, Username: "admin", Password: "s3cret"})
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(c.Close)
+		return c
+	}
+	c, other := dial(), dial()
+	sys, err := c.System(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sys.PoweredOn).To(BeFalse())
+	g.Expect(other.Power(ctx, redfish.PowerOn)).To(Succeed())
+
+	before := sim.State("node-1").Requests
+	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
+	g.Expect(sim.State("node-1").Override).To(Equal("Pxe"))
+	g.Expect(sim.State("node-1").Requests-before).To(Equal(int64(3)), "the refused PATCH, one read, the PATCH again")
+
+	g.Expect(other.Power(ctx, redfish.PowerOff)).To(Succeed())
+	g.Expect(c.SetDiskBoot(ctx)).To(Succeed())
+	g.Expect(sim.State("node-1").Override).To(Equal("Hdd"))
 }

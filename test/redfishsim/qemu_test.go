@@ -66,6 +66,7 @@ func TestBootOverrideHddReachesTheDriver(t *testing.T) {
 		req, err := http.NewRequestWithContext(context.Background(), method, "http://"+sim.Host()+"/redfish/v1/Systems/vm0"+path, strings.NewReader(body))
 		g.Expect(err).NotTo(HaveOccurred())
 		req.SetBasicAuth("admin", "pw")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = resp.Body.Close() }()
@@ -83,5 +84,5 @@ func TestBootOverrideHddReachesTheDriver(t *testing.T) {
 
 	code, body = do(http.MethodPatch, "", `{"Boot": {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "Floppy"}}`)
 	g.Expect(code).To(Equal(http.StatusBadRequest))
-	g.Expect(body).To(ContainSubstring("unsupported BootSourceOverrideTarget Floppy"))
+	g.Expect(body).To(And(ContainSubstring("PropertyValueNotInList"), ContainSubstring(`Floppy`)), "Floppy is not among the system's AllowableValues")
 }

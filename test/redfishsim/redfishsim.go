@@ -127,7 +127,7 @@ type Server struct {
 	mu       sync.Mutex
 	systems  map[string]*system
 	sessions map[string]string // token → session id
-	nextSess int
+	nextSess int               // sessions ever opened
 	cert     atomic.Pointer[tls.Certificate]
 	total    atomic.Int64
 	// failPower, when set, makes Reset fail (a BMC that errors).
@@ -386,6 +386,21 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions)
+}
+
+// SessionsOpened counts the sessions ever created.
+func (s *Server) SessionsOpened() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextSess
+}
+
+// ExpireSessions ends every open session, as a BMC does after its SessionTimeout or a reboot: their
+// tokens are refused from now on.
+func (s *Server) ExpireSessions() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.sessions)
 }
 
 func (s *Server) managers(w http.ResponseWriter, parts []string) {

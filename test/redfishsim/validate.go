@@ -110,7 +110,7 @@ func validateObject(resource, patch map[string]any, prefix string, writable []st
 		}
 		allowed := schemaEnums[path]
 		if av, ok := resource[k+"@Redfish.AllowableValues"].([]any); ok {
-			allowed = allowed[:0:0]
+			allowed = []string{} // the service's list replaces the schema's, even when empty
 			for _, v := range av {
 				if s, ok := v.(string); ok {
 					allowed = append(allowed, s)

@@ -151,6 +151,10 @@ type Client interface {
 	// SetDiskBoot makes every boot from now on boot the local disk (a persistent override, as Ironic sets
 	// after writing an image), until the next one-time PXE boot.
 	SetDiskBoot(ctx context.Context) error
+	// Reuse readies a client kept from an earlier reconcile for another: its idle connections are closed,
+	// so the next request verifies the BMC's certificate again (the pin), and System reads the system
+	// again. The Redfish session, if any, is kept: that is the point of keeping the client.
+	Reuse()
 	// Close ends the session.
 	Close()
 }
@@ -175,6 +179,9 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		TLSHandshakeTimeout: timeout,
 		DisableKeepAlives:   false,
 		MaxIdleConnsPerHost: 2,
+		// A client may be kept between reconciles (its session reused) for minutes: its connections are
+		// not, so thousands of kept clients hold no sockets.
+		IdleConnTimeout: 30 * time.Second,
 	}
 	c.transport = transport
 	c.budget.Store(maxRequestsPerCall)
@@ -269,6 +276,12 @@ func (c *gofishClient) CertSHA256() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen
+}
+
+func (c *gofishClient) Reuse() {
+	c.transport.CloseIdleConnections()
+	c.budget.Store(maxRequestsPerCall)
+	c.fresh = false
 }
 
 func (c *gofishClient) Close() {

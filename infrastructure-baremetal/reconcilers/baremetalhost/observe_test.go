@@ -60,7 +60,7 @@ func TestHostAndBMCMetrics(t *testing.T) {
 	g.Expect(hostsIn("none", "detached")()).To(BeEquivalentTo(1))
 	g.Expect(promread.Sum(metrics.Registry, "yonder_baremetalhosts", map[string]string{"namespace": ns})).To(BeEquivalentTo(3), "the unlabelled host is not counted")
 
-	g.Expect(sessions()-sessionsBefore).To(BeNumerically(">=", 2), "registration and inspection each open a session")
+	g.Expect(sessions()-sessionsBefore).To(BeNumerically(">=", 1), "the available host's session was counted (one serves all its passes: TestRegisterInspectAvailable)")
 	g.Expect(rejected()-rejectedBefore).To(BeNumerically(">=", 1), "the wrong password is rejected at session creation")
 	g.Expect(inventoryReads()-inventoryBefore).To(BeNumerically(">=", 5), "inspection reads processors, memory, NICs, storage and PCIe")
 

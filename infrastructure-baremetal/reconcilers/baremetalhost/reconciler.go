@@ -34,7 +34,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -95,6 +97,11 @@ type Reconciler struct {
 	UnsignedBootData bool
 	// Recorder records Events on hosts (observe.go); SetupWithManager sets the manager's.
 	Recorder record.EventRecorder
+
+	// sessions keeps each host's Redfish client between passes (sessions.go).
+	sessions bmcSessions
+	// writes remembers the host versions the controller's own writes replaced (ownwrites.go).
+	writes ownWrites
 }
 
 // SetupWithManager registers the reconciler. Called from yonder-metal-manager's main.go (setup package).
@@ -124,7 +131,21 @@ func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, opts 
 		r.Recorder = mgr.GetEventRecorderFor("yonder-metal-manager") //nolint:staticcheck // core/v1 Events, as CAPI's controllers record them.
 	}
 	r.countHosts(mgr.GetClient())
-	managed := predicate.NewPredicateFuncs(r.manages)
+	// The kept Redfish sessions are logged out when the manager stops leading (or stops).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.sessions.closeAll()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("failed to add the Redfish session closer: %w", err)
+	}
+	// Hosts that are ours, and the update that opts a host out (its kept BMC session is logged out then).
+	managed := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return r.manages(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return r.manages(e.ObjectOld) || r.manages(e.ObjectNew) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return r.manages(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return r.manages(e.Object) },
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("baremetalhost").
 		For(&metal3v1.BareMetalHost{}, builder.WithPredicates(managed)).
@@ -163,20 +184,33 @@ func (r *Reconciler) manages(o client.Object) bool {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, rerr error) {
 	h := &metal3v1.BareMetalHost{}
 	if err := r.Client.Get(ctx, req.NamespacedName, h); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.sessions.drop(req.NamespacedName)
+			r.writes.start(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("BareMetalHost", klog.KObj(h))
 	ctx = ctrl.LoggerInto(ctx, log)
+	if r.writes.outdated(req.NamespacedName, h.ResourceVersion) {
+		// The cache is behind this controller's own last write; its watch event brings the newer version.
+		log.V(4).Info("Host in the cache predates the last write, waiting for the newer version")
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	r.writes.start(req.NamespacedName)
 	if !r.manages(h) {
 		// Opted out (or never in): not ours, even if it carries our finalizer from before.
+		r.sessions.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	// clusterctl move and CAPM3 pause hosts with Metal3's annotations; detached hosts are left alone
-	// (annotations.go), and deleted without deprovisioning.
+	// (annotations.go), and deleted without deprovisioning. Neither needs a BMC session kept open.
 	if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
+		r.sessions.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if done, err := r.reconcileDetached(ctx, h); done || err != nil {
+		r.sessions.drop(req.NamespacedName)
 		return ctrl.Result{}, err
 	}
 	if h.DeletionTimestamp.IsZero() {
@@ -255,18 +289,23 @@ func (r *Reconciler) persist(ctx context.Context, s *scope) error {
 	writeState(h, s.state)
 	h.Status.Provisioning.State = s.state.State
 	status := h.Status.DeepCopy()
+	key := client.ObjectKeyFromObject(h)
 	if !equality.Semantic.DeepEqual(s.orig.Annotations, h.Annotations) || !equality.Semantic.DeepEqual(s.orig.Finalizers, h.Finalizers) {
+		from := h.ResourceVersion
 		if err := r.Client.Patch(ctx, h, client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("failed to patch %s: %w", klog.KObj(h), err)
 		}
+		r.writes.wrote(key, from, h.ResourceVersion)
 		h.Status = *status
 	}
 	if !equality.Semantic.DeepEqual(s.orig.Status, h.Status) {
 		base := h.DeepCopy()
 		base.Status = s.orig.Status
+		from := h.ResourceVersion
 		if err := r.Client.Status().Patch(ctx, h, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("failed to patch status of %s: %w", klog.KObj(h), err)
 		}
+		r.writes.wrote(key, from, h.ResourceVersion)
 	}
 	s.orig = h.DeepCopy()
 	return nil
@@ -331,6 +370,8 @@ type scope struct {
 	orig *metal3v1.BareMetalHost
 	// credVersion is the resourceVersion of the credentials Secret this reconcile used.
 	credVersion string
+	// bmcKey is what bmc was opened with (sessionKey), under which it is kept after the pass.
+	bmcKey string
 }
 
 func (s *scope) transition(to metal3v1.ProvisioningState) {
@@ -432,7 +473,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if res, err := r.connect(ctx, s); err != nil || s.bmc == nil {
 		return res, err
 	}
-	defer s.bmc.Close()
+	defer r.sessions.put(client.ObjectKeyFromObject(h), s.bmcKey, s.bmc)
 	switch s.state.State {
 	case metal3v1.StateRegistering:
 		s.endOperation(metal3v1.StateRegistering)
@@ -537,11 +578,24 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 			pin = seen
 		}
 	}
-	c, err := r.Dial(ctx, redfish.Config{Address: addr, Username: user, Password: pass, BasicAuth: r.BasicAuth, PinnedCertSHA256: pin})
-	if err == nil {
-		// Sessions prove the credentials at connect; basic auth only on the first real request.
-		if _, err = c.System(ctx); err != nil {
+	cfg := redfish.Config{Address: addr, Username: user, Password: pass, BasicAuth: r.BasicAuth, PinnedCertSHA256: pin}
+	s.bmcKey = sessionKey(cfg)
+	// The session of an earlier pass, if the BMC still honours it; else a new one.
+	c := r.sessions.take(client.ObjectKeyFromObject(h), s.bmcKey)
+	if c != nil {
+		if _, err := c.System(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).V(4).Info("Kept Redfish session no longer works, opening a new one", "error", err.Error())
 			c.Close()
+			c = nil
+		}
+	}
+	if c == nil {
+		c, err = r.Dial(ctx, cfg)
+		if err == nil {
+			// Sessions prove the credentials at connect; basic auth only on the first real request.
+			if _, err = c.System(ctx); err != nil {
+				c.Close()
+			}
 		}
 	}
 	switch {
@@ -646,9 +700,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
 				ctrl.LoggerFrom(ctx).Info("Could not power off deleted host", "error", err.Error())
 			}
-			s.bmc.Close()
+			s.bmc.Close() // connect took the kept client: this logs its session out
 		}
 	}
+	r.sessions.drop(client.ObjectKeyFromObject(h))
 	controllerutil.RemoveFinalizer(h, Finalizer)
 	return ctrl.Result{}, nil
 }

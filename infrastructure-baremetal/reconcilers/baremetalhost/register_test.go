@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,7 +21,8 @@ import (
 // A host written for Metal3 goes registering → inspecting → available: the BMC certificate is pinned (no
 // TPM enrolment window is opened),
 // status.hardware holds the Redfish inventory (GPUs in an annotation and labels), the host stays powered off, and
-// every Redfish session is logged out. A host without the opt-in label is never touched.
+// one Redfish session serves every pass (kept between them), logged out when the host is deleted. A host
+// without the opt-in label is never touched.
 func TestRegisterInspectAvailable(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -61,7 +63,8 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	g.Expect(got.Status.OperationHistory.Register.End.IsZero()).To(BeFalse())
 	g.Expect(got.Status.OperationHistory.Inspect.End.IsZero()).To(BeFalse())
 	g.Expect(sim.State("s1").PoweredOn).To(BeFalse())
-	g.Eventually(sim.Sessions).Should(BeZero())
+	g.Expect(sim.SessionsOpened()).To(Equal(1), "registration and inspection share one session")
+	g.Expect(sim.Sessions()).To(Equal(1), "the session is kept for the next pass")
 
 	// spec.online powers the available host on, and off again.
 	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Online = true })
@@ -80,6 +83,42 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(env.Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{}))
 	}).Should(BeTrue())
+	g.Eventually(sim.Sessions).Should(BeZero(), "the deleted host's session is logged out")
+	g.Expect(sim.SessionsOpened()).To(Equal(1), "the power changes used the kept session too")
+}
+
+// A kept session the BMC ended (its SessionTimeout, a BMC reboot) is not mistaken for rejected
+// credentials: the next pass opens a new session and the host carries on with it. A host opted out of
+// Yonder has its session logged out.
+func TestExpiredBMCSession(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-sess").Name
+	sim := startSim(t, nil)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:01"))
+	startController(t, testReconciler(nil), ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:01", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Expect(sim.SessionsOpened()).To(Equal(1))
+
+	sim.ExpireSessions()
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Online = true })
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeTrue())
+	got := getHost(g, h)
+	g.Expect(got.Status.ErrorType).To(BeEmpty(), "an expired session is no credential error")
+	g.Expect(meta.FindStatusCondition(got.Status.Conditions, baremetalhost.BareMetalHostBMCAccessibleCondition)).To(HaveField("Status", metav1.ConditionTrue))
+	g.Expect(sim.State("s1").PoweredOn).To(BeTrue())
+	g.Expect(sim.SessionsOpened()).To(Equal(2), "one new session after the expired one")
+	g.Expect(sim.Sessions()).To(Equal(1))
+
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { h.Spec.Online = false })
+	g.Eventually(func(g Gomega) bool { return getHost(g, h).Status.PoweredOn }).Should(BeFalse())
+	g.Expect(sim.SessionsOpened()).To(Equal(2), "unchanged credentials keep the session")
+	g.Expect(sim.Sessions()).To(Equal(1))
+
+	// Opted out: the host is no longer ours, and neither is its session.
+	patchHost(g, h, func(h *metal3v1.BareMetalHost) { delete(h.Labels, baremetalhost.ManagedLabel) })
+	g.Eventually(sim.Sessions).Should(BeZero())
 }
 
 // Wrong credentials: the host stays registering with a registration error that names the Secret; fixing

@@ -64,6 +64,8 @@ type GPU struct {
 type NIC struct {
 	ID, MAC   string
 	SpeedMbps int
+	// IPs the BMC reports for the interface (as BMCs that learn them from the OS do); none by default.
+	IPs []string
 }
 
 // Disk is one drive.
@@ -77,6 +79,8 @@ type Disk struct {
 type SystemSpec struct {
 	ID                                string
 	Manufacturer, Model, SerialNumber string
+	// Hostname is the HostName the BMC reports (learnt from the OS); empty by default, as on many BMCs.
+	Hostname string
 	BIOSVersion                       string
 	CPUs                              []CPU
 	GPUs                              []GPU

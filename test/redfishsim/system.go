@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"sync"
 )
 
@@ -103,8 +104,17 @@ func (s *Server) ethernetInterfaces(w http.ResponseWriter, base string, sys *sys
 	}
 	for _, n := range sys.spec.NICs {
 		if len(rest) == 1 && n.ID == rest[0] {
+			v4, v6 := []any{}, []any{}
+			for _, ip := range n.IPs {
+				if a, err := netip.ParseAddr(ip); err == nil && a.Is4() {
+					v4 = append(v4, map[string]any{"Address": ip, "SubnetMask": "255.255.255.0", "AddressOrigin": "DHCP"})
+				} else {
+					v6 = append(v6, map[string]any{"Address": ip, "PrefixLength": 64, "AddressOrigin": "DHCPv6"})
+				}
+			}
 			writeJSON(w, http.StatusOK, map[string]any{"@odata.id": base + "/EthernetInterfaces/" + n.ID, "@odata.type": "#EthernetInterface.v1_6_0.EthernetInterface",
 				"Id": n.ID, "Name": "Ethernet interface", "MACAddress": n.MAC, "PermanentMACAddress": n.MAC, "SpeedMbps": n.SpeedMbps,
+				"IPv4Addresses": v4, "IPv6Addresses": v6,
 				"LinkStatus": "LinkUp", "Status": map[string]any{"State": "Enabled", "Health": "OK"}})
 			return
 		}
@@ -177,7 +187,7 @@ func (s *Server) systemJSON(sys *system) map[string]any {
 	return map[string]any{
 		"@odata.id": base, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
 		"Id": sys.spec.ID, "Name": sys.spec.ID, "SystemType": "Physical",
-		"Manufacturer": sys.spec.Manufacturer, "Model": sys.spec.Model, "SerialNumber": sys.spec.SerialNumber,
+		"Manufacturer": sys.spec.Manufacturer, "Model": sys.spec.Model, "SerialNumber": sys.spec.SerialNumber, "HostName": sys.spec.Hostname,
 		"UUID": "00000000-0000-4000-8000-" + fmt.Sprintf("%012x", hash(sys.spec.ID)), "BiosVersion": sys.spec.BIOSVersion,
 		"PowerState": power, "Status": map[string]any{"State": "Enabled", "Health": "OK"},
 		"Boot": map[string]any{

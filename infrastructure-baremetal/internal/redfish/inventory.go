@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -25,6 +26,7 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 		Model:        s.Model,
 		SerialNumber: s.SerialNumber,
 		BIOSVersion:  s.BiosVersion,
+		Hostname:     hostname(s.HostName),
 	}
 	for _, read := range []func(*schemas.ComputerSystem, *Inventory) error{c.readProcessors, c.readMemory, c.readNICs, c.readDisks, c.readPCIeGPUs} {
 		if err := read(s, inv); err != nil {
@@ -135,9 +137,52 @@ func (c *gofishClient) readNICs(s *schemas.ComputerSystem, inv *Inventory) error
 		if err != nil {
 			return c.classify("read Ethernet interfaces from", err)
 		}
-		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: speed / 1000})
+		inv.NICs = append(inv.NICs, NIC{Name: n.ID, MAC: strings.ToLower(mac), SpeedGbps: speed / 1000, IPs: nicIPs(n)})
 	}
 	return nil
+}
+
+// maxIPsPerNIC bounds the addresses kept per interface (a BMC's list is not trusted to be short).
+const maxIPsPerNIC = 4
+
+// nicIPs are an interface's usable IPv4 then IPv6 addresses.
+func nicIPs(n *schemas.EthernetInterface) []string {
+	var out []string
+	add := func(s string) {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.IsUnspecified() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.Zone() != "" {
+			return
+		}
+		if a = a.Unmap(); !slices.Contains(out, a.String()) && len(out) < maxIPsPerNIC {
+			out = append(out, a.String())
+		}
+	}
+	for _, a := range n.IPv4Addresses {
+		add(a.Address)
+	}
+	for _, a := range n.IPv6Addresses {
+		add(a.Address)
+	}
+	return out
+}
+
+// hostname is the BMC's HostName if it is a valid DNS name (RFC 1123), else "": it becomes a Machine address.
+func hostname(s string) string {
+	s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), ".")
+	if len(s) == 0 || len(s) > 253 {
+		return ""
+	}
+	for _, label := range strings.Split(s, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return ""
+		}
+		for _, c := range label {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+				return ""
+			}
+		}
+	}
+	return s
 }
 
 // readDisks reads the drives of every storage controller, or the SimpleStorage devices of BMCs without

@@ -106,6 +106,8 @@ type System struct {
 type Inventory struct {
 	Manufacturer, Model, SerialNumber string
 	BIOSVersion                       string
+	// Hostname is the system's HostName as the BMC knows it from the running OS (empty when it does not).
+	Hostname string
 	CPU                               CPU
 	MemoryMiB                         int
 	NICs                              []NIC
@@ -125,6 +127,10 @@ type CPU struct {
 type NIC struct {
 	Name, MAC string
 	SpeedGbps int
+	// IPs are the interface's usable addresses as the BMC reports them (IPv4 first; unspecified, loopback
+	// and link-local addresses left out). BMCs that learn them from the OS or from a shared LOM fill them;
+	// many report none.
+	IPs []string
 }
 
 // Disk is one drive.

@@ -277,7 +277,9 @@ func TestDMTFMockup(t *testing.T) {
 	g.Expect(inv.CPU.Count).To(Equal(16))
 	g.Expect(inv.CPU.Arch).To(Equal("x86_64"))
 	g.Expect(inv.MemoryMiB).To(BeNumerically(">", 0))
-	g.Expect(inv.NICs).To(ContainElement(HaveField("MAC", "12:44:6a:3b:04:11")))
+	g.Expect(inv.NICs).To(ContainElement(And(HaveField("MAC", "12:44:6a:3b:04:11"),
+		HaveField("IPs", []string{"192.168.0.10"}))), "the static IPv4 address; the link-local IPv6 one is no Machine address")
+	g.Expect(inv.Hostname).To(Equal("web483"), "the system's HostName")
 	macs := map[string]int{}
 	for _, n := range inv.NICs {
 		macs[n.MAC]++

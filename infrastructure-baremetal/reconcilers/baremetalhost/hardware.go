@@ -19,8 +19,18 @@ func hardwareDetails(inv *redfish.Inventory) *metal3v1.HardwareDetails {
 		CPU: metal3v1.CPU{Arch: inv.CPU.Arch, Model: inv.CPU.Model, Count: inv.CPU.Count,
 			ClockMegahertz: metal3v1.ClockSpeed(inv.CPU.MaxSpeedMHz)},
 	}
+	hd.Hostname = inv.Hostname
+	// Metal3 keeps one IP per NIC entry: an interface with several addresses is listed once per address,
+	// as Metal3's baremetal-operator lists an interface's IPv4 and IPv6 addresses.
 	for _, n := range inv.NICs {
-		hd.NIC = append(hd.NIC, metal3v1.NIC{Name: n.Name, MAC: n.MAC, SpeedGbps: n.SpeedGbps})
+		nic := metal3v1.NIC{Name: n.Name, MAC: n.MAC, SpeedGbps: n.SpeedGbps}
+		if len(n.IPs) == 0 {
+			hd.NIC = append(hd.NIC, nic)
+		}
+		for _, ip := range n.IPs {
+			nic.IP = ip
+			hd.NIC = append(hd.NIC, nic)
+		}
 	}
 	for _, d := range inv.Disks {
 		t := metal3v1.DiskType("")

@@ -30,6 +30,9 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	sim := startSim(t, nil)
 	spec := redfishsim.DefaultSystem("s1", "52:54:00:10:00:01")
 	spec.GPUs = []redfishsim.GPU{{Vendor: "NVIDIA", Model: "H100"}, {Vendor: "NVIDIA", Model: "H100"}}
+	// A BMC that knows the OS's name and addresses (they become the Machine's addresses).
+	spec.Hostname = "Node-S1.example.com"
+	spec.NICs[0].IPs = []string{"10.1.2.3", "fe80::1", "fd00::3"}
 	sim.AddSystem(spec)
 	sim.AddSystem(redfishsim.DefaultSystem("s2", "52:54:00:10:00:02"))
 	startController(t, testReconciler(nil), ns)
@@ -53,7 +56,9 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	g.Expect(hw.CPU.Count).To(Equal(8))
 	g.Expect(hw.CPU.Arch).To(Equal("x86_64"))
 	g.Expect(hw.RAMMebibytes).To(Equal(16384))
-	g.Expect(hw.NIC).To(ConsistOf(metal3v1.NIC{Name: "nic0", MAC: "52:54:00:10:00:01", SpeedGbps: 10}))
+	g.Expect(hw.NIC).To(ConsistOf(metal3v1.NIC{Name: "nic0", MAC: "52:54:00:10:00:01", SpeedGbps: 10, IP: "10.1.2.3"},
+		metal3v1.NIC{Name: "nic0", MAC: "52:54:00:10:00:01", SpeedGbps: 10, IP: "fd00::3"}), "one entry per address, as Metal3 lists them; link-local left out")
+	g.Expect(hw.Hostname).To(Equal("node-s1.example.com"))
 	g.Expect(hw.Storage).To(HaveLen(1))
 	g.Expect(hw.Storage[0].Type).To(Equal(metal3v1.SSD))
 	g.Expect(got.Status.OperationalStatus).To(Equal(metal3v1.OperationalStatusOK))

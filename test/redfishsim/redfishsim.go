@@ -80,13 +80,13 @@ type SystemSpec struct {
 	ID                                string
 	Manufacturer, Model, SerialNumber string
 	// Hostname is the HostName the BMC reports (learnt from the OS); empty by default, as on many BMCs.
-	Hostname string
-	BIOSVersion                       string
-	CPUs                              []CPU
-	GPUs                              []GPU
-	DIMMsMiB                          []int
-	NICs                              []NIC
-	Disks                             []Disk
+	Hostname    string
+	BIOSVersion string
+	CPUs        []CPU
+	GPUs        []GPU
+	DIMMsMiB    []int
+	NICs        []NIC
+	Disks       []Disk
 }
 
 // DefaultSystem is a small x86 server with one NIC of the given MAC.

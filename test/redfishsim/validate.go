@@ -98,15 +98,15 @@ func validateObject(resource, patch map[string]any, prefix string, writable []st
 			}
 			p, ok := patch[k].(map[string]any)
 			if !ok {
-				return badRequest("PropertyValueTypeError", "the property %s takes an object, not %s", path, jsonKind(patch[k]))
+				return badRequest("PropertyValueTypeError", "the property %s takes an object, not %s", path, JSONType(patch[k]))
 			}
 			if err := validateObject(sub, p, path+"/", writable); err != nil {
 				return err
 			}
 			continue
 		}
-		if current != nil && jsonKind(current) != jsonKind(patch[k]) {
-			return badRequest("PropertyValueTypeError", "the property %s takes a %s, not %s", path, jsonKind(current), jsonKind(patch[k]))
+		if current != nil && JSONType(current) != JSONType(patch[k]) {
+			return badRequest("PropertyValueTypeError", "the property %s takes a %s, not %s", path, JSONType(current), JSONType(patch[k]))
 		}
 		allowed := schemaEnums[path]
 		if av, ok := resource[k+"@Redfish.AllowableValues"].([]any); ok {
@@ -151,7 +151,7 @@ func ValidateAction(resource map[string]any, name string, body []byte, required 
 		}
 		s, isString := params[p].(string)
 		if !isString {
-			return badRequest("ActionParameterValueTypeError", "the parameter %s of %s takes a string, not %s", p, name, jsonKind(params[p]))
+			return badRequest("ActionParameterValueTypeError", "the parameter %s of %s takes a string, not %s", p, name, JSONType(params[p]))
 		}
 		if !slices.ContainsFunc(av, func(v any) bool { return v == s }) {
 			return badRequest("ActionParameterValueNotInList", "the value %q of %s is not one %s allows (%v)", s, p, name, av)
@@ -195,7 +195,9 @@ func holdsWritable(path string, writable []string) bool {
 	return slices.ContainsFunc(writable, func(w string) bool { return strings.HasPrefix(w, path+"/") })
 }
 
-func jsonKind(v any) string {
+// JSONType names the JSON type of a decoded JSON value (or of the Go values a document is built from):
+// string, number, boolean, array, object or null.
+func JSONType(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"

@@ -212,8 +212,8 @@ func compareShape(path string, got, want map[string]any, allowed map[string]stri
 			used[p] = true
 			continue
 		}
-		if kind(gv) != kind(wv) {
-			*diffs = append(*diffs, p+": "+kind(gv)+" here, "+kind(wv)+" in the DMTF mockup")
+		if redfishsim.JSONType(gv) != redfishsim.JSONType(wv) {
+			*diffs = append(*diffs, p+": "+redfishsim.JSONType(gv)+" here, "+redfishsim.JSONType(wv)+" in the DMTF mockup")
 			continue
 		}
 		if gm, ok := gv.(map[string]any); ok {
@@ -230,22 +230,4 @@ func compareShape(path string, got, want map[string]any, allowed map[string]stri
 			}
 		}
 	}
-}
-
-func kind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "string"
-	case bool:
-		return "boolean"
-	case float64:
-		return "number"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	}
-	return "?"
 }

@@ -107,12 +107,12 @@ type Inventory struct {
 	Manufacturer, Model, SerialNumber string
 	BIOSVersion                       string
 	// Hostname is the system's HostName as the BMC knows it from the running OS (empty when it does not).
-	Hostname string
-	CPU                               CPU
-	MemoryMiB                         int
-	NICs                              []NIC
-	Disks                             []Disk
-	GPUs                              []GPU
+	Hostname  string
+	CPU       CPU
+	MemoryMiB int
+	NICs      []NIC
+	Disks     []Disk
+	GPUs      []GPU
 }
 
 // CPU summarises the host's processors (GPUs excluded).

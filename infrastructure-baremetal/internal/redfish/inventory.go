@@ -20,7 +20,6 @@ func (c *gofishClient) Inventory(_ context.Context) (*Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.fresh = false
 	inv := &Inventory{
 		Manufacturer: s.Manufacturer,
 		Model:        s.Model,

@@ -149,6 +149,8 @@ type GPU struct {
 type Client interface {
 	// CertSHA256 is the hex SHA-256 of the certificate the BMC presented (empty over plain HTTP).
 	CertSHA256() string
+	// System is the power and boot state: read from the BMC, unless it was read since the client's last
+	// change (power action, boot override) and since Reuse.
 	System(ctx context.Context) (*System, error)
 	Inventory(ctx context.Context) (*Inventory, error)
 	Power(ctx context.Context, action PowerAction) error
@@ -242,7 +244,8 @@ type gofishClient struct {
 	seen     string
 	mismatch bool
 	sys      *schemas.ComputerSystem
-	// fresh is true while sys was read by this reconcile's first call, so System does not read it twice.
+	// fresh is true while sys is as read in this pass and the client changed nothing since (no reset, no
+	// boot override): System then answers from it instead of reading the system again.
 	fresh bool
 }
 
@@ -328,14 +331,12 @@ func (c *gofishClient) System(_ context.Context) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.fresh {
-		c.fresh = false
-	} else {
+	if !c.fresh {
 		// Re-read: power and boot state change underneath us.
 		if s, err = schemas.GetComputerSystem(c.api, s.ODataID); err != nil {
 			return nil, c.classify("read system "+c.sys.ODataID+" from", err)
 		}
-		c.sys = s
+		c.sys, c.fresh = s, true
 	}
 	out := &System{ID: s.ID, PoweredOn: s.PowerState == schemas.OnPowerState || s.PowerState == schemas.PoweringOnPowerState}
 	if s.Boot.BootSourceOverrideEnabled != "" && s.Boot.BootSourceOverrideEnabled != schemas.DisabledBootSourceOverrideEnabled {
@@ -350,6 +351,7 @@ func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
 	if err != nil {
 		return err
 	}
+	c.fresh = false // the power state changes
 	if _, err := s.Reset(schemas.ResetType(action)); err != nil {
 		return c.classify("reset ("+string(action)+") system on", err)
 	}
@@ -379,6 +381,7 @@ func (c *gofishClient) setBoot(what string, b *schemas.Boot) error {
 	if err != nil {
 		return err
 	}
+	c.fresh = false // the boot override changes
 	err = s.SetBoot(b)
 	var rerr *schemas.Error
 	if errors.As(err, &rerr) && rerr.HTTPReturnedStatusCode == http.StatusPreconditionFailed {

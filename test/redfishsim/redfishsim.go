@@ -121,6 +121,8 @@ type Options struct {
 	Plain bool
 	// Listener, when set, is served instead of a fresh loopback listener (e.g. an address in a namespace).
 	Listener net.Listener
+	// IfMatchOnActions makes actions (Reset) honour If-Match as PATCH does, as some BMCs do.
+	IfMatchOnActions bool
 }
 
 // Server is a running emulator.

@@ -279,8 +279,12 @@ func (s *Server) patchBoot(w http.ResponseWriter, r *http.Request, sys *system) 
 
 func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
 	raw, rerr := readBody(w, r, 4096)
+	doc := s.systemDoc(sys)
+	if rerr == nil && s.opts.IfMatchOnActions {
+		rerr = CheckIfMatch(r, doc["@odata.etag"].(string))
+	}
 	if rerr == nil {
-		rerr = ValidateAction(s.systemDoc(sys), "#ComputerSystem.Reset", raw, "ResetType")
+		rerr = ValidateAction(doc, "#ComputerSystem.Reset", raw, "ResetType")
 	}
 	if rerr != nil {
 		rerr.Write(w)

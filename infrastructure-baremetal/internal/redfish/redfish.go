@@ -352,6 +352,9 @@ func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
 		return err
 	}
 	c.fresh = false // the power state changes
+	// gofish sends the system's ETag with the action too; a BMC that checks it there answers 412 when the
+	// system changed since it was read, and gofish repeats the action without If-Match itself
+	// (TestPowerAfterTheSystemChangedOnAStrictBMC).
 	if _, err := s.Reset(schemas.ResetType(action)); err != nil {
 		return c.classify("reset ("+string(action)+") system on", err)
 	}
@@ -372,6 +375,21 @@ func (c *gofishClient) SetDiskBoot(_ context.Context) error {
 	})
 }
 
+// preconditionFailed reports whether the BMC refused a change because the client's If-Match (gofish sends
+// the ETag of its last read of the system) names an older version of the system.
+func preconditionFailed(err error) bool { return schemas.Is412PreconditionFailed(err) }
+
+// reread reads the system again for a change that is then repeated; the system is not fresh, as the
+// change is still to come.
+func (c *gofishClient) reread() (*schemas.ComputerSystem, error) {
+	s, err := schemas.GetComputerSystem(c.api, c.sys.ODataID)
+	if err != nil {
+		return nil, c.classify("read system "+c.sys.ODataID+" from", err)
+	}
+	c.sys, c.fresh = s, false
+	return s, nil
+}
+
 // setBoot PATCHes the boot override. gofish sends the ETag of the system as last read in If-Match, and a
 // BMC that checks it answers 412 when the system changed since (a power action of ours or anyone's, the
 // host powering itself off): the system is then read again and the PATCH repeated, once.
@@ -383,12 +401,10 @@ func (c *gofishClient) setBoot(what string, b *schemas.Boot) error {
 	}
 	c.fresh = false // the boot override changes
 	err = s.SetBoot(b)
-	var rerr *schemas.Error
-	if errors.As(err, &rerr) && rerr.HTTPReturnedStatusCode == http.StatusPreconditionFailed {
-		if s, err = schemas.GetComputerSystem(c.api, s.ODataID); err != nil {
-			return c.classify("read system "+c.sys.ODataID+" from", err)
+	if preconditionFailed(err) {
+		if s, err = c.reread(); err != nil {
+			return err
 		}
-		c.sys, c.fresh = s, false
 		err = s.SetBoot(b)
 	}
 	if err != nil {

@@ -332,3 +332,30 @@ func TestBootOverrideAfterTheSystemChanged(t *testing.T) {
 	g.Expect(c.SetDiskBoot(ctx)).To(Succeed())
 	g.Expect(sim.State("node-1").Override).To(Equal("Hdd"))
 }
+
+// Some BMCs check If-Match on actions as well. gofish repeats a refused (412) action without If-Match
+// itself, so a power action after the system changed under the client still happens, once.
+func TestPowerAfterTheSystemChangedOnAStrictBMC(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	sim, err := redfishsim.Start(redfishsim.Options{Username: "admin", Password: "s3cret", IfMatchOnActions: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(sim.Close)
+	sim.AddSystem(redfishsim.DefaultSystem("node-1", "52:54:00:aa:00:01"))
+	addr, err := redfish.ParseAddress(sim.Address("node-1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := redfish.Dial(ctx, redfish.Config{Address: addr, Username: "admin", Password: "s3cret"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	other, err := redfish.Dial(ctx, redfish.Config{Address: addr, Username: "admin", Password: "s3cret"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer other.Close()
+
+	_, err = c.System(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(other.SetOneTimePXEBoot(ctx)).To(Succeed(), "someone else arms a PXE boot: the system's ETag changes")
+	before := sim.State("node-1").Requests
+	g.Expect(c.Power(ctx, redfish.PowerOn)).To(Succeed())
+	g.Expect(sim.State("node-1").Requests-before).To(Equal(int64(2)), "the refused reset and the reset again")
+	g.Expect(sim.State("node-1")).To(And(HaveField("PoweredOn", BeTrue()), HaveField("PXEBoots", 1)))
+}

@@ -122,3 +122,28 @@ func debugfs(t *testing.T, fs, request string) string {
 	}
 	return string(out)
 }
+
+// The image's own cloud-init checks cloud-config: valid data passes, invalid data is refused with
+// cloud-init's reasons, and the check leaves no mount or loop device behind.
+func TestCloudInitSchema(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	img, err := osimage.Cached(ctx, osimage.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	out, err := img.CloudInitSchema(ctx, []byte("#cloud-config\nwrite_files:\n  - path: /etc/x\n    content: hi\n    permissions: \"0600\"\nruncmd:\n  - [echo, hi]\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("Valid cloud-config"))
+
+	out, err = img.CloudInitSchema(ctx, []byte("#cloud-config\nruncmd: echo\nwrite_files:\n  - content: hi\n"))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(And(ContainSubstring("runcmd: 'echo' is not of type 'array'"), ContainSubstring("'path' is a required property")))
+
+	// Other tests make loop devices at the same time: only ours (backed by the image) must be gone.
+	loops, err := exec.CommandContext(ctx, "losetup", "-j", img.Raw).Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(loops)).To(BeEmpty(), "no loop device left on the image")
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(mounts)).NotTo(ContainSubstring("osimage-schema-"), "no mount left")
+}

@@ -92,18 +92,25 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	g.Expect(sim.SessionsOpened()).To(Equal(1), "the power changes used the kept session too")
 }
 
-// A kept session the BMC ended (its SessionTimeout, a BMC reboot) is not mistaken for rejected
-// credentials: the next pass opens a new session and the host carries on with it. A host opted out of
-// Yonder has its session logged out.
-func TestExpiredBMCSession(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	ns := env.CreateNamespace(ctx, t, "bmh-sess").Name
+// availableHost starts the controller for a new namespace with one host on a fresh emulator and waits
+// until the host is available.
+func availableHost(t *testing.T, g *WithT, prefix string) (*redfishsim.Server, *metal3v1.BareMetalHost) {
+	t.Helper()
+	ns := env.CreateNamespace(context.Background(), t, prefix).Name
 	sim := startSim(t, nil)
 	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:01"))
 	startController(t, testReconciler(nil), ns)
 	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:01", bmcPass)
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	return sim, h
+}
+
+// A kept session the BMC ended (its SessionTimeout, a BMC reboot) is not mistaken for rejected
+// credentials: the next pass opens a new session and the host carries on with it. A host opted out of
+// Yonder has its session logged out.
+func TestExpiredBMCSession(t *testing.T) {
+	g := NewWithT(t)
+	sim, h := availableHost(t, g, "bmh-sess")
 	g.Expect(sim.SessionsOpened()).To(Equal(1))
 
 	sim.ExpireSessions()
@@ -160,13 +167,7 @@ func TestWrongCredentials(t *testing.T) {
 // removes the pin; then the new certificate is pinned and the host recovers.
 func TestChangedBMCCertificate(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
-	ns := env.CreateNamespace(ctx, t, "bmh-cert").Name
-	sim := startSim(t, nil)
-	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:01"))
-	startController(t, testReconciler(nil), ns)
-	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:01", bmcPass)
-	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	sim, h := availableHost(t, g, "bmh-cert")
 	oldPin := getHost(g, h).Annotations[baremetalhost.CertPinAnnotation]
 
 	g.Expect(sim.RotateCertificate()).To(Succeed())

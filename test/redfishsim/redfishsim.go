@@ -82,11 +82,14 @@ type SystemSpec struct {
 	// Hostname is the HostName the BMC reports (learnt from the OS); empty by default, as on many BMCs.
 	Hostname    string
 	BIOSVersion string
-	CPUs        []CPU
-	GPUs        []GPU
-	DIMMsMiB    []int
-	NICs        []NIC
-	Disks       []Disk
+	// ResetTypes are the ResetTypes the system's Reset action offers (default DefaultResetTypes); BMCs
+	// differ (some have PowerCycle but no ForceRestart, some ForceOn but no On).
+	ResetTypes []string
+	CPUs       []CPU
+	GPUs       []GPU
+	DIMMsMiB   []int
+	NICs       []NIC
+	Disks      []Disk
 }
 
 // DefaultSystem is a small x86 server with one NIC of the given MAC.
@@ -99,6 +102,9 @@ func DefaultSystem(id, mac string) SystemSpec {
 		Disks:    []Disk{{ID: "disk0", Model: "Emulated NVMe", Vendor: "Yonder", Serial: "D-" + id, SizeBytes: 64 << 30, MediaType: "SSD", WWN: "0x5000000000000001"}},
 	}
 }
+
+// DefaultResetTypes are the ResetTypes a system offers unless its spec names others.
+var DefaultResetTypes = []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart", "PowerCycle"}
 
 type system struct {
 	spec          SystemSpec

@@ -204,9 +204,16 @@ func (s *Server) systemJSON(sys *system) map[string]any {
 		"Links":              map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/BMC")}},
 		"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{
 			"target":                            base + "/Actions/ComputerSystem.Reset",
-			"ResetType@Redfish.AllowableValues": []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart", "PowerCycle"},
+			"ResetType@Redfish.AllowableValues": resetTypes(sys.spec),
 		}},
 	}
+}
+
+func resetTypes(spec SystemSpec) []string {
+	if len(spec.ResetTypes) > 0 {
+		return spec.ResetTypes
+	}
+	return DefaultResetTypes
 }
 
 func hash(s string) uint64 {
@@ -299,7 +306,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request, sys *system) {
 	ctx := context.WithoutCancel(r.Context())
 	var err error
 	switch body.ResetType {
-	case "On":
+	case "On", "ForceOn":
 		err = s.powerOn(ctx, sys, false)
 	case "ForceOff", "GracefulShutdown":
 		err = s.powerOff(ctx, sys)

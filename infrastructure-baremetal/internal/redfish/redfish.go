@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,14 +352,55 @@ func (c *gofishClient) Power(_ context.Context, action PowerAction) error {
 	if err != nil {
 		return err
 	}
+	resetType, err := c.resetType(s, action)
+	if err != nil {
+		return err
+	}
 	c.fresh = false // the power state changes
 	// gofish sends the system's ETag with the action too; a BMC that checks it there answers 412 when the
 	// system changed since it was read, and gofish repeats the action without If-Match itself
 	// (TestPowerAfterTheSystemChangedOnAStrictBMC).
-	if _, err := s.Reset(schemas.ResetType(action)); err != nil {
-		return c.classify("reset ("+string(action)+") system on", err)
+	if _, err := s.Reset(resetType); err != nil {
+		return c.classify("reset ("+string(resetType)+") system on", err)
 	}
 	return nil
+}
+
+// resetTypes are the Redfish ResetTypes that carry out each power action, best first. BMCs offer different
+// subsets (the system's Reset action lists its AllowableValues): some have no ForceRestart but PowerCycle,
+// some no On but ForceOn.
+var resetTypes = map[PowerAction][]schemas.ResetType{
+	PowerOn:    {schemas.OnResetType, schemas.ForceOnResetType},
+	PowerOff:   {schemas.ForceOffResetType},
+	PowerCycle: {schemas.ForceRestartResetType, schemas.PowerCycleResetType},
+	// A power-button press asks a running OS to shut down through ACPI, as GracefulShutdown does.
+	PowerSoftOff: {schemas.GracefulShutdownResetType, schemas.PushPowerButtonResetType},
+}
+
+// ErrResetTypeNotOffered is returned by Power when the system offers no ResetType for the action; nothing
+// was sent to the BMC.
+var ErrResetTypeNotOffered = errors.New("the BMC offers no reset type for this power action")
+
+// resetType picks the first ResetType for action that the system offers; a system that lists none is
+// assumed to offer the first.
+func (c *gofishClient) resetType(s *schemas.ComputerSystem, action PowerAction) (schemas.ResetType, error) {
+	want, ok := resetTypes[action]
+	if !ok {
+		return "", fmt.Errorf("unknown power action %q", action)
+	}
+	offered, err := s.GetSupportedResetTypes()
+	if err != nil {
+		return "", c.classify("read the reset types of", err)
+	}
+	if len(offered) == 0 {
+		return want[0], nil
+	}
+	for _, t := range want {
+		if slices.Contains(offered, t) {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("%w: BMC %s offers the reset types %v, none of %v that %s needs", ErrResetTypeNotOffered, c.cfg.Address.Endpoint, offered, want, action)
 }
 
 func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {

@@ -359,3 +359,34 @@ func TestPowerAfterTheSystemChangedOnAStrictBMC(t *testing.T) {
 	g.Expect(sim.State("node-1").Requests-before).To(Equal(int64(2)), "the refused reset and the reset again")
 	g.Expect(sim.State("node-1")).To(And(HaveField("PoweredOn", BeTrue()), HaveField("PXEBoots", 1)))
 }
+
+// BMCs offer different ResetTypes: each power action uses one the system lists — a power cycle is
+// PowerCycle where ForceRestart is missing, a power-on ForceOn where On is — and an action the BMC cannot
+// carry out is refused before anything is sent, naming what the BMC offers.
+func TestPowerUsesTheResetTypesTheBMCOffers(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	drv := redfishsim.NewMemoryDriver()
+	sim, err := redfishsim.Start(redfishsim.Options{Username: "admin", Password: "s3cret", Driver: drv})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(sim.Close)
+	spec := redfishsim.DefaultSystem("node-1", "52:54:00:aa:00:01")
+	spec.ResetTypes = []string{"ForceOn", "ForceOff", "PowerCycle"}
+	sim.AddSystem(spec)
+	addr, err := redfish.ParseAddress(sim.Address("node-1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := redfish.Dial(ctx, redfish.Config{Address: addr, Username: "admin", Password: "s3cret"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+
+	g.Expect(c.Power(ctx, redfish.PowerOn)).To(Succeed(), "ForceOn")
+	g.Expect(sim.State("node-1").PoweredOn).To(BeTrue())
+	g.Expect(c.Power(ctx, redfish.PowerCycle)).To(Succeed(), "PowerCycle")
+	g.Expect(drv.Boots("node-1")).To(HaveLen(2), "powered on, then cycled")
+	before := sim.State("node-1").Requests
+	err = c.Power(ctx, redfish.PowerSoftOff)
+	g.Expect(errors.Is(err, redfish.ErrResetTypeNotOffered)).To(BeTrue(), "%v", err)
+	g.Expect(err).To(MatchError(And(ContainSubstring("GracefulShutdown"), ContainSubstring("PushPowerButton"), ContainSubstring("PowerCycle"))))
+	g.Expect(sim.State("node-1").Requests).To(Equal(before), "nothing sent")
+	g.Expect(sim.State("node-1").PoweredOn).To(BeTrue())
+}

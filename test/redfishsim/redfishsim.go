@@ -228,6 +228,8 @@ type SystemState struct {
 	PXEBoots int
 	// Override is the pending boot override ("Pxe" when a one-time PXE boot is armed).
 	Override string
+	// BootMode is the firmware mode boots use (BootSourceOverrideMode: "Legacy" or "UEFI").
+	BootMode string
 	Requests int64
 }
 
@@ -239,7 +241,7 @@ func (s *Server) State(id string) SystemState {
 	if !ok {
 		return SystemState{}
 	}
-	st := SystemState{PoweredOn: sys.poweredOn, PXEBoots: sys.pxeBoots, Requests: sys.requests.Load()}
+	st := SystemState{PoweredOn: sys.poweredOn, PXEBoots: sys.pxeBoots, Requests: sys.requests.Load(), BootMode: sys.overrideMode}
 	if sys.overrideOn != "Disabled" {
 		st.Override = sys.overrideTgt
 	}

@@ -95,6 +95,16 @@ const (
 	PowerSoftOff PowerAction = "GracefulShutdown"
 )
 
+// BootMode is the firmware mode a boot override asks for (Redfish BootSourceOverrideMode).
+type BootMode string
+
+// Boot modes. BootModeCurrent sends no mode: the system boots in the mode it is set to.
+const (
+	BootModeCurrent BootMode = ""
+	BootModeUEFI    BootMode = "UEFI"
+	BootModeLegacy  BootMode = "Legacy"
+)
+
 // System is the power and boot state of a ComputerSystem.
 type System struct {
 	ID        string
@@ -155,11 +165,12 @@ type Client interface {
 	System(ctx context.Context) (*System, error)
 	Inventory(ctx context.Context) (*Inventory, error)
 	Power(ctx context.Context, action PowerAction) error
-	// SetOneTimePXEBoot makes the next boot (only) boot from the network.
-	SetOneTimePXEBoot(ctx context.Context) error
+	// SetOneTimePXEBoot makes the next boot (only) boot from the network, in the firmware mode given
+	// (BootModeCurrent keeps the system's).
+	SetOneTimePXEBoot(ctx context.Context, mode BootMode) error
 	// SetDiskBoot makes every boot from now on boot the local disk (a persistent override, as Ironic sets
 	// after writing an image), until the next one-time PXE boot.
-	SetDiskBoot(ctx context.Context) error
+	SetDiskBoot(ctx context.Context, mode BootMode) error
 	// Reuse readies a client kept from an earlier reconcile for another: its idle connections are closed,
 	// so the next request verifies the BMC's certificate again (the pin), and System reads the system
 	// again. The Redfish session, if any, is kept: that is the point of keeping the client.
@@ -403,15 +414,15 @@ func (c *gofishClient) resetType(s *schemas.ComputerSystem, action PowerAction) 
 	return "", fmt.Errorf("%w: BMC %s offers the reset types %v, none of %v that %s needs", ErrResetTypeNotOffered, c.cfg.Address.Endpoint, offered, want, action)
 }
 
-func (c *gofishClient) SetOneTimePXEBoot(_ context.Context) error {
-	return c.setBoot("set one-time PXE boot on", &schemas.Boot{
+func (c *gofishClient) SetOneTimePXEBoot(_ context.Context, mode BootMode) error {
+	return c.setBoot("set one-time PXE boot on", mode, &schemas.Boot{
 		BootSourceOverrideTarget:  schemas.PxeBootSource,
 		BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled,
 	})
 }
 
-func (c *gofishClient) SetDiskBoot(_ context.Context) error {
-	return c.setBoot("set persistent disk boot on", &schemas.Boot{
+func (c *gofishClient) SetDiskBoot(_ context.Context, mode BootMode) error {
+	return c.setBoot("set persistent disk boot on", mode, &schemas.Boot{
 		BootSourceOverrideTarget:  schemas.HddBootSource,
 		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
 	})
@@ -435,11 +446,16 @@ func (c *gofishClient) reread() (*schemas.ComputerSystem, error) {
 // setBoot PATCHes the boot override. gofish sends the ETag of the system as last read in If-Match, and a
 // BMC that checks it answers 412 when the system changed since (a power action of ours or anyone's, the
 // host powering itself off): the system is then read again and the PATCH repeated, once.
-func (c *gofishClient) setBoot(what string, b *schemas.Boot) error {
+func (c *gofishClient) setBoot(what string, mode BootMode, b *schemas.Boot) error {
 	c.budget.Store(maxRequestsPerCall)
 	s, err := c.system()
 	if err != nil {
 		return err
+	}
+	// The mode goes with the override only to a system that publishes one: a BMC without
+	// BootSourceOverrideMode refuses the property (PropertyUnknown), and boots in the mode it is set to.
+	if mode != BootModeCurrent && s.Boot.BootSourceOverrideMode != "" {
+		b.BootSourceOverrideMode = schemas.BootSourceOverrideMode(mode)
 	}
 	c.fresh = false // the boot override changes
 	err = s.SetBoot(b)

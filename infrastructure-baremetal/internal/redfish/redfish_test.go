@@ -135,7 +135,7 @@ func checkOneTimePXEBoot(ctx context.Context, g *WithT, c redfish.Client, sim *r
 	sys, err := c.System(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sys.PoweredOn).To(BeFalse())
-	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
+	g.Expect(c.SetOneTimePXEBoot(ctx, redfish.BootModeCurrent)).To(Succeed())
 	sys, err = c.System(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sys.BootOverride).To(Equal("Pxe"))
@@ -289,9 +289,12 @@ func TestDMTFMockup(t *testing.T) {
 	}
 	g.Expect(inv.Disks).NotTo(BeEmpty(), "disks from SimpleStorage")
 
-	// Every boot override and power action the controller uses passes the mockup's own AllowableValues.
-	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
-	g.Expect(c.SetDiskBoot(ctx)).To(Succeed())
+	// Every boot override (in each mode) and power action the controller uses passes the mockup's own
+	// AllowableValues and writable properties.
+	for _, mode := range []redfish.BootMode{redfish.BootModeCurrent, redfish.BootModeUEFI, redfish.BootModeLegacy} {
+		g.Expect(c.SetOneTimePXEBoot(ctx, mode)).To(Succeed(), "mode %q", mode)
+		g.Expect(c.SetDiskBoot(ctx, mode)).To(Succeed(), "mode %q", mode)
+	}
 	for _, a := range []redfish.PowerAction{redfish.PowerCycle, redfish.PowerOff, redfish.PowerSoftOff, redfish.PowerOn} {
 		g.Expect(c.Power(ctx, a)).To(Succeed(), "%s", a)
 	}
@@ -324,12 +327,12 @@ func TestBootOverrideAfterTheSystemChanged(t *testing.T) {
 	g.Expect(other.Power(ctx, redfish.PowerOn)).To(Succeed())
 
 	before := sim.State("node-1").Requests
-	g.Expect(c.SetOneTimePXEBoot(ctx)).To(Succeed())
+	g.Expect(c.SetOneTimePXEBoot(ctx, redfish.BootModeCurrent)).To(Succeed())
 	g.Expect(sim.State("node-1").Override).To(Equal("Pxe"))
 	g.Expect(sim.State("node-1").Requests-before).To(Equal(int64(3)), "the refused PATCH, one read, the PATCH again")
 
 	g.Expect(other.Power(ctx, redfish.PowerOff)).To(Succeed())
-	g.Expect(c.SetDiskBoot(ctx)).To(Succeed())
+	g.Expect(c.SetDiskBoot(ctx, redfish.BootModeCurrent)).To(Succeed())
 	g.Expect(sim.State("node-1").Override).To(Equal("Hdd"))
 }
 
@@ -353,7 +356,7 @@ func TestPowerAfterTheSystemChangedOnAStrictBMC(t *testing.T) {
 
 	_, err = c.System(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(other.SetOneTimePXEBoot(ctx)).To(Succeed(), "someone else arms a PXE boot: the system's ETag changes")
+	g.Expect(other.SetOneTimePXEBoot(ctx, redfish.BootModeCurrent)).To(Succeed(), "someone else arms a PXE boot: the system's ETag changes")
 	before := sim.State("node-1").Requests
 	g.Expect(c.Power(ctx, redfish.PowerOn)).To(Succeed())
 	g.Expect(sim.State("node-1").Requests-before).To(Equal(int64(2)), "the refused reset and the reset again")
@@ -389,4 +392,24 @@ func TestPowerUsesTheResetTypesTheBMCOffers(t *testing.T) {
 	g.Expect(err).To(MatchError(And(ContainSubstring("GracefulShutdown"), ContainSubstring("PushPowerButton"), ContainSubstring("PowerCycle"))))
 	g.Expect(sim.State("node-1").Requests).To(Equal(before), "nothing sent")
 	g.Expect(sim.State("node-1").PoweredOn).To(BeTrue())
+}
+
+// spec.bootMode travels with the boot override as BootSourceOverrideMode, as Ironic sends it; without one
+// the system keeps its mode.
+func TestBootOverrideCarriesTheBootMode(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	sim := startSim(t)
+	addr, err := redfish.ParseAddress(sim.Address("node-1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := redfish.Dial(ctx, redfish.Config{Address: addr, Username: "admin", Password: "s3cret"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	g.Expect(sim.State("node-1").BootMode).To(Equal("Legacy"), "the emulator's systems start in legacy mode")
+	g.Expect(c.SetOneTimePXEBoot(ctx, redfish.BootModeUEFI)).To(Succeed())
+	g.Expect(sim.State("node-1")).To(And(HaveField("Override", "Pxe"), HaveField("BootMode", "UEFI")))
+	g.Expect(c.SetDiskBoot(ctx, redfish.BootModeCurrent)).To(Succeed())
+	g.Expect(sim.State("node-1")).To(And(HaveField("Override", "Hdd"), HaveField("BootMode", "UEFI")), "kept")
+	g.Expect(c.SetDiskBoot(ctx, redfish.BootModeLegacy)).To(Succeed())
+	g.Expect(sim.State("node-1").BootMode).To(Equal("Legacy"))
 }

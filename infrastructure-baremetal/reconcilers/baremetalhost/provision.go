@@ -335,7 +335,7 @@ func (r *Reconciler) awaitImage(ctx context.Context, s *scope, rec *AttestationR
 	}
 	// Written: every boot from now on boots the disk, starting with this power cycle. Killed between the
 	// cycle and the status write, the controller cycles once more: the target is the disk either way.
-	if err := s.bmc.SetDiskBoot(ctx); err != nil {
+	if err := s.bmc.SetDiskBoot(ctx, bootMode(s.host)); err != nil {
 		return r.powerFailed(s, fmt.Sprintf("failed to set the persistent disk boot: %v", err))
 	}
 	action := redfish.PowerCycle
@@ -360,7 +360,7 @@ func (r *Reconciler) sendBoot(ctx context.Context, s *scope, cycle bool) (ctrl.R
 		s.state.BootRequestedAt, s.state.BootSentAt = nil, nil
 		return r.powerFailed(s, msg)
 	}
-	if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
+	if err := s.bmc.SetOneTimePXEBoot(ctx, bootMode(s.host)); err != nil {
 		return fail(fmt.Sprintf("failed to set the one-time PXE boot: %v", err))
 	}
 	action := redfish.PowerOn
@@ -510,7 +510,7 @@ func (r *Reconciler) cleanDisks(ctx context.Context, s *scope) (ctrl.Result, boo
 		if fresh || !sys.PoweredOn {
 			// A new attempt, or one a predecessor recorded but never sent (the host is off). A host that
 			// is on after a recorded request may be booting from it: it is left alone.
-			if err := s.bmc.SetOneTimePXEBoot(ctx); err != nil {
+			if err := s.bmc.SetOneTimePXEBoot(ctx, bootMode(s.host)); err != nil {
 				res, err := r.powerFailed(s, fmt.Sprintf("failed to set the one-time PXE boot for cleaning: %v", err))
 				return res, false, err
 			}
@@ -564,4 +564,16 @@ func cleaningMode(h *metal3v1.BareMetalHost) string {
 		return string(metal3v1.CleaningModeMetadata)
 	}
 	return string(h.Spec.AutomatedCleaningMode)
+}
+
+// bootMode is the firmware mode spec.bootMode asks for: UEFI or legacy BIOS, sent with every boot override
+// as Ironic does; unset keeps the mode the host is set to.
+func bootMode(h *metal3v1.BareMetalHost) redfish.BootMode {
+	switch h.Spec.BootMode {
+	case metal3v1.UEFI:
+		return redfish.BootModeUEFI
+	case metal3v1.Legacy:
+		return redfish.BootModeLegacy
+	}
+	return redfish.BootModeCurrent
 }

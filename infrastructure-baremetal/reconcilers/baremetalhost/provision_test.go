@@ -244,6 +244,7 @@ func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
 			h.Spec.Image = &metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
 			h.Spec.RootDeviceHints = &metal3v1.RootDeviceHints{MinSizeGigabytes: 1}
 			h.Spec.AutomatedCleaningMode = mode
+			h.Spec.BootMode = metal3v1.UEFI // sent with every boot override (the emulator starts legacy)
 		}
 	}
 
@@ -259,6 +260,7 @@ func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
 	actions, _ := hosts.disk("s1")
 	g.Expect(errs).To(BeEmpty())
 	g.Expect(boots).To(Equal(2), "the failed write cost one more PXE boot")
+	g.Expect(sim.State("s1").BootMode).To(Equal("UEFI"), "spec.bootMode went with the boot overrides")
 	g.Expect(actions).To(Equal([]string{wire.ActionWriteImage, wire.ActionWriteImage}))
 	g.Expect(data).To(Equal([]string{"disk-round-1", "disk-round-1"}))
 	g.Expect(sim.State("s1").Override).To(Equal("Hdd"), "every later boot boots the disk")

@@ -194,8 +194,11 @@ func (s *Server) Handler() http.Handler {
 
 // ScriptFor renders a host's iPXE script with a fresh ticket bound to from (the address that asked). A
 // value that would change the script instead of filling one word of it is refused (an error wrapping
-// inventory.ErrInvalidBootParameter) before any ticket is issued.
+// inventory.ErrInvalidBootParameter) before any ticket is issued, as is a lease-only host.
 func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
+	if h.LeaseOnly {
+		return "", fmt.Errorf("failed to render the iPXE script of %s: the host only keeps its DHCP lease, it is not booted", h.Name)
+	}
 	if err := inventory.CheckBootValue("host name", h.Name); err != nil {
 		return "", err
 	}
@@ -252,6 +255,12 @@ func (s *Server) script(w http.ResponseWriter, r *http.Request) {
 	h, ok := s.cfg.Lookup.HostByMAC(mac)
 	if !ok {
 		s.log.V(4).Info("Refusing iPXE script for unknown MAC", "mac", mac.String())
+		http.NotFound(w, r)
+		return
+	}
+	if h.LeaseOnly {
+		// A provisioned host keeps its DHCP lease, not its boot: answered as an unknown MAC, no ticket.
+		s.log.V(4).Info("Refusing iPXE script for a lease-only host", "host", h.Name, "mac", mac.String())
 		http.NotFound(w, r)
 		return
 	}

@@ -6,13 +6,17 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr/testr"
@@ -179,4 +183,72 @@ func checkArtifacts(t *testing.T, curl func(args ...string) (string, error), bas
 			g.Expect(out).To(Or(HaveSuffix("404"), HaveSuffix("400")), p)
 		}
 	})
+}
+
+// countingTickets is the real attestation service, counting the tickets it issues.
+type countingTickets struct {
+	*attest.Service
+	issued atomic.Int32
+}
+
+func (c *countingTickets) IssueTicket(host string, from netip.Addr) (string, error) {
+	c.issued.Add(1)
+	return c.Service.IssueTicket(host, from)
+}
+
+// A provisioned host stays in the table lease-only (its OS keeps its DHCP lease): its MAC gets what an
+// unknown MAC gets, 404 and no ticket, even asked from its own lease; the bootable host beside it is served
+// as before, and the same host is served again once it is put back for a boot (provisioned anew).
+func TestLeaseOnlyHostGetsNoScript(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel"), 0o600)).To(Succeed())
+	booting := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0x00, 0x01}
+	provisioned := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0x00, 0x02}
+	lease := netip.MustParseAddr("127.0.0.1") // both ask from their own reservation
+	boot := inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/booting", MAC: booting, Address: lease, Boot: boot},
+		inventory.Host{Name: "metal/provisioned", MAC: provisioned, Address: lease, Boot: boot, LeaseOnly: true})
+	tickets := &countingTickets{Service: attest.New(attest.Config{InsecureAcceptAnyEK: true}, attest.NewMemoryStore(), testr.New(t), nil)}
+	metrics := bootserver.NewMetrics(prometheus.NewRegistry())
+	srv := httptest.NewUnstartedServer(nil)
+	base := "http://" + srv.Listener.Addr().String()
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: dir, Lookup: inv, Tickets: tickets, API: tickets.Handler(), BindToReservation: true},
+		testr.New(t), metrics)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv.Config.Handler = bs.Handler()
+	srv.Start()
+	t.Cleanup(func() { srv.Close(); _ = bs.Close() })
+	get := func(mac string) (int, string) {
+		rsp, err := http.Get(base + "/ipxe/" + mac)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = rsp.Body.Close() }()
+		b, err := io.ReadAll(rsp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		return rsp.StatusCode, string(b)
+	}
+
+	unknownCode, unknownBody := get("52:54:00:ab:00:99")
+	g.Expect(unknownCode).To(Equal(http.StatusNotFound))
+	code, body := get(provisioned.String())
+	g.Expect(code).To(Equal(http.StatusNotFound))
+	g.Expect(body).To(Equal(unknownBody), "a lease-only host is answered exactly as an unknown MAC")
+	g.Expect(tickets.issued.Load()).To(BeZero(), "no ticket for a lease-only host")
+	_, err = bs.ScriptFor(inventory.Host{Name: "metal/provisioned", MAC: provisioned, Address: lease, Boot: boot, LeaseOnly: true}, lease)
+	g.Expect(err).To(MatchError(ContainSubstring("only keeps its DHCP lease")))
+	g.Expect(tickets.issued.Load()).To(BeZero())
+
+	code, body = get(booting.String())
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	g.Expect(body).To(ContainSubstring("yonder.ticket="))
+	g.Expect(tickets.issued.Load()).To(Equal(int32(1)))
+
+	// Provisioned anew (the controller puts the host back for a boot): its script is served again.
+	inv.Set(inventory.Host{Name: "metal/provisioned", MAC: provisioned, Address: lease, Boot: boot})
+	code, body = get(provisioned.String())
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	g.Expect(body).To(ContainSubstring("echo Yonder: booting metal/provisioned\n"))
+	g.Expect(tickets.issued.Load()).To(Equal(int32(2)))
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "404"))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
 }

@@ -32,6 +32,7 @@ type lab struct {
 	httpBase string
 	metrics  *dhcp.Metrics
 	dir      string
+	inv      *inventory.Static
 }
 
 func startLab(t *testing.T) *lab {
@@ -48,6 +49,7 @@ func startLab(t *testing.T) *lab {
 	l := &lab{net: n, known: known, unknown: unknown, knownMAC: mac, reserved: reserved,
 		httpBase: "http://" + n.Gateway.String() + ":8080", metrics: dhcp.NewMetrics(prometheus.NewRegistry()), dir: t.TempDir()}
 	inv := inventory.NewStatic(inventory.Host{Name: "metal/host-0", MAC: mac, Address: reserved, Hostname: "host-0"})
+	l.inv = inv
 	srv, err := dhcp.NewServer(dhcp.Config{
 		Interface: n.Bridge, ServerIP: n.Gateway, HTTPBase: l.httpBase,
 		Router: n.Gateway, DNS: []netip.Addr{n.Gateway}, LeaseTime: 10 * time.Minute,
@@ -159,6 +161,39 @@ func TestUdhcpcGetsReservationAndBootOptions(t *testing.T) {
 			if tc.siaddr != "" {
 				g.Expect(env).To(HaveKeyWithValue("siaddr", tc.siaddr))
 				g.Expect(env).To(HaveKeyWithValue("tftp", tc.siaddr))
+			}
+		})
+	}
+}
+
+// A provisioned host stays in the inventory lease-only: whatever client kind it boots as (its firmware
+// falling back to PXE, UEFI HTTP boot, iPXE) it leases its reservation and is sent no boot file, no
+// next-server, no TFTP server and no iPXE options.
+func TestUdhcpcLeaseOnlyHostGetsNoBootFile(t *testing.T) {
+	l := startLab(t)
+	l.inv.Set(inventory.Host{Name: "metal/host-0", MAC: l.knownMAC, Address: l.reserved, Hostname: "host-0", LeaseOnly: true,
+		Boot: inventory.BootConfig{Kernel: "vmlinuz"}})
+	gw := l.net.Gateway.String()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{name: "plain DHCP client (the OS)"},
+		{name: "BIOS PXE", args: []string{"-V", "PXEClient:Arch:00000", "-x", "0x5d:0000"}},
+		{name: "x86-64 UEFI PXE", args: []string{"-V", "PXEClient:Arch:00007", "-x", "0x5d:0007"}},
+		{name: "UEFI HTTP boot", args: []string{"-V", "HTTPClient:Arch:00016", "-x", "0x5d:0010"}},
+		{name: "iPXE", args: []string{"-V", "PXEClient", "-x", "0x4d:69505845"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			env, err := l.udhcpc(t, l.known, tc.args...)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(env).To(HaveKeyWithValue("ip", l.reserved.String()))
+			g.Expect(env).To(HaveKeyWithValue("router", gw))
+			g.Expect(env).To(HaveKeyWithValue("hostname", "host-0"))
+			g.Expect(env).To(HaveKeyWithValue("lease", "600"))
+			for _, k := range []string{"boot_file", "siaddr", "tftp", "opt175"} {
+				g.Expect(env).NotTo(HaveKey(k))
 			}
 		})
 	}

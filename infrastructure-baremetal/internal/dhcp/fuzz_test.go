@@ -1,6 +1,7 @@
 package dhcp_test
 
 import (
+	"bytes"
 	"net"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // FuzzRespond feeds arbitrary datagrams through the same path as the server: parse, respond in normal and
-// proxyDHCP mode, serialise the reply. Nothing may panic, and a reply must parse back.
+// proxyDHCP mode, serialise the reply. Nothing may panic, a reply must parse back, and a lease-only host's
+// reply never carries a boot file.
 type respondFunc func(*dhcpv4.DHCPv4, *net.UDPAddr, bool) (*dhcp.Reply, dhcp.Outcome, *inventory.Host)
 
 func FuzzRespond(f *testing.F) {
@@ -31,6 +33,13 @@ func FuzzRespond(f *testing.F) {
 	seed(dhcpv4.WithGeneric(dhcpv4.OptionUserClassInformation, []byte{0xff, 'i', 'P', 'X'})) // bad RFC 3004 length
 	seed(dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(192, 0, 2, 1))))
 	seed(dhcpv4.WithGatewayIP(net.IPv4(198, 51, 100, 1)))
+	for _, mods := range [][]dhcpv4.Modifier{{pxe}, {dhcpv4.WithUserClass("iPXE", false)}, {dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest)}} {
+		d, err := dhcpv4.NewDiscovery(leaseMAC, mods...)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(d.ToBytes())
+	}
 	d, _ := dhcpv4.NewDiscovery(unknownMAC)
 	f.Add(d.ToBytes())
 	f.Add([]byte{})
@@ -53,6 +62,9 @@ func FuzzRespond(f *testing.F) {
 			}
 			if rep.To == nil {
 				t.Fatal("reply without destination")
+			}
+			if bytes.Equal(req.ClientHWAddr, leaseMAC) && (rep.Packet.BootFileName != "" || rep.Packet.Options.Has(dhcpv4.OptionBootfileName)) {
+				t.Fatalf("lease-only host got a boot file: %q %q", rep.Packet.BootFileName, rep.Packet.BootFileNameOption())
 			}
 		}
 	})

@@ -3,7 +3,8 @@
 // by client architecture (option 93): BIOS PXE ROMs get undionly.kpxe over TFTP, UEFI ones ipxe.efi /
 // snp.efi, UEFI HTTP boot clients an HTTP URL, and iPXE itself (user class "iPXE" or option 175) the
 // host's own iPXE script URL. It runs on one interface, behind DHCP relays (giaddr), or as a proxyDHCP
-// server next to an existing DHCP server (boot options only, no addresses).
+// server next to an existing DHCP server (boot options only, no addresses). A lease-only host (a
+// provisioned host running its OS) gets its lease and never boot options, whatever its client kind.
 package dhcp
 
 import (
@@ -34,6 +35,8 @@ const (
 	OutcomeNoReply    Outcome = "ignored_message_type"
 	OutcomeMalformed  Outcome = "ignored_malformed"
 	OutcomeNoAddress  Outcome = "ignored_no_reservation"
+	// OutcomeLeaseOnly: a proxyDHCP request of a lease-only host (a proxy server only sends boot options).
+	OutcomeLeaseOnly  Outcome = "ignored_lease_only"
 	OutcomeProxyOffer Outcome = "proxy_offer"
 	OutcomeProxyAck   Outcome = "proxy_ack"
 )
@@ -197,6 +200,9 @@ func (r *Responder) Respond(req *dhcpv4.DHCPv4, peer *net.UDPAddr, proxyPort boo
 	}
 	kind := Classify(req)
 	if r.cfg.ProxyDHCP || proxyPort {
+		if host.LeaseOnly {
+			return nil, OutcomeLeaseOnly, &host
+		}
 		rep, out := r.respondProxy(req, peer, proxyPort, kind, &host)
 		return rep, out, &host
 	}
@@ -278,9 +284,11 @@ func (r *Responder) addLease(rep, req *dhcpv4.DHCPv4, h *inventory.Host) {
 	}
 }
 
-// addBoot adds the boot options a PXE/HTTP/iPXE client needs; plain DHCP clients get none.
+// addBoot adds the boot options a PXE/HTTP/iPXE client needs; plain DHCP clients get none, nor does a
+// lease-only host: a provisioned host whose firmware falls back to the network gets its address and no
+// boot file (it has nothing to boot there; its script would be refused anyway).
 func (r *Responder) addBoot(rep, req *dhcpv4.DHCPv4, k ClientKind, h *inventory.Host) bool {
-	if !k.PXE && !k.HTTP && !k.IPXE {
+	if h.LeaseOnly || (!k.PXE && !k.HTTP && !k.IPXE) {
 		return false
 	}
 	var file string

@@ -19,7 +19,9 @@ import (
 var (
 	knownMAC   = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
 	unknownMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x99, 0x99, 0x99}
-	serverIP   = netip.MustParseAddr("192.0.2.1")
+	// leaseMAC is a provisioned host's: it keeps its reserved address and is never booted.
+	leaseMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x57}
+	serverIP = netip.MustParseAddr("192.0.2.1")
 )
 
 func testInventory() *inventory.Static {
@@ -27,7 +29,28 @@ func testInventory() *inventory.Static {
 		inventory.Host{Name: "metal/a", MAC: knownMAC, Address: netip.MustParseAddr("192.0.2.50")},
 		inventory.Host{Name: "metal/relayed", MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}, Address: netip.MustParseAddr("198.51.100.7"),
 			PrefixLen: 26, Router: netip.MustParseAddr("198.51.100.1")},
+		// A boot configuration left in a lease-only entry must not reach the wire either.
+		inventory.Host{Name: "metal/provisioned", MAC: leaseMAC, Address: netip.MustParseAddr("192.0.2.60"), Hostname: "provisioned",
+			Boot: inventory.BootConfig{Kernel: "vmlinuz", Cmdline: "console=ttyS0"}, LeaseOnly: true},
 	)
+}
+
+// leaseWithoutBoot checks a lease-only host's reply: its reservation, lease times and site options, and
+// none of what makes a client boot from the network (file name, next-server, TFTP server, PXE vendor
+// options, the iPXE options).
+func leaseWithoutBoot(g Gomega, rep *dhcp.Reply) {
+	p := rep.Packet
+	g.Expect(p.YourIPAddr.String()).To(Equal("192.0.2.60"))
+	g.Expect(p.IPAddressLeaseTime(0)).To(Equal(time.Hour))
+	g.Expect(p.SubnetMask().String()).To(Equal("ffffff00"))
+	g.Expect(p.Router()[0].String()).To(Equal("192.0.2.1"))
+	g.Expect(p.HostName()).To(Equal("provisioned"))
+	g.Expect(p.BootFileName).To(BeEmpty())
+	g.Expect(p.ServerIPAddr.IsUnspecified()).To(BeTrue(), "siaddr (next-server) %s", p.ServerIPAddr)
+	for _, o := range []dhcpv4.OptionCode{dhcpv4.OptionBootfileName, dhcpv4.OptionTFTPServerName, dhcpv4.OptionClassIdentifier,
+		dhcpv4.OptionVendorSpecificInformation, dhcpv4.OptionClientMachineIdentifier, dhcpv4.GenericOptionCode(175)} {
+		g.Expect(p.Options.Has(o)).To(BeFalse(), "option %s", o)
+	}
 }
 
 func responder(t testing.TB, proxy bool) *dhcp.Responder {
@@ -151,6 +174,53 @@ var responderCases = []struct {
 		g.Expect(rep.Packet.BootFileName).To(Equal("http://192.0.2.1:8080/ipxe/52:54:00:12:34:56"))
 		g.Expect(rep.Packet.Options.Get(dhcpv4.GenericOptionCode(175))).To(Equal([]byte{176, 1, 1}))
 	}},
+	{name: "lease-only host: PXE discover gets its reservation and no boot file", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, leaseMAC, pxe, arch(iana.INTEL_X86PC), dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte{0, 1, 2, 3})),
+			dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}))
+	}, outcome: dhcp.OutcomeOffer, check: leaseWithoutBoot},
+	{name: "lease-only host: UEFI PXE discover gets no boot file", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, leaseMAC, pxe, arch(iana.EFI_X86_64))
+	}, outcome: dhcp.OutcomeOffer, check: leaseWithoutBoot},
+	{name: "lease-only host: UEFI HTTP boot discover gets no URL", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		return discover(t, leaseMAC, dhcpv4.WithOption(dhcpv4.OptClassIdentifier("HTTPClient:Arch:00016")), arch(iana.EFI_X86_64_HTTP))
+	}, outcome: dhcp.OutcomeOffer, check: leaseWithoutBoot},
+	{name: "lease-only host: iPXE request is acknowledged without its script URL", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(leaseMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), pxe,
+			dhcpv4.WithUserClass("iPXE", false), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(192, 0, 2, 60))),
+			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(192, 0, 2, 1))))
+		return r
+	}, outcome: dhcp.OutcomeAck, check: leaseWithoutBoot},
+	{name: "lease-only host: the OS renews its lease by unicast", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(leaseMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithClientIP(net.IPv4(192, 0, 2, 60)))
+		return r
+	}, outcome: dhcp.OutcomeAck, check: func(g Gomega, rep *dhcp.Reply) {
+		leaseWithoutBoot(g, rep)
+		g.Expect(rep.To.String()).To(Equal("192.0.2.60:68"))
+	}},
+	{name: "lease-only host: request for another address is NAKed", req: func(t *testing.T) *dhcpv4.DHCPv4 {
+		t.Helper()
+		r, _ := dhcpv4.New(dhcpv4.WithHwAddr(leaseMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(192, 0, 2, 50))))
+		return r
+	}, outcome: dhcp.OutcomeNak},
+	{name: "proxyDHCP ignores a lease-only host's PXE discover", proxy: true,
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
+			t.Helper()
+			return discover(t, leaseMAC, pxe, arch(iana.INTEL_X86PC))
+		}, outcome: dhcp.OutcomeLeaseOnly},
+	{name: "proxyDHCP ignores a lease-only host's boot request on 4011", proxy: true, proxyPort: true,
+		req: func(t *testing.T) *dhcpv4.DHCPv4 {
+			t.Helper()
+			r, _ := dhcpv4.New(dhcpv4.WithHwAddr(leaseMAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), pxe,
+				dhcpv4.WithClientIP(net.IPv4(203, 0, 113, 9)), dhcpv4.WithUserClass("iPXE", false))
+			return r
+		}, outcome: dhcp.OutcomeLeaseOnly},
 }
 
 func TestResponder(t *testing.T) {
@@ -161,6 +231,9 @@ func TestResponder(t *testing.T) {
 			peer := &net.UDPAddr{IP: net.IPv4(203, 0, 113, 9), Port: 4011}
 			rep, outcome, _ := responder(t, tc.proxy).Respond(tc.req(t), peer, tc.proxyPort)
 			g.Expect(outcome).To(Equal(tc.outcome))
+			if tc.outcome == dhcp.OutcomeLeaseOnly {
+				g.Expect(rep).To(BeNil(), "a proxy server has nothing but boot options to send")
+			}
 			if tc.check != nil {
 				g.Expect(rep).NotTo(BeNil())
 				tc.check(g, rep)

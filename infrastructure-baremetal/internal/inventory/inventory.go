@@ -2,6 +2,10 @@
 // MAC belongs to which host, the host's address reservation and its boot configuration. The services
 // depend only on the Lookup interface, so they compile without Kubernetes; the BareMetalHost controller
 // keeps a Static inventory in step with its objects (or implements Lookup itself).
+//
+// An entry is either a host to boot (DHCP with boot options, an iPXE script with a one-time ticket,
+// attestation) or, with Host.LeaseOnly, a host that only keeps its reserved address: a provisioned host
+// running the OS it booted from disk, which needs its lease and must never be served a provisioning boot.
 package inventory
 
 import (
@@ -27,6 +31,10 @@ type Host struct {
 	Hostname string
 	// Boot is what the host's iPXE script loads.
 	Boot BootConfig
+	// LeaseOnly: the host keeps its reserved address but is not booted. DHCP leases it Address without
+	// boot options (and ignores it in proxyDHCP mode, which only sends boot options); the boot server
+	// serves it no script, no ticket and no attestation, as for an unknown MAC. Boot is not used.
+	LeaseOnly bool
 }
 
 // BootConfig is the content of a host's iPXE script.
@@ -40,7 +48,8 @@ type BootConfig struct {
 
 // Lookup finds hosts by MAC. Implementations must be safe for concurrent use.
 type Lookup interface {
-	// HostByMAC returns the host whose boot NIC has this MAC.
+	// HostByMAC returns the host whose boot NIC has this MAC, lease-only entries included: a boot service
+	// (script, ticket, attestation) treats a LeaseOnly host as unknown.
 	HostByMAC(mac net.HardwareAddr) (Host, bool)
 }
 
@@ -91,12 +100,14 @@ func (s *Static) HostByMAC(mac net.HardwareAddr) (Host, bool) {
 	return h, ok
 }
 
-// HostByName returns the host with this name (linear: for the attestation service's rare lookups).
+// HostByName returns the host with this name that the boot services may boot (linear: for the
+// attestation service's rare lookups). A lease-only entry is not returned: a host that only keeps its
+// lease is unknown for boot purposes.
 func (s *Static) HostByName(name string) (Host, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, h := range s.byMAC {
-		if h.Name == name {
+		if h.Name == name && !h.LeaseOnly {
 			return h, true
 		}
 	}

@@ -97,7 +97,8 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	if rec.Success && rec.Reason == attest.ReasonReleased {
 		if isLiveImage(s.host.Spec.Image) {
-			return r.provisioned(ctx, s), true, nil
+			res, err := r.provisioned(ctx, s)
+			return res, true, err
 		}
 		res, err := r.awaitImage(ctx, s, rec)
 		return res, true, err
@@ -349,7 +350,7 @@ func (r *Reconciler) awaitImage(ctx context.Context, s *scope, rec *AttestationR
 	}
 	r.recorder().Eventf(h, corev1.EventTypeNormal, DiskBootRequestedEvent, "Image written to %s (%d bytes in %s); booting the host from its disk", rep.Device, rep.Bytes, rep.Duration)
 	ctrl.LoggerFrom(ctx).Info("Image written, booting from disk", "device", rep.Device, "bytes", rep.Bytes, "duration", rep.Duration)
-	return r.provisioned(ctx, s), nil
+	return r.provisioned(ctx, s)
 }
 
 // sendBoot arms the one-time PXE override and powers the host on (or cycles it when cycle is true and it
@@ -389,7 +390,9 @@ func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 }
 
-func (r *Reconciler) provisioned(ctx context.Context, s *scope) ctrl.Result {
+// provisioned records the host as running its image. An error (the boot MAC check could not list the
+// hosts) leaves the host out of the boot table and provisioned; the retried pass puts its lease back.
+func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	img := h.Spec.Image.DeepCopy()
 	s.state.Image = img
@@ -401,10 +404,49 @@ func (r *Reconciler) provisioned(ctx context.Context, s *scope) ctrl.Result {
 	s.endOperation(metal3v1.StateProvisioning)
 	s.transition(metal3v1.StateProvisioned)
 	setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(img.URL))
-	// The host is running its image: its next boot must not be served a provisioning script.
-	r.forgetBoot(h)
+	// The host is running its image: its next boot must not be served a provisioning script, but the OS
+	// it booted keeps the address it was leased.
+	err := r.keepLease(ctx, s)
 	ctrl.LoggerFrom(ctx).Info("Host provisioned")
-	return ctrl.Result{RequeueAfter: r.PowerPollInterval}
+	return ctrl.Result{RequeueAfter: r.PowerPollInterval}, err
+}
+
+// keepLease puts a provisioned host in the boot table lease-only when it has a boot address
+// (BootAddressAnnotation), replacing its boot entry: DHCP keeps leasing it that address, with no boot
+// options, because the OS it booted from disk (a cloud image whose cloud-init falls back to DHCP when the
+// config drive has no network_data.json) needs it, and the addresses recorded at attestation (the
+// Machine's) stay true; the boot server serves it no script and no ticket. The table is in memory, so
+// every pass of a provisioned host calls this (a restarted manager starts empty); it reads only the
+// cache and writes nothing but the BootMACUnique condition when that changes. Without a boot address, or
+// when an earlier host has the same boot MAC (checkBootMACUnique's rule: the entry would replace that
+// host's), the host's own entry is removed instead.
+func (r *Reconciler) keepLease(ctx context.Context, s *scope) error {
+	h := s.host
+	if r.NetBoot == nil {
+		return nil
+	}
+	lh, err := leaseHost(h)
+	if err != nil || !lh.Address.IsValid() {
+		// No reservation to keep (an invalid one is refused by the webhook and named when provisioning).
+		r.forgetBoot(h)
+		return nil
+	}
+	other, err := r.bootMACOwner(ctx, h)
+	if err != nil {
+		r.forgetBoot(h)
+		return err
+	}
+	if other != "" {
+		setCondition(h, BareMetalHostBootMACUniqueCondition, false, BareMetalHostDuplicateBootMACReason, fmt.Sprintf(
+			"boot MAC %s is already the boot MAC of managed host %s: the DHCP server does not lease this host its boot address %s until one of the two is removed",
+			h.Spec.BootMACAddress, other, lh.Address))
+		r.forgetBoot(h)
+		return nil
+	}
+	setCondition(h, BareMetalHostBootMACUniqueCondition, true, BareMetalHostBootMACUniqueReason, "")
+	lh.LeaseOnly = true
+	r.NetBoot.Set(lh)
+	return nil
 }
 
 // attestationFailed powers the host off and keeps it in error: a host that fails attestation may run

@@ -51,7 +51,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;patch
 
 // NetBoot is the boot services' host table (an *inventory.Static): the controller adds a host while it
-// is being provisioned, so DHCP answers and the iPXE script is served only then.
+// is being provisioned (or cleaned), so boot options and the iPXE script are served only then. A
+// provisioned host with a boot address stays in it lease-only (inventory.Host.LeaseOnly): DHCP keeps
+// leasing that address to the OS the host booted, with no boot options, and no script is served to it.
 type NetBoot interface {
 	Set(h inventory.Host)
 	// DeleteHost removes the MAC's entry if it is the named host's.
@@ -263,6 +265,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}()
 	if !h.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
+	}
+	if s.state.State == metal3v1.StateProvisioned && !imageWithdrawn(h, s.state) {
+		// Before anything that can stop this pass (an unsupported field, an unreachable BMC): the host's
+		// OS needs its address whatever else is wrong, and the table is empty after a restart.
+		if err := r.keepLease(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if msgs := unsupported(h); len(msgs) > 0 {
 		msg := "Yonder does not support " + strings.Join(msgs, "; ") + ": remove these fields or let Metal3's baremetal-operator manage this host (remove label " + ManagedLabel + ")"
@@ -499,7 +508,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	case metal3v1.StateProvisioning:
 		return r.provision(ctx, s)
 	case metal3v1.StateProvisioned:
-		if h.Spec.Image == nil || h.Spec.Image.URL == "" || (s.state.Image != nil && h.Spec.Image.URL != s.state.Image.URL) {
+		if imageWithdrawn(h, s.state) {
 			s.transition(metal3v1.StateDeprovisioning)
 			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
@@ -755,12 +764,20 @@ func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
 	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, msg)
 }
 
-func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Host, error) {
+// imageWithdrawn reports whether a provisioned host's consumer removed or changed its image: the host is
+// to be deprovisioned.
+func imageWithdrawn(h *metal3v1.BareMetalHost, st HostState) bool {
+	return h.Spec.Image == nil || h.Spec.Image.URL == "" || (st.Image != nil && h.Spec.Image.URL != st.Image.URL)
+}
+
+// leaseHost is h's boot table entry without a boot configuration: its name, boot MAC, hostname and
+// reserved address (BootAddressAnnotation; invalid when it has none).
+func leaseHost(h *metal3v1.BareMetalHost) (inventory.Host, error) {
 	mac, err := net.ParseMAC(h.Spec.BootMACAddress)
 	if err != nil {
 		return inventory.Host{}, fmt.Errorf("spec.bootMACAddress %q is not a MAC address", h.Spec.BootMACAddress)
 	}
-	ih := inventory.Host{Name: h.Namespace + "/" + h.Name, MAC: mac, Hostname: h.Name, Boot: cfg}
+	ih := inventory.Host{Name: h.Namespace + "/" + h.Name, MAC: mac, Hostname: h.Name}
 	if a := h.Annotations[BootAddressAnnotation]; a != "" {
 		addr, err := netip.ParseAddr(a)
 		if err != nil || !addr.Is4() {
@@ -768,6 +785,15 @@ func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Ho
 		}
 		ih.Address = addr
 	}
+	return ih, nil
+}
+
+func bootHost(h *metal3v1.BareMetalHost, cfg inventory.BootConfig) (inventory.Host, error) {
+	ih, err := leaseHost(h)
+	if err != nil {
+		return inventory.Host{}, err
+	}
+	ih.Boot = cfg
 	// The image is not on the kernel command line: it travels in the released instructions, sealed to
 	// the host's TPM and signed by the provider, so nobody on the boot LAN can change what a host writes.
 	// A URL or checksum with blanks or control characters is still refused before the host boots: it is

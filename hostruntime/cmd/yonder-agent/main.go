@@ -73,7 +73,7 @@ func newBootstrapCommands(o *agent.Options) (*cobra.Command, *cobra.Command) {
 	bf := bootstrap.Flags()
 	bf.StringVar(&o.NetworkNamespacePath, "network-namespace-path", "", "run the machine in this network namespace (default: the agent's)")
 	bf.StringVar(&o.PodCIDR, "pod-cidr", "", "pod CIDR for the CNI config (default: the Node's spec.podCIDR)")
-	bf.StringVar(&o.SandboxImage, "sandbox-image", "registry.k8s.io/pause:3.10", "pause image the CRI uses (node images carry it; otherwise import it as an image/ artifact)")
+	bf.StringVar(&o.SandboxImage, "sandbox-image", agent.DefaultSandboxImage, "pause image the CRI uses (node images carry it; otherwise import it as an image/ artifact)")
 	bf.IntVar(&o.NodeLeaseDurationSeconds, "node-lease-duration-seconds", 0, "kubelet nodeLeaseDurationSeconds (0: kubelet default)")
 	bf.DurationVar(&o.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "how long to wait for the Node to become Ready")
 	upgrade := &cobra.Command{
@@ -123,7 +123,7 @@ func newStatusCommand(o *agent.Options) *cobra.Command {
 func newResetCommand(o *agent.Options) *cobra.Command {
 	reset := &cobra.Command{
 		Use:   "reset",
-		Short: "Stop the machine, remove its cgroups, mounts, files and the sentinel, restore sysctls",
+		Short: "Remove the boot unit, stop the machine, remove its cgroups, mounts, files and the sentinel, restore sysctls",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := agent.Reset(cmd.Context(), *o)
 			if rep != nil {

@@ -3,17 +3,23 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
 
@@ -290,4 +296,160 @@ func TestResetRemovesTheNodesFilesAndTheirEmptiedDirectories(t *testing.T) {
 	rep = reset(config, providerID, sentinel)
 	g.Expect(config).NotTo(BeAnExistingFile())
 	g.Expect(rep.Kept).To(ContainElement(filepath.Dir(config) + " (mount point)"))
+}
+
+// fakeSystemctl records systemctl calls; is-enabled answers "disabled" until enable ran.
+type fakeSystemctl struct {
+	calls   []string
+	enabled bool
+}
+
+func (f *fakeSystemctl) run(_ context.Context, args ...string) ([]byte, error) {
+	f.calls = append(f.calls, strings.Join(args, " "))
+	switch args[0] {
+	case "is-enabled":
+		if f.enabled {
+			return []byte("enabled\n"), nil
+		}
+		return []byte("disabled\n"), errors.New("exit status 1")
+	case "enable":
+		f.enabled = true
+	case "disable":
+		f.enabled = false
+	}
+	return nil, nil
+}
+
+// bootHost is a host for the boot unit: its unit directory in a temporary directory, its systemctl
+// faked, systemd as PID 1 or not.
+func bootHost(t *testing.T, systemd bool) (*Options, *fakeSystemctl) {
+	t.Helper()
+	f := &fakeSystemctl{}
+	o := &Options{
+		ConfigPath: "/etc/yonder/agent-config.yaml", StateDir: t.TempDir(), AgentPath: "/usr/local/bin/yonder-agent", Log: io.Discard,
+		BootUnits: bootunit.Manager{Dir: t.TempDir(), Systemctl: f.run, Systemd: func() bool { return systemd }},
+	}
+	if err := o.defaults("edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	return o, f
+}
+
+// The boot unit runs the bootstrap the host ran: the same AgentConfig and every host-side flag that is
+// not its default, with absolute paths (systemd starts it in /), and the base slot's names (bootstrap
+// follows the active blue/green slot itself).
+func TestBootArgsCarryTheNodesFlagsWithAbsolutePaths(t *testing.T) {
+	g := NewWithT(t)
+	o := Options{AgentPath: "/usr/local/bin/yonder-agent"}
+	g.Expect(o.defaults("edge.example.com")).To(Succeed())
+	g.Expect(o.bootArgs("edge.example.com")).To(Equal([]string{"/usr/local/bin/yonder-agent", "bootstrap", "--config=/etc/yonder/agent-config.yaml"}),
+		"a host with the defaults gets a plain command line")
+
+	wd, err := os.Getwd()
+	g.Expect(err).NotTo(HaveOccurred())
+	o = Options{
+		AgentPath: "bin/yonder-agent", ConfigPath: "node.yaml", StateDir: "/srv/yonder", MachineName: "n1", CgroupName: "n1-cg",
+		SentinelPath: "/run/n1/done", ProviderIDFile: "/srv/n1/provider-id", NetworkNamespacePath: "/run/netns/h1",
+		PodCIDR: "10.244.1.0/24", SandboxImage: "example.org/pause:3.10", NodeLeaseDurationSeconds: 10, ReadyTimeout: 2 * time.Minute,
+	}
+	g.Expect(o.defaults("edge")).To(Succeed())
+	o.useSlot(o.baseMachine + GreenSuffix) // an upgrade switched slots
+	g.Expect(o.bootArgs("edge")).To(Equal([]string{
+		filepath.Join(wd, "bin/yonder-agent"), "bootstrap", "--config=" + filepath.Join(wd, "node.yaml"),
+		"--state-dir=/srv/yonder", "--machine-name=n1", "--cgroup-name=n1-cg", "--sentinel=/run/n1/done",
+		"--provider-id-file=/srv/n1/provider-id", "--network-namespace-path=/run/netns/h1", "--pod-cidr=10.244.1.0/24",
+		"--sandbox-image=example.org/pause:3.10", "--node-lease-duration-seconds=10", "--ready-timeout=2m0s",
+	}))
+
+	o = Options{}
+	g.Expect(o.defaults("edge")).To(Succeed())
+	argv, err := o.bootArgs("edge")
+	g.Expect(err).NotTo(HaveOccurred())
+	self, err := os.Executable()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(argv[0]).To(Equal(self), "without AgentPath: the running agent's own path")
+}
+
+// On a host whose PID 1 is systemd the boot phase installs and enables the node's unit, and leaves it
+// alone on the next bootstrap; on a host without systemd it writes nothing and runs no systemctl.
+func TestBootPhaseInstallsTheUnitWhereSystemdIsPID1Only(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	o, f := bootHost(t, true)
+	r := &run{o: o, cfg: &agentv1.AgentConfig{NodeName: "edge-1"}, st: &state.State{}, log: slog.New(slog.DiscardHandler)}
+	inputs, err := r.boot(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(inputs).To(Equal("yonder-node-yonder-edge-1.service"))
+	unit := filepath.Join(o.BootUnits.Dir, "yonder-node-yonder-edge-1.service")
+	content, err := os.ReadFile(unit)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(content)).To(ContainSubstring("\nExecStart=/usr/local/bin/yonder-agent bootstrap --config=/etc/yonder/agent-config.yaml --state-dir=" + o.StateDir + "\n"))
+	g.Expect(f.calls).To(Equal([]string{"daemon-reload", "is-enabled yonder-node-yonder-edge-1.service", "enable yonder-node-yonder-edge-1.service"}))
+	f.calls = nil
+	_, err = r.boot(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.calls).To(Equal([]string{"is-enabled yonder-node-yonder-edge-1.service"}), "a converged host: nothing written, nothing reloaded")
+
+	o, f = bootHost(t, false)
+	r = &run{o: o, cfg: &agentv1.AgentConfig{NodeName: "edge-1"}, st: &state.State{}, log: slog.New(slog.DiscardHandler)}
+	inputs, err = r.boot(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(inputs).To(BeEmpty())
+	g.Expect(os.ReadDir(o.BootUnits.Dir)).To(BeEmpty())
+	g.Expect(f.calls).To(BeEmpty())
+}
+
+// Reset stops, disables and removes the node's boot unit and reloads systemd, and says so; a host
+// without one lists nothing more. Status shows the unit under its base slot's name while the green slot
+// is active.
+func TestResetRemovesTheBootUnitAndStatusShowsIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	o, f := bootHost(t, true)
+	_, err := installBootUnit(ctx, o, "edge-1", slog.New(slog.DiscardHandler))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(state.Store{Dir: o.StateDir}.Save(&state.State{NodeName: "edge-1",
+		Machine: &state.Machine{Name: "yonder-edge-1" + GreenSuffix, Base: "yonder-edge-1"}})).To(Succeed())
+	s, err := GetStatus(ctx, Options{StateDir: o.StateDir, ConfigPath: filepath.Join(o.StateDir, "none.yaml"), BootUnits: o.BootUnits})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Machine.Name).To(Equal("yonder-edge-1" + GreenSuffix))
+	g.Expect(s.BootUnit).To(Equal(&bootunit.Status{Name: "yonder-node-yonder-edge-1.service", Installed: true, Enabled: "enabled"}))
+
+	rep := &ResetReport{}
+	f.calls = nil
+	g.Expect(rep.removeBootUnit(ctx, *o)).To(BeEmpty())
+	unit := filepath.Join(o.BootUnits.Dir, "yonder-node-yonder-edge-1.service")
+	g.Expect(rep.Removed).To(Equal([]string{unit}))
+	g.Expect(unit).NotTo(BeAnExistingFile())
+	g.Expect(f.calls).To(Equal([]string{"disable --now yonder-node-yonder-edge-1.service", "daemon-reload"}))
+
+	rep = &ResetReport{}
+	g.Expect(rep.removeBootUnit(ctx, *o)).To(BeEmpty())
+	g.Expect(rep.Removed).To(BeEmpty())
+
+	o, _ = bootHost(t, false)
+	g.Expect(state.Store{Dir: o.StateDir}.Save(&state.State{NodeName: "edge-1", Machine: &state.Machine{Name: "yonder-edge-1", Base: "yonder-edge-1"}})).To(Succeed())
+	s, err = GetStatus(ctx, Options{StateDir: o.StateDir, ConfigPath: filepath.Join(o.StateDir, "none.yaml"), BootUnits: o.BootUnits})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.BootUnit).To(BeNil(), "no systemd, no unit: nothing to show")
+}
+
+// After a reboot the Node still shows the previous kubelet's Ready: a machine started by this run counts
+// only a heartbeat from its own kubelet.
+func TestNodeReadyNeedsAHeartbeatFromTheKubeletJustStarted(t *testing.T) {
+	g := NewWithT(t)
+	launched := time.Date(2026, 5, 1, 10, 0, 30, 500_000_000, time.UTC)
+	node := func(status corev1.ConditionStatus, heartbeat time.Time) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+			{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.NewTime(heartbeat)},
+		}}}
+	}
+	stale := node(corev1.ConditionTrue, launched.Add(-30*time.Second))
+	g.Expect(nodeReady(stale, time.Time{})).To(BeTrue(), "a running machine left alone: Ready is Ready")
+	g.Expect(nodeReady(stale, launched)).To(BeFalse())
+	g.Expect(nodeReady(node(corev1.ConditionTrue, launched.Add(2*time.Second)), launched)).To(BeTrue())
+	g.Expect(nodeReady(node(corev1.ConditionTrue, launched.Truncate(time.Second)), launched)).To(BeTrue(), "heartbeats have seconds only")
+	g.Expect(nodeReady(node(corev1.ConditionFalse, launched.Add(2*time.Second)), launched)).To(BeFalse())
+	g.Expect(nodeReady(&corev1.Node{}, time.Time{})).To(BeFalse())
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -22,12 +23,13 @@ const (
 	PhaseRootfs    = "rootfs"
 	PhaseConfigure = "configure"
 	PhaseMachine   = "machine"
+	PhaseBoot      = "boot"
 	PhaseJoin      = "join"
 	PhaseSentinel  = "sentinel"
 )
 
 // Phases lists the bootstrap phases in order.
-var Phases = []string{PhasePreflight, PhaseArtifacts, PhaseHost, PhaseRootfs, PhaseConfigure, PhaseMachine, PhaseJoin, PhaseSentinel}
+var Phases = []string{PhasePreflight, PhaseArtifacts, PhaseHost, PhaseRootfs, PhaseConfigure, PhaseMachine, PhaseBoot, PhaseJoin, PhaseSentinel}
 
 // run is one bootstrap in progress.
 type run struct {
@@ -42,6 +44,8 @@ type run struct {
 	labels map[string]string
 	// changed is set by configure when a file the running machine uses changed.
 	changed bool
+	// launched is when the machine phase (re)started the machine; zero when it left a running one alone.
+	launched time.Time
 }
 
 // LoadConfig reads and validates the AgentConfig.
@@ -93,6 +97,7 @@ func Bootstrap(ctx context.Context, o Options) error {
 		{PhaseRootfs, r.rootfs},
 		{PhaseConfigure, r.configure},
 		{PhaseMachine, r.machine},
+		{PhaseBoot, r.boot},
 		{PhaseJoin, r.join},
 		{PhaseSentinel, r.sentinel},
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -58,6 +59,9 @@ func (r *run) renderInput(root string) render.Input {
 		if b, err := os.ReadFile(r.o.ProviderIDFile); err == nil {
 			providerID = strings.TrimSpace(string(b))
 		}
+	}
+	if providerID == "" {
+		providerID = cloudInitProviderID(r.o.CloudInitInstanceData)
 	}
 	r.labels = map[string]string{}
 	for k, v := range r.cfg.Labels {
@@ -181,4 +185,28 @@ func filterVendor(res *gpu.Result, vendor string) *gpu.Result {
 		}
 	}
 	return out
+}
+
+// cloudInitProviderID returns the "providerid" key of the meta data cloud-init's datasource gave this
+// instance ("" when there is none). The bootstrap data is rendered before the infrastructure provider
+// knows the host, so a provider that hands data to cloud-init puts the providerID in the instance's
+// meta data instead: Yonder's bare-metal config drive carries yonder-metal://<namespace>/<host> there, as
+// Metal3's carries it for CAPM3's `{{ ds.meta_data.providerid }}`. cloud-init writes the file at every
+// boot, before its final stage (which runs the bootstrap data) and before network-online.target (after
+// which the node's boot unit runs).
+func cloudInitProviderID(path string) string {
+	b, err := os.ReadFile(path) //nolint:gosec // cloud-init's own file, a flag's value
+	if err != nil {
+		return ""
+	}
+	var data struct {
+		DS struct {
+			MetaData map[string]any `json:"meta_data"`
+		} `json:"ds"`
+	}
+	if json.Unmarshal(b, &data) != nil {
+		return ""
+	}
+	id, _ := data.DS.MetaData["providerid"].(string)
+	return strings.TrimSpace(id)
 }

@@ -51,12 +51,7 @@ func (r *run) join(ctx context.Context) (string, error) {
 			cniWritten = true
 			r.log.Info("Wrote CNI config for the Node's pod CIDR", "podCIDR", n.Spec.PodCIDR)
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
+		return nodeReady(n, r.launched), nil
 	})
 	if err != nil {
 		switch {
@@ -125,6 +120,20 @@ func kubeletClient(endpoint, ca, root string) (*kubernetes.Clientset, error) {
 		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(ca), CertData: pem, KeyData: pem},
 		Timeout:         10 * time.Second,
 	})
+}
+
+// nodeReady reports whether the Node is Ready, and when the machine was (re)started at launched, Ready
+// from a heartbeat of the kubelet started then. After a reboot the Node still shows the Ready of the
+// kubelet that ran before it until the node controller's grace period (40-50 s) ends, and a converge
+// that trusted it would call the node back while its kubelet has not started.
+func nodeReady(n *corev1.Node, launched time.Time) bool {
+	cutoff := metav1.NewTime(launched.Add(-time.Second).Truncate(time.Second)) // heartbeats have seconds
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return launched.IsZero() || !c.LastHeartbeatTime.Before(&cutoff)
+		}
+	}
+	return false
 }
 
 func readyMessage(n *corev1.Node) string {

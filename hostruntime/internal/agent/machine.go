@@ -78,6 +78,7 @@ func (r *run) machine(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+	r.launched = r.o.Now()
 	pid, unit, err := c.Start(ctx, paths)
 	if err != nil {
 		return "", withHint(err, "see "+c.LogFile)

@@ -19,7 +19,9 @@ import (
 	"time"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
 	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
+	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 )
 
 // Defaults of the agent-side settings (command-line flags; not part of the AgentConfig file).
@@ -27,7 +29,10 @@ const (
 	DefaultStateDir       = "/var/lib/yonder"
 	DefaultSentinel       = "/run/cluster-api/bootstrap-success.complete"
 	DefaultProviderIDFile = "/etc/yonder/provider-id"
+	// DefaultCloudInitInstanceData is where cloud-init writes what its datasource said about the instance.
+	DefaultCloudInitInstanceData = "/run/cloud-init/instance-data.json"
 	DefaultReadyTimeout   = 5 * time.Minute
+	DefaultSandboxImage   = "registry.k8s.io/pause:3.10"
 )
 
 // Options are the agent-side settings: where things live on this host. They are flags of yonder-agent,
@@ -45,6 +50,10 @@ type Options struct {
 	SentinelPath string
 	// ProviderIDFile is read when the AgentConfig has no providerID.
 	ProviderIDFile string
+	// CloudInitInstanceData is cloud-init's instance data, read when neither the AgentConfig nor
+	// ProviderIDFile names a providerID: the datasource's meta data key "providerid" (what Metal3's and
+	// Yonder's config drives carry) is the node's providerID.
+	CloudInitInstanceData string
 	// NetworkNamespacePath places the machine in that network namespace (default: the agent's own).
 	NetworkNamespacePath string
 	// PodCIDR overrides the Node's spec.podCIDR for the CNI config (clusters that do not allocate them).
@@ -69,6 +78,11 @@ type Options struct {
 	JournalSocket string
 	// Now is the clock (tests).
 	Now func() time.Time
+	// BootUnits installs the unit that starts the node again when the host boots (default: in
+	// /etc/systemd/system with the host's systemctl, where systemd is PID 1); tests replace it.
+	BootUnits bootunit.Manager
+	// AgentPath is the agent binary the boot unit runs (default: this executable).
+	AgentPath string
 
 	// baseMachine and baseCgroup are the names before a blue/green slot is applied.
 	baseMachine, baseCgroup string
@@ -107,11 +121,7 @@ func (o *Options) defaults(nodeName string) error {
 		o.ConfigPath = agentv1.DefaultPath
 	}
 	if o.MachineName == "" && nodeName != "" {
-		n := "yonder-" + strings.ReplaceAll(nodeName, ".", "-")
-		if len(n) > 63 {
-			n = n[:63]
-		}
-		o.MachineName = strings.TrimRight(n, "-")
+		o.MachineName = defaultMachineName(nodeName)
 	}
 	if o.CgroupName == "" {
 		o.CgroupName = o.MachineName
@@ -131,8 +141,11 @@ func (o *Options) defaults(nodeName string) error {
 	if o.ProviderIDFile == "" {
 		o.ProviderIDFile = DefaultProviderIDFile
 	}
+	if o.CloudInitInstanceData == "" {
+		o.CloudInitInstanceData = DefaultCloudInitInstanceData
+	}
 	if o.SandboxImage == "" {
-		o.SandboxImage = "registry.k8s.io/pause:3.10"
+		o.SandboxImage = DefaultSandboxImage
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = DefaultReadyTimeout
@@ -146,7 +159,19 @@ func (o *Options) defaults(nodeName string) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.BootUnits.Systemd == nil {
+		o.BootUnits.Systemd = nspawn.SystemdIsPID1
+	}
 	return nil
+}
+
+// defaultMachineName is the machine name of Node nodeName when --machine-name is not given.
+func defaultMachineName(nodeName string) string {
+	n := "yonder-" + strings.ReplaceAll(nodeName, ".", "-")
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return strings.TrimRight(n, "-")
 }
 
 func (o *Options) sysctlRegistry() hostprep.Registry {

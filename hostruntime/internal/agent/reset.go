@@ -28,11 +28,11 @@ type ResetReport struct {
 	Kept []string `json:"kept"`
 }
 
-// Reset leaves the host as it was before bootstrap: the machine stopped, its cgroup subtree gone, no
-// mounts left below its machines directory, the node's network leftovers removed (CNI bridge, veths,
-// netfilter chains and the tables created for them, forwarding sysctls restored), the host's sysctls
-// restored, the sentinel and the state directory removed (except the caches when KeepCache), then the
-// AgentConfig and the providerID file. It works without a state file (a crashed first bootstrap):
+// Reset leaves the host as it was before bootstrap: the boot unit gone, the machine stopped, its cgroup
+// subtree gone, no mounts left below its machines directory, the node's network leftovers removed (CNI
+// bridge, veths, netfilter chains and the tables created for them, forwarding sysctls restored), the host's
+// sysctls restored, the sentinel and the state directory removed (except the caches when KeepCache), then
+// the AgentConfig and the providerID file. It works without a state file (a crashed first bootstrap):
 // names then come from the options or the AgentConfig.
 func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	st, err := resetOptions(&o)
@@ -44,6 +44,8 @@ func Reset(ctx context.Context, o Options) (*ResetReport, error) {
 	rep := &ResetReport{Removed: []string{}, Kept: []string{}}
 	var errs []error
 	if o.MachineName != "" {
+		// First: a boot-time converge still running would relaunch the machine stopped next.
+		errs = append(errs, rep.removeBootUnit(ctx, o)...)
 		errs = append(errs, rep.stopSlots(ctx, o, st)...)
 	}
 	errs = append(errs, rep.unmountMachines(o)...)
@@ -130,6 +132,18 @@ func resetOptions(o *Options) (*state.State, error) {
 		}
 	}
 	return st, o.defaults(nodeName)
+}
+
+// removeBootUnit stops, disables and removes the node's boot unit and reloads systemd.
+func (rep *ResetReport) removeBootUnit(ctx context.Context, o Options) []error {
+	removed, err := o.BootUnits.Remove(ctx, o.baseMachine)
+	if err != nil {
+		return []error{fmt.Errorf("failed to remove the boot unit: %w", err)}
+	}
+	if removed != "" {
+		rep.Removed = append(rep.Removed, removed)
+	}
+	return nil
 }
 
 // stopSlots stops the machines of both blue/green slots and removes their cgroup subtrees.

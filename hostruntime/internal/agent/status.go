@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
 	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
 	"github.com/yonder-dev/yonder/hostruntime/internal/render"
@@ -25,6 +26,8 @@ type Status struct {
 	GPU          map[string]string `json:"gpu,omitempty"`
 	// SysctlsSaved are the host originals reset will restore.
 	SysctlsSaved map[string]string `json:"sysctlsSaved,omitempty"`
+	// BootUnit is the unit that starts the node again when the host boots (hosts with systemd as PID 1).
+	BootUnit *bootunit.Status `json:"bootUnit,omitempty"`
 }
 
 // MachineStatus describes the nspawn machine.
@@ -75,6 +78,7 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 		}
 		s.Machine = m
 	}
+	s.BootUnit = bootUnitStatus(ctx, o, st)
 	cfg, cfgErr := LoadConfig(o.ConfigPath)
 	cert := inRoot(o.rootfsDir(), render.KubeletClientCert)
 	if cfgErr == nil && st.NodeName != "" && fileExists(cert) {
@@ -98,6 +102,22 @@ func GetStatus(ctx context.Context, o Options) (*Status, error) {
 		s.Node = ns
 	}
 	return s, nil
+}
+
+// bootUnitStatus reports the node's boot unit where systemd is PID 1 or its file is there; nil otherwise.
+func bootUnitStatus(ctx context.Context, o Options, st *state.State) *bootunit.Status {
+	base := o.baseMachine
+	if st.Machine != nil && st.Machine.Base != "" {
+		base = st.Machine.Base // o names the active slot
+	}
+	if base == "" {
+		return nil
+	}
+	b := o.BootUnits.Get(ctx, base)
+	if !b.Installed && b.Enabled == "" {
+		return nil
+	}
+	return &b
 }
 
 // Preflight runs the host checks alone (no changes) and returns the report.

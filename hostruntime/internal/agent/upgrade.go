@@ -101,6 +101,12 @@ func Upgrade(ctx context.Context, o Options) error {
 	if err := store.Save(st); err != nil {
 		return err
 	}
+	// Only now: the boot unit converges the active slot with the AgentConfig it names, and until the new
+	// machine verified, that was the previous one (a rollback keeps it).
+	if _, err := installBootUnit(ctx, &o, cfg.NodeName, log); err != nil {
+		return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("the node runs machine %s, but its boot unit was not updated to this AgentConfig: %w", next.MachineName, err),
+			Hint: "run `yonder-agent bootstrap` with this AgentConfig and flags, which converges nothing else and installs the unit"}
+	}
 	log.Info("Upgrade complete", "machine", next.MachineName, "previous", activeMachine.Name)
 	return nil
 }

@@ -52,7 +52,13 @@ const RootLabel = "cloudimg-rootfs"
 // python3-cffi-backend is named because debootstrap resolves no virtual packages: python3-cryptography
 // (cloud-init → python3-oauthlib) depends on python3-cffi-backend-api-min, which only it provides, and
 // without it cloud-init stays unconfigured and debootstrap fails.
-var Packages = []string{"linux-image-amd64", "systemd-sysv", "udev", "dbus", "cloud-init", "python3-cffi-backend", "extlinux", "iproute2"}
+//
+// The rest is what Debian's own cloud images carry and a Yonder node needs from its host OS (the image
+// requirements docs/agent.md lists): cloud-guest-utils (growpart: cloud-init grows the root partition
+// into the disk at first boot, so the agent's state has room), curl and ca-certificates (YonderConfig's
+// installer fetches the agent), systemd-container (systemd-nspawn and machined, which run the node).
+var Packages = []string{"linux-image-amd64", "systemd-sysv", "udev", "dbus", "cloud-init", "python3-cffi-backend", "extlinux", "iproute2",
+	"cloud-guest-utils", "curl", "ca-certificates", "systemd-container"}
 
 // partitionStart is the root partition's offset: 1 MiB, as partitioning tools align it.
 const partitionStart = 1 << 20

@@ -90,7 +90,7 @@ func TestCachedImageIsABootableCloudImage(t *testing.T) {
 
 	pkgs, err := os.ReadFile(img.Packages)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, want := range []string{"cloud-init ", "linux-image-amd64 ", "systemd-sysv ", "extlinux ", "dbus "} {
+	for _, want := range []string{"cloud-init ", "linux-image-amd64 ", "systemd-sysv ", "extlinux ", "dbus ", "systemd-container ", "curl ", "ca-certificates ", "cloud-guest-utils "} {
 		g.Expect(string(pkgs)).To(ContainSubstring("\n"+want), "the image has %s", want)
 	}
 	g.Expect(string(pkgs)).NotTo(ContainSubstring("\nopenssh-server "), "nothing recommended came along")

@@ -246,6 +246,27 @@ func (d *QEMUDriver) PowerOff(_ context.Context, id string) error {
 	return nil
 }
 
+// Freeze stops a running system's VM (SIGSTOP) without powering it off: the guest and everything in it
+// stop answering, as a hung host does, until the BMC powers it off or cycles it (PowerOff kills a stopped
+// VM as it kills a running one).
+func (d *QEMUDriver) Freeze(id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.running[id]
+	if !ok {
+		return fmt.Errorf("the VM of %s does not run", id)
+	}
+	select {
+	case <-v.done:
+		return fmt.Errorf("the VM of %s does not run", id)
+	default:
+	}
+	if err := syscall.Kill(v.qemu.Process.Pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("failed to freeze the VM of %s: %w", id, err)
+	}
+	return nil
+}
+
 // Close powers every VM off.
 func (d *QEMUDriver) Close() {
 	d.mu.Lock()

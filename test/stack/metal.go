@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -29,6 +30,7 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/metalboot"
+	"github.com/yonder-dev/yonder/test/osimage"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -67,7 +69,25 @@ type metal struct {
 	driver              *redfishsim.QEMUDriver
 	sim                 *redfishsim.Server
 	hosts               []*MetalHost
+	// httpPort is the boot HTTP server's port; image is the cloud OS image served from bootDir
+	// (Options.MetalDiskImage).
+	httpPort int
+	image    *osimage.Image
 }
+
+// The bare-metal hosts' sizes with Options.MetalDiskImage. The disk holds the 1.5 GiB image, which
+// cloud-init grows into the disk, the agent's state (node image, rootfs, containers: ≥ 2 GiB free, its
+// preflight checks) and the config drive at the end. The memory: the provisioning ramdisk spools the qcow2
+// in its tmpfs (half the memory) before converting it, and the node runs systemd, containerd, the kubelet
+// and pods; QEMU allocates it only as the guest uses it.
+const (
+	MetalDiskBytes     = 8 << 30
+	MetalNodeMemoryMiB = 3072
+	metalLiveMemoryMiB = 512
+)
+
+// MetalImageName is the cloud OS image's name under the boot server's /artifacts/.
+const MetalImageName = "debian-cloud.qcow2"
 
 // metalBMCUser and metalBMCPassword are the emulator's credentials (in the BMC Secrets).
 const (
@@ -100,7 +120,71 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 		return err
 	}
 	s.metal.signingKey = key
+	if s.opts.MetalDiskImage {
+		img, err := osimage.Cached(ctx, osimage.Options{})
+		if err != nil {
+			return err
+		}
+		if err := linkOrCopy(img.QCOW2, filepath.Join(s.metal.bootDir, MetalImageName)); err != nil {
+			return fmt.Errorf("failed to serve the cloud OS image: %w", err)
+		}
+		s.metal.image = &img
+	}
 	return metalboot.Build(ctx, s.metal.bootDir)
+}
+
+// linkOrCopy puts src at dst: a hard link where both are on one filesystem, else a copy.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src) //nolint:gosec // the image cache's own file
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) //nolint:gosec // a public OS image the boot server serves
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// MetalImageEnv returns the clusterctl variables that make the metal flavors write the served cloud OS
+// image to a host's disk (Options.MetalDiskImage): its URL on the boot server, qcow2, its SHA-256, and
+// automatedCleaningMode metadata, so a released host's disk is wiped. Nil without MetalDiskImage.
+func (s *Stack) MetalImageEnv() []string {
+	if s.metal == nil || s.metal.image == nil {
+		return nil
+	}
+	return []string{
+		fmt.Sprintf("YONDER_METAL_IMAGE_URL=http://%s/artifacts/%s", net.JoinHostPort(s.Net.Gateway.String(), strconv.Itoa(s.metal.httpPort)), MetalImageName),
+		"YONDER_METAL_IMAGE_FORMAT=qcow2",
+		"YONDER_METAL_IMAGE_CHECKSUM=" + s.metal.image.QCOW2SHA256,
+		"YONDER_METAL_IMAGE_CHECKSUM_TYPE=sha256",
+		"YONDER_METAL_CLEANING_MODE=metadata",
+	}
+}
+
+// FreezeMetal stops a bare-metal host's VM without powering it off (redfishsim.QEMUDriver.Freeze): the
+// host hangs until its BMC power-cycles it.
+func (s *Stack) FreezeMetal(name string) error {
+	if s.metal == nil || s.metal.driver == nil {
+		return fmt.Errorf("the stack has no bare-metal hosts")
+	}
+	return s.metal.driver.Freeze(name)
+}
+
+// MetalDisk returns the path of a bare-metal host's disk file ("" without one).
+func (s *Stack) MetalDisk(name string) string {
+	if s.metal == nil || s.metal.driver == nil {
+		return ""
+	}
+	return s.metal.driver.DiskPath(name)
 }
 
 // copyEKCA gives the metal manager the vendor roots of the VMs' TPMs, swtpm-localca's root and issuing CA,
@@ -132,6 +216,7 @@ func (s *Stack) metalInitEnv() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.metal.httpPort = httpPort
 	return []string{
 		"YONDER_BOOT_INTERFACE=" + s.Net.Bridge,
 		"YONDER_BOOT_SERVER_IP=" + s.Net.Gateway.String(),
@@ -171,7 +256,11 @@ func (s *Stack) startMetal(ctx context.Context) error {
 		if err := s.addTap(ctx, h.Tap); err != nil {
 			return err
 		}
-		if err := m.driver.Add(ctx, h.Name, redfishsim.QEMUSystem{Tap: h.Tap, MAC: h.MAC, MemoryMiB: 512}); err != nil {
+		sys := redfishsim.QEMUSystem{Tap: h.Tap, MAC: h.MAC, MemoryMiB: metalLiveMemoryMiB}
+		if m.image != nil {
+			sys.MemoryMiB, sys.Disk, sys.DiskSizeBytes = MetalNodeMemoryMiB, filepath.Join(s.Dir, h.Name+"-disk.raw"), MetalDiskBytes
+		}
+		if err := m.driver.Add(ctx, h.Name, sys); err != nil {
 			return err
 		}
 		m.sim.AddSystem(redfishsim.DefaultSystem(h.Name, h.MAC))

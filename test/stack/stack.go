@@ -133,6 +133,12 @@ type Options struct {
 	// MetalHosts is how many bare-metal hosts (QEMU VMs behind the Redfish emulator) to add, 0 to 20;
 	// with any, the metal provider is installed too.
 	MetalHosts int
+	// MetalDiskImage makes the bare-metal hosts able to become Nodes the way CAPM3 users' hosts do: each VM
+	// gets a disk (MetalDiskBytes, sparse) and the memory a node needs (MetalNodeMemoryMiB), and the cloud
+	// OS image (test/osimage: Debian with cloud-init and what a Yonder node needs from its OS) is served
+	// beside the boot artifacts, where an operator may put images too. MetalImageEnv returns the clusterctl
+	// variables that make `--flavor metal` write it to the hosts' disks.
+	MetalDiskImage bool
 	// ExtraImages are further image archives (key → path) pushed into the stack's registry under their names'
 	// paths; nodes pull them through it (the lab's network add-on images, named ghcr.io/yonder-dev/…).
 	ExtraImages map[string]string
@@ -291,6 +297,9 @@ func (opts *Options) complete() error {
 			return fmt.Errorf("failed to start the stack: site names must be unique and non-empty, host counts not negative: %+v", opts.Sites)
 		}
 		seen[site.Name] = true
+	}
+	if opts.MetalDiskImage && opts.MetalHosts == 0 {
+		return fmt.Errorf("failed to start the stack: MetalDiskImage needs MetalHosts")
 	}
 	if opts.MetalHosts < 0 || opts.MetalHosts > 20 {
 		return fmt.Errorf("failed to start the stack: MetalHosts must be 0 to 20, got %d", opts.MetalHosts)

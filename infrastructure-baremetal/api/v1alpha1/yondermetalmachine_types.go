@@ -54,6 +54,14 @@ type CustomDeploy struct {
 // +kubebuilder:validation:Enum=metadata;disabled
 type AutomatedCleaningMode string
 
+// ProviderIDPrefix starts every providerID of the bare-metal provider.
+const ProviderIDPrefix = "yonder-metal://"
+
+// ProviderID is the providerID of a Machine on BareMetalHost namespace/host. It names the host, not the
+// Machine: a reused host's Node carries the same providerID again, and the host's config drive can carry
+// it before any Machine is known (meta data key "providerid").
+func ProviderID(namespace, host string) string { return ProviderIDPrefix + namespace + "/" + host }
+
 // YonderMetalMachineSpec says which host a Machine may claim and what it boots.
 type YonderMetalMachineSpec struct {
 	// providerID is yonder-metal://<namespace>/<host>, set once the host is provisioned.

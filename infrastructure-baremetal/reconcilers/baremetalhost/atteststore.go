@@ -263,11 +263,15 @@ func (s AttestStore) secretKey(ctx context.Context, h *metal3v1.BareMetalHost, r
 
 // metaData is the config drive's meta_data.json, as Metal3's operator builds it for Ironic: the host's
 // identity (uuid, metal3-namespace, metal3-name, name, and its name as local-hostname/hostname), with the
-// keys of the spec.metaData Secret's "metaData" (YAML or JSON map, CAPM3's Metal3Data) on top.
+// keys of the spec.metaData Secret's "metaData" (YAML or JSON map, CAPM3's Metal3Data) on top. Yonder adds
+// "providerid", the providerID a YonderMetalMachine on this host gets (yonder-metal://<namespace>/<host>):
+// the bootstrap data is rendered before the host is known, so yonder-agent takes the Node's providerID from
+// here (cloud-init's ds.meta_data.providerid); CAPM3's Metal3Data sets its own providerid, which wins.
 func (s AttestStore) metaData(ctx context.Context, h *metal3v1.BareMetalHost) (json.RawMessage, error) {
 	md := map[string]any{
 		"uuid": string(h.UID), "metal3-namespace": h.Namespace, "metal3-name": h.Name, "name": h.Name,
 		"local-hostname": h.Name, "local_hostname": h.Name, "hostname": h.Name,
+		"providerid": infrav1.ProviderID(h.Namespace, h.Name),
 	}
 	raw, err := s.secretKey(ctx, h, h.Spec.MetaData, "spec.metaData", "metaData")
 	if err != nil {

@@ -113,6 +113,7 @@ func TestWriteImageInstructionsAndTheirReport(t *testing.T) {
 	g.Expect(json.Unmarshal(in.MetaData, &md)).To(Succeed())
 	g.Expect(md).To(HaveKeyWithValue("uuid", string(h.UID)))
 	g.Expect(md).To(HaveKeyWithValue("metal3-name", "h1"))
+	g.Expect(md).To(HaveKeyWithValue("providerid", "yonder-metal://"+ns+"/h1"), "the providerID the agent gives the Node")
 	g.Expect(md).To(HaveKeyWithValue("local-hostname", "worker-7"), "the metaData Secret's keys win over the defaults")
 	g.Expect(md).To(HaveKeyWithValue("rack", "r12"))
 	g.Expect(string(in.NetworkData)).To(MatchJSON(`{"links":[{"id":"eth0","type":"phy","ethernet_mac_address":"52:54:00:00:00:07"}]}`))

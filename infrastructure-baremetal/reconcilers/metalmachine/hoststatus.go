@@ -6,6 +6,8 @@ import (
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 )
 
 // Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
@@ -50,4 +52,4 @@ func Addresses(h *metal3v1.BareMetalHost) []clusterv1.MachineAddress {
 }
 
 // ProviderID names the host, so the Node a reused host registers again carries the same providerID.
-func ProviderID(namespace, host string) string { return ProviderIDPrefix + namespace + "/" + host }
+func ProviderID(namespace, host string) string { return infrav1.ProviderID(namespace, host) }

@@ -19,9 +19,6 @@ import (
 	"github.com/yonder-dev/yonder/pkg/claim"
 )
 
-// ProviderIDPrefix starts every providerID of this provider.
-const ProviderIDPrefix = "yonder-metal://"
-
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondermetalmachines;yondermetalmachines/status;yondermetalmachines/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=metal3.io,resources=baremetalhosts,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;clusters,verbs=get;list;watch

@@ -2,6 +2,7 @@ package metal
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -17,13 +18,15 @@ import (
 
 // TestMetalFlavors puts every metal flavor of the local clusterctl repository through the management
 // cluster this stack runs with the metal provider (test/e2e's TestClusterctlRepository does the same for
-// the ssh flavors): metal and metal-gpu with a server-side dry run (schemas, CAPI's webhooks and ours),
-// metal-clusterclass created for real with no replicas, so CAPI's topology webhook validates its variables
-// and the topology controller renders both worker classes through the yonder-metal class's patches. A
-// disk image without a checksum is refused by our webhook.
+// the ssh flavors): metal and metal-gpu with a server-side dry run (schemas, CAPI's webhooks and ours)
+// with their default disk image (qcow2, cleaned when released) and with a live image, metal-clusterclass
+// created for real with no replicas, so CAPI's topology webhook validates its variables and the topology
+// controller renders both worker classes through the yonder-metal class's patches. A disk image without
+// a checksum (the defaults with only the URL set) is refused by our webhook.
 func TestMetalFlavors(t *testing.T) {
 	ctx := context.Background()
-	const imageURL = "http://images.example/yonder-live.iso"
+	const imageURL = "http://images.example/debian-cloud.qcow2"
+	checksum := "YONDER_METAL_IMAGE_CHECKSUM=" + strings.Repeat("ab", 32)
 	generate := func(t *testing.T, flavor string, env ...string) []*unstructured.Unstructured {
 		t.Helper()
 		out, err := st.ClusterctlOffline(ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
@@ -41,15 +44,34 @@ func TestMetalFlavors(t *testing.T) {
 	}
 	for _, flavor := range []string{"metal", "metal-gpu"} {
 		t.Run(flavor, func(t *testing.T) {
-			objs := generate(t, flavor)
+			// The GPU pool's image and checksum default to the general ones.
+			objs := generate(t, flavor, checksum)
+			g := NewWithT(t)
+			n := 0
+			for _, o := range objs {
+				if o.GetKind() != "YonderMetalMachineTemplate" {
+					continue
+				}
+				n++
+				tmpl := &infrav1.YonderMetalMachineTemplate{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, tmpl)).To(Succeed())
+				g.Expect(tmpl.Spec.Template.Spec.Image.Format).To(Equal(infrav1.ImageFormat("qcow2")), "the default: a disk image, so the hosts become Nodes")
+				g.Expect(tmpl.Spec.Template.Spec.AutomatedCleaningMode).To(Equal(infrav1.AutomatedCleaningMode("metadata")), "a released host's disks are wiped")
+				g.Expect(tmpl.Spec.Template.Spec.Image.Checksum).To(Equal(strings.Repeat("ab", 32)))
+			}
+			g.Expect(n).To(BeNumerically(">=", 1))
 			flavorcheck.DryRun(ctx, t, st.Client, flavorcheck.Namespace(ctx, t, st.Client, "tpl-"+flavor), objs)
 		})
 	}
+	t.Run("metal/live-iso", func(t *testing.T) {
+		objs := generate(t, "metal", "YONDER_METAL_IMAGE_FORMAT=live-iso", "YONDER_METAL_CLEANING_MODE=disabled")
+		flavorcheck.DryRun(ctx, t, st.Client, flavorcheck.Namespace(ctx, t, st.Client, "tpl-metal-live"), objs)
+	})
 	t.Run("metal/disk-image-without-checksum", func(t *testing.T) {
 		g := NewWithT(t)
 		ns := flavorcheck.Namespace(ctx, t, st.Client, "tpl-metal-bad")
 		n := 0
-		for _, o := range generate(t, "metal", "YONDER_METAL_IMAGE_FORMAT=raw") {
+		for _, o := range generate(t, "metal") {
 			if o.GetKind() != "YonderMetalMachineTemplate" {
 				continue
 			}
@@ -60,7 +82,7 @@ func TestMetalFlavors(t *testing.T) {
 		g.Expect(n).To(Equal(1))
 	})
 	t.Run("metal-clusterclass", func(t *testing.T) {
-		objs := generate(t, "metal-clusterclass", "YONDER_GPU_MACHINE_COUNT=1")
+		objs := generate(t, "metal-clusterclass", "YONDER_GPU_MACHINE_COUNT=1", checksum)
 		g := NewWithT(t)
 		g.Expect(flavorcheck.Kinds(objs)).To(HaveKeyWithValue("ClusterClass", 1))
 		ns := flavorcheck.Namespace(ctx, t, st.Client, "tpl-metal-cc")
@@ -72,7 +94,9 @@ func TestMetalFlavors(t *testing.T) {
 			spec := tmpl.Spec.Template.Spec
 			g.Expect(spec.Image).NotTo(BeNil())
 			g.Expect(spec.Image.URL).To(Equal(imageURL), "the imageURL variable replaces the class's placeholder")
-			g.Expect(spec.Image.Format).To(Equal(infrav1.LiveISOFormat))
+			g.Expect(spec.Image.Format).To(Equal(infrav1.ImageFormat("qcow2")), "the imageFormat variable's default")
+			g.Expect(spec.Image.Checksum).To(Equal(strings.Repeat("ab", 32)))
+			g.Expect(spec.AutomatedCleaningMode).To(Equal(infrav1.AutomatedCleaningMode("metadata")), "the cleaningMode variable's default")
 			taints, _, _ := unstructured.NestedSlice(bootstrap.Object, "spec", "template", "spec", "nodeTaints")
 			labels, _, _ := unstructured.NestedStringMap(bootstrap.Object, "spec", "template", "spec", "nodeLabels")
 			switch name {

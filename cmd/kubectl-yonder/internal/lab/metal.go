@@ -32,19 +32,14 @@ func metalHosts(l *Options) int {
 	return 0
 }
 
-// metalImageURL is the image the metal pool's YonderMetalMachines name. The hosts run in live mode: they
-// boot Yonder's provisioning kernel + initramfs, attest, receive their bootstrap data and keep running;
-// the image is recorded on the BareMetalHost, nothing downloads it (the lab has no image server).
-const metalImageURL = "http://images.invalid/live.iso"
-
 // addMetal records the lab's bare-metal hosts for `lab status` and, when the lab has a Cluster, adds the
-// metal pool to it: the YonderConfigTemplate, YonderMetalMachineTemplate and MachineDeployment of
-// `clusterctl generate cluster --flavor metal` (templates/cluster-template-metal.yaml), renamed to
-// MetalPool so they sit beside the ssh flavor's lab-md-0, with one replica. It waits until the pool's
-// Machine is Provisioned: the host claimed, its VM PXE-booted through the metal manager's boot services on
-// the lab bridge, attested with its TPM, its bootstrap data received. The flavor's MachineHealthCheck is
-// left out: the live initramfs starts no kubelet, so the Machine never gets a Node and the check's node
-// startup timeout would replace it over and over.
+// metal pool to it: what `clusterctl generate cluster --flavor metal` (templates/cluster-template-metal.yaml)
+// renders for the worker pool — YonderConfigTemplate, YonderMetalMachineTemplate, MachineDeployment,
+// YonderMetalRemediationTemplate and MachineHealthCheck — renamed to MetalPool so they sit beside the ssh
+// flavor's lab-md-0, with one replica, writing the stack's cloud OS image (test/osimage, served beside the
+// boot artifacts). It waits until the pool's Machine has a Ready Node: the host claimed, its VM PXE-booted
+// through the metal manager's boot services on the lab bridge, attested with its TPM, the image written to
+// its disk with a config drive, the disk booted, cloud-init run the bootstrap data, the agent's kubelet Ready.
 func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir string, step func(string, ...any)) error {
 	if !l.Metal {
 		return nil
@@ -61,7 +56,7 @@ func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir st
 	}
 	t0 := time.Now()
 	step("adding MachineDeployment %s (1 replica) to Cluster %q from templates/cluster-template-metal.yaml (clusterctl generate cluster --flavor metal)", MetalPool, ClusterName)
-	manifest, err := s.Clusterctl(ctx, []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret, "YONDER_METAL_IMAGE_URL=" + metalImageURL},
+	manifest, err := s.Clusterctl(ctx, append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret}, append(s.MetalImageEnv(), s.TemplateEnv()...)...),
 		"generate", "cluster", ClusterName, "--infrastructure", "yonder-metal", "--flavor", "metal",
 		"--kubernetes-version", stack.KubernetesVersion, "--worker-machine-count", "1", "--target-namespace", st.Namespace)
 	if err != nil {
@@ -74,7 +69,7 @@ func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir st
 	if err := createAndRecord(ctx, s, objs, filepath.Join(dir, "metal.yaml")); err != nil {
 		return err
 	}
-	step("waiting for the metal Machine: host claimed → VM PXE-boots (QEMU without KVM: about a minute) → TPM attested → bootstrap data received → Provisioned")
+	step("waiting for the metal Node: host claimed → VM PXE-boots (QEMU without KVM: about a minute) → TPM attested → image written to its disk → disk boot → cloud-init runs the bootstrap data → Node Ready (minutes under TCG)")
 	last := ""
 	err = stack.WaitFor(ctx, l.Timeout, func(ctx context.Context) (bool, error) {
 		ms := &clusterv1.MachineList{}
@@ -86,7 +81,7 @@ func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir st
 		if len(ms.Items) == 1 {
 			m := ms.Items[0]
 			msg = fmt.Sprintf("Machine %s phase %s", m.Name, m.Status.Phase)
-			done = m.Status.Phase == string(clusterv1.MachinePhaseProvisioned) && m.Spec.ProviderID != ""
+			done = m.Status.Phase == string(clusterv1.MachinePhaseRunning) && m.Spec.ProviderID != "" && m.Status.NodeRef.IsDefined()
 		}
 		if msg != last {
 			step("metal: %s", msg)
@@ -98,14 +93,15 @@ func addMetal(ctx context.Context, s *stack.Stack, l *Options, st *State, dir st
 		return fmt.Errorf("interrupted while waiting for the metal Machine: %w", ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("the metal Machine was not Provisioned in %s (metal manager log in %s, VM consoles in %s): %w",
+		return fmt.Errorf("the metal Machine got no Node in %s (metal manager log in %s, VM consoles in %s): %w",
 			l.Timeout, s.Logs(), filepath.Join(s.Dir, "metal"), err)
 	}
-	step("metal Machine Provisioned in %.1fs (VM console: %s)", time.Since(t0).Seconds(), filepath.Join(s.Dir, "metal", "<host>", "console.log"))
+	step("metal Machine Running with a Ready Node in %.1fs (VM console: %s)", time.Since(t0).Seconds(), filepath.Join(s.Dir, "metal", "<host>", "console.log"))
 	return nil
 }
 
-// metalPoolObjects picks the worker pool out of the generated metal flavor and renames it to MetalPool.
+// metalPoolObjects picks the worker pool out of the generated metal flavor (its templates, MachineDeployment
+// and health check) and renames it to MetalPool.
 func metalPoolObjects(manifest []byte) ([]*unstructured.Unstructured, error) {
 	from := ClusterName + "-md-0"
 	var objs []*unstructured.Unstructured
@@ -119,7 +115,16 @@ func metalPoolObjects(manifest []byte) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("failed to decode the generated metal flavor: %w", err)
 		}
 		switch u.GetKind() {
-		case "YonderConfigTemplate", "YonderMetalMachineTemplate":
+		case "YonderConfigTemplate", "YonderMetalMachineTemplate", "YonderMetalRemediationTemplate":
+		case "MachineHealthCheck":
+			for _, ref := range [][]string{{"spec", "selector", "matchLabels", clusterv1.MachineDeploymentNameLabel}, {"spec", "remediation", "templateRef", "name"}} {
+				if n, _, _ := unstructured.NestedString(u.Object, ref...); n != from {
+					return nil, fmt.Errorf("failed to adapt the metal flavor: MachineHealthCheck %s has %q at %s, want %q", u.GetName(), n, strings.Join(ref, "."), from)
+				}
+				if err := unstructured.SetNestedField(u.Object, MetalPool, ref...); err != nil {
+					return nil, err
+				}
+			}
 		case "MachineDeployment":
 			for _, ref := range [][]string{{"spec", "template", "spec", "bootstrap", "configRef", "name"}, {"spec", "template", "spec", "infrastructureRef", "name"}} {
 				if n, _, _ := unstructured.NestedString(u.Object, ref...); n != from {
@@ -138,8 +143,8 @@ func metalPoolObjects(manifest []byte) ([]*unstructured.Unstructured, error) {
 		u.SetName(MetalPool)
 		objs = append(objs, u)
 	}
-	if len(objs) != 3 {
-		return nil, fmt.Errorf("failed to adapt the metal flavor: want its YonderConfigTemplate, YonderMetalMachineTemplate and MachineDeployment, found %d of them", len(objs))
+	if len(objs) != 5 {
+		return nil, fmt.Errorf("failed to adapt the metal flavor: want its YonderConfigTemplate, YonderMetalMachineTemplate, MachineDeployment, YonderMetalRemediationTemplate and MachineHealthCheck, found %d of them", len(objs))
 	}
 	return objs, nil
 }

@@ -134,7 +134,7 @@ func (r *labRun) prepare(ctx context.Context, hold bool) error {
 // startStack starts the management plane, the workload control plane and the first site's hosts.
 func (r *labRun) startStack(ctx context.Context) error {
 	s, err := stack.Start(ctx, stack.Options{Dir: r.st.StackDir, Sites: r.sites, HostNamespace: r.st.Namespace, FastNodeMonitoring: true,
-		ExtraImages: r.images, MetalHosts: metalHosts(r.l), Log: r.step,
+		ExtraImages: r.images, MetalHosts: metalHosts(r.l), MetalDiskImage: r.l.Metal, Log: r.step,
 		// The real Prometheus, scraping every manager; the network nodes are added once they run (cluster).
 		Prometheus: true})
 	if err != nil {

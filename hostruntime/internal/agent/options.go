@@ -31,8 +31,8 @@ const (
 	DefaultProviderIDFile = "/etc/yonder/provider-id"
 	// DefaultCloudInitInstanceData is where cloud-init writes what its datasource said about the instance.
 	DefaultCloudInitInstanceData = "/run/cloud-init/instance-data.json"
-	DefaultReadyTimeout   = 5 * time.Minute
-	DefaultSandboxImage   = "registry.k8s.io/pause:3.10"
+	DefaultReadyTimeout          = 5 * time.Minute
+	DefaultSandboxImage          = "registry.k8s.io/pause:3.10"
 )
 
 // Options are the agent-side settings: where things live on this host. They are flags of yonder-agent,

@@ -18,6 +18,7 @@ import (
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
+	"github.com/yonder-dev/yonder/pkg/claim"
 	"github.com/yonder-dev/yonder/test/bmhsim"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/harness"
@@ -121,11 +122,12 @@ func host(g Gomega, ns, name string) *metal3v1.BareMetalHost {
 }
 
 // checkClaims asserts the inventory invariants: no YonderMetalMachine holds more than one host and every
-// claim by a YonderMetalMachine names a live one. It returns consumer UID → host.
+// claim by a YonderMetalMachine names a live one, by name and claim identity (its UID, or the first UID
+// that a machine recreated by clusterctl move keeps in an annotation). It returns claim identity → host.
 func checkClaims(g Gomega, ns string) map[string]string {
-	live := map[string]bool{}
+	live := map[string]string{}
 	for _, m := range metalMachines(g, ns) {
-		live[string(m.UID)] = true
+		live[string(claim.ID(&m, infrav1.ClaimIDAnnotation))] = m.Name
 	}
 	byConsumer := map[string]string{}
 	for _, h := range hostList(g, ns) {
@@ -135,7 +137,7 @@ func checkClaims(g Gomega, ns string) map[string]string {
 		}
 		g.Expect(byConsumer).NotTo(HaveKey(string(ref.UID)), "machine %s claims hosts %s and %s", ref.Name, byConsumer[string(ref.UID)], h.Name)
 		byConsumer[string(ref.UID)] = h.Name
-		g.Expect(live).To(HaveKey(string(ref.UID)), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
+		g.Expect(live).To(HaveKeyWithValue(string(ref.UID), ref.Name), "host %s is claimed by %s, which no longer exists", h.Name, ref.Name)
 	}
 	return byConsumer
 }

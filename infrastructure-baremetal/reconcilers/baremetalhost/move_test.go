@@ -6,7 +6,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -63,4 +67,45 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 	g.Expect(sim.State("s1").PXEBoots).To(Equal(1), "a moved provisioned host is not provisioned again")
 	g.Expect(env.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
 	g.Expect(sec.ResourceVersion).To(Equal(rv), "the move label is written once, not on every reconcile")
+}
+
+// clusterctl move ends by deleting the source copy of every object it recreated in the target: a JSON
+// patch that replaces all its annotations with clusterctl's delete-for-move annotation (our state and
+// pins go with them), a delete, and the finalizers removed. The source manager must let the provisioned
+// host go without touching it — no power off (the target's manager owns the running host now), no PXE
+// boot — and forget its boot table entry (its lease is the target manager's to serve).
+func TestClusterctlMoveDeleteLeavesTheHostRunning(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-move-del").Name
+	const mac = "52:54:00:40:00:02"
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("s2", mac)
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("s2", mac))
+	startController(t, testReconciler(lab.inv), ns)
+	h := newHost(g, ns, "h2", sim, "s2", mac, bmcPass, func(h *metal3v1.BareMetalHost) {
+		h.Annotations[baremetalhost.BootAddressAnnotation] = "192.0.2.62"
+	})
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	claim(g, ns, h, "moved-away")
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
+	g.Expect(sim.State("s2").PoweredOn).To(BeTrue())
+	_, inTable := lab.inv.HostByMAC(mustMAC(mac))
+	g.Expect(inTable).To(BeTrue(), "the provisioned host keeps its lease")
+
+	// clusterctl's deleteSourceObject: the annotations patch, then the delete (the finalizer is left to us
+	// here: clusterctl removes it afterwards, the controller must not need that).
+	cur := getHost(g, h)
+	patch := []byte(`[{"op": "add", "path": "/metadata/annotations", "value": {"` + clusterctlv1.DeleteForMoveAnnotation + `": ""}}]`)
+	g.Expect(env.Patch(ctx, cur, client.RawPatch(types.JSONPatchType, patch))).To(Succeed())
+	g.Expect(env.Delete(ctx, cur)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(h), &metal3v1.BareMetalHost{}))
+	}).Should(BeTrue(), "the controller removed its finalizer")
+	g.Consistently(func() redfishsim.SystemState { return sim.State("s2") }, "2s").Should(And(
+		HaveField("PoweredOn", BeTrue()), HaveField("PXEBoots", 1)), "the moved host keeps running, untouched")
+	_, inTable = lab.inv.HostByMAC(mustMAC(mac))
+	g.Expect(inTable).To(BeFalse(), "this manager no longer serves the moved host's lease")
 }

@@ -41,6 +41,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
@@ -205,8 +207,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.sessions.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	// clusterctl move and CAPM3 pause hosts with Metal3's annotations; detached hosts are left alone
-	// (annotations.go), and deleted without deprovisioning. Neither needs a BMC session kept open.
+	// clusterctl move deletes the source copy of each object it recreated in the target cluster, after a
+	// patch that replaces all its annotations with its delete-for-move annotation (the state, the pins and
+	// any pause go with them). The host is the target manager's now: this one forgets it and lets the
+	// deletion through — no power action, no state written. Without this a moved host was powered off.
+	if _, ok := h.Annotations[clusterctlv1.DeleteForMoveAnnotation]; ok {
+		return ctrl.Result{}, r.releaseMoved(ctx, h)
+	}
+	// CAPM3 pauses hosts with Metal3's annotation; detached hosts are left alone (annotations.go), and
+	// deleted without deprovisioning. Neither needs a BMC session kept open.
 	if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
 		r.sessions.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
@@ -715,6 +724,24 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	r.sessions.drop(client.ObjectKeyFromObject(h))
 	controllerutil.RemoveFinalizer(h, Finalizer)
 	return ctrl.Result{}, nil
+}
+
+// releaseMoved lets go of a host clusterctl move is deleting from this cluster (it lives on in the
+// target): its boot table entry and BMC session are dropped and, once it is being deleted, the finalizer
+// is removed. The host itself is not touched.
+func (r *Reconciler) releaseMoved(ctx context.Context, h *metal3v1.BareMetalHost) error {
+	r.forgetBoot(h)
+	r.sessions.drop(client.ObjectKeyFromObject(h))
+	if h.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(h, Finalizer) {
+		return nil
+	}
+	orig := h.DeepCopy()
+	controllerutil.RemoveFinalizer(h, Finalizer)
+	if err := r.Client.Patch(ctx, h, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to release %s for clusterctl move: %w", klog.KObj(h), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Host moved by clusterctl: released without powering it off")
+	return nil
 }
 
 func (r *Reconciler) forgetBoot(h *metal3v1.BareMetalHost) {

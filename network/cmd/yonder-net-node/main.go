@@ -59,7 +59,7 @@ func run(args []string) error {
 	fs.StringVar(&o.Devices.VXLAN, "vxlan-device", "yonder-vx", "VXLAN device over the underlay")
 	fs.StringVar(&o.Devices.VXLANWG, "vxlan-wg-device", "yonder-vw", "VXLAN device inside WireGuard")
 	fs.StringVar(&o.Devices.PodBridge, "pod-bridge", "cni0", "the pods' bridge (the eBPF program attaches to it)")
-	fs.StringVar(&o.UnderlayDev, "underlay-device", "eth0", "the underlay interface")
+	fs.StringVar(&o.UnderlayDev, "underlay-device", "", "the underlay interface (default: the one holding the node's address, env NODE_IP, else the default route's)")
 	fs.StringVar(&o.Endpoint, "endpoint", "", "address peers dial (default: the underlay device's first IPv4 address)")
 	fs.StringVar(&o.ExternalEndpoint, "external-endpoint", "", "address other Sites dial (public or NATed; default: --endpoint)")
 	fs.IntVar(&o.WGPort, "wireguard-port", desired.DefaultWireGuardPort, "WireGuard listen port")
@@ -91,6 +91,11 @@ func run(args []string) error {
 	if o.Node == "" {
 		return fmt.Errorf("failed to start: --node (or NODE_NAME) is required")
 	}
+	underlay, err := daemon.ResolveUnderlay(o.UnderlayDev, os.Getenv("NODE_IP"))
+	if err != nil {
+		return err
+	}
+	o.UnderlayDev = underlay
 	d, err := daemon.New(o)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -537,13 +538,14 @@ func watchHosts(t *testing.T, ns string) (stop func() []hostVersion) {
 	go func() {
 		defer close(done)
 		rv := ""
-		for ctx.Err() == nil {
+		// One watch per call; a watch that fails to open or ends is opened again 50 ms later, until ctx ends.
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
 			w, err := wc.Watch(ctx, &metal3v1.BareMetalHostList{}, &client.ListOptions{Namespace: ns, Raw: &metav1.ListOptions{ResourceVersion: rv}})
 			if err != nil {
 				rv = ""
-				time.Sleep(50 * time.Millisecond)
-				continue
+				return
 			}
+			defer w.Stop()
 			for ev := range w.ResultChan() {
 				h, ok := ev.Object.(*metal3v1.BareMetalHost)
 				if !ok {
@@ -560,8 +562,7 @@ func watchHosts(t *testing.T, ns string) (stop func() []hostVersion) {
 				seen = append(seen, v)
 				mu.Unlock()
 			}
-			w.Stop()
-		}
+		}, 50*time.Millisecond)
 	}()
 	halt := func() { cancel(); <-done }
 	t.Cleanup(halt)

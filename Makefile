@@ -34,8 +34,10 @@ FUZZTIME ?= 10s
 # packages one at a time (go/src/cmd/go/internal/test/test.go), which made the suite take the sum of all its
 # packages' times (over an hour); without -bench, -p 2 let two heavy suites run together, and on 2 cores
 # their stacks starved each other into timeouts.
+# The site labs (network/internal/dataplane/sitetest: namespaces and the real dataplane binary, ~2 min, no
+# cluster or VM) run in the second lane, as their benchmarks always did: the heavy lane is the critical path.
 SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./test/e2e/metal/ \
-	./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/ ./network/internal/dataplane/sitetest/
+	./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/
 test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
 	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) hack/test.sh
 

@@ -54,7 +54,10 @@ func TestMain(m *testing.M) {
 // through the metal manager's DHCP/TFTP/HTTP on the lab bridge, the ramdisk's yonder-agent attests with
 // the VM's TPM and receives its instructions, writes the image to the VM's disk with a config drive
 // holding the Machine's bootstrap data, and the host boots its disk. The image's own cloud-init runs
-// YonderConfig's data: it installs yonder-agent from the registry, the agent (with systemd as PID 1) starts
+// YonderConfig's data, and the host's inventory record (its BareMetalHost's networkData and metaData
+// Secrets, written by the operator before any Machine existed) on the same config drive: cloud-init keeps
+// DHCP on the boot NIC, adds the networkData's static address and sets the metaData's hostname (checked on
+// the host's serial console). The user data installs yonder-agent from the registry, the agent (with systemd as PID 1) starts
 // containerd and the kubelet in a systemd-nspawn machine, and the Node is Ready in the workload cluster
 // with the Machine's providerID; the Machine carries the host's address, and a pod runs on the Node and
 // answers over the pod network. Then the host hangs (its VM stopped): the Node goes NotReady, the flavor's
@@ -76,11 +79,13 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	g.Expect(hosts).To(HaveLen(1))
 	l := &metalLife{ctx: context.Background(), host: hosts[0], name: "metal"}
 	metrics := expectEveryTargetUp(t)
+	inv := l.describeHost(t)
 	t0 := l.apply(t)
 	claimed, poweredOn, provisioned := l.provisioned(t, t0)
 	metrics.expectProvisioningCounted(t)
 	metrics.collectSecrets(t, l.host)
 	nodeReady, podRan := l.nodeReady(t, t0)
+	inv.expectApplied(t, l)
 	rebooted := l.remediatedByReboot(t)
 	l.restartChangesNothing(t)
 	released := l.scaleToZero(t)

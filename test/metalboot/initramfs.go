@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 	"github.com/yonder-dev/yonder/pkg/newc"
 )
 
@@ -16,17 +17,12 @@ import (
 // on a cpio command (a pipeline whose status is gzip's once swallowed a missing cpio, and the VM then
 // panicked on an empty archive ten minutes later). dst appears only complete: it is written beside and
 // renamed.
-func writeInitramfs(root, dst string) (rerr error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".initramfs-*")
+func writeInitramfs(root, dst string) error {
+	tmp, err := atomicfile.Create(dst)
 	if err != nil {
 		return fmt.Errorf("failed to create the initramfs: %w", err)
 	}
-	defer func() {
-		if rerr != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Abort()
 	buf := bufio.NewWriterSize(tmp, 1<<20)
 	zw, err := gzip.NewWriterLevel(buf, gzip.BestSpeed)
 	if err != nil {
@@ -55,13 +51,7 @@ func writeInitramfs(root, dst string) (rerr error) {
 	if err := buf.Flush(); err != nil {
 		return fmt.Errorf("failed to write the initramfs: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("failed to write the initramfs: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil { //nolint:gosec // a boot artifact served to test VMs
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return tmp.Commit(0o644) // a boot artifact served to test VMs
 }
 
 // add packs one entry of the tree.

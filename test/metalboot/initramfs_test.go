@@ -42,7 +42,7 @@ func TestInitramfsUnpacksToTheSameTree(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o755)))
 	g.Expect(os.Readlink(filepath.Join(out, "bin", "sh"))).To(Equal("busybox"))
-	left, err := filepath.Glob(filepath.Join(filepath.Dir(dst), ".initramfs-*"))
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")) // pkg/atomicfile's temporary names
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(left).To(BeEmpty(), "no temporary file stays beside the initramfs")
 }

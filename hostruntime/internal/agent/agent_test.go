@@ -241,7 +241,7 @@ func TestSecretFilesAreNeverWrittenUnderAWiderMode(t *testing.T) {
 	st, err = os.Stat(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)), "an existing file's wider mode is not kept")
-	left, err := filepath.Glob(filepath.Join(root, "etc/*/*.yonder-tmp-*"))
+	left, err := filepath.Glob(filepath.Join(root, "etc/*/.*.tmp-*")) // pkg/atomicfile's temporary names
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(left).To(BeEmpty(), "no temporary file stays")
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/artifacts"
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 )
 
 // writer writes files under a root, only when their content differs, and remembers what changed.
@@ -24,60 +24,16 @@ func (w *writer) file(path, content string, mode os.FileMode) {
 		return
 	}
 	p := filepath.Join(w.root, path)
-	if cur, err := os.ReadFile(p); err == nil && bytes.Equal(cur, []byte(content)) { //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
-		if st, err := os.Stat(p); err == nil && st.Mode().Perm() == mode {
-			return
-		}
+	if atomicfile.Same(p, []byte(content), mode) {
+		return
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories inside the machine's tree
 		w.err = err
 		return
 	}
-	tmp, err := writeTemp(p, []byte(content))
-	if err != nil {
-		w.err = fmt.Errorf("failed to write %s: %w", p, err)
-		return
+	if w.err = atomicfile.Write(p, []byte(content), mode); w.err == nil {
+		w.changed = append(w.changed, path)
 	}
-	w.install(tmp, path, mode)
-}
-
-// writeTemp writes content to a new temporary file beside path and returns its name. os.CreateTemp
-// creates it 0600 and exclusively (never a leftover of an earlier run with a wider mode), so content
-// that holds a secret (a bootstrap token, a kubeconfig) is never readable under a wider mode than the
-// one it is given before being renamed into place.
-func writeTemp(path string, content []byte) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".yonder-tmp-*")
-	if err != nil {
-		return "", err
-	}
-	if _, err := f.Write(content); err != nil {
-		_ = f.Close()
-		_ = os.Remove(f.Name())
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
-}
-
-// install moves the written temporary file tmp into place as path (under the root) with mode, and
-// records the change; a failure removes tmp, so no half-written file stays behind.
-func (w *writer) install(tmp, path string, mode os.FileMode) {
-	p := filepath.Join(w.root, path)
-	// tmp is the temporary file this writer created beside p (writeTemp, or copyVerified's).
-	if err := os.Chmod(tmp, mode); err != nil { //nolint:gosec // see above
-		_ = os.Remove(tmp) //nolint:gosec // see above
-		w.err = err
-		return
-	}
-	if err := os.Rename(tmp, p); err != nil { //nolint:gosec // see above
-		_ = os.Remove(tmp) //nolint:gosec // see above
-		w.err = err
-		return
-	}
-	w.changed = append(w.changed, path)
 }
 
 func (w *writer) copyVerified(src, path string, mode os.FileMode) {
@@ -103,24 +59,19 @@ func (w *writer) copyVerified(src, path string, mode os.FileMode) {
 		return
 	}
 	defer func() { _ = in.Close() }()
-	tmp := p + ".yonder-tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
+	out, err := atomicfile.Create(p)
 	if err != nil {
 		w.err = err
 		return
 	}
+	defer out.Abort()
 	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		_ = os.Remove(tmp)
-		w.err = err
+		w.err = fmt.Errorf("failed to copy %s to %s: %w", src, p, err)
 		return
 	}
-	if err := out.Close(); err != nil {
-		_ = os.Remove(tmp)
-		w.err = err
-		return
+	if w.err = out.Commit(mode); w.err == nil {
+		w.changed = append(w.changed, path)
 	}
-	w.install(tmp, path, mode)
 }
 
 func (w *writer) untarOnce(src, dir string) {

@@ -9,6 +9,7 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 )
 
 func (r *run) host(ctx context.Context) (string, error) {
@@ -63,31 +64,21 @@ func writeHostFile(f agentv1.File) error {
 	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil { //nolint:gosec // operator-requested path
 		return err
 	}
-	// Written beside the target (created 0600), given its mode and owner, then renamed into place: the
+	// Written beside the target (created 0600), given its owner and mode, then renamed into place: the
 	// content is never readable under a wider mode, not even when the file exists with one.
-	tmp, err := writeTemp(f.Path, content)
+	tmp, err := atomicfile.Create(f.Path)
 	if err != nil {
-		return fmt.Errorf("failed to write %s: %w", f.Path, err)
-	}
-	if err := finishHostFile(tmp, f, mode); err != nil {
-		_ = os.Remove(tmp)
 		return err
 	}
-	return nil
-}
-
-// finishHostFile gives the written temporary file tmp of f its mode and owner and renames it into place.
-func finishHostFile(tmp string, f agentv1.File, mode os.FileMode) error {
-	if err := os.Chmod(tmp, mode); err != nil {
-		return fmt.Errorf("failed to set the mode of %s: %w", f.Path, err)
+	defer tmp.Abort()
+	if _, err := tmp.Write(content); err != nil {
+		return fmt.Errorf("failed to write %s: %w", f.Path, err)
 	}
 	if f.Owner != "" && f.Owner != "root:root" && f.Owner != "root" {
-		if out, err := exec.Command("chown", f.Owner, tmp).CombinedOutput(); err != nil {
+		// Before the mode: chown clears set-id bits.
+		if out, err := exec.Command("chown", f.Owner, tmp.Name()).CombinedOutput(); err != nil {
 			return fmt.Errorf("failed to chown %s to %s: %s: %w", f.Path, f.Owner, tail(out), err)
 		}
 	}
-	if err := os.Rename(tmp, f.Path); err != nil {
-		return fmt.Errorf("failed to write %s: %w", f.Path, err)
-	}
-	return nil
+	return tmp.Commit(mode)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 )
 
 // DigestMismatchError is returned when content does not have the digest the configuration pins.
@@ -58,26 +59,19 @@ func (c Cache) Ensure(ctx context.Context, a agentv1.Artifact) (string, error) {
 		return "", err
 	}
 	defer func() { _ = src.Close() }()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".fetch-*")
+	tmp, err := atomicfile.Create(dst)
 	if err != nil {
 		return "", fmt.Errorf("failed to create a temporary file in %s: %w", c.Dir, err)
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
+	defer tmp.Abort()
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), src); err != nil {
-		_ = tmp.Close()
 		return "", fmt.Errorf("failed to read artifact %q from %s: %w", a.Name, source, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != a.SHA256 {
 		return "", &DigestMismatchError{Name: a.Name, Source: source, Want: a.SHA256, Got: got}
 	}
-	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := tmp.Commit(0o600); err != nil {
 		return "", fmt.Errorf("failed to store artifact %q in the cache: %w", a.Name, err)
 	}
 	return dst, nil

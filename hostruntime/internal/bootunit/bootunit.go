@@ -16,7 +16,6 @@
 package bootunit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 )
 
 // DefaultDir is the local administrator's unit directory: it outlives reboots and package upgrades.
@@ -258,39 +259,11 @@ func firstLine(out []byte) string {
 	return strings.TrimSpace(line)
 }
 
-// writeIfChanged writes content to path unless the file already has it and mode. The content goes to a
-// new temporary file beside path (created exclusively: never a leftover or planted name), is synced,
-// given its mode and renamed into place, so systemd never reads half a unit, not even after a crash.
+// writeIfChanged writes content with mode to path (creating its directory) unless it is already there,
+// atomically and synced: systemd never reads half a unit, not even after a power cycle.
 func writeIfChanged(path string, content []byte, mode os.FileMode) (bool, error) {
-	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, content) { //nolint:gosec // the agent's own unit file
-		if st, err := os.Stat(path); err == nil && st.Mode().Perm() == mode {
-			return false, nil
-		}
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // the host's unit directory
 		return false, fmt.Errorf("failed to create %s: %w", filepath.Dir(path), err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".yonder-tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(content)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return false, fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	return true, nil
+	return atomicfile.WriteIfChanged(path, content, mode)
 }

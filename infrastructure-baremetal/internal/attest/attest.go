@@ -54,16 +54,25 @@ type Result struct {
 	// Reason is a wire.Reason* constant, or "Attested" / "Enrolled" / "BootstrapDataReleased".
 	Reason  string
 	Message string
-	// Fatal marks a refusal that is evidence against the host (Fatal(Reason)): the TPM is not the enrolled
-	// one, its EK does not chain to a vendor root, or its quote or PCRs are wrong. Other refusals (a
-	// malformed request, a closed enrolment window) say nothing about the host and must not stop it.
+	// Fatal marks a refusal that is evidence against the host: its reason is one of Fatal's (the TPM is
+	// not the enrolled one, its EK does not chain to a vendor root, or its quote or PCRs are wrong) and the
+	// session came from the host itself, i.e. from the address the site's DHCP server — Yonder's own —
+	// leases to the host's boot MAC (IssueTicket's leased). Other refusals (a malformed request, a closed
+	// enrolment window) say nothing about the host and must not stop it.
 	Fatal bool
+	// Unattributed marks a refusal with one of Fatal's reasons in a session that is not proven to be the
+	// host's (leased was false: proxyDHCP, or a host without a reservation, where anyone on the boot LAN
+	// can fetch the host's script from its own address and attest with any TPM). It is no evidence
+	// against the host: the host may still attest in the same attempt. Address is the session's address.
+	Unattributed bool
 	// Address is, on a release, the address the attested host fetched its data from: what its boot NIC
-	// leased, which the host's inventory records as that NIC's IP (as Metal3's inspection does).
+	// leased, which the host's inventory records as that NIC's IP (as Metal3's inspection does); on an
+	// Unattributed refusal, the address the refused session came from.
 	Address netip.Addr
 }
 
-// fatalReasons are the refusals that are real attestation failures.
+// fatalReasons are the refusals that are real attestation failures when the host itself was refused
+// (Result.Fatal).
 var fatalReasons = map[string]bool{
 	wire.ReasonEKMismatch: true, wire.ReasonEKCertificateMismatch: true, wire.ReasonEKCertificateUntrusted: true,
 	wire.ReasonEKCertificateMissing: true, wire.ReasonAKInvalid: true, wire.ReasonNonceReplayed: true,
@@ -71,7 +80,8 @@ var fatalReasons = map[string]bool{
 	wire.ReasonQuoteSignatureInvalid: true, wire.ReasonPCRDigestMismatch: true, wire.ReasonPCRMismatch: true,
 }
 
-// Fatal reports whether a refusal reason is a real attestation failure (see Result.Fatal).
+// Fatal reports whether a refusal reason is a real attestation failure when the refused session is the
+// host's own (see Result.Fatal and Result.Unattributed).
 func Fatal(reason string) bool { return fatalReasons[reason] }
 
 // Success reasons.
@@ -189,12 +199,14 @@ func refuse(status int, reason, format string, args ...any) *RefusedError {
 type ticket struct {
 	host    string
 	from    netip.Addr
+	leased  bool // from is the host's DHCP lease (IssueTicket)
 	expires time.Time
 }
 
 type session struct {
 	host         string
 	from         netip.Addr // the address that opened it with the host's ticket
+	leased       bool       // from is the host's DHCP lease: a fatal refusal is evidence against the host
 	agentNonce   []byte     // the agent's StartRequest.AgentNonce: the released envelope is bound to it
 	nonce        []byte
 	secret       []byte
@@ -290,7 +302,14 @@ var ErrTooManyTickets = errors.New("too many boot tickets issued for this host t
 // IssueTicket returns a new one-time boot ticket for host, bound to from: only a request from that
 // address can open a session with it. Earlier tickets stay valid (a host that fetches its script twice,
 // or a stranger who names its MAC, invalidates nothing). Only its hash is kept, and it is never logged.
-func (s *Service) IssueTicket(host string, from netip.Addr) (string, error) {
+//
+// leased says that from is the address the site's DHCP server — Yonder's own — leases to the host's boot
+// MAC, and that the script was served only there (bootserver.Config.BindToReservation with a
+// reservation): only a session opened with such a ticket is the host's own, so only its fatal refusals
+// are evidence against the host (Result.Fatal). Elsewhere (proxyDHCP, a host without a reservation)
+// anyone on the boot LAN can fetch the host's script from its own address and attest with any TPM; its
+// refusals are recorded as Result.Unattributed and never stop the host.
+func (s *Service) IssueTicket(host string, from netip.Addr, leased bool) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gc()
@@ -300,7 +319,7 @@ func (s *Service) IssueTicket(host string, from netip.Addr) (string, error) {
 	}
 	t := randomToken(32)
 	exp := s.cfg.Now().Add(s.cfg.TicketTTL)
-	s.tickets[hashKey(t)] = ticket{host: host, from: from.Unmap(), expires: exp}
+	s.tickets[hashKey(t)] = ticket{host: host, from: from.Unmap(), leased: leased, expires: exp}
 	s.issued[to] = append(s.issued[to], exp)
 	return t, nil
 }
@@ -343,12 +362,35 @@ func (s *Service) gc() {
 	}
 }
 
-func (s *Service) fail(ctx context.Context, host string, err *RefusedError) *RefusedError {
+// origin is whom a refusal is recorded against: the host its ticket, session or release names (none
+// before one is checked: nothing is recorded on a host), the address the request came from, and whether
+// that address is the host's DHCP lease (IssueTicket's leased).
+type origin struct {
+	host   string
+	from   netip.Addr
+	leased bool
+}
+
+// fail counts and logs a refusal and records it on the host o names. A refusal with a fatal reason is
+// fatal only in a session from the host's lease; in any other it is recorded as Unattributed with the
+// session's address. The answer to the client is the same either way.
+func (s *Service) fail(ctx context.Context, o origin, err *RefusedError) *RefusedError {
 	s.metrics.Results.WithLabelValues(err.Reason).Inc()
-	if host != "" {
-		s.store.Record(ctx, host, Result{Reason: err.Reason, Message: err.Message, Fatal: Fatal(err.Reason)})
+	r := Result{Reason: err.Reason, Message: err.Message}
+	if Fatal(err.Reason) {
+		r.Fatal, r.Unattributed = o.leased, !o.leased
+		if r.Unattributed {
+			r.Address = o.from
+		}
 	}
-	s.log.Info("Refusing attestation", "host", host, "reason", err.Reason, "message", err.Message)
+	if o.host != "" {
+		s.store.Record(ctx, o.host, r)
+	}
+	remote := ""
+	if o.from.IsValid() {
+		remote = o.from.String()
+	}
+	s.log.Info("Refusing attestation", "host", o.host, "reason", err.Reason, "message", err.Message, "remote", remote, "fatal", r.Fatal)
 	return err
 }
 
@@ -360,39 +402,40 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 	tk, ok := s.tickets[hashKey(req.Ticket)]
 	s.mu.Unlock()
 	if !ok || req.Ticket == "" {
-		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket is unknown, used or expired: PXE-boot the host again"))
+		return nil, s.fail(ctx, origin{from: from.Unmap()}, refuse(403, wire.ReasonUnknownTicket, "the boot ticket is unknown, used or expired: PXE-boot the host again"))
 	}
 	if tk.from != from.Unmap() {
 		// Someone else than the host that fetched the script: nothing is recorded on the host.
-		return nil, s.fail(ctx, "", refuse(403, wire.ReasonTicketBoundElsewhere, "the boot ticket was issued to another address"))
+		return nil, s.fail(ctx, origin{from: from.Unmap()}, refuse(403, wire.ReasonTicketBoundElsewhere, "the boot ticket was issued to another address"))
 	}
 	host := tk.host
+	o := origin{host: host, from: from.Unmap(), leased: tk.leased}
 	if len(req.AgentNonce) != wire.AgentNonceSize {
 		// Without it the released data would not be bound to this boot: replayable to the host later.
-		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "agentNonce must be %d bytes", wire.AgentNonceSize))
+		return nil, s.fail(ctx, o, refuse(400, wire.ReasonMalformedRequest, "agentNonce must be %d bytes", wire.AgentNonceSize))
 	}
 	ekPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.EKPublic)
 	if err != nil {
-		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK public area does not decode: %v", err))
+		return nil, s.fail(ctx, o, refuse(400, wire.ReasonMalformedRequest, "EK public area does not decode: %v", err))
 	}
 	akPub, err := tpm2.Unmarshal[tpm2.TPMTPublic](req.AKPublic)
 	if err != nil {
-		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "AK public area does not decode: %v", err))
+		return nil, s.fail(ctx, o, refuse(400, wire.ReasonMalformedRequest, "AK public area does not decode: %v", err))
 	}
 	trust, rerr := s.checkEK(ctx, host, ekPub, req.EKCertificate)
 	if rerr != nil {
-		return nil, s.fail(ctx, host, rerr)
+		return nil, s.fail(ctx, o, rerr)
 	}
 	if rerr := checkAK(akPub); rerr != nil {
-		return nil, s.fail(ctx, host, rerr)
+		return nil, s.fail(ctx, o, rerr)
 	}
 	akName, err := tpm2.ObjectName(akPub)
 	if err != nil {
-		return nil, s.fail(ctx, host, refuse(400, wire.ReasonAKInvalid, "AK name: %v", err))
+		return nil, s.fail(ctx, o, refuse(400, wire.ReasonAKInvalid, "AK name: %v", err))
 	}
 	encKey, err := tpm2.ImportEncapsulationKey(ekPub)
 	if err != nil {
-		return nil, s.fail(ctx, host, refuse(400, wire.ReasonMalformedRequest, "EK is not an encryption key: %v", err))
+		return nil, s.fail(ctx, o, refuse(400, wire.ReasonMalformedRequest, "EK is not an encryption key: %v", err))
 	}
 	secret := make([]byte, 32)
 	nonce := make([]byte, 32)
@@ -406,10 +449,10 @@ func (s *Service) Start(ctx context.Context, req *wire.StartRequest, from netip.
 	s.mu.Lock()
 	if _, ok := s.tickets[hashKey(req.Ticket)]; !ok {
 		s.mu.Unlock() // a concurrent Start spent it: one ticket, one session
-		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownTicket, "the boot ticket was used by another session: PXE-boot the host again"))
+		return nil, s.fail(ctx, origin{}, refuse(403, wire.ReasonUnknownTicket, "the boot ticket was used by another session: PXE-boot the host again"))
 	}
 	delete(s.tickets, hashKey(req.Ticket))
-	s.sessions[id] = &session{host: host, from: from.Unmap(), agentNonce: slices.Clone(req.AgentNonce), nonce: nonce, secret: secret, ekPub: *ekPub,
+	s.sessions[id] = &session{host: host, from: from.Unmap(), leased: tk.leased, agentNonce: slices.Clone(req.AgentNonce), nonce: nonce, secret: secret, ekPub: *ekPub,
 		ekCert: req.EKCertificate, ekVerified: trust != ekUnverified, ekRegistered: trust == ekRegistered, akPub: *akPub, akName: akName.Buffer, expires: s.cfg.Now().Add(s.cfg.SessionTTL)}
 	s.mu.Unlock()
 	s.log.V(4).Info("Starting attestation session", "host", host)
@@ -593,7 +636,7 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 	sess, ok := s.sessions[req.Session]
 	if ok && sess.from != from.Unmap() {
 		s.mu.Unlock()
-		return nil, s.fail(ctx, "", errBoundElsewhere("attestation session"))
+		return nil, s.fail(ctx, origin{from: from.Unmap()}, errBoundElsewhere("attestation session"))
 	}
 	delete(s.sessions, req.Session) // one answer per session, right or wrong
 	if ok {
@@ -601,32 +644,33 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 	}
 	s.mu.Unlock()
 	if !ok {
-		return nil, s.fail(ctx, "", refuse(403, wire.ReasonUnknownSession, "the attestation session is unknown, answered or expired: start again"))
+		return nil, s.fail(ctx, origin{}, refuse(403, wire.ReasonUnknownSession, "the attestation session is unknown, answered or expired: start again"))
 	}
 	host := sess.host
+	o := origin{host: host, from: sess.from, leased: sess.leased}
 	attest, err := tpm2.Unmarshal[tpm2.TPMSAttest](req.Quote)
 	if err != nil || attest.Magic != tpm2.TPMGeneratedValue || attest.Type != tpm2.TPMSTAttestQuote {
-		return nil, s.fail(ctx, host, refuse(403, wire.ReasonQuoteInvalid, "the quote is not a TPM-generated quote"))
+		return nil, s.fail(ctx, o, refuse(403, wire.ReasonQuoteInvalid, "the quote is not a TPM-generated quote"))
 	}
 	if !bytes.Equal(attest.ExtraData.Buffer, sess.nonce) {
 		s.mu.Lock()
 		_, replayed := s.usedNonces[hex.EncodeToString(attest.ExtraData.Buffer)]
 		s.mu.Unlock()
 		if replayed {
-			return nil, s.fail(ctx, host, refuse(403, wire.ReasonNonceReplayed, "the quote carries the nonce of an earlier session"))
+			return nil, s.fail(ctx, o, refuse(403, wire.ReasonNonceReplayed, "the quote carries the nonce of an earlier session"))
 		}
-		return nil, s.fail(ctx, host, refuse(403, wire.ReasonNonceMismatch, "the quote does not carry this session's nonce"))
+		return nil, s.fail(ctx, o, refuse(403, wire.ReasonNonceMismatch, "the quote does not carry this session's nonce"))
 	}
 	if subtle.ConstantTimeCompare(req.Secret, sess.secret) != 1 {
-		return nil, s.fail(ctx, host, refuse(403, wire.ReasonCredentialActivationFailed,
+		return nil, s.fail(ctx, o, refuse(403, wire.ReasonCredentialActivationFailed,
 			"the TPM could not activate the credential: the AK is not in the TPM that owns the EK"))
 	}
 	if rerr := verifySignature(&sess.akPub, req.Quote, req.Signature); rerr != nil {
-		return nil, s.fail(ctx, host, rerr)
+		return nil, s.fail(ctx, o, rerr)
 	}
 	values, rerr := s.checkPCRDigest(attest, req.PCRValues)
 	if rerr != nil {
-		return nil, s.fail(ctx, host, rerr)
+		return nil, s.fail(ctx, o, rerr)
 	}
 	enr, err := s.store.Enrolment(ctx, host)
 	if err != nil {
@@ -641,16 +685,16 @@ func (s *Service) Verify(ctx context.Context, req *wire.VerifyRequest, from neti
 		if err := s.store.Enrol(ctx, host, e); err != nil {
 			var re *RefusedError
 			if errors.As(err, &re) {
-				return nil, s.fail(ctx, host, re)
+				return nil, s.fail(ctx, o, re)
 			}
 			return nil, fmt.Errorf("failed to enrol host %s: %w", host, err)
 		}
 		reason = enrolled
 	} else if !samePinnedEK(enr.EKPublic, &sess.ekPub) {
 		// Another TPM enrolled the host while this session was open (two first boots racing on one ticket).
-		return nil, s.fail(ctx, host, refuse(403, wire.ReasonEKMismatch, "the host was enrolled with a different TPM during this session"))
+		return nil, s.fail(ctx, o, refuse(403, wire.ReasonEKMismatch, "the host was enrolled with a different TPM during this session"))
 	} else if changed := changedPCRs(enr.PCRs, values, s.cfg.PCRs); len(changed) > 0 {
-		return nil, s.fail(ctx, host, refuse(403, wire.ReasonPCRMismatch,
+		return nil, s.fail(ctx, o, refuse(403, wire.ReasonPCRMismatch,
 			"PCRs %v differ from the values recorded at enrolment: the firmware, boot loader or their configuration changed", changed))
 	}
 	token := randomToken(32)
@@ -754,7 +798,7 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 	rel, ok := s.releases[k]
 	if ok && rel.from != from.Unmap() {
 		s.mu.Unlock()
-		return nil, s.fail(ctx, "", errBoundElsewhere("release token"))
+		return nil, s.fail(ctx, origin{from: from.Unmap()}, errBoundElsewhere("release token"))
 	}
 	used, wasUsed := s.released[k]
 	if ok {
@@ -764,10 +808,10 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 	s.mu.Unlock()
 	if wasUsed {
 		// Recorded on the host: a second fetch means the token leaked or the agent misbehaves.
-		return nil, s.fail(ctx, used.host, refuse(410, wire.ReasonAlreadyReleased, "the bootstrap data for this token was already delivered"))
+		return nil, s.fail(ctx, origin{host: used.host, from: from.Unmap()}, refuse(410, wire.ReasonAlreadyReleased, "the bootstrap data for this token was already delivered"))
 	}
 	if !ok {
-		return nil, s.fail(ctx, "", refuse(404, wire.ReasonUnknownReleaseToken, "the release token is unknown or expired"))
+		return nil, s.fail(ctx, origin{}, refuse(404, wire.ReasonUnknownReleaseToken, "the release token is unknown or expired"))
 	}
 	data, err := s.store.Instructions(ctx, rel.host)
 	if err != nil || len(data) == 0 {
@@ -775,7 +819,7 @@ func (s *Service) Release(ctx context.Context, token string, from netip.Addr) (*
 		if err != nil {
 			s.log.Info("No instructions to release", "host", rel.host, "error", err.Error())
 		}
-		return nil, s.fail(ctx, rel.host, refuse(409, wire.ReasonNoBootstrapData, "%s", msg))
+		return nil, s.fail(ctx, origin{host: rel.host, from: from.Unmap()}, refuse(409, wire.ReasonNoBootstrapData, "%s", msg))
 	}
 	env, err := seal(&rel.ekPub, rel.akName, data)
 	if err != nil {
@@ -806,7 +850,7 @@ func NewReportToken() string {
 // envelope that the host's TPM opened, and a host may lease a new address while it writes its disk.
 func (s *Service) Report(ctx context.Context, r *wire.Report) (*wire.ReportResponse, error) {
 	if r.Host == "" || r.Token == "" || (r.Action != wire.ActionWriteImage && r.Action != wire.ActionClean) {
-		return nil, s.fail(ctx, "", refuse(400, wire.ReasonMalformedRequest, "a report names its host, token and action (%s or %s)", wire.ActionWriteImage, wire.ActionClean))
+		return nil, s.fail(ctx, origin{}, refuse(400, wire.ReasonMalformedRequest, "a report names its host, token and action (%s or %s)", wire.ActionWriteImage, wire.ActionClean))
 	}
 	if len(r.Message) > 4096 {
 		r.Message = r.Message[:4096]
@@ -815,7 +859,7 @@ func (s *Service) Report(ctx context.Context, r *wire.Report) (*wire.ReportRespo
 		var re *RefusedError
 		if errors.As(err, &re) {
 			// Not recorded on the host: a stranger's guess must not change its condition.
-			return nil, s.fail(ctx, "", re)
+			return nil, s.fail(ctx, origin{}, re)
 		}
 		return nil, fmt.Errorf("failed to record the report of %s: %w", r.Host, err)
 	}

@@ -44,7 +44,7 @@ func FuzzDecodeAttestationRequests(f *testing.F) {
 	svc := attest.New(attest.Config{InsecureAcceptAnyEK: true, MaxTicketsPerHost: 1 << 30}, store, logr.Discard(), nil)
 	from := netip.MustParseAddr("192.0.2.10")
 	ticket := func() string {
-		tk, err := svc.IssueTicket("fuzz/host", from)
+		tk, err := svc.IssueTicket("fuzz/host", from, true)
 		if err != nil {
 			panic(err)
 		}

@@ -104,12 +104,12 @@ func (s *Service) api() http.Handler {
 	mux.HandleFunc("POST "+wire.PathStart, func(w http.ResponseWriter, r *http.Request) {
 		req, err := DecodeStartRequest(r.Body)
 		if err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "%v", err)))
 			return
 		}
 		from, err := SourceAddr(r)
 		if err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
 			return
 		}
 		rsp, err := s.Start(r.Context(), req, from)
@@ -118,12 +118,12 @@ func (s *Service) api() http.Handler {
 	mux.HandleFunc("POST "+wire.PathVerify, func(w http.ResponseWriter, r *http.Request) {
 		req, err := DecodeVerifyRequest(r.Body)
 		if err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "%v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "%v", err)))
 			return
 		}
 		from, err := SourceAddr(r)
 		if err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
 			return
 		}
 		rsp, err := s.Verify(r.Context(), req, from)
@@ -137,7 +137,7 @@ func (s *Service) api() http.Handler {
 		}
 		from, err := SourceAddr(r)
 		if err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "no source address: %v", err)))
 			return
 		}
 		env, err := s.Release(r.Context(), token, from)
@@ -151,7 +151,7 @@ func (s *Service) api() http.Handler {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, s.fail(r.Context(), "", refuse(400, wire.ReasonMalformedRequest, "the report is not JSON: %v", err)))
+			writeError(w, s.fail(r.Context(), origin{}, refuse(400, wire.ReasonMalformedRequest, "the report is not JSON: %v", err)))
 			return
 		}
 		rsp, err := s.Report(r.Context(), &req)

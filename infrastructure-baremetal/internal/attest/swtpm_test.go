@@ -32,10 +32,11 @@ const host = "metal/host-0"
 // loopback is where the tests' agents connect from: the address their tickets are bound to.
 var loopback = netip.MustParseAddr("127.0.0.1")
 
-// issue is what the boot server does for a script fetched from loopback.
+// issue is what the boot server does for a script fetched from loopback, the host's DHCP lease (a site
+// where Yonder's DHCP server leases the addresses): the session is the host's own.
 func issue(t testing.TB, e *env) string {
 	t.Helper()
-	tk, err := e.svc.IssueTicket(host, loopback)
+	tk, err := e.svc.IssueTicket(host, loopback, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	tpmA := startTPM(t)
 	roots, intermediates := swtpmRoots(t)
 	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates, MaxTicketsPerHost: 3})
-	elsewhere, err := e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+	elsewhere, err := e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"), false)
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = e.client.Start(ctx, elsewhere, tpmA.keys)
 	g.Expect(refusal(err)).To(Equal(wire.ReasonTicketBoundElsewhere))
@@ -346,16 +347,16 @@ func TestTicketsBoundToTheFetchingAddress(t *testing.T) {
 	// A stranger naming the host's MAC from its own address (where scripts are not bound to a lease) spends
 	// its own budget, not the host's.
 	for range 2 {
-		_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+		_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"), false)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"))
+	_, err = e.svc.IssueTicket(host, netip.MustParseAddr("10.250.0.100"), false)
 	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL to one address is the limit")
 
 	first := issue(t, e)
 	_ = issue(t, e) // the host fetched its script again
 	_ = issue(t, e)
-	_, err = e.svc.IssueTicket(host, loopback)
+	_, err = e.svc.IssueTicket(host, loopback, true)
 	g.Expect(err).To(MatchError(attest.ErrTooManyTickets), "three tickets within the TTL to one address is the limit")
 	data, err := e.client.Attest(ctx, first, tpmA.keys)
 	g.Expect(err).NotTo(HaveOccurred(), "the refetch did not invalidate the first ticket")
@@ -399,6 +400,52 @@ func TestOverheardSessionAndTokenAreUselessElsewhere(t *testing.T) {
 	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
 	g.Expect(e.store.Results(host)).To(HaveEach(HaveField("Fatal", false)))
 	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased))
+}
+
+// TestFatalRefusalCountsOnlyFromTheHostsLease: where scripts are not bound to a lease (proxyDHCP: the
+// site's own DHCP server leases the addresses), a stranger fetches the host's script from its own address
+// (127.0.0.2) and attests with another TPM. It is refused exactly as the host would be (403 EKMismatch),
+// but the refusal is recorded as unattributed, with the stranger's address, not as a fatal failure: it
+// is no evidence against the host, which then attests with its enrolled TPM. The same TPM presented in a
+// session from the host's own lease (Yonder's DHCP leases it) is fatal, as before.
+func TestFatalRefusalCountsOnlyFromTheHostsLease(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tpmA, tpmB := startTPM(t), startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates})
+	_, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased), "the host's TPM is enrolled")
+
+	stranger := netip.MustParseAddr("127.0.0.2")
+	theirs, err := e.svc.IssueTicket(host, stranger, false)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.strangerClient().Attest(ctx, theirs, tpmB.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
+	var strangers *wire.RefusedError
+	g.Expect(errors.As(err, &strangers)).To(BeTrue())
+	results := e.store.Results(host)
+	g.Expect(results[len(results)-1]).To(And(HaveField("Reason", wire.ReasonEKMismatch), HaveField("Fatal", false),
+		HaveField("Unattributed", true), HaveField("Address", stranger)), "a stranger's session is no evidence against the host")
+
+	// The host itself, from its address (not a lease either: proxyDHCP), attests with its own TPM.
+	mine, err := e.svc.IssueTicket(host, loopback, false)
+	g.Expect(err).NotTo(HaveOccurred())
+	data, err := e.client.Attest(ctx, mine, tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(userData(g, data)).To(ContainSubstring("join token"))
+	g.Expect(e.store.LastReason(host)).To(Equal(attest.ReasonReleased))
+
+	// From the host's lease the other TPM is a real failure, answered the same way.
+	_, err = e.client.Attest(ctx, issue(t, e), tpmB.keys)
+	g.Expect(refusal(err)).To(Equal(wire.ReasonEKMismatch))
+	var hosts *wire.RefusedError
+	g.Expect(errors.As(err, &hosts)).To(BeTrue())
+	g.Expect(hosts.StatusCode).To(Equal(strangers.StatusCode), "the client cannot tell which of the two it was")
+	results = e.store.Results(host)
+	g.Expect(results[len(results)-1]).To(And(HaveField("Reason", wire.ReasonEKMismatch), HaveField("Fatal", true),
+		HaveField("Unattributed", false), HaveField("Address", netip.Addr{})))
 }
 
 // TestAttestationRefusedWithoutEKRoots: a boot server configured with neither vendor roots nor

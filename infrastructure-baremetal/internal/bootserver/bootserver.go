@@ -34,9 +34,11 @@ import (
 )
 
 // TicketIssuer issues one-time boot tickets (attest.Service), each bound to the address that fetched the
-// script; an error (too many tickets for the host) refuses the script.
+// script; leased says that this address is the host's DHCP lease, served by this site's DHCP server
+// (Yonder's own), so that the session the ticket opens is the host's and its fatal refusals count against
+// it (attest.Result.Fatal). An error (too many tickets for the host) refuses the script.
 type TicketIssuer interface {
-	IssueTicket(host string, from netip.Addr) (string, error)
+	IssueTicket(host string, from netip.Addr, leased bool) (string, error)
 }
 
 // Refusal reasons of GET /ipxe/<mac>, in the response body and the log.
@@ -61,6 +63,9 @@ type Config struct {
 	API http.Handler
 	// BindToReservation serves a host's script only to the address its DHCP reservation leases (set when
 	// this site's DHCP server leases the addresses; a host without a reservation is served from anywhere).
+	// Only the tickets of scripts so bound are leased (TicketIssuer): without it (proxyDHCP) no refusal
+	// of an attestation session is evidence against a host, because anyone on the boot LAN can fetch its
+	// script from an address of its own.
 	BindToReservation bool
 	// ServerKey is the public half of the key that signs released instructions (nil: they are unsigned).
 	// A host with an initrd then boots a second one, KeyArchivePath: a cpio archive holding the key as
@@ -192,7 +197,8 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// ScriptFor renders a host's iPXE script with a fresh ticket bound to from (the address that asked). A
+// ScriptFor renders a host's iPXE script with a fresh ticket bound to from (the address that asked),
+// leased when from is the host's reservation and scripts are bound to reservations (BindToReservation). A
 // value that would change the script instead of filling one word of it is refused (an error wrapping
 // inventory.ErrInvalidBootParameter) before any ticket is issued, as is a lease-only host.
 func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
@@ -214,7 +220,7 @@ func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
 	}
 	cmdline := strings.Trim(h.Boot.Cmdline+" yonder.server="+s.cfg.BaseURL, " ")
 	if s.cfg.Tickets != nil {
-		t, err := s.cfg.Tickets.IssueTicket(h.Name, from)
+		t, err := s.cfg.Tickets.IssueTicket(h.Name, from, s.leased(h, from))
 		if err != nil {
 			return "", err
 		}
@@ -237,6 +243,12 @@ func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
 	}
 	b.WriteString("boot\n")
 	return b.String(), nil
+}
+
+// leased reports whether from is the address this site's DHCP server leases to h: the server binds scripts
+// to reservations (it is the site's DHCP server) and h has one, which from is.
+func (s *Server) leased(h inventory.Host, from netip.Addr) bool {
+	return s.cfg.BindToReservation && h.Address.IsValid() && from.Unmap() == h.Address
 }
 
 func (s *Server) url(artifact string) string {

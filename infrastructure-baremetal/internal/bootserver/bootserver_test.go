@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -191,9 +192,9 @@ type countingTickets struct {
 	issued atomic.Int32
 }
 
-func (c *countingTickets) IssueTicket(host string, from netip.Addr) (string, error) {
+func (c *countingTickets) IssueTicket(host string, from netip.Addr, leased bool) (string, error) {
 	c.issued.Add(1)
-	return c.Service.IssueTicket(host, from)
+	return c.Service.IssueTicket(host, from, leased)
 }
 
 // A provisioned host stays in the table lease-only (its OS keeps its DHCP lease): its MAC gets what an
@@ -251,4 +252,57 @@ func TestLeaseOnlyHostGetsNoScript(t *testing.T) {
 	g.Expect(tickets.issued.Load()).To(Equal(int32(2)))
 	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "404"))).To(Equal(2.0))
 	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("ipxe", "200"))).To(Equal(2.0))
+}
+
+// leaseRecorder is a TicketIssuer that records whether each ticket was issued as the host's lease.
+type leaseRecorder struct {
+	mu     sync.Mutex
+	leased map[string][]bool
+}
+
+func (l *leaseRecorder) IssueTicket(host string, _ netip.Addr, leased bool) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leased[host] = append(l.leased[host], leased)
+	return "t", nil
+}
+
+// A script's ticket is leased — a fatal refusal in the session it opens counts against the host — only when
+// this site's DHCP server leases the addresses (BindToReservation) and the script was asked for from the
+// host's reservation. A host without a reservation, or any host where the site's own DHCP server leases
+// (proxyDHCP: scripts are served to whoever names a MAC), gets unleased tickets.
+func TestOnlyAScriptForTheHostsLeaseIssuesALeasedTicket(t *testing.T) {
+	boot := inventory.BootConfig{Kernel: "vmlinuz", Initrd: "initrd.img", Cmdline: "console=ttyS0"}
+	reserved := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0x01, 0x01}
+	unreserved := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0x01, 0x02}
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/reserved", MAC: reserved, Address: netip.MustParseAddr("127.0.0.1"), Boot: boot},
+		inventory.Host{Name: "metal/unreserved", MAC: unreserved, Boot: boot})
+	for _, tc := range []struct {
+		name              string
+		bindToReservation bool
+		want              map[string][]bool
+	}{
+		{"Yonder's DHCP leases the addresses", true, map[string][]bool{"metal/reserved": {true}, "metal/unreserved": {false}}},
+		{"proxyDHCP", false, map[string][]bool{"metal/reserved": {false}, "metal/unreserved": {false}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tickets := &leaseRecorder{leased: map[string][]bool{}}
+			srv := httptest.NewUnstartedServer(nil)
+			base := "http://" + srv.Listener.Addr().String()
+			bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: tickets,
+				BindToReservation: tc.bindToReservation}, testr.New(t), nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			srv.Config.Handler = bs.Handler()
+			srv.Start()
+			t.Cleanup(func() { srv.Close(); _ = bs.Close() })
+			for _, mac := range []net.HardwareAddr{reserved, unreserved} {
+				rsp, err := http.Get(base + "/ipxe/" + mac.String()) // from 127.0.0.1, the reservation
+				g.Expect(err).NotTo(HaveOccurred())
+				_ = rsp.Body.Close()
+				g.Expect(rsp.StatusCode).To(Equal(http.StatusOK))
+			}
+			g.Expect(tickets.leased).To(Equal(tc.want))
+		})
+	}
 }

@@ -38,6 +38,13 @@ const (
 	// AttestationAnnotation is the latest attestation outcome reported by the boot server (JSON
 	// AttestationRecord); written by the boot server's store, read by the reconciler.
 	AttestationAnnotation = "metal.yonder.dev/attestation"
+	// UnattributedRefusalAnnotation is the latest refusal with a fatal reason (EKMismatch, PCRMismatch, …)
+	// of an attestation session that is not proven to be the host's own (JSON AttestationRecord with its
+	// From): it did not come from the address Yonder's DHCP server leases to the host (proxyDHCP, or a
+	// host without BootAddressAnnotation), so anyone on the boot LAN may have opened it. Written by the
+	// boot server's store beside AttestationAnnotation, never over it (a stranger cannot replace the
+	// host's own outcome), and never acted on as a failure: the attempt goes on, and its timeout names it.
+	UnattributedRefusalAnnotation = "metal.yonder.dev/unattributed-attestation-refusal"
 	// ReportTokenAnnotation is the hex SHA-256 of the report token released to the host inside its
 	// instructions (write an image, clean the disks); ReportAnnotation is the report the ramdisk sent with
 	// it (JSON ReportRecord). The token is consumed by its report.
@@ -182,6 +189,8 @@ type AttestationRecord struct {
 	// Fatal marks a refusal that is a real attestation failure (attest.Result.Fatal): only those power
 	// the host off.
 	Fatal bool `json:"fatal,omitempty"`
+	// From is, in UnattributedRefusalAnnotation, the address the refused session came from.
+	From string `json:"from,omitempty"`
 }
 
 func readState(h *metal3v1.BareMetalHost) (HostState, error) {
@@ -205,7 +214,20 @@ func writeState(h *metal3v1.BareMetalHost, s HostState) {
 }
 
 func readAttestation(h *metal3v1.BareMetalHost) *AttestationRecord {
-	raw, ok := h.Annotations[AttestationAnnotation]
+	return readRecord(h, AttestationAnnotation)
+}
+
+// readUnattributed is the latest unattributed refusal recorded at or after since (nil: none).
+func readUnattributed(h *metal3v1.BareMetalHost, since *metav1.Time) *AttestationRecord {
+	rec := readRecord(h, UnattributedRefusalAnnotation)
+	if rec == nil || since == nil || rec.At.Before(since) {
+		return nil
+	}
+	return rec
+}
+
+func readRecord(h *metal3v1.BareMetalHost, annotation string) *AttestationRecord {
+	raw, ok := h.Annotations[annotation]
 	if !ok {
 		return nil
 	}

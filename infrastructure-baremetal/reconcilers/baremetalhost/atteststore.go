@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,8 @@ import (
 
 // AttestStore is the attestation service's view of BareMetalHosts (attest.Store): the pinned TPM lives
 // in EnrolmentAnnotation, bootstrap data is the Secret named by spec.userData, and outcomes are written
-// to AttestationAnnotation, which the host reconciler acts on. Host names are "<namespace>/<name>".
+// to AttestationAnnotation, which the host reconciler acts on; unattributed refusals (attest.Result) go to
+// UnattributedRefusalAnnotation and a Warning Event instead. Host names are "<namespace>/<name>".
 type AttestStore struct {
 	// Client writes hosts (and reads them when Reader is nil).
 	Client client.Client
@@ -43,6 +45,8 @@ type AttestStore struct {
 	// a real host within a minute, but a busy manager's cache may still show the host available, and a
 	// release refused on that stale read would put a healthy host in error.
 	Reader client.Reader
+	// Recorder records the Warning Event of each unattributed refusal on its host (nil: none).
+	Recorder record.EventRecorder
 }
 
 // reader is the uncached Reader when set, else the Client.
@@ -364,8 +368,14 @@ func recordBootAddress(h *metal3v1.BareMetalHost, addr netip.Addr) {
 // keep the Attested condition from being dropped.
 var recordBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1}
 
-// Record implements attest.Store: the outcome lands on the host (annotation and Attested condition).
+// Record implements attest.Store: the outcome lands on the host (annotation and Attested condition). An
+// unattributed refusal lands in an annotation of its own, with a Warning Event, and changes neither the
+// host's outcome nor its Attested condition (recordUnattributed).
 func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
+	if r.Unattributed {
+		s.recordUnattributed(ctx, host, r)
+		return
+	}
 	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message, Fatal: r.Fatal}
 	raw, _ := json.Marshal(rec)
 	err := retry.RetryOnConflict(recordBackoff, func() error {
@@ -395,5 +405,38 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 	})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to record attestation outcome", "BareMetalHost", host, "reason", r.Reason)
+	}
+}
+
+// recordUnattributed records a refusal with a fatal reason of a session not proven to be the host's
+// (attest.Result.Unattributed) in UnattributedRefusalAnnotation and as a Warning Event naming the reason
+// and the session's address. It does not touch AttestationAnnotation: a stranger's session after the
+// host's own release must not replace the outcome the controller acts on.
+func (s AttestStore) recordUnattributed(ctx context.Context, host string, r attest.Result) {
+	from := r.Address.String()
+	raw, _ := json.Marshal(AttestationRecord{At: *now(), Reason: r.Reason, Message: r.Message, From: from})
+	var h *metal3v1.BareMetalHost
+	err := retry.RetryOnConflict(recordBackoff, func() error {
+		var err error
+		if h, err = s.get(ctx, host); err != nil {
+			return err
+		}
+		orig := h.DeepCopy()
+		if h.Annotations == nil {
+			h.Annotations = map[string]string{}
+		}
+		h.Annotations[UnattributedRefusalAnnotation] = string(raw)
+		return s.Client.Patch(ctx, h, client.MergeFrom(orig))
+	})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to record unattributed attestation refusal", "BareMetalHost", host, "reason", r.Reason)
+		return
+	}
+	if s.Recorder != nil {
+		s.Recorder.Eventf(h, corev1.EventTypeWarning, UnattributedAttestationRefusalEvent,
+			"An attestation session for this host from %s was refused (%s: %s). %s is not the address Yonder's DHCP server leases to the host "+
+				"(proxyDHCP, or no annotation %s), so anyone on the boot LAN may have opened it: it is no evidence against the host, which stays on "+
+				"and may still attest in this attempt; if it does not, the attempt times out naming this refusal",
+			from, r.Reason, r.Message, from, BootAddressAnnotation)
 	}
 }

@@ -152,12 +152,12 @@ func (p *pxeHosts) addWithoutEKCertificate(id, mac string) {
 // (annotation metal.yonder.dev/tpm-ek-sha256) provisions although the boot server verifies EK
 // certificates against vendor roots: the registration is the trust, and the host's Attested condition
 // says so. The same kind of TPM on a host that only has an enrolment window is refused
-// (EKCertificateMissing, a real failure: not pinned, powered off).
+// (EKCertificateMissing, from the host's own DHCP lease a real failure: not pinned, powered off).
 func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-regek").Name
-	lab := startBootLab(t, env.Client)
+	lab := startLeasingBootLab(t, env.Client)
 	hosts := newPXEHosts(t, lab)
 	macs := map[string]string{"registered": "52:54:00:e8:00:01", "window": "52:54:00:e8:00:02"}
 	for id, mac := range macs {
@@ -173,7 +173,9 @@ func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
 	registered := newHost(g, ns, "registered", sim, "registered", macs["registered"], bmcPass, noWindow, func(h *metal3v1.BareMetalHost) {
 		h.Annotations[baremetalhost.EKFingerprintAnnotation] = ekFingerprint(t, hosts.tpms["registered"])
 	})
-	window := newHost(g, ns, "window", sim, "window", macs["window"], bmcPass)
+	window := newHost(g, ns, "window", sim, "window", macs["window"], bmcPass, func(h *metal3v1.BareMetalHost) {
+		h.Annotations[baremetalhost.BootAddressAnnotation] = "127.0.0.1" // where its PXE boot asks from
+	})
 	t.Cleanup(func() { deleteHost(t, registered); deleteHost(t, window) })
 	for _, h := range []*metal3v1.BareMetalHost{registered, window} {
 		g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))

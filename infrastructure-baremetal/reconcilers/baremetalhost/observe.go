@@ -31,6 +31,11 @@ const (
 	// DisksCleanedEvent / DiskCleaningFailedEvent: the ramdisk's report of metadata cleaning.
 	DisksCleanedEvent       = "DisksCleaned"
 	DiskCleaningFailedEvent = "DiskCleaningFailed"
+	// UnattributedAttestationRefusalEvent (Warning, recorded by the boot server's AttestStore): an
+	// attestation session for the host was refused for a reason that would be fatal, but it did not come
+	// from the address Yonder's DHCP server leases to the host, so it is no evidence against the host and
+	// the attempt goes on (UnattributedRefusalAnnotation).
+	UnattributedAttestationRefusalEvent = "UnattributedAttestationRefusal"
 )
 
 var phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -200,7 +200,8 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
 			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}
-		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Recorder: mgr.GetEventRecorderFor("yonder-metal-manager")} //nolint:staticcheck // core/v1 Events, as the host controller records them.
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			svcs, err := netboot.Start(ctx, cfg, inv, store, metrics.Registry, ctrl.Log.WithName("netboot"))
 			if err != nil {

@@ -31,7 +31,9 @@ import (
 //  3. one-time PXE boot override + power cycle (BootRequestedAt recorded before, BootSentAt after; a
 //     recorded boot that was never sent, as the BMC shows the host off, is sent on restart);
 //  4. wait for the boot server's attestation record: released → provisioned (live-iso) or step 5,
-//     refused → error; no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts in all;
+//     a fatal refusal → error; no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts
+//     in all (a refusal of a session not from the host's DHCP lease, UnattributedRefusalAnnotation, is no
+//     outcome: only the timeout's message names it);
 //  5. a disk image: wait for the ramdisk's report (ReportAnnotation) that it wrote the image and the
 //     config drive; written → persistent disk boot + power cycle → provisioned; failed, or no report
 //     within ImageWriteTimeout → the attempt is retried as after a timeout.
@@ -249,6 +251,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, b
 	}
 	// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
 	delete(s.host.Annotations, AttestationAnnotation)
+	delete(s.host.Annotations, UnattributedRefusalAnnotation)
 	delete(s.host.Annotations, ReportAnnotation)
 	delete(s.host.Annotations, ReportTokenAnnotation)
 	s.state.BootSentAt = nil
@@ -268,15 +271,28 @@ func (r *Reconciler) awaitAttempt(ctx context.Context, s *scope) (ctrl.Result, e
 		if c := meta.FindStatusCondition(h.Status.Conditions, BareMetalHostProvisionedCondition); c != nil && c.Reason == BareMetalHostAttestationRefusedReason {
 			return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
 		}
-		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWaitingForPXEBootReason,
-			fmt.Sprintf("PXE boot %d of %d requested at %s; waiting for the host to boot, attest and fetch its bootstrap data (timeout %s)",
-				s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout))
+		msg := fmt.Sprintf("PXE boot %d of %d requested at %s; waiting for the host to boot, attest and fetch its bootstrap data (timeout %s)",
+			s.state.Attempt, r.MaxProvisionAttempts, s.state.BootRequestedAt.Format(time.RFC3339), r.ProvisionTimeout)
+		if u := readUnattributed(h, s.state.BootRequestedAt); u != nil {
+			msg += fmt.Sprintf("; meanwhile a session from %s, which is not this host's DHCP lease, was refused (%s: %s): no evidence against the host, which may still attest",
+				u.From, u.Reason, u.Message)
+		}
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWaitingForPXEBootReason, msg)
 		return ctrl.Result{RequeueAfter: min(r.ProvisionTimeout-waited+time.Second, 30*time.Second)}, nil
 	}
 	// Timed out: the host never PXE-booted, or never reached the attestation API.
 	msg := fmt.Sprintf("the host did not PXE-boot and attest within %s of PXE boot %d of %d (boot MAC %s): check that the boot NIC is on the boot network, "+
 		"that the BMC honours the one-time PXE override, and the host's console", r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, h.Spec.BootMACAddress)
-	if rec := readAttestation(h); rec != nil && !rec.Success && !rec.At.Before(s.state.BootRequestedAt) {
+	rec := readAttestation(h)
+	if rec != nil && (rec.Success || rec.At.Before(s.state.BootRequestedAt)) {
+		rec = nil
+	}
+	if u := readUnattributed(h, s.state.BootRequestedAt); u != nil && (rec == nil || u.At.After(rec.At.Time)) {
+		// The last refusal seen was of a session not proven to be the host's: it may have been the host.
+		msg = fmt.Sprintf("the host did not attest within %s of PXE boot %d of %d; the last session refused for it came from %s, which is not its DHCP lease "+
+			"(%s: %s). If that was this host and its TPM or firmware changed on purpose, re-enrol it: remove annotation %s and register the new EK (%s) or open an enrolment window (%s)",
+			r.ProvisionTimeout, s.state.Attempt, r.MaxProvisionAttempts, u.From, u.Reason, u.Message, EnrolmentAnnotation, EKFingerprintAnnotation, EnrolmentWindowAnnotation)
+	} else if rec != nil {
 		// It did reach the boot server, which refused it without evidence against it (e.g. EnrolmentClosed).
 		msg = fmt.Sprintf("the boot server refused PXE boot %d of %d (%s: %s) and the host attested no later within %s",
 			s.state.Attempt, r.MaxProvisionAttempts, rec.Reason, rec.Message, r.ProvisionTimeout)
@@ -497,6 +513,7 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 	s.state.Image, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, nil, 0
 	s.state.DisksWritten, s.state.CleanRequestedAt, s.state.CleanSentAt, s.state.CleanAttempt = false, nil, nil, 0
 	delete(h.Annotations, AttestationAnnotation)
+	delete(h.Annotations, UnattributedRefusalAnnotation)
 	delete(h.Annotations, ReportAnnotation)
 	delete(h.Annotations, ReportTokenAnnotation)
 	h.Status.Provisioning.Image = metal3v1.Image{}
@@ -535,6 +552,7 @@ func (r *Reconciler) cleanDisks(ctx context.Context, s *scope) (ctrl.Result, boo
 		s.state.CleanAttempt++
 		s.state.CleanRequestedAt, s.state.CleanSentAt, s.state.RetryAt = now(), nil, nil
 		delete(h.Annotations, AttestationAnnotation)
+		delete(h.Annotations, UnattributedRefusalAnnotation)
 		delete(h.Annotations, ReportAnnotation)
 		delete(h.Annotations, ReportTokenAnnotation)
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostCleaningReason,
@@ -586,7 +604,11 @@ func (r *Reconciler) cleanDisks(ctx context.Context, s *scope) (ctrl.Result, boo
 	if waited := time.Since(s.state.CleanRequestedAt.Time); waited < timeout {
 		return ctrl.Result{RequeueAfter: min(timeout-waited+time.Second, 30*time.Second)}, false, nil
 	}
-	return r.cleanFailed(ctx, s, fmt.Sprintf("no cleaning report within %s of the cleaning boot", timeout)), false, nil
+	why := fmt.Sprintf("no cleaning report within %s of the cleaning boot", timeout)
+	if u := readUnattributed(h, s.state.CleanRequestedAt); u != nil {
+		why += fmt.Sprintf("; the last session refused for the host came from %s, which is not its DHCP lease (%s: %s)", u.From, u.Reason, u.Message)
+	}
+	return r.cleanFailed(ctx, s, why), false, nil
 }
 
 // cleanFailed ends a failed cleaning attempt: retried after a backoff, or, out of attempts, the host is

@@ -138,19 +138,22 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 	g.Expect(promread.Sum(metrics.Registry, "yonder_metal_phase_seconds", map[string]string{"state": "provisioning"})).To(BeNumerically(">=", 2))
 }
 
-// A host that comes back with another TPM than the one pinned is refused: no bootstrap data, an
-// AttestationFailed condition and a provisioning error (so no machine controller picks it), powered off.
+// A host that comes back with another TPM than the one pinned is refused: from its own DHCP lease (Yonder's
+// DHCP server leases the addresses), no bootstrap data, an AttestationFailed condition and a provisioning
+// error (so no machine controller picks it), powered off.
 func TestAttestationFailure(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-att").Name
-	lab := startBootLab(t, env.Client)
+	lab := startLeasingBootLab(t, env.Client)
 	hosts := newPXEHosts(t, lab)
 	hosts.add("s1", "52:54:00:21:00:01")
 	sim := startSim(t, hosts)
 	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:21:00:01"))
 	startController(t, testReconciler(lab.inv), ns)
-	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:21:00:01", bmcPass)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:21:00:01", bmcPass, func(h *metal3v1.BareMetalHost) {
+		h.Annotations[baremetalhost.BootAddressAnnotation] = "127.0.0.1" // where its PXE boot asks from
+	})
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	claim(g, ns, h, "first")
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))

@@ -17,6 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -125,14 +128,29 @@ func condition(h *metal3v1.BareMetalHost, t string) func(Gomega) metav1.Conditio
 }
 
 // bootLab is the boot server side of provisioning, in process: the real attestation service (with
-// AttestStore on the BareMetalHosts) and the real boot HTTP server (iPXE scripts with one-time tickets)
-// on loopback, plus the inventory the controller fills.
+// AttestStore on the BareMetalHosts, recording Events) and the real boot HTTP server (iPXE scripts with
+// one-time tickets) on loopback, plus the inventory the controller fills.
 type bootLab struct {
 	inv  *inventory.Static
 	base string
 }
 
+// startBootLab is the boot server of a site whose own DHCP server leases the addresses while Yonder only
+// adds boot options (proxyDHCP): scripts are served to whoever names a host's MAC.
 func startBootLab(t testing.TB, c client.Client) *bootLab {
+	t.Helper()
+	return startBootLabWith(t, c, false)
+}
+
+// startLeasingBootLab is the boot server of a site where Yonder's DHCP server leases the addresses
+// (bootserver.Config.BindToReservation): a host's script is served only to its reservation
+// (annotation metal.yonder.dev/boot-address), and a host without one is served from anywhere.
+func startLeasingBootLab(t testing.TB, c client.Client) *bootLab {
+	t.Helper()
+	return startBootLabWith(t, c, true)
+}
+
+func startBootLabWith(t testing.TB, c client.Client, bindToReservation bool) *bootLab {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,8 +171,14 @@ func startBootLab(t testing.TB, c client.Client) *bootLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := attest.New(attest.Config{EKRoots: roots, EKIntermediates: intermediates}, baremetalhost.AttestStore{Client: c}, testr.NewWithInterface(t, testr.Options{}), nil)
-	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: svc, API: svc.Handler()}, testr.NewWithInterface(t, testr.Options{}), nil)
+	// Events as the manager records them: to the API server.
+	events := record.NewBroadcaster()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kubernetes.NewForConfigOrDie(env.Config).CoreV1().Events("")})
+	t.Cleanup(events.Shutdown)
+	store := baremetalhost.AttestStore{Client: c, Recorder: events.NewRecorder(env.GetScheme(), corev1.EventSource{Component: "yonder-metal-manager"})}
+	svc := attest.New(attest.Config{EKRoots: roots, EKIntermediates: intermediates}, store, testr.NewWithInterface(t, testr.Options{}), nil)
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: svc, API: svc.Handler(),
+		BindToReservation: bindToReservation}, testr.NewWithInterface(t, testr.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,8 +326,13 @@ func (p *pxeHosts) boot(mac string, tpm *swtpm.TPM) ([]byte, error) {
 // script fetches the host's iPXE script as its firmware does and returns the server and ticket on its
 // kernel line.
 func (p *pxeHosts) script(ctx context.Context, mac string) (server, ticket string, err error) {
+	return p.scriptVia(ctx, http.DefaultClient, mac)
+}
+
+// scriptVia fetches the iPXE script of mac with hc (from the address hc dials from).
+func (p *pxeHosts) scriptVia(ctx context.Context, hc *http.Client, mac string) (server, ticket string, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.lab.base+"/ipxe/"+mac, nil)
-	rsp, err := http.DefaultClient.Do(req)
+	rsp, err := hc.Do(req)
 	if err != nil {
 		return "", "", err
 	}
@@ -328,6 +357,11 @@ func (p *pxeHosts) script(ctx context.Context, mac string) (server, ticket strin
 
 // attestWith is `yonder-agent attest` with the host's TPM.
 func attestWith(ctx context.Context, server, ticket string, tpm *swtpm.TPM) ([]byte, error) {
+	return attestVia(ctx, nil, server, ticket, tpm)
+}
+
+// attestVia is `yonder-agent attest` with tpm, talking through hc (nil: the default client).
+func attestVia(ctx context.Context, hc *http.Client, server, ticket string, tpm *swtpm.TPM) ([]byte, error) {
 	conn, err := wire.OpenTPM(tpm.Socket)
 	if err != nil {
 		return nil, err
@@ -338,7 +372,7 @@ func attestWith(ctx context.Context, server, ticket string, tpm *swtpm.TPM) ([]b
 		return nil, err
 	}
 	defer func() { _ = keys.Close() }()
-	return (&wire.Client{Server: server}).Attest(ctx, ticket, keys)
+	return (&wire.Client{Server: server, HTTP: hc}).Attest(ctx, ticket, keys)
 }
 
 func (p *pxeHosts) snapshot(id string) (boots int, data, errs []string) {

@@ -52,12 +52,13 @@ func noWindow(h *metal3v1.BareMetalHost) {
 // Enrolment is explicit. A host without a registered EK or an open window is refused (EnrolmentClosed)
 // without being powered off, and provisions on a later attempt once an operator opens a window; an
 // expired window is closed; a registered EK fingerprint enrols its TPM without a window, and another TPM
-// against a registered fingerprint is a real attestation failure (EKMismatch: powered off).
+// against a registered fingerprint, presented from the host's own DHCP lease, is a real attestation
+// failure (EKMismatch: powered off).
 func TestEnrolmentIsExplicit(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-enrol").Name
-	lab := startBootLab(t, env.Client)
+	lab := startLeasingBootLab(t, env.Client)
 	hosts := newPXEHosts(t, lab)
 	macs := map[string]string{"closed": "52:54:00:50:00:01", "expired": "52:54:00:50:00:02", "registered": "52:54:00:50:00:03", "wrong": "52:54:00:50:00:04"}
 	for id, mac := range macs {
@@ -79,8 +80,10 @@ func TestEnrolmentIsExplicit(t *testing.T) {
 		h.Annotations[baremetalhost.EKFingerprintAnnotation] = ekFingerprint(t, hosts.tpms["registered"])
 	})
 	wrong := newHost(g, ns, "wrong", sim, "wrong", macs["wrong"], bmcPass, func(h *metal3v1.BareMetalHost) {
-		// Registered for the TPM of another machine; the window does not override a registered EK.
+		// Registered for the TPM of another machine; the window does not override a registered EK. Its
+		// boot asks from its reservation, so the refused session is the host's own.
 		h.Annotations[baremetalhost.EKFingerprintAnnotation] = ekFingerprint(t, hosts.tpms["registered"])
+		h.Annotations[baremetalhost.BootAddressAnnotation] = "127.0.0.1"
 	})
 	for _, h := range []*metal3v1.BareMetalHost{closed, expired, registered, wrong} {
 		g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))

@@ -8,7 +8,8 @@ import (
 const (
 	// DefaultMTU is the underlay MTU of a Site without spec.mtu.
 	DefaultMTU = 1500
-	// DefaultProbeIntervalMillis: 200 ms × 3 lost probes detects a failure in 600 ms.
+	// DefaultProbeIntervalMillis: 200 ms × 3 lost probes detects a failure in 600 ms; gateways in a group are
+	// probed four times per interval, so their failure is detected in 150–200 ms (dataplane/probe).
 	DefaultProbeIntervalMillis = 200
 	// DefaultProbeFailureThreshold is the number of lost probes that mark a peer down.
 	DefaultProbeFailureThreshold = 3

@@ -113,7 +113,8 @@ func (d *Daemon) monitor(in desired.Input, st desired.State) {
 // traffic can move away from; computed without the probes' verdicts, so members down stay watched and
 // come back), and reachable peers this node dials from behind NAT (a probe every interval keeps the NAT's
 // mapping, and re-creates it at once after the NAT forgot it). Peers that left the plan are no longer down.
-// d.mu must be held.
+// Group members are fast targets: probed several times per interval, so a failed gateway leaves the
+// groups in a fraction of the configured detection time (probe.Target.Fast). d.mu must be held.
 func (d *Daemon) probeTargets(in desired.Input, st desired.State) []probe.Target {
 	all, err := desired.Compute(in, nil)
 	if err != nil {
@@ -126,7 +127,7 @@ func (d *Daemon) probeTargets(in desired.Input, st desired.State) []probe.Target
 	}
 	seen := map[string]bool{}
 	var targets []probe.Target
-	add := func(k string, h desired.NextHop) {
+	add := func(k string, h desired.NextHop, fast bool) {
 		if seen[k] {
 			return
 		}
@@ -135,22 +136,22 @@ func (d *Daemon) probeTargets(in desired.Input, st desired.State) []probe.Target
 		if h.Via == desired.ViaWireGuard {
 			addr = h.WGAddr
 		}
-		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort))}) //nolint:gosec // ports fit in 16 bits
+		targets = append(targets, probe.Target{Key: k, Addr: netip.AddrPortFrom(addr, uint16(h.ProbePort)), Fast: fast}) //nolint:gosec // ports fit in 16 bits
 	}
 	for _, r := range all.Routes {
 		if len(r.Members) < 2 {
 			continue
 		}
 		for _, m := range r.Members {
-			add(m, all.Hops[m])
+			add(m, all.Hops[m], true)
 		}
 	}
 	for k := range d.down {
-		add(k, all.Hops[k])
+		add(k, all.Hops[k], false)
 	}
 	for k, h := range st.Hops {
 		if h.Initiate && h.Via == desired.ViaWireGuard {
-			add(k, h)
+			add(k, h, false)
 		}
 	}
 	return targets

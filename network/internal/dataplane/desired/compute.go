@@ -286,7 +286,7 @@ func (c *computation) addRoute(prefix string, members []string, mtu int) {
 }
 
 // finish drops routes to the node's own pod CIDRs (local, whatever a link lists), leaves members the probes
-// found down out of multi-member groups, and sorts everything.
+// found down out of multi-member groups (unless every member is down), and sorts everything.
 func (c *computation) finish() {
 	for _, cidr := range c.in.PodCIDRs {
 		if p, err := netip.ParsePrefix(cidr); err == nil {
@@ -296,7 +296,12 @@ func (c *computation) finish() {
 	for _, r := range c.routes {
 		sort.Strings(r.Members)
 		if len(r.Members) > 1 {
-			r.Members = slices.DeleteFunc(slices.Clone(r.Members), func(m string) bool { return c.down[m] })
+			// Every member down keeps them all: sending to members the probes gave up on loses no more than
+			// an empty group's drop, and loses nothing when the verdicts were wrong (one stall on this
+			// node's side of every path, which the gateways' fast probes cannot tell from a failure).
+			if up := slices.DeleteFunc(slices.Clone(r.Members), func(m string) bool { return c.down[m] }); len(up) > 0 {
+				r.Members = up
+			}
 		}
 		c.st.Routes = append(c.st.Routes, *r)
 	}

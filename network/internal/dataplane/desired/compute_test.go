@@ -67,6 +67,11 @@ func TestComputeOrdinaryNode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(routes(d)["10.20.0.0/16"]).To(Equal([]string{"ga1/vxlan"}))
 	g.Expect(routes(d)["10.10.3.0/24"]).To(Equal([]string{"ga2/vxlan"}))
+
+	// Every member down: the group keeps them all rather than dropping everything.
+	d, err = Compute(input("a1", "10.10.1.0/24"), map[string]bool{"ga1/vxlan": true, "ga2/vxlan": true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(routes(d)["10.20.0.0/16"]).To(Equal([]string{"ga1/vxlan", "ga2/vxlan"}))
 }
 
 func TestComputeGateway(t *testing.T) {

@@ -171,7 +171,7 @@ func testNATRebinding(t *testing.T, s *NATSites) {
 	g.Eventually(public.count, 60*time.Second, 10*time.Millisecond).Should(BeNumerically(">", np+200), s.diag)
 	g.Eventually(relayed.count, 60*time.Second, 10*time.Millisecond).Should(BeNumerically(">", nr+200), s.diag)
 	gp, gr := public.gapAfter(t0), relayed.gapAfter(t0)
-	t.Logf("NAT REBIND (conntrack -F on both NATs): public → NATed flow interrupted %v, relayed flow %v (probe 200ms; keepalive %v)", gp, gr, kernel.PersistentKeepalive)
+	t.Logf("NAT REBIND (conntrack -F on both NATs): public → NATed flow interrupted %v, relayed flow %v (probes every 50 ms to gateways in a group, else 200 ms; keepalive %v)", gp, gr, kernel.PersistentKeepalive)
 	// The bound: the traffic is back within the keepalive interval (in practice one probe interval).
 	g.Expect(gp).To(BeNumerically("<", kernel.PersistentKeepalive))
 	g.Expect(gr).To(BeNumerically("<", kernel.PersistentKeepalive))
@@ -235,7 +235,7 @@ func testNATFailover(t *testing.T, s *NATSites, from, to string, gateways []stri
 	before := st.count()
 	g.Eventually(st.count, 60*time.Second, 10*time.Millisecond).Should(BeNumerically(">", before+200), func() string { return "the flow resumes without " + victim + ": " + s.diag() })
 	gap := st.gapAfter(t0)
-	t.Logf("NAT FAILOVER (%s killed, flow %s → %s): interrupted for %v (probe 200ms x 3)", victim, from, to, gap)
+	t.Logf("NAT FAILOVER (%s killed, flow %s → %s): interrupted for %v (gateways probed every 50 ms, down after 3 unanswered)", victim, from, to, gap)
 	// The plan does not change in this test: only the probes can move the flow, so resuming proves the
 	// failover; the bound rules out a path that recovered by slower means. The figure is the measurement.
 	g.Expect(gap).To(BeNumerically("<", 5*time.Second))

@@ -155,11 +155,16 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		if err != nil || chosen == "" {
 			return none, noHost, err
 		}
-		if err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen); err != nil {
+		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen)
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Another replica is deciding for this machine right now.
 				return none, raceLost, nil
 			}
+			return none, noHost, err
+		}
+		r.written.record(written)
+		if err := s.rebase(written); err != nil {
 			return none, noHost, err
 		}
 		name = chosen
@@ -178,8 +183,15 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 	if !exists || !a.Available(h) || !r.selects(m, h) {
 		// Taken by another machine, gone or changed between the choice and the claim: choose again.
 		log.V(4).Info("Reserved host is no longer available, choosing again", a.HostKind(), klog.KRef(m.GetNamespace(), name))
-		if err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, ""); err != nil && !apierrors.IsConflict(err) {
+		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, "")
+		if err != nil && !apierrors.IsConflict(err) {
 			return none, noHost, err
+		}
+		if err == nil {
+			r.written.record(written)
+			if err := s.rebase(written); err != nil {
+				return none, noHost, err
+			}
 		}
 		return none, raceLost, nil
 	}

@@ -24,6 +24,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -64,6 +66,8 @@ type Reconciler[M Machine, H client.Object] struct {
 	// not show yet.
 	claimMu sync.Mutex
 	recent  recentClaims
+	// written is the resourceVersion of this replica's last write of each machine (written.go).
+	written writtenVersions
 }
 
 // Scope is one reconcile of one machine.
@@ -75,6 +79,9 @@ type Scope[M Machine, H client.Object] struct {
 	Host H
 
 	patch func(ctx context.Context) error
+	// rebase tells the deferred patch that o (the machine as just written outside it: a reservation) is
+	// what the API server holds, so that patch sends only what differs from o.
+	rebase func(o client.Object) error
 }
 
 // Patch writes the machine now (as the end of the reconcile will), e.g. to record that slow external
@@ -192,7 +199,15 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	log := ctrl.LoggerFrom(ctx)
 	m := a.NewMachine()
 	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.stale(m) {
+		// The watch event of this replica's last write is on its way and wakes the machine again.
+		log.V(4).Info("Waiting for the cache to show this controller's last write")
+		return ctrl.Result{RequeueAfter: StaleRetry}, nil
 	}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, metav1.ObjectMeta{Namespace: m.GetNamespace(), OwnerReferences: m.GetOwnerReferences()})
 	if err != nil {
@@ -212,22 +227,52 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		return ctrl.Result{}, fmt.Errorf("failed to get Cluster of Machine %s: %w", klog.KObj(machine), err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
+	// The machine's writes go through writer, which remembers the versions written (written.go).
+	writer := recordingClient{Client: r.Client, w: &r.written}
 	if m.GetDeletionTimestamp().IsZero() {
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, m, a.Spec().Finalizer); err != nil || added {
+		if added, err := finalizers.EnsureFinalizer(ctx, writer, m, a.Spec().Finalizer); err != nil || added {
 			return ctrl.Result{}, err
 		}
 	} else if !controllerutil.ContainsFinalizer(m, a.Spec().Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	helper, err := patch.NewHelper(m, r.Client)
+	helper, err := patch.NewHelper(m, writer)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, m); err != nil || isPaused || requeue {
+	if !ptr.Deref(cluster.Spec.Paused, false) && !annotations.HasPaused(m) {
+		// Not paused: the condition (as CAPI's paused package words it) goes out with this pass's one
+		// status patch, instead of in a write of its own that only wakes the machine for another pass.
+		// EnsurePausedCondition then finds it set and writes nothing.
+		conditions.Set(m, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason, ObservedGeneration: m.GetGeneration()})
+	}
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, writer, cluster, m); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
 	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
-	s.patch = func(ctx context.Context) error { return r.patch(ctx, helper, m) }
+	s.patch = func(ctx context.Context) error {
+		if err := r.patch(ctx, helper, m); err != nil {
+			return err
+		}
+		// The next patch of this pass (Scope.Patch before slow work, then the deferred one) starts from
+		// what was just written, instead of sending all of it again.
+		next, err := patch.NewHelper(m, writer)
+		if err != nil {
+			return fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
+		}
+		helper = next
+		return nil
+	}
+	s.rebase = func(o client.Object) error {
+		// m stands for o plus this pass's changes: at o's version, so no patch carries a stale one.
+		m.SetResourceVersion(o.GetResourceVersion())
+		next, err := patch.NewHelper(o, writer)
+		if err != nil {
+			return fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
+		}
+		helper = next
+		return nil
+	}
 	before := slices.Clone(m.GetConditions())
 	defer func() {
 		if err := s.patch(ctx); err != nil {

@@ -12,8 +12,8 @@ import (
 // resourceVersion (optimistic lock), so of several controller replicas deciding for one machine at once
 // only one records a choice: a machine can never end up holding two hosts, and a controller that dies
 // between the reservation and the claim resumes with the same host. The claim identity is made durable
-// in the same write, before any claim reaches a host under it.
-func reserve(ctx context.Context, w client.Writer, kind string, m client.Object, keys Keys, host string) error {
+// in the same write, before any claim reaches a host under it. It returns m as written.
+func reserve(ctx context.Context, w client.Writer, kind string, m client.Object, keys Keys, host string) (client.Object, error) {
 	before := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
 	annotations := m.GetAnnotations()
 	if annotations == nil {
@@ -29,7 +29,7 @@ func reserve(ctx context.Context, w client.Writer, kind string, m client.Object,
 	latest := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
 	if err := w.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		m.SetAnnotations(before.GetAnnotations())
-		return fmt.Errorf("failed to record the host reservation of %s %s: %w", kind, klog.KObj(m), err)
+		return nil, fmt.Errorf("failed to record the host reservation of %s %s: %w", kind, klog.KObj(m), err)
 	}
-	return nil
+	return latest, nil
 }

@@ -34,7 +34,7 @@ func addFlags(fs *pflag.FlagSet) *flags {
 	fs.IntVar(&f.clusterConc, "yondersshcluster-concurrency", 2, "Concurrent YonderSSHCluster reconciles")
 	fs.IntVar(&f.cleanupRetries, "cleanup-retries", 5, "Cleanup attempts on delete before an operator must act")
 	fs.DurationVar(&f.probeInterval, "host-probe-interval", 5*time.Minute, "How often hosts are probed over SSH")
-	fs.DurationVar(&f.pollInterval, "bootstrap-poll-interval", 10*time.Second, "How often a running bootstrap is checked")
+	fs.DurationVar(&f.pollInterval, "bootstrap-poll-interval", 10*time.Second, "Longest wait between checks of a running bootstrap: the first check comes after a tenth of it, then the wait doubles with the run's age")
 	fs.DurationVar(&f.retryInterval, "ssh-retry-interval", 15*time.Second, "First wait after an SSH failure (doubles per attempt, up to 5m)")
 	return f
 }

@@ -43,7 +43,7 @@ type Options struct {
 	MachineConcurrency, HostConcurrency, ClusterConcurrency int
 	// ProbeInterval: how often hosts are probed (default 5m).
 	ProbeInterval time.Duration
-	// PollInterval: how often a running bootstrap is checked (default 10s).
+	// PollInterval: the longest wait between checks of a running bootstrap (default 10s; sshmachine.PollDelay).
 	PollInterval time.Duration
 	// RetryInterval: first wait after an SSH failure (default 15s).
 	RetryInterval time.Duration

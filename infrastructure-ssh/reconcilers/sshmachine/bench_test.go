@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/yonder-dev/yonder/pkg/manager"
@@ -27,6 +31,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+	"github.com/yonder-dev/yonder/infrastructure-ssh/reconcilers/sshmachine"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/setup"
 	"github.com/yonder-dev/yonder/test/benchsize"
 	"github.com/yonder-dev/yonder/test/sshhosts"
@@ -40,6 +45,8 @@ type usage struct {
 	cpu, childCPU   time.Duration
 	peakRSSKiB      int64
 	requests, execs int64
+	// byRequest counts the provider's API requests by verb and resource ("PATCH yondersshmachines/status").
+	byRequest map[string]int64
 }
 
 func rusage(who int) time.Duration {
@@ -74,13 +81,24 @@ func measure(f func()) usage {
 	return usage{wall: time.Since(t0), cpu: rusage(syscall.RUSAGE_SELF) - c0, childCPU: rusage(syscall.RUSAGE_CHILDREN) - ch0, peakRSSKiB: peakRSSKiB()}
 }
 
+// benchPoll is the provider's --bootstrap-poll-interval in this benchmark; the baseline polls on the
+// same schedule (sshmachine.PollDelay), so the ratio compares the same work.
+const benchPoll = time.Second
+
+// benchWorkers is the provider's default YonderSSHMachine concurrency (setup.Options, main.go); the
+// baseline drives the hosts with as many workers.
+const benchWorkers = 10
+
 // BenchmarkProvisionMachinesOnSimulatedHosts: a MachineDeployment of 200 (YONDER_BENCH_MACHINES)
 // YonderSSHMachines against 200 simulated SSH hosts (test/sshsim, real SSH protocol, scale only), with
-// the real CAPI controllers, until every YonderSSHMachine is provisioned. Baseline, in the same run:
-// the same bootstrap of 200 fresh simulated hosts driven directly (same SSH client and run protocol, 10
-// workers like the controller's default concurrency, no Kubernetes). Printed: time, CPU seconds of this
-// process (management controllers + simulator; the envtest apiserver is a separate process) and of
-// the simulated hosts' shells, peak RSS, API requests of the provider per Machine, SSH execs per Machine.
+// the real CAPI controllers, until every YonderSSHMachine is provisioned. Baseline, in the same run: the
+// same bootstrap of 200 fresh simulated hosts driven directly, the way the controller drives them but
+// without Kubernetes: the same SSH client and run protocol, a delaying work queue with as many workers as
+// the controller's default concurrency, no worker held while a run is waited for, and the run status
+// polled on the provider's schedule (same poll interval). Printed: time, CPU seconds of this process
+// (management controllers + simulator; the envtest apiserver is a separate process) and of the
+// simulated hosts' shells, peak RSS, API requests of the provider per Machine (and by verb and
+// resource), SSH execs per Machine.
 func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 	count := benchsize.Pick(200, 4) // tiny in the test suite
 	if v, err := strconv.Atoi(os.Getenv("YONDER_BENCH_MACHINES")); err == nil && v > 0 {
@@ -89,14 +107,20 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		base, prov := benchOnce(b, count)
 		b.ReportMetric(prov.wall.Seconds(), "s-to-provisioned")
+		b.ReportMetric(base.wall.Seconds(), "baseline-s-to-provisioned")
+		b.ReportMetric(prov.wall.Seconds()/base.wall.Seconds(), "x-baseline")
 		b.ReportMetric(float64(prov.requests)/float64(count), "apireq/machine")
-		fmt.Printf("\nSSH provider, %d Machines on %d simulated hosts (run %d of %d)\n", count, count, i+1, b.N)
+		b.ReportMetric(float64(prov.peakRSSKiB)/1024, "peak-RSS-MiB")
+		fmt.Printf("\nSSH provider, %d Machines on %d simulated hosts (run %d of %d), poll interval %s, %d workers\n", count, count, i+1, b.N, benchPoll, benchWorkers)
 		fmt.Printf("%-34s %12s %12s %12s\n", "", "baseline", "provider", "ratio")
 		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "time to all provisioned (s)", base.wall.Seconds(), prov.wall.Seconds(), prov.wall.Seconds()/base.wall.Seconds())
 		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "CPU of this process (s)", base.cpu.Seconds(), prov.cpu.Seconds(), prov.cpu.Seconds()/base.cpu.Seconds())
 		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "CPU of simulated host shells (s)", base.childCPU.Seconds(), prov.childCPU.Seconds(), prov.childCPU.Seconds()/max(base.childCPU.Seconds(), 0.001))
 		fmt.Printf("%-34s %12d %12d %11.2fx\n", "peak RSS of this process (MiB)", base.peakRSSKiB/1024, prov.peakRSSKiB/1024, float64(prov.peakRSSKiB)/float64(base.peakRSSKiB))
 		fmt.Printf("%-34s %12s %12.1f\n", "provider API requests per Machine", "-", float64(prov.requests)/float64(count))
+		for _, k := range slices.Sorted(maps.Keys(prov.byRequest)) {
+			fmt.Printf("  %-32s %12s %12.2f\n", k, "", float64(prov.byRequest[k])/float64(count))
+		}
 		fmt.Printf("%-34s %12.1f %12.1f %11.2fx\n", "SSH execs per Machine", float64(base.execs)/float64(count), float64(prov.execs)/float64(count), float64(prov.execs)/float64(base.execs))
 	}
 }
@@ -109,7 +133,15 @@ func benchOnce(b *testing.B, count int) (usage, usage) {
 	return benchBaseline(b, g, count, signer), benchProvider(b, g, count, keyPEM, signer)
 }
 
-// benchBaseline bootstraps count fresh simulated hosts directly, on 10 workers.
+// benchRun is one host's bootstrap in the baseline: started, or not yet.
+type benchRun struct {
+	host    *sshsim.Host
+	started time.Time
+}
+
+// benchBaseline bootstraps count fresh simulated hosts directly: benchWorkers workers take hosts from a
+// delaying queue, start each run, and put it back to be polled after sshmachine.PollDelay, as the
+// controller requeues a machine.
 func benchBaseline(b *testing.B, g *WithT, count int, signer ssh.Signer) usage {
 	b.Helper()
 	ctx := context.Background()
@@ -120,21 +152,34 @@ func benchBaseline(b *testing.B, g *WithT, count int, signer ssh.Signer) usage {
 	g.Expect(err).NotTo(HaveOccurred())
 	script := cfg.Script()
 	base := measure(func() {
-		work := make(chan *sshsim.Host)
-		var wg sync.WaitGroup
-		for w := 0; w < 10; w++ {
+		q := workqueue.NewTypedDelayingQueue[*benchRun]()
+		var wg, left sync.WaitGroup
+		left.Add(len(simB.Hosts))
+		for w := 0; w < benchWorkers; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for h := range work {
-					g.Expect(bootstrapDirect(ctx, h, signer, script)).To(Succeed())
+				for {
+					r, shutdown := q.Get()
+					if shutdown {
+						return
+					}
+					done, err := benchStep(ctx, r, signer, script)
+					g.Expect(err).NotTo(HaveOccurred())
+					if done {
+						left.Done()
+					} else {
+						q.AddAfter(r, sshmachine.PollDelay(benchPoll, time.Since(r.started)))
+					}
+					q.Done(r)
 				}
 			}()
 		}
 		for _, h := range simB.Hosts {
-			work <- h
+			q.Add(&benchRun{host: h})
 		}
-		close(work)
+		left.Wait()
+		q.ShutDown()
 		wg.Wait()
 	})
 	base.execs = simB.Execs
@@ -159,8 +204,11 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 				CredentialsSecretRef: infrav1.SecretReference{Name: "key"}, HostKey: sshexec.FormatHostKey(h.HostKey)}}})).To(Succeed())
 	}
 	rc, requests := harness.CountRequests(env.Config)
+	byRequest := &requestKinds{n: map[string]int64{}}
+	count0 := rc.WrapTransport
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return byRequest.wrap(count0(rt)) }
 	rc.QPS, rc.Burst = 200, 400
-	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, PollInterval: time.Second, RetryInterval: time.Second}
+	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}, PollInterval: benchPoll, RetryInterval: time.Second}
 	p := harness.StartProvider(b, rc, env.GetScheme(), setup.Reconcilers(o))
 	defer p.Stop()
 	cluster := newCluster(b, g, ns, "bench")
@@ -173,6 +221,7 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 	}, 5*time.Minute).Should(Succeed())
 	md := newMachineDeployment(g, ns, "bench", cluster, data.Name, "bench")
 	requests.Store(0)
+	byRequest.reset()
 	execs0 := simP.Execs
 	prov := measure(func() {
 		harness.Scale(g, env, md, int32(count))
@@ -187,6 +236,7 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 		}, 15*time.Minute, time.Second).Should(Equal(count))
 	})
 	prov.requests = requests.Load()
+	prov.byRequest = byRequest.snapshot()
 	prov.execs = simP.Execs - execs0
 	g.Expect(checkClaims(g, ns)).To(HaveLen(count))
 	// Leave nothing behind for the next iteration.
@@ -195,41 +245,75 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 	return prov
 }
 
-// bootstrapDirect is what the provider does for one host, without Kubernetes: connect, start the run,
-// poll until it finished with its sentinel.
-func bootstrapDirect(ctx context.Context, h *sshsim.Host, signer ssh.Signer, script string) error {
-	poll := func() (remote.RunState, error) {
-		e, err := sshexec.SSHDialer{}.Dial(ctx, sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: signer, HostKey: h.HostKey}})
-		if err != nil {
-			return remote.RunState{}, err
-		}
-		defer func() { _ = e.Close() }()
-		return remote.State(ctx, e, "bench")
+// requestKinds counts requests by verb and resource, watches apart.
+type requestKinds struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (k *requestKinds) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		key := requestKind(r)
+		k.mu.Lock()
+		k.n[key]++
+		k.mu.Unlock()
+		return rt.RoundTrip(r)
+	})
+}
+
+// requestKind names a request by method and resource: /apis/g/v/namespaces/ns/res/name/sub → "PATCH res/sub"
+// (a GET without a name is a LIST, one with watch=true a WATCH).
+func requestKind(r *http.Request) string {
+	p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	i := slices.Index(p, "namespaces")
+	if i < 0 || i+2 >= len(p) {
+		return r.Method + " " + r.URL.Path
 	}
+	res, verb := p[i+2], r.Method
+	switch {
+	case r.URL.Query().Get("watch") == "true":
+		verb = "WATCH"
+	case verb == http.MethodGet && i+3 >= len(p):
+		verb = "LIST"
+	}
+	if i+4 < len(p) {
+		res += "/" + p[i+4]
+	}
+	return verb + " " + res
+}
+
+func (k *requestKinds) reset() { k.mu.Lock(); clear(k.n); k.mu.Unlock() }
+
+func (k *requestKinds) snapshot() map[string]int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.n)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// benchStep is one pass of the controller over a host, without Kubernetes: connect, then start the run
+// (first pass) or read its state; done once it finished with its sentinel.
+func benchStep(ctx context.Context, r *benchRun, signer ssh.Signer, script string) (bool, error) {
+	h := r.host
 	e, err := sshexec.SSHDialer{}.Dial(ctx, sshexec.Target{Endpoint: sshexec.Endpoint{Address: h.Address, Port: h.Port, User: "root", Signer: signer, HostKey: h.HostKey}})
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := remote.Start(ctx, e, "bench", script); err != nil {
-		_ = e.Close()
-		return err
+	defer func() { _ = e.Close() }()
+	if r.started.IsZero() {
+		r.started = time.Now()
+		_, err := remote.Start(ctx, e, "bench", script)
+		return false, err
 	}
-	_ = e.Close()
-	for {
-		st, err := poll()
-		if err != nil {
-			return err
-		}
-		if st.Finished {
-			if st.ExitCode != 0 || !st.Sentinel {
-				return fmt.Errorf("bootstrap on %s failed: %+v", h.Name, st)
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	st, err := remote.State(ctx, e, "bench")
+	if err != nil || !st.Finished {
+		return false, err
 	}
+	if st.ExitCode != 0 || !st.Sentinel {
+		return false, fmt.Errorf("bootstrap on %s failed: %+v", h.Name, st)
+	}
+	return true, remote.Finish(ctx, e, "bench")
 }

@@ -39,6 +39,13 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 		// Terminal: the run is not repeated blindly; remediation replaces the Machine.
 		return ctrl.Result{}, nil
 	}
+	if b := m.Status.Bootstrap; b != nil && (b.Phase == infrav1.BootstrapPhaseStarting || b.Phase == infrav1.BootstrapPhaseRunning) {
+		// Woken before the run's next check (by this controller's own writes, the host's): no SSH round
+		// until it is due.
+		if wait := a.polls.wait(m.UID); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
 	// No SSH step may hold a worker for long: a hung remote command is cut off and retried.
 	sctx, cancel := context.WithTimeout(ctx, SSHTimeout)
 	defer cancel()
@@ -80,7 +87,11 @@ func (a *Adapter) bootstrapRunning(ctx context.Context, s *scope, e sshexec.Exec
 	}
 	setCond(m, infrav1.YonderSSHMachineBootstrapExecutedCondition, metav1.ConditionFalse, infrav1.YonderSSHMachineBootstrapRunningReason,
 		fmt.Sprintf("Bootstrap is running on YonderSSHHost %s (log: %s/%s/log)", s.Host.Name, remote.RunsDir, runID(m)))
-	return ctrl.Result{RequeueAfter: a.PollInterval}, nil
+	elapsed := time.Duration(0)
+	if b := m.Status.Bootstrap; b.StartedTime != nil {
+		elapsed = time.Since(b.StartedTime.Time)
+	}
+	return ctrl.Result{RequeueAfter: a.polls.next(m.UID, PollDelay(a.PollInterval, elapsed))}, nil
 }
 
 // bootstrapFinished records a finished run: provisioned when it exited 0 and wrote the sentinel.
@@ -98,6 +109,7 @@ func (a *Adapter) bootstrapFinished(ctx context.Context, s *scope, e sshexec.Exe
 	if err := remote.Finish(ctx, e, runID(m)); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Failed to remove the bootstrap script from the host", "err", err.Error())
 	}
+	a.polls.forget(m.UID)
 	b.Phase = infrav1.BootstrapPhaseSucceeded
 	b.FinishedTime = ptr.To(metav1.Now())
 	m.Spec.ProviderID = providerID(m, s.Host)
@@ -110,6 +122,7 @@ func (a *Adapter) bootstrapFinished(ctx context.Context, s *scope, e sshexec.Exe
 func (a *Adapter) bootstrapFailed(ctx context.Context, s *scope, e sshexec.Executor, why string) (ctrl.Result, error) {
 	m := s.Machine
 	b := m.Status.Bootstrap
+	a.polls.forget(m.UID)
 	b.Phase = infrav1.BootstrapPhaseFailed
 	b.FinishedTime = ptr.To(metav1.Now())
 	if t, err := remote.LogTail(ctx, e, b.RunID, 2048); err == nil {
@@ -150,7 +163,7 @@ func (a *Adapter) startBootstrap(ctx context.Context, s *scope, e sshexec.Execut
 		return ctrl.Result{RequeueAfter: a.RetryInterval}, nil
 	}
 	m.Status.Bootstrap.Phase = infrav1.BootstrapPhaseRunning
-	return ctrl.Result{RequeueAfter: a.PollInterval}, nil
+	return ctrl.Result{RequeueAfter: a.polls.next(m.UID, PollDelay(a.PollInterval, 0))}, nil
 }
 
 // bootstrapScript renders the Machine's bootstrap data into the run's script; ok is false (with the
@@ -220,4 +233,12 @@ func addresses(h *infrav1.YonderSSHHost) []clusterv1.MachineAddress {
 
 func setCond(m *infrav1.YonderSSHMachine, t string, status metav1.ConditionStatus, reason, msg string) {
 	claim.SetCondition(m, t, status, reason, msg)
+}
+
+// PollDelay is how long after a check a running bootstrap is checked again, elapsed after its start: a
+// tenth of interval first (a short bootstrap is seen finished soon), then doubling with the run's age up
+// to interval. The schedule follows from status.bootstrap.startedTime alone, so a restarted controller
+// keeps it.
+func PollDelay(interval, elapsed time.Duration) time.Duration {
+	return min(interval, max(interval/10, elapsed))
 }

@@ -38,7 +38,8 @@ type Adapter struct {
 	Name string
 	// Dialer opens SSH connections.
 	Dialer sshexec.Dialer
-	// PollInterval is how often a running bootstrap is checked (default 10s).
+	// PollInterval is the longest wait between checks of a running bootstrap (default 10s): the first
+	// check comes after a tenth of it, then the wait doubles with the run's age (PollDelay).
 	PollInterval time.Duration
 	// RetryInterval is the first wait after an SSH failure; it doubles per attempt up to 5m (default 15s).
 	RetryInterval time.Duration
@@ -46,6 +47,9 @@ type Adapter struct {
 	CleanupRetries int32
 	// DefaultBootstrapTimeout applies when spec.bootstrapTimeout is empty (default 30m).
 	DefaultBootstrapTimeout time.Duration
+
+	// polls is when each running bootstrap is next checked (polls.go).
+	polls pollSchedule
 }
 
 var _ claim.Adapter[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost] = &Adapter{}

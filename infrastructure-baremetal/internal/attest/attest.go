@@ -66,8 +66,8 @@ type Result struct {
 	// against the host: the host may still attest in the same attempt. Address is the session's address.
 	Unattributed bool
 	// Address is, on a release, the address the attested host fetched its data from: what its boot NIC
-	// leased, which the host's inventory records as that NIC's IP (as Metal3's inspection does); on an
-	// Unattributed refusal, the address the refused session came from.
+	// leased, which the host's inventory records as that NIC's IP (as Metal3's inspection does); on a
+	// refusal, the address the refused request came from.
 	Address netip.Addr
 }
 
@@ -376,12 +376,9 @@ type origin struct {
 // session's address. The answer to the client is the same either way.
 func (s *Service) fail(ctx context.Context, o origin, err *RefusedError) *RefusedError {
 	s.metrics.Results.WithLabelValues(err.Reason).Inc()
-	r := Result{Reason: err.Reason, Message: err.Message}
+	r := Result{Reason: err.Reason, Message: err.Message, Address: o.from}
 	if Fatal(err.Reason) {
 		r.Fatal, r.Unattributed = o.leased, !o.leased
-		if r.Unattributed {
-			r.Address = o.from
-		}
 	}
 	if o.host != "" {
 		s.store.Record(ctx, o.host, r)

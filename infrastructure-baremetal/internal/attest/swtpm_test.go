@@ -445,7 +445,7 @@ func TestFatalRefusalCountsOnlyFromTheHostsLease(t *testing.T) {
 	g.Expect(hosts.StatusCode).To(Equal(strangers.StatusCode), "the client cannot tell which of the two it was")
 	results = e.store.Results(host)
 	g.Expect(results[len(results)-1]).To(And(HaveField("Reason", wire.ReasonEKMismatch), HaveField("Fatal", true),
-		HaveField("Unattributed", false), HaveField("Address", netip.Addr{})))
+		HaveField("Unattributed", false), HaveField("Address", loopback)))
 }
 
 // TestAttestationRefusedWithoutEKRoots: a boot server configured with neither vendor roots nor

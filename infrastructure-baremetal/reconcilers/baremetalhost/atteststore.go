@@ -24,13 +24,13 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/hostdata"
 )
 
 // AttestStore is the attestation service's view of BareMetalHosts (attest.Store): the pinned TPM lives
@@ -196,7 +196,7 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 	in := wire.Instructions{Version: wire.InstructionsVersion, Host: host}
 	switch h.Status.Provisioning.State {
 	case metal3v1.StateProvisioning:
-		if in.UserData, err = s.secretKey(ctx, h, h.Spec.UserData, "spec.userData", "userData", "value"); err != nil {
+		if in.UserData, err = hostdata.SecretKey(ctx, s.reader(), h, h.Spec.UserData, "spec.userData", "userData", "value"); err != nil {
 			return nil, err
 		}
 		if in.UserData == nil {
@@ -244,27 +244,6 @@ func isLiveImage(img *metal3v1.Image) bool {
 	return img.DiskFormat != nil && *img.DiskFormat == string(infrav1.LiveISOFormat)
 }
 
-// secretKey returns the first of keys in the Secret ref names (in the host's namespace); nil when ref
-// names none.
-func (s AttestStore) secretKey(ctx context.Context, h *metal3v1.BareMetalHost, ref *corev1.SecretReference, field string, keys ...string) ([]byte, error) {
-	if ref == nil || ref.Name == "" {
-		return nil, nil
-	}
-	if ref.Namespace != "" && ref.Namespace != h.Namespace {
-		return nil, fmt.Errorf("%s names Secret %s/%s in another namespace than the host's", field, ref.Namespace, ref.Name)
-	}
-	sec := &corev1.Secret{}
-	if err := s.reader().Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, sec); err != nil {
-		return nil, fmt.Errorf("failed to get the %s Secret of %s/%s: %w", field, h.Namespace, h.Name, err)
-	}
-	for _, k := range keys {
-		if v, ok := sec.Data[k]; ok {
-			return v, nil
-		}
-	}
-	return nil, fmt.Errorf("the %s Secret %s/%s has none of the keys %s", field, h.Namespace, sec.Name, strings.Join(keys, ", "))
-}
-
 // metaData is the config drive's meta_data.json, as Metal3's operator builds it for Ironic: the host's
 // identity (uuid, metal3-namespace, metal3-name, name, and its name as local-hostname/hostname), with the
 // keys of the spec.metaData Secret's "metaData" (YAML or JSON map, CAPM3's Metal3Data) on top. Yonder adds
@@ -277,32 +256,18 @@ func (s AttestStore) metaData(ctx context.Context, h *metal3v1.BareMetalHost) (j
 		"local-hostname": h.Name, "local_hostname": h.Name, "hostname": h.Name,
 		"providerid": infrav1.ProviderID(h.Namespace, h.Name),
 	}
-	raw, err := s.secretKey(ctx, h, h.Spec.MetaData, "spec.metaData", "metaData")
+	extra, err := hostdata.MetaData(ctx, s.reader(), h)
 	if err != nil {
 		return nil, err
 	}
-	if raw != nil {
-		extra := map[string]any{}
-		if err := yaml.Unmarshal(raw, &extra); err != nil {
-			return nil, fmt.Errorf("the spec.metaData Secret of %s/%s: key metaData is not a YAML or JSON map: %w", h.Namespace, h.Name, err)
-		}
-		maps.Copy(md, extra)
-	}
+	maps.Copy(md, extra)
 	return json.Marshal(md)
 }
 
 // networkData is the config drive's network_data.json: the spec.networkData Secret's "networkData" (YAML
 // or JSON, OpenStack's network_data format as CAPM3 renders it); nil when the host names none.
 func (s AttestStore) networkData(ctx context.Context, h *metal3v1.BareMetalHost) (json.RawMessage, error) {
-	raw, err := s.secretKey(ctx, h, h.Spec.NetworkData, "spec.networkData", "networkData")
-	if err != nil || raw == nil {
-		return nil, err
-	}
-	out, err := yaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("the spec.networkData Secret of %s/%s: key networkData is not YAML or JSON: %w", h.Namespace, h.Name, err)
-	}
-	return out, nil
+	return hostdata.NetworkData(ctx, s.reader(), h)
 }
 
 // Report implements attest.Store: a report with the token released to the host is recorded on it
@@ -378,10 +343,18 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 	}
 	rec := AttestationRecord{At: *now(), Success: r.Success, Reason: r.Reason, Message: r.Message, Fatal: r.Fatal}
 	raw, _ := json.Marshal(rec)
+	afterRelease := false
 	err := retry.RetryOnConflict(recordBackoff, func() error {
 		h, err := s.get(ctx, host)
 		if err != nil {
 			return err
+		}
+		// The host has its data for this attempt (each attempt starts without an outcome): a refusal now
+		// is another session's — a stranger's with a ticket it took earlier, or a refetch — and must not
+		// replace the release the controller acts on.
+		if cur := readRecord(h, AttestationAnnotation); !r.Success && cur != nil && cur.Success && cur.Reason == attest.ReasonReleased {
+			afterRelease = true
+			return nil
 		}
 		orig := h.DeepCopy()
 		h.Annotations[AttestationAnnotation] = string(raw)
@@ -406,12 +379,16 @@ func (s AttestStore) Record(ctx context.Context, host string, r attest.Result) {
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to record attestation outcome", "BareMetalHost", host, "reason", r.Reason)
 	}
+	if afterRelease {
+		s.recordUnattributed(ctx, host, r)
+	}
 }
 
 // recordUnattributed records a refusal with a fatal reason of a session not proven to be the host's
-// (attest.Result.Unattributed) in UnattributedRefusalAnnotation and as a Warning Event naming the reason
-// and the session's address. It does not touch AttestationAnnotation: a stranger's session after the
-// host's own release must not replace the outcome the controller acts on.
+// (attest.Result.Unattributed), or any refusal that comes after the host's release in this attempt, in
+// UnattributedRefusalAnnotation and as a Warning Event naming the reason and the request's address. It
+// does not touch AttestationAnnotation: another session must not replace the outcome the controller
+// acts on.
 func (s AttestStore) recordUnattributed(ctx context.Context, host string, r attest.Result) {
 	from := r.Address.String()
 	raw, _ := json.Marshal(AttestationRecord{At: *now(), Reason: r.Reason, Message: r.Message, From: from})
@@ -433,10 +410,17 @@ func (s AttestStore) recordUnattributed(ctx context.Context, host string, r atte
 		return
 	}
 	if s.Recorder != nil {
-		s.Recorder.Eventf(h, corev1.EventTypeWarning, UnattributedAttestationRefusalEvent,
-			"An attestation session for this host from %s was refused (%s: %s). %s is not the address Yonder's DHCP server leases to the host "+
-				"(proxyDHCP, or no annotation %s), so anyone on the boot LAN may have opened it: it is no evidence against the host, which stays on "+
-				"and may still attest in this attempt; if it does not, the attempt times out naming this refusal",
-			from, r.Reason, r.Message, from, BootAddressAnnotation)
+		if r.Unattributed {
+			s.Recorder.Eventf(h, corev1.EventTypeWarning, UnattributedAttestationRefusalEvent,
+				"An attestation session for this host from %s was refused (%s: %s). %s is not the address Yonder's DHCP server leases to the host "+
+					"(proxyDHCP, or no annotation %s), so anyone on the boot LAN may have opened it: it is no evidence against the host, which stays on "+
+					"and may still attest in this attempt; if it does not, the attempt times out naming this refusal",
+				from, r.Reason, r.Message, from, BootAddressAnnotation)
+		} else {
+			s.Recorder.Eventf(h, corev1.EventTypeWarning, UnattributedAttestationRefusalEvent,
+				"An attestation request for this host from %s was refused (%s: %s) after the host had received its data in this attempt: "+
+					"it is another session's (a refetch, or someone on the boot LAN with an earlier ticket) and changes nothing",
+				from, r.Reason, r.Message)
+		}
 	}
 }

@@ -1,9 +1,7 @@
 package baremetalhost_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -157,17 +155,8 @@ func TestRefusedRequestsNeverPowerOff(t *testing.T) {
 			return nil, err
 		}
 		// A start request whose EK and AK public areas do not decode, with a valid ticket.
-		body, _ := json.Marshal(wire.StartRequest{Ticket: first, EKPublic: []byte{0, 1}, AKPublic: []byte{0, 1}})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, server+wire.PathStart, bytes.NewReader(body))
-		rsp, err := http.DefaultClient.Do(req)
-		if err != nil {
+		if err := startMalformed(ctx, http.DefaultClient, server, first); err != nil {
 			return nil, err
-		}
-		var refusal wire.Refusal
-		derr := json.NewDecoder(rsp.Body).Decode(&refusal)
-		_ = rsp.Body.Close()
-		if derr != nil || rsp.StatusCode != http.StatusBadRequest || refusal.Reason != wire.ReasonMalformedRequest {
-			return nil, fmt.Errorf("malformed start: want %s/400, got %d %+v (%v)", wire.ReasonMalformedRequest, rsp.StatusCode, refusal, derr)
 		}
 		// The real attestation lands only once the controller has recorded the refusal on the host, so
 		// the test proves that a recorded refusal leaves the attempt running.

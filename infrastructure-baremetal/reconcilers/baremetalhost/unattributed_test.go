@@ -1,7 +1,9 @@
 package baremetalhost_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -69,17 +71,21 @@ func TestStrangersRefusalDoesNotStopTheHost(t *testing.T) {
 	hosts.addTPM("stranger", "", swtpm.Start) // the stranger's TPM; no system of the emulator boots with it
 	strangerTPM := hosts.tpms["stranger"]
 	var mu sync.Mutex
-	var strangersTicket string
+	var strangersTicket, spareTicket, bootServer string
 	hosts.bootAs["s1"] = func(mac string, tpm *swtpm.TPM) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// The stranger is first: it names the booting host's MAC from 127.0.0.2.
+		// The stranger is first: it names the booting host's MAC from 127.0.0.2, twice (it keeps a ticket).
 		server, ticket, err := hosts.scriptVia(ctx, strangerHTTP(), mac)
 		if err != nil {
 			return nil, fmt.Errorf("the stranger's script: %w", err)
 		}
+		_, spare, err := hosts.scriptVia(ctx, strangerHTTP(), mac)
+		if err != nil {
+			return nil, fmt.Errorf("the stranger's second script: %w", err)
+		}
 		mu.Lock()
-		strangersTicket = ticket
+		strangersTicket, spareTicket, bootServer = ticket, spare, server
 		mu.Unlock()
 		_, err = attestVia(ctx, strangerHTTP(), server, ticket, strangerTPM)
 		var refused *wire.RefusedError
@@ -128,6 +134,39 @@ func TestStrangersRefusalDoesNotStopTheHost(t *testing.T) {
 	evs := hostEventsOf(h)(g)
 	g.Expect(evs).NotTo(ContainElement(ContainSubstring(ticket)))
 	g.Expect(evs).NotTo(ContainElement(ContainSubstring(baremetalhost.BareMetalHostAttestationFailedReason)))
+
+	// With the ticket it kept, the stranger's refused request after the host's release (any refusal, here a
+	// malformed one) replaces neither the release nor the Attested condition: it is recorded apart.
+	mu.Lock()
+	spare, server := spareTicket, bootServer
+	mu.Unlock()
+	g.Expect(startMalformed(ctx, strangerHTTP(), server, spare)).To(Succeed())
+	g.Eventually(hostEventsOf(h)).Should(ContainElement(And(
+		HavePrefix("Warning "+baremetalhost.UnattributedAttestationRefusalEvent+": "),
+		ContainSubstring("from 127.0.0.2"), ContainSubstring(wire.ReasonMalformedRequest), ContainSubstring("after the host had received its data"))))
+	got = getHost(g, h)
+	g.Expect(got.Annotations[baremetalhost.AttestationAnnotation]).To(ContainSubstring(attest.ReasonReleased))
+	g.Expect(got.Annotations[baremetalhost.UnattributedRefusalAnnotation]).To(ContainSubstring(wire.ReasonMalformedRequest))
+	g.Expect(condition(h, baremetalhost.BareMetalHostAttestedCondition)(g).Reason).To(Equal(attest.ReasonReleased))
+	g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
+}
+
+// startMalformed opens an attestation session with ticket whose EK and AK public areas do not decode, and
+// expects the boot server's 400 MalformedRequest.
+func startMalformed(ctx context.Context, hc *http.Client, server, ticket string) error {
+	body, _ := json.Marshal(wire.StartRequest{Ticket: ticket, EKPublic: []byte{0, 1}, AKPublic: []byte{0, 1}})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, server+wire.PathStart, bytes.NewReader(body))
+	rsp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	var refusal wire.Refusal
+	derr := json.NewDecoder(rsp.Body).Decode(&refusal)
+	_ = rsp.Body.Close()
+	if derr != nil || rsp.StatusCode != http.StatusBadRequest || refusal.Reason != wire.ReasonMalformedRequest {
+		return fmt.Errorf("malformed start: want %s/400, got %d %+v (%v)", wire.ReasonMalformedRequest, rsp.StatusCode, refusal, derr)
+	}
+	return nil
 }
 
 // Where Yonder's DHCP server leases the addresses, a host whose session comes from its own reservation

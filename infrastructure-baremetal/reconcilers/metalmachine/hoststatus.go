@@ -24,26 +24,47 @@ func Released(h *metal3v1.BareMetalHost) bool {
 	return false
 }
 
-// Addresses returns the machine addresses of h: the IPs of its inspected NICs and its hostname.
-func Addresses(h *metal3v1.BareMetalHost) []clusterv1.MachineAddress {
+// Inventory is what a host's inventory record tells about its addresses beyond what the provider saw:
+// the static addresses of its networkData and the hostname of its metaData (hostdata).
+type Inventory struct {
+	Static   []netip.Addr
+	Hostname string
+}
+
+// Addresses returns the machine addresses of h: the IPs of its inspected NICs (the boot NIC's lease among
+// them), then the static addresses its networkData gives the OS, and its hostname — the metaData's when it
+// names one (cloud-init sets that), else the inspected one.
+func Addresses(h *metal3v1.BareMetalHost, inv Inventory) []clusterv1.MachineAddress {
 	var out []clusterv1.MachineAddress
-	hw := h.Status.HardwareDetails
-	if hw == nil {
-		return nil
-	}
-	for _, n := range hw.NIC {
-		a, err := netip.ParseAddr(n.IP)
-		if err != nil {
-			continue
+	seen := map[netip.Addr]bool{}
+	add := func(a netip.Addr) {
+		a = a.Unmap()
+		if seen[a] {
+			return
 		}
+		seen[a] = true
 		t := clusterv1.MachineInternalIP
 		if a.Is4() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
 			t = clusterv1.MachineExternalIP
 		}
 		out = append(out, clusterv1.MachineAddress{Type: t, Address: a.String()})
 	}
-	if hw.Hostname != "" {
-		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: hw.Hostname})
+	hostname := inv.Hostname
+	if hw := h.Status.HardwareDetails; hw != nil {
+		for _, n := range hw.NIC {
+			if a, err := netip.ParseAddr(n.IP); err == nil {
+				add(a)
+			}
+		}
+		if hostname == "" {
+			hostname = hw.Hostname
+		}
+	}
+	for _, a := range inv.Static {
+		add(a)
+	}
+	if hostname != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: hostname})
 	}
 	if len(out) > 32 {
 		out = out[:32]

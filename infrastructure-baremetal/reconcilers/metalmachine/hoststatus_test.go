@@ -1,6 +1,7 @@
 package metalmachine
 
 import (
+	"net/netip"
 	"testing"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -40,8 +41,19 @@ func TestReleasedAndAddresses(t *testing.T) {
 		h.Status.HardwareDetails = &metal3v1.HardwareDetails{Hostname: "node-1", NIC: []metal3v1.NIC{
 			{Name: "eth0", IP: "10.0.0.5"}, {Name: "eth1", IP: "203.0.113.9"}, {Name: "eth2", IP: "fd00::5"}, {Name: "eth3"}}}
 	})
-	g.Expect(Addresses(&h)).To(Equal([]clusterv1.MachineAddress{
+	g.Expect(Addresses(&h, Inventory{})).To(Equal([]clusterv1.MachineAddress{
 		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"}, {Type: clusterv1.MachineExternalIP, Address: "203.0.113.9"},
 		{Type: clusterv1.MachineInternalIP, Address: "fd00::5"}, {Type: clusterv1.MachineHostName, Address: "node-1"}}))
+	// The inventory's static addresses follow the inspected ones (a repeated one once) and its metaData's
+	// hostname replaces the inspected one.
+	g.Expect(Addresses(&h, Inventory{Hostname: "edge-1", Static: []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("198.51.100.7")}})).To(Equal([]clusterv1.MachineAddress{
+		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"}, {Type: clusterv1.MachineExternalIP, Address: "203.0.113.9"},
+		{Type: clusterv1.MachineInternalIP, Address: "fd00::5"}, {Type: clusterv1.MachineExternalIP, Address: "198.51.100.7"},
+		{Type: clusterv1.MachineHostName, Address: "edge-1"}}))
+	// A host never inspected still reports what its inventory says.
+	bare := bmh("never-inspected", "b")
+	g.Expect(Addresses(&bare, Inventory{Static: []netip.Addr{netip.MustParseAddr("10.9.0.1")}})).To(Equal([]clusterv1.MachineAddress{
+		{Type: clusterv1.MachineInternalIP, Address: "10.9.0.1"}}))
+	g.Expect(Addresses(&bare, Inventory{})).To(BeEmpty())
 	g.Expect(ProviderID("ns", "h")).To(Equal("yonder-metal://ns/h"))
 }

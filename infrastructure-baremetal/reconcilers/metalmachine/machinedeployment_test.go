@@ -2,6 +2,7 @@ package metalmachine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/yonder-dev/yonder/test/bmhsim"
@@ -23,8 +24,9 @@ import (
 // distinct hosts, one per failure domain, skipping hosts that are paused, in error, consumed by someone
 // else, not matching the selector or not yet inspected. clusterctl move is blocked while the hosts
 // provision. Each host gets the image, the Machine's bootstrap data Secret and online=true; each
-// Machine gets providerID yonder-metal://<namespace>/<host> and the host's addresses and becomes Running
-// once its Node exists. Scaling down deprovisions the surplus hosts and releases them only once they
+// Machine gets providerID yonder-metal://<namespace>/<host> and the host's addresses — its inspected NIC's,
+// the static one of its inventory networkData and its metaData's hostname — and becomes Running once its
+// Node exists. Scaling down deprovisions the surplus hosts and releases them only once they
 // are available again; the BareMetalHosts are never deleted.
 func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) {
 	g := NewWithT(t)
@@ -42,6 +44,7 @@ func TestMachineDeploymentClaimsDistinctHostsAcrossFailureDomains(t *testing.T) 
 		hostSpec{Name: "c-inspecting", FailureDomain: "c", Labels: pool, State: metal3v1.StateInspecting},
 		hostSpec{Name: "c-otherpool", FailureDomain: "c", Labels: map[string]string{"pool": "other"}},
 	)
+	describeHosts(g, ns, "a1", "a2", "b1", "b2", "c1")
 	sim := simulateHostController(t, ns)
 	sim.SetHold(true)
 	cluster := newCluster(t, g, ns, "edge")
@@ -124,8 +127,11 @@ func checkHandedOff(g *WithT, ns, data string, other *corev1.ObjectReference) {
 		g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data, Namespace: ns}))
 		g.Expect(h.Spec.Online).To(BeTrue())
 		g.Expect(h.Spec.AutomatedCleaningMode).To(Equal(metal3v1.CleaningModeMetadata))
-		g.Expect(m.Status.Addresses).To(ContainElement(clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: h.Name}))
-		g.Expect(m.Status.Addresses).To(ContainElement(HaveField("Type", clusterv1.MachineInternalIP)))
+		// The inspected NIC's address, then the inventory's static one; the metaData's hostname.
+		g.Expect(m.Status.Addresses).To(HaveLen(3))
+		g.Expect(m.Status.Addresses[0].Type).To(Equal(clusterv1.MachineInternalIP))
+		g.Expect(m.Status.Addresses[1:]).To(Equal([]clusterv1.MachineAddress{
+			{Type: clusterv1.MachineInternalIP, Address: inventoryAddress(h.Name)}, {Type: clusterv1.MachineHostName, Address: "node-" + h.Name}}))
 	}
 	g.Expect(domains).To(HaveLen(3), "one machine per failure domain")
 	for _, name := range []string{"c-paused", "c-error", "c-inspecting", "c-otherpool"} {
@@ -160,6 +166,10 @@ func checkScaleDownReleasesWhenAvailable(g *WithT, sim *bmhsim.Simulator, md *cl
 				g.Expect(h.Spec.UserData).To(BeNil())
 				g.Expect(h.Spec.Online).To(BeFalse())
 				g.Expect(h.Labels).NotTo(HaveKey(infrav1.ClusterLabel))
+				if h.Name != "c-paused" {
+					g.Expect(h.Spec.NetworkData).To(Equal(&corev1.SecretReference{Namespace: ns, Name: h.Name + "-network-data"}), "the inventory record stays")
+					g.Expect(h.Spec.MetaData).To(Equal(&corev1.SecretReference{Namespace: ns, Name: h.Name + "-meta-data"}), "the inventory record stays")
+				}
 				free++
 			}
 		}
@@ -201,4 +211,36 @@ func TestHostErrorIsReportedAndReleasedOnDelete(t *testing.T) {
 		g.Expect(h.Status.ErrorType).To(BeEmpty())
 		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 	}).Should(Succeed())
+}
+
+// inventoryAddress is the static address describeHosts gives host name in its networkData.
+func inventoryAddress(name string) string {
+	sum := 0
+	for _, c := range name {
+		sum += int(c)
+	}
+	return fmt.Sprintf("10.20.%d.%d", len(name), sum%250+1)
+}
+
+// describeHosts writes each host's inventory record as an operator does: a networkData Secret (OpenStack
+// network_data, DHCP on the NIC plus a static address) and a metaData Secret (a hostname), referenced from
+// the BareMetalHost's spec.
+func describeHosts(g Gomega, ns string, names ...string) {
+	ctx := context.Background()
+	for _, name := range names {
+		nd := fmt.Sprintf(`{"links": [{"id": "nic0", "type": "phy", "ethernet_mac_address": "52:54:00:00:00:01"}],
+"networks": [{"id": "lease", "type": "ipv4_dhcp", "link": "nic0"}, {"id": "static", "type": "ipv4", "link": "nic0", "ip_address": %q, "netmask": "255.255.255.0"}]}`, inventoryAddress(name))
+		for _, sec := range []*corev1.Secret{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-network-data"}, Data: map[string][]byte{"networkData": []byte(nd)}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-meta-data"}, Data: map[string][]byte{"metaData": []byte("hostname: node-" + name + "\nrack: r7\n")}},
+		} {
+			g.Expect(env.Create(ctx, sec)).To(Succeed())
+		}
+		h := &metal3v1.BareMetalHost{}
+		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, h)).To(Succeed())
+		patch := client.MergeFrom(h.DeepCopy())
+		h.Spec.NetworkData = &corev1.SecretReference{Namespace: ns, Name: name + "-network-data"}
+		h.Spec.MetaData = &corev1.SecretReference{Namespace: ns, Name: name + "-meta-data"}
+		g.Expect(env.Patch(ctx, h, patch)).To(Succeed())
+	}
 }

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/hostdata"
 	"github.com/yonder-dev/yonder/pkg/claim"
 )
 
@@ -51,7 +52,7 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
-	m.Status.Addresses = Addresses(host)
+	m.Status.Addresses = Addresses(host, a.inventory(ctx, host))
 	if m.Spec.ProviderID == "" {
 		m.Spec.ProviderID = ProviderID(m.Namespace, host.Name)
 		ctrl.LoggerFrom(ctx).Info("Host provisioned", "providerID", m.Spec.ProviderID)
@@ -59,6 +60,27 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 	m.Status.Initialization.Provisioned = ptr.To(true)
 	setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionTrue, infrav1.YonderMetalMachineHostProvisionedReason, "")
 	return ctrl.Result{}, nil
+}
+
+// inventory reads what host's networkData and metaData Secrets say about its addresses and hostname. They
+// were read and checked when the host received its config drive; one that is gone or unreadable now only
+// leaves its part out of the Machine's addresses (logged), it does not hold the Machine up.
+func (a *Adapter) inventory(ctx context.Context, host *metal3v1.BareMetalHost) Inventory {
+	var inv Inventory
+	log := ctrl.LoggerFrom(ctx)
+	if md, err := hostdata.MetaData(ctx, a.Client, host); err != nil {
+		log.Info("Leaving the host's metaData out of the Machine's addresses", "reason", err.Error())
+	} else {
+		inv.Hostname = hostdata.Hostname(md)
+	}
+	nd, err := hostdata.NetworkData(ctx, a.Client, host)
+	if err == nil && nd != nil {
+		inv.Static, err = hostdata.StaticAddresses(nd)
+	}
+	if err != nil {
+		log.Info("Leaving the host's networkData out of the Machine's addresses", "reason", err.Error())
+	}
+	return inv
 }
 
 // desiredImage converts the machine's image into Metal3's.

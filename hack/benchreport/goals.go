@@ -42,6 +42,8 @@ var goals = map[string]Goal{
 		Figure: "wireguard-Gbit/s", Baseline: "veth-Gbit/s", Ratio: "wireguard-x-veth",
 		Checks: []Check{{Unit: "wireguard-x-veth", Limit: 0.3}}},
 	"HostStartup": {Text: "(no goal: test tier cost) a host with sshd vs a bare namespace", Figure: "ms/host", Baseline: "baseline-ms/netns"},
+	"GatewayFailover": {Text: "gateway failover: measured loss window < 300 ms (worst of the run's failovers)",
+		Checks: []Check{{Unit: "ms-loss-window", AtMost: true, Limit: 300}}},
 	"RoutePlan": {Text: "route plan: 50,000 nodes, 200 sites ≤ 1 s; one node change ≤ 50 ms and ≤ 5 writes",
 		Checks: []Check{{Unit: "ms/full-plan", AtMost: true, Limit: 1000}, {Unit: "ms/node-change", AtMost: true, Limit: 50}, {Unit: "writes/node-change", AtMost: true, Limit: 5}}},
 }

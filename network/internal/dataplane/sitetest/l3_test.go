@@ -73,8 +73,8 @@ func TestWireGuardL3(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(after.Counters[0]).To(BeNumerically(">", before.Counters[0]), "ga1 redirected transit traffic to the WireGuard device")
 	linkMTU := int(plan.DefaultMTU - plan.Overhead(netv1.ProtocolWireGuard))
-	g.Expect(dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU)).To(Succeed(), diag)
-	g.Expect(dfPing(s, b2.Pod, a1.PodIP.String(), linkMTU)).To(Succeed(), diag)
+	g.Eventually(func() error { return dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU) }, 5*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
+	g.Eventually(func() error { return dfPing(s, b2.Pod, a1.PodIP.String(), linkMTU) }, 5*time.Second, 200*time.Millisecond).Should(Succeed(), diag)
 	g.Expect(dfPing(s, a1.Pod, b2.PodIP.String(), linkMTU+1)).NotTo(Succeed())
 
 	// Key rotations on an L3 link lose nothing either: sending falls back to VXLAN inside while either end

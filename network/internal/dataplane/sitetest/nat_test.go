@@ -109,7 +109,7 @@ func testNATPodToPod(t *testing.T, s *NATSites) {
 	// refused with "fragmentation needed" (and TCP above went through MSS clamping on the same routes).
 	relayMTU := int(plan.DefaultMTU - plan.Overhead(netv1.ProtocolWireGuard))
 	g.Eventually(func() error { return dfPing(s.Sites, n3.Pod, m1.PodIP.String(), relayMTU) }, 10*time.Second, 200*time.Millisecond).Should(Succeed())
-	g.Expect(dfPing(s.Sites, m1.Pod, n3.PodIP.String(), relayMTU)).To(Succeed())
+	g.Eventually(func() error { return dfPing(s.Sites, m1.Pod, n3.PodIP.String(), relayMTU) }, 5*time.Second, 200*time.Millisecond).Should(Succeed())
 	err := dfPing(s.Sites, n3.Pod, m1.PodIP.String(), relayMTU+1)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(MatchRegexp(`(?i)frag needed|message too long|mtu ?= ?%d`, relayMTU))

@@ -255,7 +255,7 @@ func artifactsPlaceholder(t *testing.T, dir string, _ []byte) inventory.BootConf
 func TestQEMUHostNeverAttests(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	l := newMetalLab(ctx, t, artifactsPlaceholder, 60*time.Second, 256)
+	l := newMetalLab(ctx, t, artifactsPlaceholder, 45*time.Second, 256)
 	registered := l.register(g)
 
 	start := time.Now()

@@ -221,9 +221,19 @@ func setupCAPI(ctx context.Context, env *Environment, withControllers bool) erro
 	// Lets MachineHealthChecks use short node startup timeouts in tests.
 	coreadmission.SetMinNodeStartupTimeoutSeconds(0)
 	// CAPI's conversion to v1beta1 needs each referenced kind's API version, which the CAPI manager reads
-	// from the contract label of the kind's CRD.
+	// from the contract label of the kind's CRD. It asks on every conversion, and listing every CRD
+	// uncached (large schemas) each time was ~30 % of a 200-Machine benchmark's CPU: a kind's answer is
+	// kept once found (the labels are set when the CRDs are installed; a kind not found yet is asked again).
+	var contracts sync.Map // schema.GroupKind → group/version
 	conversion.SetAPIVersionGetter(func(ctx context.Context, gk schema.GroupKind) (string, error) {
-		return contractAPIVersion(ctx, mgr.GetAPIReader(), gk)
+		if v, ok := contracts.Load(gk); ok {
+			return v.(string), nil
+		}
+		v, err := contractAPIVersion(ctx, mgr.GetAPIReader(), gk)
+		if err == nil {
+			contracts.Store(gk, v)
+		}
+		return v, err
 	})
 	hooks := []interface{ SetupWebhookWithManager(ctrl.Manager) error }{
 		&coreadmission.Cluster{Client: mgr.GetClient()},

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/yonder-dev/yonder/pkg/atomicfile"
 )
 
 // LoadOrCreate returns the key stored at path, generating and persisting a new one (mode 0600) when the file
@@ -52,35 +54,12 @@ func Load(path string) (wgtypes.Key, error) {
 	return k, nil
 }
 
-// Store writes k atomically (temporary file, fsync, rename) with mode 0600.
+// Store writes k atomically (pkg/atomicfile: a private temporary file, fsync, rename) with mode 0600.
 func Store(path string, k wgtypes.Key) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("failed to create key directory for %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".key-*")
-	if err != nil {
-		return fmt.Errorf("failed to create temporary key file for %s: %w", path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("failed to restrict key file %s: %w", tmp.Name(), err)
-	}
-	if _, err := tmp.WriteString(k.String() + "\n"); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("failed to write key %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("failed to sync key %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("failed to close key %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("failed to install key %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, []byte(k.String()+"\n"), 0o600)
 }
 
 // SlotKeyPath is the key file of a WireGuard slot in dir: private.key for slot 0 (the file nodes had before

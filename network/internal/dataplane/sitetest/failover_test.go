@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/prometheus"
 )
 
 func txPackets(s *Sites, n *Node, dev string) uint64 {
@@ -226,18 +227,25 @@ func (f *failoverLab) restore(victim *Node, mode string) {
 // TestGatewayFailover cuts both links of the gateway carrying a continuous flow, or kills its daemon, and
 // measures how long the flow (a1's pod → gateway → remote gateway → b2's pod and back) is interrupted. The
 // probes take the gateway out of the eBPF groups and fallback routes of a1 and gb1 without any plan change.
+//
+// A real Prometheus scrapes the daemons of a1 and gb1 throughout: the failover moves their
+// yonder_net_failovers_total and their yonder_net_probe_up for the failed gateway, as an operator's
+// dashboard would show it.
 func TestGatewayFailover(t *testing.T) {
+	prom := startPrometheus(t)
 	for _, mode := range []string{"links", "daemon"} {
-		t.Run(mode, func(t *testing.T) { testGatewayFailover(t, mode) })
+		t.Run(mode, func(t *testing.T) { testGatewayFailover(t, prom, mode) })
 	}
 }
 
-func testGatewayFailover(t *testing.T, mode string) {
+func testGatewayFailover(t *testing.T, prom *prometheus.Prometheus, mode string) {
 	t.Helper()
 	g := NewWithT(t)
 	f := newFailoverLab(t)
+	scraped := f.scrape(t, prom, mode)
 	victim, survivor, _ := f.carrier(g)
 	t.Logf("flow leaves site a through %s", victim.Name)
+	before := scraped.failovers(t)
 	gap := f.failOver(g, victim, survivor, mode)
 	t.Logf("FAILOVER (%s): flow interrupted for %v", mode, gap)
 	// Without the probes nothing would move the flow (the plan does not change in this test), so resuming at
@@ -248,9 +256,10 @@ func testGatewayFailover(t *testing.T, mode string) {
 	for _, n := range []*Node{f.a1, f.s.Nodes["gb1"]} {
 		d, err := f.s.Debug(n)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(d.Down).To(ContainElement(victim.Name + "/" + map[bool]string{true: "vxlan", false: "wireguard"}[n == f.a1]))
+		g.Expect(d.Down).To(ContainElement(f.probeKey(n, victim)))
 		g.Expect(d.Failovers).To(BeNumerically(">=", 1))
 	}
+	scraped.expectFailedOver(t, before, victim)
 
 	// The gateway comes back: probes bring it back into the groups.
 	f.restore(victim, mode)
@@ -258,4 +267,14 @@ func testGatewayFailover(t *testing.T, mode string) {
 		d, err := f.s.Debug(f.a1)
 		return d.Down, err
 	}, 10*time.Second, 100*time.Millisecond).Should(BeEmpty())
+	scraped.expectBackUp(t, victim)
+}
+
+// probeKey is how node n's daemon names its probes of gateway gw: a1 reaches site a's gateways over VXLAN,
+// gb1 over WireGuard.
+func (f *failoverLab) probeKey(n, gw *Node) string {
+	if n == f.a1 {
+		return gw.Name + "/vxlan"
+	}
+	return gw.Name + "/wireguard"
 }

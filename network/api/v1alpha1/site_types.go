@@ -38,8 +38,11 @@ type HealthProbeSpec struct {
 	// +kubebuilder:validation:Minimum=20
 	// +kubebuilder:validation:Maximum=60000
 	IntervalMilliseconds int32 `json:"intervalMilliseconds,omitempty"`
-	// failureThreshold is how many consecutive lost probes mark a peer down. Defaults to 3, so a gateway
-	// failure is detected in 600 ms by default.
+	// failureThreshold is how many consecutive lost probes mark a peer down. Defaults to 3, so a peer's
+	// failure is detected in 600 ms by default. Gateways in a node's groups are probed four times per
+	// interval (never more often than every 20 ms), so a gateway's failure is detected in about a quarter
+	// of that (150 ms by default); a gateway that answered again right after being marked down is held to
+	// the configured pace for a while, so a false alarm cannot repeat at the fast one.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100

@@ -250,7 +250,7 @@ type State struct {
 	Hosts                []Host    `json:"hosts"`
 	StackDir             string    `json:"stackDir"`
 	// Prometheus is the URL of the lab's Prometheus (its state under StackDir/prometheus), which scrapes
-	// every manager and every Node's yonder-net-node.
+	// every manager, yonder-net-controller and every Node's yonder-net-node.
 	Prometheus string `json:"prometheus,omitempty"`
 	// NATSites are the sites behind NAT (the pod check picks its pairs of sites by them).
 	NATSites []string `json:"natSites,omitempty"`

@@ -327,6 +327,7 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) *State {
 		g.Expect(apierrors.IsNotFound(wl.Get(ctx, client.ObjectKey{Name: oldNode}, &corev1.Node{}))).To(BeTrue(), "Node %s deleted", oldNode)
 	}).WithTimeout(machineDeletionTimeout).WithPolling(2 * time.Second).Should(Succeed())
 	t.Logf("scaled %s to 3: Machine %s and Node %s gone in %.1fs", workerPool, victim.Name, oldNode, time.Since(t0).Seconds())
+	expectGatewayStopped(t, st, site, oldNode)
 	status := l.expectStale(g, st, site, regexp.QuoteMeta(st.PodCheck.Pods[site]+" is missing"))
 	g.Expect(status).To(MatchRegexp(`lab-net-site-c\s+site-c\s+`+regexp.QuoteMeta(oldNode)+`\s+missing\s`), "the drain evicted site-c's check pod")
 

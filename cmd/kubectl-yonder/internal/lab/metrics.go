@@ -21,18 +21,31 @@ import (
 // stack.CAPIJob.)
 const NetNodeJob = "yonder-net-node"
 
+// NetControllerJob is the lab Prometheus's scrape job of the network add-on's controller: every
+// yonder-net-controller replica, labelled pod and node (only the leader counts gateway elections).
+const NetControllerJob = "yonder-net-controller"
+
 // netNodeMetricsPort is yonder-net-node's metrics port (--metrics-bind-address in
 // network/config/node/daemonset.yaml): it runs with the host's network, so the port is on the Node's address.
 const netNodeMetricsPort = "9871"
 
-// netNodeScrape keeps the lab Prometheus's yonder-net-node job on the Nodes there are: Nodes come and go
-// with scaling and remediation.
+// netControllerMetricsPort is yonder-net-controller's (network/config/manager/manager.yaml): host network
+// too, so the port is on its pod's host IP.
+const netControllerMetricsPort = "9862"
+
+// netControllerSelector selects the controller's pods in the add-on's namespace.
+var netControllerSelector = client.MatchingLabels{"app.kubernetes.io/name": "yonder-net-controller"}
+
+// netNodeScrape keeps the lab Prometheus's yonder-net-node job on the Nodes there are, and its
+// yonder-net-controller job on the controller's running pods: Nodes come and go with scaling and
+// remediation, and the controller's pods move with them.
 type netNodeScrape struct {
 	// token is a workload-cluster ServiceAccount's, bound to the add-on's shipped metrics-reader role: the
-	// daemons review scrapers with the workload API server.
+	// daemons and the controller review scrapers with the workload API server.
 	token string
-	// last is the target set last written, so an unchanged set does not reload Prometheus.
-	last string
+	// last and lastController are the target sets last written, so an unchanged set does not reload
+	// Prometheus.
+	last, lastController string
 }
 
 // newNetNodeScrape creates the workload cluster's scraper identity.
@@ -72,10 +85,36 @@ func (n *netNodeScrape) update(ctx context.Context, s *stack.Stack, nodes map[st
 	return len(targets), nil
 }
 
+// updateController points the yonder-net-controller job at the controller's running pods (host IP, metrics
+// port); it returns how many.
+func (n *netNodeScrape) updateController(ctx context.Context, s *stack.Stack) (int, error) {
+	pods := &corev1.PodList{}
+	if err := s.WorkloadClient.List(ctx, pods, client.InNamespace(addonNamespace), netControllerSelector); err != nil {
+		return 0, fmt.Errorf("failed to list the yonder-net-controller pods: %w", err)
+	}
+	targets := map[string]map[string]string{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.Status.HostIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		targets[net.JoinHostPort(p.Status.HostIP, netControllerMetricsPort)] = map[string]string{"pod": p.Name, "node": p.Spec.NodeName}
+	}
+	key := targetsKey(targets)
+	if key == n.lastController {
+		return len(targets), nil
+	}
+	// Like yonder-net-node: a self-signed serving certificate, the bearer token is the protection.
+	if err := s.Prometheus.SetJob(ctx, prometheus.Job{Name: NetControllerJob, Scheme: "https", Targets: targets, BearerToken: n.token, InsecureSkipVerify: true}); err != nil {
+		return 0, err
+	}
+	n.lastController = key
+	return len(targets), nil
+}
+
 func targetsKey(targets map[string]map[string]string) string {
 	ks := make([]string, 0, len(targets))
 	for a, l := range targets {
-		ks = append(ks, a+"="+l["node"])
+		ks = append(ks, a+"="+l["node"]+"/"+l["pod"])
 	}
 	sort.Strings(ks)
 	return strings.Join(ks, ",")

@@ -318,8 +318,8 @@ func networkProgress(ctx context.Context, c client.Client, nodes map[string]stri
 	ds := &appsv1.DaemonSet{}
 	nns := &netv1.NodeNetworkList{}
 	sps := &netv1.SitePeeringList{}
-	if c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-controller"}, dep) != nil ||
-		c.Get(ctx, client.ObjectKey{Namespace: "yonder-network", Name: "yonder-net-node"}, ds) != nil ||
+	if c.Get(ctx, client.ObjectKey{Namespace: addonNamespace, Name: "yonder-net-controller"}, dep) != nil ||
+		c.Get(ctx, client.ObjectKey{Namespace: addonNamespace, Name: "yonder-net-node"}, ds) != nil ||
 		c.List(ctx, nns) != nil || c.List(ctx, sps) != nil {
 		return progress{}, false
 	}
@@ -374,7 +374,7 @@ func networkDiagnostics(ctx context.Context, c client.Client, cfg *rest.Config, 
 	defer cancel()
 	var b strings.Builder
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace("yonder-network")); err != nil {
+	if err := c.List(ctx, pods, client.InNamespace(addonNamespace)); err != nil {
 		return fmt.Sprintf("(failed to list the add-on's pods: %v)", err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -408,7 +408,7 @@ func networkDiagnostics(ctx context.Context, c client.Client, cfg *rest.Config, 
 		b.WriteString("\n")
 	}
 	evs := &corev1.EventList{}
-	if err := c.List(ctx, evs, client.InNamespace("yonder-network")); err == nil {
+	if err := c.List(ctx, evs, client.InNamespace(addonNamespace)); err == nil {
 		for _, e := range evs.Items {
 			if e.Type == corev1.EventTypeWarning {
 				fmt.Fprintf(&b, "event %s %s: %s: %s (x%d)\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, strings.TrimSpace(e.Message), e.Count)
@@ -428,15 +428,20 @@ func networkDiagnostics(ctx context.Context, c client.Client, cfg *rest.Config, 
 	return b.String()
 }
 
+// addonNamespace is where the network add-on's manifests put the controller and the node daemons.
+const addonNamespace = "yonder-network"
+
 // keepLabelling labels Nodes that join while the lab runs (`kubectl scale`, a remediated Machine's
 // replacement) with their site every few seconds, so they join their Site and get tunnels, and points
-// Prometheus's yonder-net-node job (scrape, nil for none) at the Nodes there are now; it returns when ctx ends.
+// Prometheus's yonder-net-node and yonder-net-controller jobs (scrape, nil for none) at the Nodes and
+// controller pods there are now; it returns when ctx ends.
 func keepLabelling(ctx context.Context, s *stack.Stack, namespace string, remotes []*remoteSite, scrape *netNodeScrape) {
 	_ = wait.PollUntilContextCancel(ctx, 5*time.Second, false, func(ctx context.Context) (bool, error) {
 		if nodes, err := nodeSites(ctx, s, namespace, remotes); err == nil {
 			_ = labelNodes(ctx, s.WorkloadClient, nodes)
 			if scrape != nil {
 				_, _ = scrape.update(ctx, s, nodes)
+				_, _ = scrape.updateController(ctx, s)
 			}
 		}
 		return false, nil

@@ -261,7 +261,11 @@ func (r *labRun) cluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.step("Prometheus %s scrapes %d managers and the yonder-net-node of %d Nodes (%.1fs)", s.Prometheus.URL, len(s.Managers()), n, time.Since(t0).Seconds())
+	c, err := r.netScrape.updateController(ctx, s)
+	if err != nil {
+		return err
+	}
+	r.step("Prometheus %s scrapes %d managers, %d yonder-net-controller replicas and the yonder-net-node of %d Nodes (%.1fs)", s.Prometheus.URL, len(s.Managers()), c, n, time.Since(t0).Seconds())
 	if l.Sites > 1 && workers > 1 {
 		res, err := podCheck(ctx, s.WorkloadClient, s.Workload.Config, nodes, natSites, netTimeout, r.step)
 		if err != nil {
@@ -565,7 +569,7 @@ Kubeconfigs:
   management (CAPI, Yonder's providers, the Cluster):  %[1]s
   workload   (the Nodes):                             %[2]s
 Hosts: %[3]d (with gateways) at %[4]d sites on bridges %[5]s (management: %[6]s); SSH: ssh -i %[7]s/id_ed25519 -o UserKnownHostsFile=%[7]s/known_hosts root@%[8]s
-Prometheus: %[10]s (scrapes every manager and every Node's yonder-net-node; PromQL at /graph or /api/v1/query)
+Prometheus: %[10]s (scrapes every manager, yonder-net-controller and every Node's yonder-net-node; PromQL at /graph or /api/v1/query)
 
 Next:
   export KUBECONFIG=%[1]s

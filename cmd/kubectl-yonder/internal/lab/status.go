@@ -55,7 +55,7 @@ func Status(ctx context.Context, dir string, now func() time.Time, out io.Writer
 		_, _ = fmt.Fprintf(out, "Kubeconfigs: management %s\n             workload   %s\n", st.ManagementKubeconfig, st.WorkloadKubeconfig)
 	}
 	if st.Prometheus != "" {
-		_, _ = fmt.Fprintf(out, "Prometheus: %s (scrapes every manager and every Node's yonder-net-node)\n", st.Prometheus)
+		_, _ = fmt.Fprintf(out, "Prometheus: %s (scrapes every manager, yonder-net-controller and every Node's yonder-net-node)\n", st.Prometheus)
 	}
 	if len(st.Hosts) > 0 {
 		_, _ = fmt.Fprintf(out, "\n")

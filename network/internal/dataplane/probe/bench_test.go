@@ -1,0 +1,158 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/yonder-dev/yonder/test/benchsize"
+)
+
+// Environment of the probe client process BenchmarkProbeResponder starts (TestMain runs it instead of the
+// tests when probeClientTarget is set).
+const (
+	probeClientTarget  = "YONDER_PROBE_CLIENT_TARGET"
+	probeClientProbes  = "YONDER_PROBE_CLIENT_PROBES"
+	probeClientSockets = "YONDER_PROBE_CLIENT_SOCKETS"
+)
+
+func TestMain(m *testing.M) {
+	if target := os.Getenv(probeClientTarget); target != "" {
+		if err := runProbeClient(target); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runProbeClient plays many nodes probing one gateway: each socket (a node) sends a probe, waits for the
+// answer (resending after a second without one) and sends the next, until the sockets together got the
+// number of answers asked for.
+func runProbeClient(target string) error {
+	addr, err := netip.ParseAddrPort(target)
+	if err != nil {
+		return err
+	}
+	probes, err1 := strconv.Atoi(os.Getenv(probeClientProbes))
+	sockets, err2 := strconv.Atoi(os.Getenv(probeClientSockets))
+	if err := errors.Join(err1, err2); err != nil || probes < 1 || sockets < 1 {
+		return fmt.Errorf("%s and %s must be positive numbers: %w", probeClientProbes, probeClientSockets, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, sockets)
+	for i := range sockets {
+		n := probes / sockets
+		if i < probes%sockets {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- probeLoop(addr, n)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// probeLoop gets n answers from addr on one socket, one probe outstanding at a time.
+func probeLoop(addr netip.AddrPort, n int) error {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	buf := make([]byte, 64)
+	for seq := uint32(0); int(seq) < n; {
+		if _, err := c.WriteToUDPAddrPort(header(typeRequest, seq, time.Now(), 0), addr); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		m, _, err := c.ReadFromUDPAddrPort(buf)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			continue // lost: probe again
+		}
+		if err != nil {
+			return err
+		}
+		if m >= headerLen && buf[4] == typeReply {
+			seq++
+		}
+	}
+	return nil
+}
+
+// BenchmarkProbeResponder measures what answering gateway probes costs the daemon: every node probes each
+// gateway in its groups 4 times per interval (20 probes a second at the default 200 ms), so a gateway that
+// 5,000 nodes probe answers 100,000 probes a second. The responder is a real Prober in this process; the
+// nodes are another process (this test binary in client mode: 256 sockets, one probe outstanding each), so
+// the CPU measured here is the responder's alone (and Go's runtime). Reported: CPU µs per probe answered,
+// the responder's throughput at this concurrency, and the cores a gateway would spend at 1,000 and 5,000
+// probing nodes (a planning figure: issue 21 sets no goal for it).
+func BenchmarkProbeResponder(b *testing.B) {
+	probes := benchsize.Pick(400_000, 5_000)
+	const sockets = 256
+	responder, err := Listen(0, 200*time.Millisecond, 3, func(string, bool) {})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go responder.Run(ctx)
+	port, err := strconv.Atoi(portOf(responder))
+	if err != nil {
+		b.Fatal(err)
+	}
+	target := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+
+	var cpuPerProbe, perSecond float64
+	b.ResetTimer()
+	for range b.N {
+		client := exec.Command(os.Args[0], "-test.run=^$") // this test binary, in client mode (TestMain)
+		client.Env = append(os.Environ(), probeClientTarget+"="+target.String(),
+			probeClientProbes+"="+strconv.Itoa(probes), probeClientSockets+"="+strconv.Itoa(sockets))
+		cpu0, t0 := processCPU(), time.Now()
+		out, err := client.CombinedOutput()
+		if err != nil {
+			b.Fatalf("probe client: %v\n%s", err, out)
+		}
+		elapsed, cpu := time.Since(t0), processCPU()-cpu0
+		cpuPerProbe += float64(cpu.Microseconds()) / float64(probes)
+		perSecond += float64(probes) / elapsed.Seconds()
+	}
+	b.StopTimer()
+	cpuPerProbe /= float64(b.N)
+	perSecond /= float64(b.N)
+	b.ReportMetric(cpuPerProbe, "cpu-us/probe")
+	b.ReportMetric(perSecond, "probes/s")
+	b.ReportMetric(cpuPerProbe*20*1000/1e6, "cores-at-1000-nodes")
+	b.ReportMetric(cpuPerProbe*20*5000/1e6, "cores-at-5000-nodes")
+	fmt.Printf("probe responder: %d probes from %d sockets: %.2f CPU µs per probe answered, %.0f probes/s; a gateway probed by 1,000 nodes (20,000 probes/s) spends %.2f cores, by 5,000 nodes %.2f\n",
+		probes, sockets, cpuPerProbe, perSecond, cpuPerProbe*20*1000/1e6, cpuPerProbe*20*5000/1e6)
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

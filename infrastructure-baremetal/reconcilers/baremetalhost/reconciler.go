@@ -390,6 +390,13 @@ type scope struct {
 	credVersion string
 	// bmcKey is what bmc was opened with (sessionKey), under which it is kept after the pass.
 	bmcKey string
+	// bmcProvenAt is when a request through bmc last succeeded (kept with it: keptSessionTrust).
+	bmcProvenAt time.Time
+	// trustKept lets connect hand out a recently proven kept client without reading the system first;
+	// set only for a pass whose first BMC call retries through reprove (the inspecting pass).
+	trustKept bool
+	// bmcUnproven is true while bmc is such a trusted client and no request of this pass succeeded on it.
+	bmcUnproven bool
 }
 
 func (s *scope) transition(to metal3v1.ProvisioningState) {
@@ -488,10 +495,20 @@ func unsupported(h *metal3v1.BareMetalHost) []string {
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	// Every state needs the BMC; a failure here is the host's registration error, whatever its state.
+	// The inspecting pass follows registration within moments: its kept session may be trusted without
+	// a read that only proves it (keptSessionTrust), because inspect retries through reprove. Not a retry
+	// after a failed inspection: there the BMC's inventory is the likelier culprit than the session, and
+	// reprove would log out and open a new session on every retry.
+	s.trustKept = s.state.State == metal3v1.StateInspecting && !h.InspectionDisabled() && h.Status.ErrorType != metal3v1.InspectionError
 	if res, err := r.connect(ctx, s); err != nil || s.bmc == nil {
 		return res, err
 	}
-	defer r.sessions.put(client.ObjectKeyFromObject(h), s.bmcKey, s.bmc)
+	// A closure: reprove may replace s.bmc during the pass (or leave none when the BMC refuses it).
+	defer func() {
+		if s.bmc != nil {
+			r.sessions.put(client.ObjectKeyFromObject(h), s.bmcKey, s.bmc, s.bmcProvenAt)
+		}
+	}()
 	switch s.state.State {
 	case metal3v1.StateRegistering:
 		s.endOperation(metal3v1.StateRegistering)
@@ -599,7 +616,14 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 	cfg := redfish.Config{Address: addr, Username: user, Password: pass, BasicAuth: r.BasicAuth, PinnedCertSHA256: pin}
 	s.bmcKey = sessionKey(cfg)
 	// The session of an earlier pass, if the BMC still honours it; else a new one.
-	c := r.sessions.take(client.ObjectKeyFromObject(h), s.bmcKey)
+	c, provenAt := r.sessions.take(client.ObjectKeyFromObject(h), s.bmcKey)
+	if c != nil && s.trustKept && time.Since(provenAt) < keptSessionTrust {
+		// Proven moments ago: the pass's first request proves it again, and any failure of that request
+		// goes through reprove, which does what the read skipped here would have done.
+		s.bmcProvenAt, s.bmcUnproven = provenAt, true
+		r.bmcAccessible(s, c)
+		return ctrl.Result{}, nil
+	}
 	if c != nil {
 		if _, err := c.System(ctx); err != nil {
 			ctrl.LoggerFrom(ctx).V(4).Info("Kept Redfish session no longer works, opening a new one", "error", err.Error())
@@ -625,6 +649,24 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 	case err != nil:
 		return fail(BareMetalHostBMCUnreachableReason, err.Error())
 	}
+	s.bmcProvenAt, s.bmcUnproven = time.Now(), false
+	r.bmcAccessible(s, c)
+	return ctrl.Result{}, nil
+}
+
+// keptSessionTrust is how long after a successful request a kept session is used without a read that
+// only proves it. Trusting a session the BMC did end costs nothing: the first request fails where the
+// proving read would have, and reprove opens a new session as connect would. What the window bounds is
+// how old the system document may be that the inventory's identity fields (manufacturer, model, serial,
+// BIOS version, hostname) come from: read by the registering pass instead of the inspecting one. Long
+// enough for the queue between those passes when thousands of hosts register at once (each pass of each
+// host requeues it behind all the others: ~1 min per round for 2,000 hosts on a loaded 2-core machine),
+// and under the session timeout BMCs commonly default to (30 min; Redfish allows 30 s to 24 h).
+const keptSessionTrust = 10 * time.Minute
+
+// bmcAccessible records that the host's BMC answers with c, which the pass uses from now on.
+func (r *Reconciler) bmcAccessible(s *scope, c redfish.Client) {
+	h := s.host
 	setCondition(h, BareMetalHostBMCAccessibleCondition, true, BareMetalHostRegisteredReason, "")
 	if h.Status.OperationalStatus == metal3v1.OperationalStatusDiscovered {
 		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
@@ -633,7 +675,22 @@ func (r *Reconciler) connect(ctx context.Context, s *scope) (ctrl.Result, error)
 		s.clearError()
 	}
 	s.bmc = c
-	return ctrl.Result{}, nil
+}
+
+// reprove handles the failure of the first request on a kept client connect trusted without reading the
+// system (keptSessionTrust): the BMC may have ended the session (timeout, BMC reboot), so the client is
+// logged out and connect runs again, opening and proving a new session as the skipped read's failure
+// would have made it do. Called only while s.bmcUnproven. retry is true when the pass has a new, proven
+// client to repeat its request on, once; otherwise res and err are connect's (the host's registration
+// error, as before the skipped read), and the request's own failure is not to be reported.
+func (r *Reconciler) reprove(ctx context.Context, s *scope, failed error) (retry bool, res ctrl.Result, err error) {
+	ctrl.LoggerFrom(ctx).V(4).Info("Kept Redfish session failed its first request, opening a new one", "error", failed.Error())
+	s.bmc.Close()
+	s.bmc, s.bmcUnproven, s.trustKept = nil, false, false
+	if res, err := r.connect(ctx, s); err != nil || s.bmc == nil {
+		return false, res, err
+	}
+	return true, ctrl.Result{}, nil
 }
 
 func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -648,12 +705,20 @@ func (r *Reconciler) inspect(ctx context.Context, s *scope) (ctrl.Result, error)
 		return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 	}
 	inv, err := s.bmc.Inventory(ctx)
+	if err != nil && s.bmcUnproven {
+		retry, res, rerr := r.reprove(ctx, s, err)
+		if !retry {
+			return res, rerr
+		}
+		inv, err = s.bmc.Inventory(ctx)
+	}
 	if err != nil {
 		msg := fmt.Sprintf("failed to read the Redfish inventory: %v", err)
 		setCondition(h, BareMetalHostInspectedCondition, false, BareMetalHostInspectionFailedReason, msg)
 		s.setError(metal3v1.InspectionError, msg, false)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
+	s.bmcProvenAt, s.bmcUnproven = time.Now(), false
 	h.Status.HardwareDetails = hardwareDetails(inv)
 	if len(inv.GPUs) > 0 {
 		h.Annotations[GPUsAnnotation] = gpusJSON(inv.GPUs)

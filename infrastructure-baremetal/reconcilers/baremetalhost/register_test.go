@@ -2,7 +2,10 @@ package baremetalhost_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +17,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
@@ -131,6 +135,104 @@ func TestExpiredBMCSession(t *testing.T) {
 	// Opted out: the host is no longer ours, and neither is its session.
 	patchHost(g, h, func(h *metal3v1.BareMetalHost) { delete(h.Labels, baremetalhost.ManagedLabel) })
 	g.Eventually(sim.Sessions).Should(BeZero())
+}
+
+// endSessionsAfterRegistration is a Dialer whose first client calls end once the registering pass's
+// system read through it was answered, between that pass and the inspecting pass: what a BMC does when
+// it reboots or drops its sessions then.
+func endSessionsAfterRegistration(end func()) redfish.Dialer {
+	var once sync.Once
+	var dials atomic.Int32
+	return func(ctx context.Context, cfg redfish.Config) (redfish.Client, error) {
+		c, err := redfish.Dial(ctx, cfg)
+		if err != nil || dials.Add(1) > 1 {
+			return c, err
+		}
+		return systemHook{Client: c, after: func() { once.Do(end) }}, nil
+	}
+}
+
+// systemHook calls after each answered system read.
+type systemHook struct {
+	redfish.Client
+	after func()
+}
+
+func (c systemHook) System(ctx context.Context) (*redfish.System, error) {
+	sys, err := c.Client.System(ctx)
+	if err == nil {
+		c.after()
+	}
+	return sys, err
+}
+
+// The inspecting pass trusts the session registration proved moments before, without a read that only
+// proves it again. When the BMC ended that session in between, the inspection still succeeds in the same
+// pass on a new session — never an InspectionError and a retry interval lost (one hour here); when the
+// BMC is gone, the host has the registration error it had before the read was skipped.
+func TestSessionEndedBeforeInspection(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(*redfishsim.Server) func()
+		want func(g *WithT, sim *redfishsim.Server, h *metal3v1.BareMetalHost)
+	}{{
+		name: "sessions expired",
+		end:  func(sim *redfishsim.Server) func() { return sim.ExpireSessions },
+		want: func(g *WithT, sim *redfishsim.Server, h *metal3v1.BareMetalHost) {
+			g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+			got := getHost(g, h)
+			g.Expect(got.Status.HardwareDetails).NotTo(BeNil())
+			g.Expect(got.Status.ErrorType).To(BeEmpty())
+			g.Expect(got.Status.ErrorCount).To(BeZero(), "no error was ever recorded")
+			g.Expect(meta.FindStatusCondition(got.Status.Conditions, baremetalhost.BareMetalHostBMCAccessibleCondition)).To(HaveField("Status", metav1.ConditionTrue))
+			g.Expect(sim.SessionsOpened()).To(Equal(2), "one new session after the ended one")
+			g.Expect(sim.Sessions()).To(Equal(1))
+		},
+	}, {
+		name: "BMC gone",
+		end:  func(sim *redfishsim.Server) func() { return sim.Close },
+		want: func(g *WithT, _ *redfishsim.Server, h *metal3v1.BareMetalHost) {
+			g.Eventually(condition(h, baremetalhost.BareMetalHostBMCAccessibleCondition)).Should(And(
+				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", baremetalhost.BareMetalHostBMCUnreachableReason)))
+			got := getHost(g, h)
+			g.Expect(got.Status.Provisioning.State).To(Equal(metal3v1.StateInspecting))
+			g.Expect(got.Status.ErrorType).To(Equal(metal3v1.RegistrationError))
+			g.Expect(meta.FindStatusCondition(got.Status.Conditions, baremetalhost.BareMetalHostInspectedCondition)).To(
+				Or(BeNil(), Not(HaveField("Reason", baremetalhost.BareMetalHostInspectionFailedReason))), "the BMC, not the inspection, failed")
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ns := env.CreateNamespace(context.Background(), t, "bmh-trust").Name
+			sim := startSim(t, nil)
+			sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:02"))
+			r := testReconciler(nil)
+			r.RetryInterval = time.Hour
+			r.Dial = endSessionsAfterRegistration(tc.end(sim))
+			startController(t, r, ns)
+			h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:02", bmcPass)
+			tc.want(g, sim, h)
+		})
+	}
+}
+
+// Registering, inspecting and settling the power of an available host take 14 Redfish requests: the
+// service root and a session, the system read that proves the credentials and the system path, ten
+// inventory reads, and the available pass's power read. The inspecting pass reads no system: the session
+// was proven by registration moments before.
+func TestRegisterInspectRequests(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.CreateNamespace(context.Background(), t, "bmh-req").Name
+	sim := startSim(t, nil)
+	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:03"))
+	r := testReconciler(nil)
+	r.PowerPollInterval = time.Hour
+	startController(t, r, ns)
+	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:03", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Eventually(func(g Gomega) *metal3v1.HardwareDetails { return getHost(g, h).Status.HardwareDetails }).ShouldNot(BeNil())
+	g.Eventually(sim.TotalRequests).Should(BeNumerically(">=", 14))
+	g.Consistently(sim.TotalRequests, "2s").Should(Equal(int64(14)))
 }
 
 // Wrong credentials: the host stays registering with a registration error that names the Secret; fixing

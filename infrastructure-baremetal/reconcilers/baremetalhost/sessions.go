@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,7 +19,8 @@ import (
 // is taken out for a pass and put back after it: it is never shared.
 //
 // A kept client is used only for the credentials, address and certificate pin it was opened with (key),
-// and only after a fresh read of the system through it succeeds (connect): a session the BMC ended
+// and only after a fresh read of the system through it succeeds (connect) — or, for the inspecting pass
+// that follows registration, once its first request succeeds (keptSessionTrust). A session the BMC ended
 // (timeout, BMC reboot) is closed and a new one opened, so an expired session is never mistaken for
 // rejected credentials.
 type bmcSessions struct {
@@ -29,6 +31,8 @@ type bmcSessions struct {
 type keptClient struct {
 	key    string
 	client redfish.Client
+	// provenAt is when a request through the client last succeeded: the BMC honoured its session then.
+	provenAt time.Time
 }
 
 // sessionKey identifies what a client was opened with; secrets only enter it hashed.
@@ -40,26 +44,26 @@ func sessionKey(cfg redfish.Config) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// take returns the host's kept client if it was opened with key, ready for reuse; a client opened with
-// anything else (changed credentials, address or pin) is closed.
-func (p *bmcSessions) take(host types.NamespacedName, key string) redfish.Client {
+// take returns the host's kept client if it was opened with key, ready for reuse, and when it was last
+// proven; a client opened with anything else (changed credentials, address or pin) is closed.
+func (p *bmcSessions) take(host types.NamespacedName, key string) (redfish.Client, time.Time) {
 	p.mu.Lock()
 	kept, ok := p.clients[host]
 	delete(p.clients, host)
 	p.mu.Unlock()
 	if !ok {
-		return nil
+		return nil, time.Time{}
 	}
 	if kept.key != key {
 		kept.client.Close()
-		return nil
+		return nil, time.Time{}
 	}
 	kept.client.Reuse()
-	return kept.client
+	return kept.client, kept.provenAt
 }
 
-// put keeps c as the host's client for the next pass.
-func (p *bmcSessions) put(host types.NamespacedName, key string, c redfish.Client) {
+// put keeps c, last proven at provenAt, as the host's client for the next pass.
+func (p *bmcSessions) put(host types.NamespacedName, key string, c redfish.Client, provenAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.clients == nil {
@@ -68,7 +72,7 @@ func (p *bmcSessions) put(host types.NamespacedName, key string, c redfish.Clien
 	if old, ok := p.clients[host]; ok && old.client != c {
 		old.client.Close()
 	}
-	p.clients[host] = keptClient{key: key, client: c}
+	p.clients[host] = keptClient{key: key, client: c, provenAt: provenAt}
 }
 
 // drop closes (logs out) the host's kept client: the host is gone or no longer ours.

@@ -2,6 +2,7 @@ package baremetalhost
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,30 +42,33 @@ func TestBMCSessions(t *testing.T) {
 	g.Expect(sessionKey(redfish.Config{Username: "ab", Password: "c"})).NotTo(Equal(sessionKey(redfish.Config{Username: "a", Password: "bc"})))
 
 	var p bmcSessions
-	g.Expect(p.take(h1, key)).To(BeNil(), "nothing kept yet")
+	taken := func(host types.NamespacedName, key string) redfish.Client { c, _ := p.take(host, key); return c }
+	g.Expect(taken(h1, key)).To(BeNil(), "nothing kept yet")
 	c1 := &recordingClient{}
-	p.put(h1, key, c1)
-	got := p.take(h1, key)
+	proven := time.Now().Add(-time.Minute)
+	p.put(h1, key, c1, proven)
+	got, gotProven := p.take(h1, key)
 	g.Expect(got).To(BeIdenticalTo(c1))
+	g.Expect(gotProven).To(Equal(proven), "when the session was last proven travels with it")
 	g.Expect(c1.reused).To(Equal(1))
-	g.Expect(p.take(h1, key)).To(BeNil(), "taken out while a pass uses it")
+	g.Expect(taken(h1, key)).To(BeNil(), "taken out while a pass uses it")
 
-	p.put(h1, key, c1)
-	g.Expect(p.take(h1, sessionKey(redfish.Config{Address: addr, Username: "admin", Password: "new"}))).To(BeNil())
+	p.put(h1, key, c1, proven)
+	g.Expect(taken(h1, sessionKey(redfish.Config{Address: addr, Username: "admin", Password: "new"}))).To(BeNil())
 	g.Expect(c1.closed).To(Equal(1), "opened with other credentials: logged out")
 
 	c2, c3 := &recordingClient{}, &recordingClient{}
-	p.put(h1, key, c2)
-	p.put(h1, key, c3)
+	p.put(h1, key, c2, proven)
+	p.put(h1, key, c3, proven)
 	g.Expect(c2.closed).To(Equal(1), "a client replaced by another is logged out")
 	p.drop(h1)
 	g.Expect(c3.closed).To(Equal(1))
 	p.drop(h1) // nothing kept: nothing to do
 
 	c4, c5 := &recordingClient{}, &recordingClient{}
-	p.put(h1, key, c4)
-	p.put(h2, key, c5)
+	p.put(h1, key, c4, proven)
+	p.put(h2, key, c5, proven)
 	p.closeAll()
 	g.Expect([]int{c4.closed, c5.closed}).To(Equal([]int{1, 1}))
-	g.Expect(p.take(h1, key)).To(BeNil())
+	g.Expect(taken(h1, key)).To(BeNil())
 }

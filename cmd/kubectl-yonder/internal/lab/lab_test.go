@@ -335,7 +335,9 @@ func (l labUnderTest) rescaleAndCheck(t *testing.T, st *State) *State {
 	scaleMachineDeployment(g, mgmt, st.Namespace, workerPool, 4)
 	newNode := waitForNodeOnHost(g, wl, mgmt, st, victim, site)
 	t.Logf("scaled %s to 4: Node %s Ready on the reused host %s in %.1fs", workerPool, newNode, victim.Spec.ProviderID, time.Since(t0).Seconds())
-	return l.checkMoved(t, st, site, newNode)
+	moved := l.checkMoved(t, st, site, newNode)
+	expectGatewayElectedAgain(t, st, site)
+	return moved
 }
 
 // remediateAndCheck: what the lab's next commands tell an operator to try (`kubectl --kubeconfig

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netns"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
@@ -58,7 +56,8 @@ func TestRogueDHCPServerWinsTheRaceAndIsRefused(t *testing.T) {
 
 	// The rogue: boot HTTP server and attestation service on its own address, and a DHCP server whose
 	// leases name its script (file field, as ours does for iPXE) and itself as next server.
-	ln := listenIn(t, rogueNS, rogueNS.Address.String()+":8080")
+	ln, err := rogueNS.Listen("tcp4", rogueNS.Address.String()+":8080")
+	g.Expect(err).NotTo(HaveOccurred())
 	rogueBase, _, rogueStore := startRogueBootServer(t, ln, mac)
 	stopRogueDHCP := startUdhcpd(t, rogueNS, fmt.Sprintf("boot_file %s/ipxe/%s\nsiaddr %s\n", rogueBase, mac, rogueNS.Address))
 
@@ -122,49 +121,6 @@ func TestRogueDHCPServerWinsTheRaceAndIsRefused(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(got)).To(Equal("join-config-for-host-9"))
 	g.Expect(store.LastReason("metal/host-9")).To(Equal(attest.ReasonReleased))
-}
-
-// listenIn opens a TCP listener inside the attachment's namespace, as a server on that machine would (the
-// socket stays in the namespace it was created in), switching only a locked thread that is switched back.
-func listenIn(t *testing.T, a *labnet.Attachment, address string) net.Listener {
-	t.Helper()
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer func() { _ = orig.Close() }()
-		target, err := netns.GetFromPath(a.NamespacePath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer func() { _ = target.Close() }()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		ln, err := net.Listen("tcp4", address)
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread() // else the thread stays locked and exits with this goroutine
-		}
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("failed to listen on %s in %s: %v", address, a.Namespace, r.err)
-	}
-	return r.ln
 }
 
 // startUdhcpd runs busybox udhcpd in the attachment's namespace, leasing from .150-.160 of the lab network

@@ -24,6 +24,7 @@ import (
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/tftp/tftpclient"
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -426,8 +427,8 @@ func (s *fetchStats) add(b *testing.B, what string, clients int, size int64, pee
 	if peerCPU == nil {
 		peerCPU = func() time.Duration { return 0 }
 	}
-	self0, peer0 := selfCPU(), peerCPU()
-	defer func() { s.selfCPU += selfCPU() - self0; s.peerCPU += peerCPU() - peer0 }()
+	self0, peer0 := benchmeter.SelfCPU(), peerCPU()
+	defer func() { s.selfCPU += benchmeter.SelfCPU() - self0; s.peerCPU += peerCPU() - peer0 }()
 	start := time.Now()
 	for i := range clients {
 		wg.Go(func() {
@@ -452,13 +453,6 @@ func (s *fetchStats) percentile(p int) float64 {
 	l := slices.Clone(s.lat)
 	slices.Sort(l)
 	return float64(l[(len(l)-1)*p/100].Microseconds()) / 1000
-}
-
-// selfCPU is this process's user + system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cpuacctRoot is the cgroup v1 cpuacct hierarchy; a peer runs in a group of its own there, so that its CPU

@@ -21,15 +21,10 @@ import (
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func maxRSSMiB() float64 {
 	var ru syscall.Rusage
@@ -72,7 +67,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 		defer func() { controllerConcurrency = 4 }()
 		reqBefore := sim.TotalRequests()
 		opsBefore := bmcRequestsByOperation(g)
-		cpu0 := cpuTime()
+		cpu0 := benchmeter.SelfCPU()
 		t0 = time.Now()
 		proc := startController(b, r, ns)
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -89,7 +84,7 @@ func BenchmarkRegisterInspect1000(b *testing.B) {
 			return done == n, nil
 		})
 		g.Expect(err).NotTo(HaveOccurred())
-		wall, cpu := time.Since(t0), cpuTime()-cpu0
+		wall, cpu := time.Since(t0), benchmeter.SelfCPU()-cpu0
 		req := sim.TotalRequests() - reqBefore
 		ops := bmcRequestsByOperation(g)
 		proc.Stop()
@@ -178,7 +173,7 @@ func inspectBaseline(g *WithT, sim *redfishsim.Server, n int) (time.Duration, ti
 	}
 	close(addrs)
 	reqBefore := sim.TotalRequests()
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, t0 := benchmeter.SelfCPU(), time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for w := 0; w < 10; w++ {
@@ -195,7 +190,7 @@ func inspectBaseline(g *WithT, sim *redfishsim.Server, n int) (time.Duration, ti
 	for err := range errs {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	baseWall, baseCPU := time.Since(t0), cpuTime()-cpu0
+	baseWall, baseCPU := time.Since(t0), benchmeter.SelfCPU()-cpu0
 	baseReq := sim.TotalRequests() - reqBefore
 
 	return baseWall, baseCPU, baseReq

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/harness"
 
 	. "github.com/onsi/gomega"
@@ -49,12 +50,6 @@ type usage struct {
 	byRequest map[string]int64
 }
 
-func rusage(who int) time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(who, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // resetPeakRSS lets VmHWM measure one phase (Linux: writing 5 to clear_refs resets the peak).
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o600) }
 
@@ -76,9 +71,9 @@ func peakRSSKiB() int64 {
 
 func measure(f func()) usage {
 	resetPeakRSS()
-	c0, ch0, t0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN), time.Now()
+	c0, ch0, t0 := benchmeter.CPU(syscall.RUSAGE_SELF), benchmeter.CPU(syscall.RUSAGE_CHILDREN), time.Now()
 	f()
-	return usage{wall: time.Since(t0), cpu: rusage(syscall.RUSAGE_SELF) - c0, childCPU: rusage(syscall.RUSAGE_CHILDREN) - ch0, peakRSSKiB: peakRSSKiB()}
+	return usage{wall: time.Since(t0), cpu: benchmeter.CPU(syscall.RUSAGE_SELF) - c0, childCPU: benchmeter.CPU(syscall.RUSAGE_CHILDREN) - ch0, peakRSSKiB: peakRSSKiB()}
 }
 
 // benchPoll is the provider's --bootstrap-poll-interval in this benchmark; the baseline polls on the

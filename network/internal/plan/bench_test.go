@@ -2,13 +2,13 @@ package plan_test
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/plan"
 	"github.com/yonder-dev/yonder/network/internal/plan/plantest"
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -62,9 +62,9 @@ func BenchmarkRoutePlanCompute50000Nodes200Sites(b *testing.B) {
 		cur := in
 		cur.Nodes = append([]plan.Node(nil), in.Nodes...)
 		pl := &plan.Planner{}
-		start, cpu := time.Now(), cpuTime()
+		start, cpu := time.Now(), benchmeter.SelfCPU()
 		out := pl.Compute(cur)
-		full, fullCPU = full+time.Since(start), fullCPU+cpuTime()-cpu
+		full, fullCPU = full+time.Since(start), fullCPU+benchmeter.SelfCPU()-cpu
 		cur.Previous = out.Slices
 		out = pl.Compute(cur) // the steady state: what is published is what was planned
 
@@ -76,11 +76,11 @@ func BenchmarkRoutePlanCompute50000Nodes200Sites(b *testing.B) {
 			_, _ = plan.DiffPlans(ref.Plans, out.Plans), plan.DiffSlices(ref.Slices, out.Slices)
 			scratch += time.Since(start)
 
-			start, cpu = time.Now(), cpuTime()
+			start, cpu = time.Now(), benchmeter.SelfCPU()
 			next := pl.Compute(cur)
 			w := plannedWrites(next, out)
 			d := time.Since(start)
-			change, changeCPU = change+d, changeCPU+cpuTime()-cpu
+			change, changeCPU = change+d, changeCPU+benchmeter.SelfCPU()-cpu
 			changes, maxWrites = changes+1, max(maxWrites, w)
 			fmt.Printf("route plan: one %s change: %d planned writes in %v\n", c.name, w, d)
 			out, cur.Previous = next, next.Slices
@@ -110,15 +110,6 @@ func BenchmarkRoutePlanCompute50000Nodes200Sites(b *testing.B) {
 	fmt.Printf("route plan: %d nodes, %d sites: full plan %.1f ms (%.1f ms CPU); one node change (endpoint, key, join) %.2f ms and at most %d writes "+
 		"(from scratch and diffing everything: %.1f ms -> %.4fx); a gateway going unhealthy %.1f ms and %d writes (every peered Site's plan names it)\n",
 		nodes, sites, ms(full, b.N), ms(fullCPU, b.N), ms(change, changes), maxWrites, ms(scratch, changes), float64(change)/float64(scratch), ms(gwChange, b.N), gwWrites)
-}
-
-// cpuTime is the CPU time the process has used (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // plannedWrites are the objects a publication of next over prev writes, comparing only what the Planner

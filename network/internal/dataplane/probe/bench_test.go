@@ -10,10 +10,10 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -128,12 +128,12 @@ func BenchmarkProbeResponder(b *testing.B) {
 		client := exec.Command(os.Args[0], "-test.run=^$") // this test binary, in client mode (TestMain)
 		client.Env = append(os.Environ(), probeClientTarget+"="+target.String(),
 			probeClientProbes+"="+strconv.Itoa(probes), probeClientSockets+"="+strconv.Itoa(sockets))
-		cpu0, t0 := processCPU(), time.Now()
+		cpu0, t0 := benchmeter.SelfCPU(), time.Now()
 		out, err := client.CombinedOutput()
 		if err != nil {
 			b.Fatalf("probe client: %v\n%s", err, out)
 		}
-		elapsed, cpu := time.Since(t0), processCPU()-cpu0
+		elapsed, cpu := time.Since(t0), benchmeter.SelfCPU()-cpu0
 		cpuPerProbe += float64(cpu.Microseconds()) / float64(probes)
 		perSecond += float64(probes) / elapsed.Seconds()
 	}
@@ -146,13 +146,4 @@ func BenchmarkProbeResponder(b *testing.B) {
 	b.ReportMetric(cpuPerProbe*20*5000/1e6, "cores-at-5000-nodes")
 	fmt.Printf("probe responder: %d probes from %d sockets: %.2f CPU µs per probe answered, %.0f probes/s; a gateway probed by 1,000 nodes (20,000 probes/s) spends %.2f cores, by 5,000 nodes %.2f\n",
 		probes, sockets, cpuPerProbe, perSecond, cpuPerProbe*20*1000/1e6, cpuPerProbe*20*5000/1e6)
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -43,6 +43,8 @@ var goals = map[string]Goal{
 		Checks: []Check{{Unit: "wireguard-x-veth", Limit: 0.3}}},
 	"HostStartup":    {Text: "(no goal: test tier cost) a host with sshd vs a bare namespace", Figure: "ms/host", Baseline: "baseline-ms/netns"},
 	"ProbeResponder": {Text: "(no goal: planning figure) CPU a gateway spends answering fast probes; cores at 1,000 and 5,000 probing nodes", Figure: "cpu-us/probe"},
+	"ProberReplies": {Text: "(no goal: scaling check) a probe reply's cost at a gateway watching 600 gateways vs one target (≈ 1×: targets indexed by address)",
+		Figure: "ns/reply", Baseline: "baseline-ns/reply"},
 	"GatewayFailover": {Text: "gateway failover: measured loss window < 300 ms (worst of the run's failovers)",
 		Checks: []Check{{Unit: "ms-loss-window", AtMost: true, Limit: 300}}},
 	"RoutePlan": {Text: "route plan: 50,000 nodes, 200 sites ≤ 1 s; one node change ≤ 50 ms and ≤ 5 writes",

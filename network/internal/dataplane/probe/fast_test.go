@@ -116,3 +116,43 @@ func TestFastTargetsFailFastWithoutFlapping(t *testing.T) {
 		g.Expect(up("gw")).To(BeTrue(), "tick %d: the doubled hold has not ended", n)
 	}
 }
+
+// TestReplyCreditsEveryTargetAtItsAddress: two targets may share an address (one next hop watched under two
+// keys); a reply from it is credited to both, and when both were down both come back up and both changes are
+// reported. A reply from an address no target has changes nothing.
+func TestReplyCreditsEveryTargetAtItsAddress(t *testing.T) {
+	g := NewWithT(t)
+	var events []string
+	p, err := Listen(0, 200*time.Millisecond, 1, func(k string, up bool) {
+		events = append(events, k+map[bool]string{true: " up", false: " down"}[up])
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = p.conn.Close(); _ = p.side.Close() }()
+	shared, other := netip.MustParseAddrPort("127.0.0.2:9"), netip.MustParseAddrPort("127.0.0.3:9")
+	p.SetTargets([]Target{{Key: "a/vxlan", Addr: shared}, {Key: "a/wireguard", Addr: shared}, {Key: "b", Addr: other}})
+	base := time.Now()
+	// Nothing answers for longer than the configured detection (1 interval and a half): all three are down.
+	p.tick(base.Add(time.Second))
+	g.Expect(events).To(ConsistOf("a/vxlan down", "a/wireguard down", "b down"))
+	events = nil
+
+	// A stranger's reply, then the shared address's: both of its keys are up, b stays down.
+	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), netip.MustParseAddrPort("127.0.0.4:9"), base.Add(time.Second+time.Millisecond))
+	g.Expect(events).To(BeEmpty())
+	// The reply arrives from an IPv4-mapped IPv6 address, as a dual-stack socket reports it.
+	mapped := netip.AddrPortFrom(netip.AddrFrom16(shared.Addr().As16()), shared.Port())
+	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), mapped, base.Add(time.Second+time.Millisecond))
+	g.Expect(events).To(ConsistOf("a/vxlan up", "a/wireguard up"))
+	st := p.States()
+	g.Expect(st["a/vxlan"].Received).To(BeEquivalentTo(1))
+	g.Expect(st["a/wireguard"].Received).To(BeEquivalentTo(1))
+	g.Expect(st["b"].Up).To(BeFalse())
+	g.Expect(st["b"].Received).To(BeZero())
+
+	// Targets replaced: the old address is no longer credited.
+	events = nil
+	p.SetTargets([]Target{{Key: "b", Addr: other}})
+	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), shared, base.Add(time.Second+2*time.Millisecond))
+	g.Expect(events).To(BeEmpty())
+	g.Expect(p.States()).NotTo(HaveKey("a/vxlan"))
+}

@@ -89,9 +89,12 @@ type Prober struct {
 	retime  chan time.Duration
 	fast    bool // some target is fast: tick at the fast cadence
 	targets map[string]Target
-	state   map[string]*PeerState
-	seq     uint32
-	reach   reachState
+	// byAddr indexes the targets' keys by address, so that a reply finds its targets at once: a gateway
+	// probing every gateway of 200 sites receives thousands of replies a second.
+	byAddr map[netip.Addr][]string
+	state  map[string]*PeerState
+	seq    uint32
+	reach  reachState
 }
 
 // Listen opens the probe socket on port (all addresses).
@@ -109,7 +112,7 @@ func Listen(port int, interval time.Duration, threshold int, onChange func(key s
 		threshold = 1
 	}
 	return &Prober{conn: c, side: side, interval: interval, threshold: threshold, onChange: onChange, retime: make(chan time.Duration, 1),
-		targets: map[string]Target{}, state: map[string]*PeerState{}}, nil
+		targets: map[string]Target{}, byAddr: map[netip.Addr][]string{}, state: map[string]*PeerState{}}, nil
 }
 
 // SetTargets replaces the monitored set; new targets start up (so a fresh start does not flap everything
@@ -117,8 +120,13 @@ func Listen(port int, interval time.Duration, threshold int, onChange func(key s
 func (p *Prober) SetTargets(ts []Target) {
 	p.mu.Lock()
 	next := map[string]Target{}
+	byAddr := map[netip.Addr][]string{}
 	fast := false
 	for _, t := range ts {
+		if _, dup := next[t.Key]; !dup {
+			a := t.Addr.Addr().Unmap()
+			byAddr[a] = append(byAddr[a], t.Key)
+		}
 		next[t.Key] = t
 		fast = fast || t.Fast
 		if _, ok := p.state[t.Key]; !ok {
@@ -130,7 +138,7 @@ func (p *Prober) SetTargets(ts []Target) {
 			delete(p.state, k)
 		}
 	}
-	p.targets = next
+	p.targets, p.byAddr = next, byAddr
 	changed := p.fast != fast
 	p.fast = fast
 	p.mu.Unlock()
@@ -313,13 +321,11 @@ const headerLen = 20
 func (p *Prober) onReply(buf []byte, from netip.AddrPort, now time.Time) {
 	sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[12:]))) //nolint:gosec // our own timestamp echoed back
 	seq := binary.BigEndian.Uint32(buf[8:])
-	var changed string
+	var changed []string
 	p.mu.Lock()
-	for k, t := range p.targets {
-		if t.Addr.Addr() != from.Addr().Unmap() {
-			continue
-		}
-		s := p.state[k]
+	// Every target at the reply's address is credited (two keys may share a next hop's address).
+	for _, k := range p.byAddr[from.Addr().Unmap()] {
+		t, s := p.targets[k], p.state[k]
 		s.Received++
 		s.LastRTT = now.Sub(sent)
 		s.lastSeen = now
@@ -327,7 +333,7 @@ func (p *Prober) onReply(buf []byte, from netip.AddrPort, now time.Time) {
 		if !s.Up {
 			s.Up = true
 			s.Changes++
-			changed = k
+			changed = append(changed, k)
 			if t.Fast && int32(seq-s.downSeq) <= 1 { //nolint:gosec // sequence arithmetic: wraps on purpose
 				// It answered a probe sent before the verdict or one of the two right after it: a false alarm.
 				s.slowUntil = now.Add(min(falseDownHold<<min(s.FalseDowns, 5), maxFalseDownHold))
@@ -336,7 +342,7 @@ func (p *Prober) onReply(buf []byte, from netip.AddrPort, now time.Time) {
 		}
 	}
 	p.mu.Unlock()
-	if changed != "" {
-		p.onChange(changed, true)
+	for _, k := range changed {
+		p.onChange(k, true)
 	}
 }

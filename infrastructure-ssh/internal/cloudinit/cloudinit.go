@@ -167,6 +167,13 @@ func renderTemplate(text string, opts Options) (string, error) {
 	if strings.Contains(text, "{%") {
 		bad = append(bad, "jinja statements {% … %}")
 	}
+	// In a jinja template `{#` opens a comment, also inside a shell line or file (`${#list[@]}`): cloud-init
+	// 22.4 then fails to render the template (an unclosed comment is a syntax error), logs a warning and
+	// ignores the whole user data, all stages still exiting 0 (TestJinjaCommentIsRefusedAsRealCloudInitIgnoresTheData).
+	// Running the data here would make a node that could never have bootstrapped under cloud-init.
+	if strings.Contains(text, "{#") {
+		bad = append(bad, "jinja comment {# (in a jinja template `${#var}` opens one: write the length another way, e.g. `expr length \"$var\"`)")
+	}
 	if len(bad) > 0 {
 		return "", &UnsupportedError{Items: bad}
 	}

@@ -26,8 +26,10 @@ const (
 // disk_setup and fs_setup (init, module disk_setup), mounts (init), users (init), ntp (config),
 // deferred write_files (final stage, module write-files-deferred, which runs before scripts-user) and
 // runcmd (scripts-user). Every module before runcmd ends the script with
-// its own exit code when it fails: the sentinel CABPK writes in runcmd would otherwise never appear
-// and the run would only time out.
+// its own exit code when it fails. That is deliberately not what cloud-init does: it runs the other
+// modules, runcmd too, so a failed bootcmd still joins the node and a failed write_files entry leaves
+// the later entries (CABPK's join configuration) unwritten and the run waiting for a sentinel that never
+// comes (TestModuleFailureStopsHereWhereRealCloudInitCarriesOn shows both with real cloud-init).
 //
 // Each module's steps run in a subshell under set -e, whose status is checked afterwards: set -e is
 // ignored inside a subshell that is itself the left side of || (POSIX), which would let a failed chown

@@ -21,8 +21,9 @@ func Quote(s string) string {
 // -e) when any step does.
 //
 // A new content goes to a file of its own beside p (mktemp creates it 0600), gets mode and owner, and is
-// renamed over p. An append first creates p (if missing) under umask 077 and sets mode and owner, then
-// appends.
+// renamed over p; when a step fails (an owner the host does not have, a full disk) that file is removed, so
+// a failed write leaves p as it was and nothing beside it. An append first creates p (if missing) under
+// umask 077 and sets mode and owner, then appends.
 func File(b *strings.Builder, p, mode, owner string, content []byte, appendTo bool) {
 	dir, file, data := Quote(path.Dir(p)), Quote(p), Quote(base64.StdEncoding.EncodeToString(content))
 	mode, owner = Quote(mode), Quote(owner)
@@ -33,5 +34,6 @@ func File(b *strings.Builder, p, mode, owner string, content []byte, appendTo bo
 		return
 	}
 	fmt.Fprintf(b, "t=$(mktemp %s/.yonder-write.XXXXXX)\n", dir)
-	fmt.Fprintf(b, "printf '%%s' %s | base64 -d > \"$t\"\nchmod %s \"$t\"\nchown %s \"$t\"\nmv -f \"$t\" %s\n", data, mode, owner, file)
+	fmt.Fprintf(b, "if printf '%%s' %s | base64 -d > \"$t\" && chmod %s \"$t\" && chown %s \"$t\" && mv -f \"$t\" %s; then :; else rm -f \"$t\"; false; fi\n",
+		data, mode, owner, file)
 }

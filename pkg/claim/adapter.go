@@ -88,6 +88,11 @@ type Conditions struct {
 	// Progress are the reasons of a False condition that mean a step is under way (bootstrap running,
 	// provisioning): recorded as Normal Events, where any other False reason is a Warning.
 	Progress []string
+	// QuietProgress records no Event when a condition turns to a Progress reason: the condition shows
+	// the step under way, and its end (True, or a failure) is recorded. For steps that every machine
+	// takes and that need no operator (an SSH bootstrap), where such an Event said what the condition
+	// says, one more write per machine.
+	QuietProgress bool
 }
 
 // Withdrawal is what a provider reports after withdrawing what it handed to a host on deletion.

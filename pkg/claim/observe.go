@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -170,7 +171,8 @@ func conditionEvents(c Conditions) condevents.Policy {
 		Progress:  c.Progress,
 		QuietTrue: []string{c.Claimed},
 		Quiet: func(reason string) bool {
-			return strings.HasPrefix(reason, "Waiting") || reason == clusterv1.DeletingReason
+			return strings.HasPrefix(reason, "Waiting") || reason == clusterv1.DeletingReason ||
+				(c.QuietProgress && slices.Contains(c.Progress, reason))
 		},
 		FirstTrue: true,
 	}

@@ -202,12 +202,9 @@ func (a *Adapter) bootstrapScript(ctx context.Context, s *scope, e sshexec.Execu
 
 // connect opens an SSH session to host; on failure it sets condType with the reason and returns nil.
 func (a *Adapter) connect(ctx context.Context, m *infrav1.YonderSSHMachine, host *infrav1.YonderSSHHost, condType string) (sshexec.Executor, string, string) {
-	t, err := hostconn.Target(ctx, a.Client, host, nil)
+	e, err := a.dial(ctx, host)
 	if err == nil {
-		var e sshexec.Executor
-		if e, err = a.Dialer.Dial(ctx, t); err == nil {
-			return e, "", ""
-		}
+		return e, "", ""
 	}
 	reason, msg := hostconn.Reason(err, host)
 	setCond(m, condType, metav1.ConditionFalse, reason, msg)

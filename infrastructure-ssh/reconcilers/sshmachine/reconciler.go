@@ -50,6 +50,8 @@ type Adapter struct {
 
 	// polls is when each running bootstrap is next checked (polls.go).
 	polls pollSchedule
+	// credentials are the credentials Secrets read a moment ago (credentials.go).
+	credentials credentialsMemo
 }
 
 var _ claim.Adapter[*infrav1.YonderSSHMachine, *infrav1.YonderSSHHost] = &Adapter{}
@@ -86,7 +88,7 @@ func (a *Adapter) Spec() claim.Spec {
 		MachineKind: hostpool.ConsumerKind, Finalizer: infrav1.MachineFinalizer, ControllerName: a.Name,
 		Keys: claim.Keys{Host: infrav1.HostAnnotation, ReservedHost: infrav1.ReservedHostAnnotation, ClaimID: infrav1.ClaimIDAnnotation},
 		Conditions: claim.Conditions{Claimed: infrav1.YonderSSHMachineHostClaimedCondition, Provisioned: infrav1.YonderSSHMachineBootstrapExecutedCondition, Released: infrav1.YonderSSHMachineHostCleanedCondition, HostLostReason: infrav1.YonderSSHMachineHostDeletedReason,
-			Progress: []string{infrav1.YonderSSHMachineBootstrapRunningReason}},
+			Progress: []string{infrav1.YonderSSHMachineBootstrapRunningReason}, QuietProgress: true},
 		NoHostHint: "a host is free once it has a pinned host key, no consumer and no " + infrav1.NeedsCleanupAnnotation +
 			" annotation; register more hosts, or release or clean existing ones",
 		HostPredicates: []predicate.Predicate{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})},

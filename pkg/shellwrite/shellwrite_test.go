@@ -15,7 +15,7 @@ import (
 // runLines runs what File rendered with sh -e, as the scripts that embed it do, and returns its error.
 func runLines(t *testing.T, lines string) ([]byte, error) {
 	t.Helper()
-	return exec.Command("sh", "-ec", lines).CombinedOutput() //nolint:gosec // the test's own script
+	return exec.Command("sh", "-ec", lines).CombinedOutput()
 }
 
 // A new file gets its content, mode and owner, and nothing is left beside it; a write that fails at its
@@ -30,7 +30,7 @@ func TestFileReplacesOrFailsWithoutLeavingATemporaryFile(t *testing.T) {
 	shellwrite.File(&b, target, "0640", "root:root", []byte("secret-1\n"), false)
 	out, err := runLines(t, b.String())
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	got, err := os.ReadFile(target) //nolint:gosec // the test's own file
+	got, err := os.ReadFile(target)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(got)).To(Equal("secret-1\n"))
 	st, err := os.Stat(target)
@@ -43,7 +43,7 @@ func TestFileReplacesOrFailsWithoutLeavingATemporaryFile(t *testing.T) {
 	out, err = runLines(t, b.String())
 	g.Expect(err).To(HaveOccurred(), "an owner the host lacks fails the write: %s", out)
 	g.Expect(string(out)).NotTo(ContainSubstring("after-the-failed-write"), "the script stops at the failed write")
-	got, err = os.ReadFile(target) //nolint:gosec // the test's own file
+	got, err = os.ReadFile(target)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(got)).To(Equal("secret-1\n"), "the file that was there is untouched")
 	entries, err := os.ReadDir(filepath.Dir(target))

@@ -36,8 +36,11 @@ FUZZTIME ?= 10s
 # their stacks starved each other into timeouts.
 # The site labs (network/internal/dataplane/sitetest: namespaces and the real dataplane binary, ~2 min, no
 # cluster or VM) run in the second lane, as their benchmarks always did: the heavy lane is the critical path.
-SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./test/e2e/metal/ \
-	./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/
+# The heavy suites run in this order (go test -p 1 runs them as listed). The QEMU suites come last: TCG
+# emulation is CPU-bound and the most sensitive to load (test/e2e/metal took 992 s alone and 1397 s beside
+# the second lane), and by then the second lane has finished and left them a core.
+SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./cmd/kubectl-yonder/internal/lab/ \
+	./infrastructure-baremetal/e2e/ ./test/e2e/metal/
 test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
 	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) hack/test.sh
 

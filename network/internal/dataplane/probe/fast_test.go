@@ -8,6 +8,21 @@ import (
 	. "github.com/onsi/gomega"
 )
 
+// recordingProber is a prober (interval 200 ms, the threshold given) whose state changes are recorded as
+// "<key> up" / "<key> down"; it is closed when the test ends.
+func recordingProber(t *testing.T, threshold int) (*Prober, *[]string) {
+	t.Helper()
+	var events []string
+	p, err := Listen(0, 200*time.Millisecond, threshold, func(k string, up bool) {
+		events = append(events, k+map[bool]string{true: " up", false: " down"}[up])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.conn.Close(); _ = p.side.Close() })
+	return p, &events
+}
+
 // TestFastTargetsFailFastWithoutFlapping drives one prober's ticks and the peers' answers by hand, on a
 // made-up clock (interval 200 ms, threshold 3, so fast targets are probed every 50 ms): a fast target (a
 // gateway) is down after 3 unanswered probes at the fast cadence, long before the configured detection
@@ -16,12 +31,7 @@ import (
 // configured detection until the hold ends.
 func TestFastTargetsFailFastWithoutFlapping(t *testing.T) {
 	g := NewWithT(t)
-	var events []string
-	p, err := Listen(0, 200*time.Millisecond, 3, func(k string, up bool) {
-		events = append(events, k+map[bool]string{true: " up", false: " down"}[up])
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = p.conn.Close(); _ = p.side.Close() }()
+	p, events := recordingProber(t, 3)
 	gw, slow := netip.MustParseAddrPort("127.0.0.2:9"), netip.MustParseAddrPort("127.0.0.3:9")
 	p.SetTargets([]Target{{Key: "gw", Addr: gw, Fast: true}, {Key: "slow", Addr: slow}})
 	base := time.Now()
@@ -54,7 +64,7 @@ func TestFastTargetsFailFastWithoutFlapping(t *testing.T) {
 		tick(n)
 	}
 	g.Expect(up("slow")).To(BeFalse())
-	g.Expect(events).To(Equal([]string{"gw down", "slow down"}))
+	g.Expect(*events).To(Equal([]string{"gw down", "slow down"}))
 
 	// Both come back: a real outage, no false alarm.
 	tick(19)
@@ -122,27 +132,22 @@ func TestFastTargetsFailFastWithoutFlapping(t *testing.T) {
 // reported. A reply from an address no target has changes nothing.
 func TestReplyCreditsEveryTargetAtItsAddress(t *testing.T) {
 	g := NewWithT(t)
-	var events []string
-	p, err := Listen(0, 200*time.Millisecond, 1, func(k string, up bool) {
-		events = append(events, k+map[bool]string{true: " up", false: " down"}[up])
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = p.conn.Close(); _ = p.side.Close() }()
+	p, events := recordingProber(t, 1)
 	shared, other := netip.MustParseAddrPort("127.0.0.2:9"), netip.MustParseAddrPort("127.0.0.3:9")
 	p.SetTargets([]Target{{Key: "a/vxlan", Addr: shared}, {Key: "a/wireguard", Addr: shared}, {Key: "b", Addr: other}})
 	base := time.Now()
 	// Nothing answers for longer than the configured detection (1 interval and a half): all three are down.
 	p.tick(base.Add(time.Second))
-	g.Expect(events).To(ConsistOf("a/vxlan down", "a/wireguard down", "b down"))
-	events = nil
+	g.Expect(*events).To(ConsistOf("a/vxlan down", "a/wireguard down", "b down"))
+	*events = nil
 
 	// A stranger's reply, then the shared address's: both of its keys are up, b stays down.
 	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), netip.MustParseAddrPort("127.0.0.4:9"), base.Add(time.Second+time.Millisecond))
-	g.Expect(events).To(BeEmpty())
+	g.Expect(*events).To(BeEmpty())
 	// The reply arrives from an IPv4-mapped IPv6 address, as a dual-stack socket reports it.
 	mapped := netip.AddrPortFrom(netip.AddrFrom16(shared.Addr().As16()), shared.Port())
 	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), mapped, base.Add(time.Second+time.Millisecond))
-	g.Expect(events).To(ConsistOf("a/vxlan up", "a/wireguard up"))
+	g.Expect(*events).To(ConsistOf("a/vxlan up", "a/wireguard up"))
 	st := p.States()
 	g.Expect(st["a/vxlan"].Received).To(BeEquivalentTo(1))
 	g.Expect(st["a/wireguard"].Received).To(BeEquivalentTo(1))
@@ -150,9 +155,9 @@ func TestReplyCreditsEveryTargetAtItsAddress(t *testing.T) {
 	g.Expect(st["b"].Received).To(BeZero())
 
 	// Targets replaced: the old address is no longer credited.
-	events = nil
+	*events = nil
 	p.SetTargets([]Target{{Key: "b", Addr: other}})
 	p.onReply(header(typeReply, p.seq, base.Add(time.Second), 0), shared, base.Add(time.Second+2*time.Millisecond))
-	g.Expect(events).To(BeEmpty())
+	g.Expect(*events).To(BeEmpty())
 	g.Expect(p.States()).NotTo(HaveKey("a/vxlan"))
 }

@@ -11,6 +11,8 @@
 #   hack/test-bins.sh --packages install only the Debian packages the tests need
 #   hack/test-bins.sh --rootfs   build (once) the node rootfs archive for yonder-agent host tests, print its path
 #   hack/test-bins.sh --rootfs-print  print the rootfs archive path without building (exit 1 if missing)
+#   hack/test-bins.sh --fullos-rootfs build (once) the full-OS hosts' tree (test/fullos), print its path
+#   hack/test-bins.sh --fullos-rootfs-print  print that path without building (exit 1 if missing)
 #   hack/test-bins.sh --metal-kernel  fetch (once) the Debian kernel + virtio modules for bare-metal PXE e2e, print its dir
 #   hack/test-bins.sh --metal-kernel-print  print that dir without fetching (exit 1 if missing)
 #   hack/test-bins.sh --list-packages  print DEB_PACKAGES, one per line (the test of test/testbins reads it)
@@ -40,7 +42,7 @@ CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(awk '$1 == "github.com/cert-manag
 [ -n "$CERT_MANAGER_VERSION" ] || { echo "hack/certmanager/go.mod requires no github.com/cert-manager/cert-manager" >&2; exit 1; }
 CERT_MANAGER_SOURCES=$(cd "$CERT_MANAGER_MOD" && cat go.mod go.sum ./*/*.go | sha256sum | cut -c1-8)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
-KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}"
+KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}_kubeadm"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
 BUILD_ROOT="${CACHE_ROOT}/build"
 LOG_DIR="${CACHE_ROOT}/logs"
@@ -216,6 +218,12 @@ build_kubelet() {
   mv "$1/kubelet" "$1/kubelet-$2"
 }
 
+# build_kubeadm BIN VERSION: kubeadm, which CABPK's bootstrap data runs on a full-OS host (kubeadm init/join).
+build_kubeadm() {
+  k8s_module "$2" yonder.local/kubeadmbin
+  k8s_build "$1" "$2" k8s.io/kubernetes/cmd/kubeadm
+}
+
 # k8s_module VERSION NAME: a scratch module requiring k8s.io/kubernetes at VERSION.
 k8s_module() {
   local v=$1 staging=${1/v1./v0.}
@@ -249,22 +257,39 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
 }
 
-build_capi() {
-  local bin=$1 v=$2
-  go mod init yonder.local/capibins
+# capi_module VERSION NAME: a scratch module requiring sigs.k8s.io/cluster-api at VERSION, with the replace
+# directives of cluster-api's own go.mod that point at versions (those do not apply to a module that requires
+# it). Sets CAPI_LDFLAGS, which stamp CAPI's version.
+capi_module() {
+  local v=$1
+  go mod init "$2"
   go mod edit -require="sigs.k8s.io/cluster-api@${v}" -require="sigs.k8s.io/cluster-api/api@${v}"
   local mods
   mods=$(go mod download -json "sigs.k8s.io/cluster-api@${v}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   [ -f "$mods" ] || { echo "go mod download sigs.k8s.io/cluster-api@${v} gave no go.mod"; return 1; }
-  # cluster-api's own replace directives do not apply to us; copy the ones that point at versions.
   local from to
   while read -r from to; do
     [ -n "$to" ] && go mod edit -replace="${from}=${to}"
   done < <(awk '/^replace /{print $2" "$5; next} /^replace \(/{f=1;next} f&&/^\)/{f=0} f&&$3=="=>"&&NF==5{print $1" "$4"@"$5}' "$mods")
   go mod edit -replace="sigs.k8s.io/cluster-api/api=sigs.k8s.io/cluster-api/api@${v}"
-  local ld="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${v} -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
-  go build -trimpath -ldflags "$ld" -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
-  go build -trimpath -ldflags "$ld" -o "$bin/capi-manager" sigs.k8s.io/cluster-api/core
+  CAPI_LDFLAGS="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${v} -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+}
+
+build_capi() {
+  local bin=$1 v=$2
+  capi_module "$v" yonder.local/capibins
+  go build -trimpath -ldflags "$CAPI_LDFLAGS" -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+  go build -trimpath -ldflags "$CAPI_LDFLAGS" -o "$bin/capi-manager" sigs.k8s.io/cluster-api/core
+}
+
+# build_capi_kubeadm BIN VERSION: CAPI's kubeadm bootstrap provider (CABPK) and kubeadm control plane (KCP),
+# the real peers that Yonder's infrastructure composes with (docs/compatibility.md). A component of its own,
+# so that adding it left the core build's cache valid.
+build_capi_kubeadm() {
+  local bin=$1 v=$2
+  capi_module "$v" yonder.local/capikubeadmbins
+  go build -trimpath -ldflags "$CAPI_LDFLAGS" -o "$bin/capi-kubeadm-bootstrap-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm
+  go build -trimpath -ldflags "$CAPI_LDFLAGS" -o "$bin/capi-kubeadm-control-plane-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm
 }
 
 build_containerd() {
@@ -299,7 +324,7 @@ build_certmanager() {
 # BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
 BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
   containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}"
-  cert-manager-controller cert-manager-cainjector)
+  cert-manager-controller cert-manager-cainjector kubeadm capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager)
 
 build_binaries() {
   if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi
@@ -310,11 +335,14 @@ build_binaries() {
   build_component registry "${REGISTRY_VERSION}" build_registry
   build_component kubelet "${KUBELET_PREVIOUS_VERSION}" build_kubelet
   build_component certmanager "${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}" build_certmanager
+  build_component capi-kubeadm "${CAPI_VERSION}" build_capi_kubeadm
+  build_component kubeadm "${KUBERNETES_VERSION}" build_kubeadm
   STEP=assemble
   mkdir -p "${BIN_DIR}"
   local c f
   for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}" \
-    "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}" "certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}"; do
+    "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}" "certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}" \
+    "capi-kubeadm-${CAPI_VERSION}" "kubeadm-${KUBERNETES_VERSION}"; do
     for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
   done
   for f in "${BUILT_BINARIES[@]}"; do
@@ -330,9 +358,14 @@ build_binaries() {
 # `hack/test-bins.sh --rootfs-print` or YONDER_TEST_ROOTFS.
 ROOTFS_SUITE=${ROOTFS_SUITE:-bookworm}
 ROOTFS_PACKAGES=${ROOTFS_PACKAGES:-systemd,systemd-sysv,dbus,iproute2,ca-certificates,runc,containernetworking-plugins,iptables,kmod}
+# The full-OS hosts' tree (test/fullos: systemd-nspawn --boot machines that CAPI's kubeadm providers bootstrap
+# over SSH): the node's packages plus OpenSSH and what kubeadm's preflight looks for (conntrack, socat, ethtool).
+# containerd, kubelet and kubeadm are the binaries built above, bound in when a host boots.
+FULLOS_PACKAGES=${FULLOS_PACKAGES:-${ROOTFS_PACKAGES},openssh-server,conntrack,socat,ethtool}
+# rootfs_archive [PACKAGES]: the cached archive of a tree with PACKAGES (default: the node's).
 rootfs_archive() {
-  local key
-  key=$(printf '%s %s' "${ROOTFS_SUITE}" "${ROOTFS_PACKAGES}" | sha256sum | cut -c1-12)
+  local key packages=${1:-$ROOTFS_PACKAGES}
+  key=$(printf '%s %s' "${ROOTFS_SUITE}" "${packages}" | sha256sum | cut -c1-12)
   echo "${CACHE_ROOT}/rootfs/${ROOTFS_SUITE}-minbase-${key}.tar.zst"
 }
 apt_mirror() {
@@ -340,27 +373,31 @@ apt_mirror() {
   mirror=$(sed -n 's/^URIs: *\(http[^ ]*\/debian\) *$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1 || true)
   echo "${mirror:-http://deb.debian.org/debian}"
 }
+# build_rootfs [PACKAGES]: debootstrap a tree with PACKAGES (default: the node's) once, and pack it.
 build_rootfs() {
-  local out; out=$(rootfs_archive)
+  local packages=${1:-$ROOTFS_PACKAGES}
+  local out; out=$(rootfs_archive "$packages")
   if [ -f "$out" ]; then return 0; fi
   check_root
   command -v debootstrap >/dev/null || install_packages
   local mirror; mirror=$(apt_mirror)
   local start=$SECONDS tmp="${out%.tar.zst}.tmp"
-  log "rootfs: debootstrap --variant=minbase ${ROOTFS_SUITE} from ${mirror} with ${ROOTFS_PACKAGES} (~1-4.5 min cold)…"
+  log "rootfs: debootstrap --variant=minbase ${ROOTFS_SUITE} from ${mirror} with ${packages} (~1-4.5 min cold)…"
   rm -rf "$tmp" && mkdir -p "$tmp/root"
-  run_step rootfs debootstrap_filtered "$tmp/root" "$mirror"
+  run_step rootfs debootstrap_filtered "$tmp/root" "$mirror" "$packages"
   STEP=rootfs
   [ -x "$tmp/root/lib/systemd/systemd" ] || fail "rootfs: debootstrap left no systemd in the tree (its output: ${LOG_DIR}/rootfs.log)"
   rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
+  # A package's install may generate keys (openssh-server's host keys): every host generates its own.
+  rm -f "$tmp/root/etc/ssh/ssh_host_"*
   log "rootfs: packing $(du -sm "$tmp/root" | cut -f1) MB as tar.zst…"
   tar -C "$tmp/root" --numeric-owner --xattrs -cf - . | zstd -q -T0 -3 -o "$tmp/rootfs.tar.zst"
   mv "$tmp/rootfs.tar.zst" "$out" && rm -rf "$tmp"
   log "rootfs: ready in $((SECONDS - start))s: $out ($(du -m "$out" | cut -f1) MB)"
 }
-# debootstrap_filtered ROOT MIRROR: debootstrap with its progress lines shown, the download chatter only logged.
+# debootstrap_filtered ROOT MIRROR PACKAGES: debootstrap with its progress lines shown, the download chatter only logged.
 debootstrap_filtered() {
-  debootstrap --variant=minbase --include="${ROOTFS_PACKAGES}" "${ROOTFS_SUITE}" "$1" "$2" 2>&1 |
+  debootstrap --variant=minbase --include="$3" "${ROOTFS_SUITE}" "$1" "$2" 2>&1 |
     while IFS= read -r line; do
       echo "$line"
       case "$line" in I:\ Retriev*|I:\ Valid*) ;; *) log "rootfs: $line" ;; esac
@@ -437,6 +474,10 @@ case "${1:-}" in
   --print)
     [ -f "${BIN_DIR}/.complete" ] || { echo "test binaries not built: run make test-bins" >&2; exit 1; }
     echo "${BIN_DIR}"; exit 0 ;;
+  --fullos-rootfs) STEP=rootfs; build_rootfs "$FULLOS_PACKAGES"; rootfs_archive "$FULLOS_PACKAGES"; exit 0 ;;
+  --fullos-rootfs-print)
+    f=$(rootfs_archive "$FULLOS_PACKAGES"); [ -f "$f" ] || { echo "full-OS rootfs not built: run hack/test-bins.sh --fullos-rootfs" >&2; exit 1; }
+    echo "$f"; exit 0 ;;
   --metal-kernel) STEP=metal-kernel; build_metal_kernel; metal_kernel_dir; exit 0 ;;
   --metal-kernel-print)
     metal_kernel_dir || { echo "metal kernel not fetched: run hack/test-bins.sh --metal-kernel" >&2; exit 1; }
@@ -453,8 +494,9 @@ install_packages
 if [ "${1:-}" = "--force" ]; then rm -f "${BIN_DIR}/.complete"; fi
 build_binaries
 build_rootfs
+build_rootfs "$FULLOS_PACKAGES"
 build_metal_kernel
 if [ $((SECONDS - total)) -gt 1 ]; then
-  log "all test binaries, packages, the node rootfs and the metal kernel ready in ${BIN_DIR} ($((SECONDS - total))s)"
+  log "all test binaries, packages, the node and full-OS rootfs and the metal kernel ready in ${BIN_DIR} ($((SECONDS - total))s)"
 fi
 echo "${BIN_DIR}"

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
 
 // bpffsMountPoint is where the kernel offers the BPF filesystem's mount point.

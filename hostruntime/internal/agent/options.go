@@ -21,7 +21,7 @@ import (
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
 	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
 
 // Defaults of the agent-side settings (command-line flags; not part of the AgentConfig file).

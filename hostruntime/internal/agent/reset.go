@@ -16,8 +16,8 @@ import (
 	"time"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
 
 // ResetReport says what reset removed and what it kept.

@@ -9,10 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
 	"github.com/yonder-dev/yonder/hostruntime/internal/render"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
 
 // Status is the machine-readable state of this host's node.

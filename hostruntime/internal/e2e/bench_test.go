@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
 	"github.com/yonder-dev/yonder/hostruntime/internal/rootfs"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 

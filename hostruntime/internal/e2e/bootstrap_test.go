@@ -20,7 +20,7 @@ import (
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
 	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
-	"github.com/yonder-dev/yonder/hostruntime/internal/nspawn"
+	"github.com/yonder-dev/yonder/pkg/nspawn"
 	"github.com/yonder-dev/yonder/test/hosts"
 )
 

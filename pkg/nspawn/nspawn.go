@@ -1,5 +1,6 @@
-// Package nspawn runs the node's systemd-nspawn machine: its launch configuration, its own cgroup
-// subtree, and its life cycle. On a host whose PID 1 is systemd the machine runs as a transient unit
+// Package nspawn runs a systemd-nspawn machine booted with systemd as its init: its launch configuration,
+// its own cgroup subtree, and its life cycle. yonder-agent runs the node's machine with it; the tests' full-OS
+// hosts (test/hosts) are such machines too, configured the way the node's is measured to need. On a host whose PID 1 is systemd the machine runs as a transient unit
 // (registered with machined when present); elsewhere the agent launches systemd-nspawn directly with
 // --register=no --keep-unit, detached, from the machine's cgroup subtree. Which one is detected, not
 // configured.
@@ -150,14 +151,7 @@ func (c Config) Start(ctx context.Context, cgroupProcs []string) (pid int, unit 
 		return 0, "", fmt.Errorf("failed to open machine log %s: %w", c.LogFile, err)
 	}
 	defer func() { _ = logf.Close() }()
-	// The shell joins the cgroup subtree, then becomes systemd-nspawn.
-	var script strings.Builder
-	for _, p := range cgroupProcs {
-		fmt.Fprintf(&script, "echo $$ > %s || exit 1; ", shellQuote(filepath.Join(p, "cgroup.procs")))
-	}
-	script.WriteString(`exec "$@"`)
-	argv := append([]string{"-c", script.String(), "sh", bin}, c.Args(false)...)
-	cmd := exec.Command("/bin/sh", argv...)
+	cmd := exec.Command("/bin/sh", c.DirectLaunch(bin, cgroupProcs)...)
 	cmd.Env = append(os.Environ(), Env...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -169,6 +163,18 @@ func (c Config) Start(ctx context.Context, cgroupProcs []string) (pid int, unit 
 	// Reap it in the background if it exits while we still run, so it can be seen to have died.
 	go func() { _ = cmd.Wait() }()
 	return pid, "", nil
+}
+
+// DirectLaunch returns the arguments of /bin/sh that launch the machine without systemd-run: the shell
+// joins the cgroup subtree (cgroupProcs: its directories, from Cgroups.Create), so everything the machine
+// starts stays inside, then becomes bin (systemd-nspawn) with Args(false). Run it with Env added.
+func (c Config) DirectLaunch(bin string, cgroupProcs []string) []string {
+	var script strings.Builder
+	for _, p := range cgroupProcs {
+		fmt.Fprintf(&script, "echo $$ > %s || exit 1; ", shellQuote(filepath.Join(p, "cgroup.procs")))
+	}
+	script.WriteString(`exec "$@"`)
+	return append([]string{"-c", script.String(), "sh", bin}, c.Args(false)...)
 }
 
 // Leader returns the PID (host view) of the machine's init (systemd, PID 1 inside), or 0.

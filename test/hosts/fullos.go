@@ -1,0 +1,311 @@
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/yonder-dev/yonder/pkg/nspawn"
+	"github.com/yonder-dev/yonder/test/internal/proc"
+	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// Full-OS hosts are what CAPI's kubeadm providers (and BYOH, k0smotron, CAPM3 users) expect a machine to be:
+// systemd as PID 1, OpenSSH as a systemd unit, containerd running, and a kubelet unit that waits, as the
+// kubeadm packages install it, for `kubeadm init` or `kubeadm join` to write its configuration. Each is a
+// Debian bookworm tree (hack/test-bins.sh --fullos-rootfs) booted by systemd-nspawn --boot in its own
+// network namespace on the lab network, with the same launch settings as yonder-agent's node machine
+// (package nspawn), in a cgroup subtree of its own. containerd, runc's shim, kubelet and kubeadm are the
+// binaries hack/test-bins.sh builds, bound read-only into /usr/local/bin as a package would install them.
+//
+// A full-OS host is a *Host like the netns hosts: tests reach it over SSH with its pinned host key, as
+// root, with the client key it authorizes. Unlike a netns host it has its own filesystem (a copy of the
+// tree), its own PID 1 and its own mount table; Stop powers it off.
+
+// FullOSOptions tunes the full-OS hosts StartFullOS creates.
+type FullOSOptions struct {
+	// ClientKeyPEM, when set, is authorized instead of a fresh key (several hosts sharing one credential).
+	ClientKeyPEM []byte
+	// RegistryMirrors maps a registry host (registry.k8s.io) to the endpoint that serves its images
+	// (http://10.0.0.1:5000): containerd's hosts.toml, the way an air-gapped site points its nodes at a mirror.
+	RegistryMirrors map[string]string
+	// BootTimeout bounds the wait for the host's sshd to accept connections (default 3 minutes: a boot
+	// under a loaded 2-core machine).
+	BootTimeout time.Duration
+}
+
+// FullOSBinaries are the test binaries a full-OS host has in /usr/local/bin.
+var FullOSBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "kubelet", "kubeadm"}
+
+// StartFullOS boots count full-OS hosts named <prefix>-<i> on network n, in parallel. They are powered off
+// and removed when n is closed.
+func StartFullOS(ctx context.Context, n *labnet.Network, prefix string, count int, opts FullOSOptions) ([]*Host, error) {
+	archive, err := FullOSRootfs()
+	if err != nil {
+		return nil, err
+	}
+	binds := make([]string, 0, len(FullOSBinaries))
+	for _, b := range FullOSBinaries {
+		p, err := testbins.Path(b)
+		if err != nil {
+			return nil, err
+		}
+		if p, err = filepath.EvalSymlinks(p); err != nil {
+			return nil, fmt.Errorf("full-OS hosts: %w", err)
+		}
+		binds = append(binds, p+":/usr/local/bin/"+b)
+	}
+	hosts := make([]*Host, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hosts[i], errs[i] = bootFullOS(ctx, n, fmt.Sprintf("%s-%d", prefix, i), archive, binds, opts)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	timeout := opts.BootTimeout
+	if timeout == 0 {
+		timeout = 3 * time.Minute
+	}
+	for _, h := range hosts {
+		if err := h.sshd.WaitFor(ctx, timeout, h.acceptsSSH); err != nil {
+			return nil, fmt.Errorf("full-OS host %s did not accept SSH: %w (its console: %s)", h.Name, err, h.sshd.LogPath)
+		}
+	}
+	return hosts, nil
+}
+
+// FullOSRootfs returns the full-OS tree's archive: YONDER_TEST_FULLOS_ROOTFS, or the cached one that
+// hack/test-bins.sh builds (once).
+func FullOSRootfs() (string, error) {
+	if p := os.Getenv("YONDER_TEST_FULLOS_ROOTFS"); p != "" {
+		return p, nil
+	}
+	cmd := exec.Command("bash", filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--fullos-rootfs")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("cannot build the full-OS rootfs (hack/test-bins.sh --fullos-rootfs): %w: %s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
+func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, binds []string, opts FullOSOptions) (*Host, error) {
+	att, err := n.Attach(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "yonder-fullos-"+name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("failed to create host directory: %w", err)
+	}
+	n.OnClose(func() error { return os.RemoveAll(dir) })
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil { //nolint:gosec // the machine's root directory
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, "tar", "--zstd", "-xpf", archive, "-C", root, "--numeric-owner").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("failed to unpack %s for full-OS host %s: %s: %w", archive, name, out, err)
+	}
+	h := &Host{Name: name, Namespace: att.Namespace, NamespacePath: att.NamespacePath, Address: att.Address, Port: 22, User: "root", Dir: dir}
+	hostKeyPEM, hostSigner, err := newKey("host " + name)
+	if err != nil {
+		return nil, err
+	}
+	h.HostKey = hostSigner.PublicKey()
+	if h.ClientKeyPEM = opts.ClientKeyPEM; h.ClientKeyPEM == nil {
+		if h.ClientKeyPEM, _, err = newKey("client of " + name); err != nil {
+			return nil, err
+		}
+	}
+	if h.ClientSigner, err = ssh.ParsePrivateKey(h.ClientKeyPEM); err != nil {
+		return nil, fmt.Errorf("failed to parse client key for host %s: %w", name, err)
+	}
+	files := fullOSFiles(h, hostKeyPEM, cgroupV2(), opts.RegistryMirrors)
+	files["etc/ssh/ssh_host_ed25519_key.pub"] = fileSpec{ssh.MarshalAuthorizedKey(h.HostKey), 0o644}
+	for rel, f := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories of the machine's tree
+			return nil, err
+		}
+		_ = os.Remove(p) // a symlink in the tree (/etc/resolv.conf) must not redirect the write
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return nil, fmt.Errorf("failed to write %s for full-OS host %s: %w", rel, name, err)
+		}
+	}
+	for link, target := range fullOSUnitLinks {
+		p := filepath.Join(root, "etc/systemd/system", link)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories of the machine's tree
+			return nil, err
+		}
+		_ = os.Remove(p)
+		if err := os.Symlink(target, p); err != nil {
+			return nil, fmt.Errorf("failed to enable %s on full-OS host %s: %w", link, name, err)
+		}
+	}
+	cfg := nspawn.Config{Name: "yonder-fullos-" + name, Rootfs: root, NetworkNamespacePath: att.NamespacePath,
+		ReadOnlyBinds: binds}
+	if st, err := os.Stat("/lib/modules"); err == nil && st.IsDir() {
+		// kubeadm's preflight reads the kernel's modules and configuration, as on any host.
+		cfg.ReadOnlyBinds = append(cfg.ReadOnlyBinds, "/lib/modules")
+	}
+	cg := nspawn.Cgroups{Name: cfg.Name}
+	paths, err := cg.Create()
+	if err != nil {
+		return nil, fmt.Errorf("full-OS host %s needs a cgroup subtree of its own: %w", name, err)
+	}
+	n.OnClose(func() error { return cg.KillAndRemove(10 * time.Second) })
+	bin, err := proc.LookPath("systemd-nspawn")
+	if err != nil {
+		return nil, fmt.Errorf("systemd-nspawn is missing: run `hack/test-bins.sh --packages` (installs systemd-container): %w", err)
+	}
+	// The machine's console (its boot messages) is the process's log: the place to look when it fails.
+	if h.sshd, err = proc.Start("console", dir, nspawn.Env, "/bin/sh", cfg.DirectLaunch(bin, paths)...); err != nil {
+		return nil, err
+	}
+	n.OnClose(func() error { return h.sshd.Stop(30 * time.Second) })
+	return h, nil
+}
+
+// fileSpec is one file written into a full-OS host's tree.
+type fileSpec struct {
+	data []byte
+	mode os.FileMode
+}
+
+// fullOSUnitLinks enable the units, as `systemctl enable` would.
+var fullOSUnitLinks = map[string]string{
+	"multi-user.target.wants/host-prep.service":  "/etc/systemd/system/host-prep.service",
+	"multi-user.target.wants/containerd.service": "/etc/systemd/system/containerd.service",
+	"multi-user.target.wants/kubelet.service":    "/etc/systemd/system/kubelet.service",
+	"multi-user.target.wants/ssh.service":        "/lib/systemd/system/ssh.service",
+	// A container has no hardware to wait for, and nothing on the host needs these.
+	"getty.target":                         "/dev/null",
+	"console-getty.service":                "/dev/null",
+	"systemd-networkd-wait-online.service": "/dev/null",
+}
+
+// fullOSFiles is what a host's tree gets on top of the archive: its identity (hostname, host key, the
+// authorized client key), sshd's settings, containerd's configuration, and the kubelet unit with the drop-in
+// the kubeadm packages install (the kubelet restarts until kubeadm writes its configuration).
+func fullOSFiles(h *Host, hostKeyPEM []byte, v2 bool, mirrors map[string]string) map[string]fileSpec {
+	// On a cgroup v1 machine the kubelet inside nspawn needs the cgroupfs driver (docs/agent.md measured
+	// why); where the machine has cgroup v2, systemd's, which is kubeadm's default.
+	systemdCgroup := "false"
+	if v2 {
+		systemdCgroup = "true"
+	}
+	f := map[string]fileSpec{
+		"etc/hostname":                 {[]byte(h.Name + "\n"), 0o644},
+		"etc/hosts":                    {[]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + h.Address.String() + "\t" + h.Name + "\n"), 0o644},
+		"etc/resolv.conf":              {[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644},
+		"etc/machine-id":               {nil, 0o444}, // generated at boot: every host its own
+		"etc/ssh/ssh_host_ed25519_key": {hostKeyPEM, 0o600},
+		"root/.ssh/authorized_keys":    {ssh.MarshalAuthorizedKey(h.ClientSigner.PublicKey()), 0o600},
+		"etc/ssh/sshd_config.d/yonder.conf": {[]byte("# Yonder test host " + h.Name + ": the host key the harness pinned, keys only.\n" +
+			"HostKey /etc/ssh/ssh_host_ed25519_key\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"), 0o644},
+		// nspawn mounts the cgroup v1 controllers read-only; the kubelet and runc need them writable (the
+		// same step as yonder-agent's node machine, hostruntime/internal/render), and /dev/kmsg present.
+		"etc/systemd/system/host-prep.service": {[]byte(`[Unit]
+Description=Prepare the container for containerd and the kubelet
+DefaultDependencies=no
+After=local-fs.target
+Before=containerd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true'
+
+[Install]
+WantedBy=multi-user.target
+`), 0o644},
+		"etc/systemd/system/containerd.service": {[]byte(`[Unit]
+Description=containerd container runtime
+After=network.target local-fs.target host-prep.service
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/local/bin/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNOFILE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+`), 0o644},
+		"etc/containerd/config.toml": {[]byte(`version = 3
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "/etc/containerd/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # The container has no CAP_SYS_RESOURCE to lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    # Debian's containernetworking-plugins.
+    bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = ` + systemdCgroup + `
+`), 0o644},
+		// As the kubeadm packages install them: kubelet.service and its kubeadm drop-in.
+		"etc/systemd/system/kubelet.service": {[]byte(`[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/local/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+`), 0o644},
+		"etc/systemd/system/kubelet.service.d/10-kubeadm.conf": {[]byte(`[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+`), 0o644},
+	}
+	for registry, endpoint := range mirrors {
+		f["etc/containerd/certs.d/"+registry+"/hosts.toml"] = fileSpec{[]byte(fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+registry, endpoint)), 0o644}
+	}
+	return f
+}
+
+// cgroupV2 reports whether the machine runs the unified cgroup hierarchy only.
+func cgroupV2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}

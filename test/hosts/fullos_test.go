@@ -1,0 +1,53 @@
+package hosts_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/test/hosts"
+	"github.com/yonder-dev/yonder/test/labnet"
+	"github.com/yonder-dev/yonder/test/stack"
+)
+
+// Two full-OS hosts: each is reached over SSH with its pinned host key, runs systemd as PID 1 with sshd,
+// containerd and a waiting kubelet as units (the state the kubeadm packages leave a machine in), reports
+// kubeadm and kubelet of the tested Kubernetes version, and has a filesystem of its own.
+func TestFullOSHostsBootWithSystemdAndServeSSH(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n := labnet.NewForTest(t)
+	start := time.Now()
+	hs, err := hosts.StartFullOS(ctx, n, "fullos", 2, hosts.FullOSOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("two full-OS hosts accepted SSH %s after the start", time.Since(start).Round(time.Second))
+
+	for _, h := range hs {
+		// The boot is finished when systemd says so; "running" means no unit failed.
+		out, err := h.Output(ctx, "systemctl is-system-running --wait")
+		g.Expect(err).NotTo(HaveOccurred(), "host %s: %s\nfailed units: %s", h.Name, out, must(h.Output(ctx, "systemctl --failed --no-legend")))
+		g.Expect(strings.TrimSpace(out)).To(Equal("running"))
+
+		out, err = h.Output(ctx, "cat /proc/1/comm; hostname; systemctl is-active ssh containerd; systemctl show -p ActiveState,SubState kubelet")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(strings.Fields(out)).To(HaveExactElements("systemd", h.Name, "active", "active",
+			"ActiveState=activating", "SubState=auto-restart"), "the kubelet waits for kubeadm, as after installing the packages")
+
+		out, err = h.Output(ctx, "kubeadm version -o short && kubelet --version && ctr version | grep -c Version")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(strings.Fields(out)).To(HaveExactElements(stack.KubernetesVersion, "Kubernetes", stack.KubernetesVersion, "2"), "kubeadm, the kubelet and containerd's client and server")
+	}
+
+	// Separate filesystems: what one host writes, the other does not see.
+	_, err = hs[0].Output(ctx, "echo mine > /etc/yonder-fullos-test")
+	g.Expect(err).NotTo(HaveOccurred())
+	out, err := hs[1].Output(ctx, "test -e /etc/yonder-fullos-test && echo shared || echo separate")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.TrimSpace(out)).To(Equal("separate"))
+}
+
+func must(s string, _ error) string { return s }

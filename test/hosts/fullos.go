@@ -113,15 +113,19 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "yonder-fullos-"+name+"-")
-	if err != nil {
+	// Named after the namespace, which is unique to this holder of the lab network's slot: concurrent test
+	// processes never share a machine name, a cgroup subtree or a tree, and the next holder of the slot
+	// removes what a killed one left (its processes go with the namespace, labnet.DeleteNamespace).
+	id := "yonder-fullos-" + att.Namespace
+	dir := filepath.Join(os.TempDir(), id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("failed to remove the leftover tree of full-OS host %s: %w", name, err)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil { //nolint:gosec // the machine's root directory
 		return nil, fmt.Errorf("failed to create host directory: %w", err)
 	}
 	n.OnClose(func() error { return os.RemoveAll(dir) })
-	root := filepath.Join(dir, "root")
-	if err := os.Mkdir(root, 0o755); err != nil { //nolint:gosec // the machine's root directory
-		return nil, err
-	}
 	if out, err := exec.CommandContext(ctx, "tar", "--zstd", "-xpf", archive, "-C", root, "--numeric-owner").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("failed to unpack %s for full-OS host %s: %s: %w", archive, name, out, err)
 	}
@@ -161,13 +165,18 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 			return nil, fmt.Errorf("failed to enable %s on full-OS host %s: %w", link, name, err)
 		}
 	}
-	cfg := nspawn.Config{Name: "yonder-fullos-" + name, Rootfs: root, NetworkNamespacePath: att.NamespacePath,
+	cfg := nspawn.Config{Name: id, Rootfs: root, NetworkNamespacePath: att.NamespacePath,
 		ReadOnlyBinds: binds}
 	if st, err := os.Stat("/lib/modules"); err == nil && st.IsDir() {
 		// kubeadm's preflight reads the kernel's modules and configuration, as on any host.
 		cfg.ReadOnlyBinds = append(cfg.ReadOnlyBinds, "/lib/modules")
 	}
 	cg := nspawn.Cgroups{Name: cfg.Name}
+	if cg.Exists() {
+		if err := cg.KillAndRemove(10 * time.Second); err != nil {
+			return nil, fmt.Errorf("failed to remove the leftover cgroups of full-OS host %s: %w", name, err)
+		}
+	}
 	paths, err := cg.Create()
 	if err != nil {
 		return nil, fmt.Errorf("full-OS host %s needs a cgroup subtree of its own: %w", name, err)

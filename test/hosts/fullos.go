@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/labnet"
@@ -42,6 +43,10 @@ type FullOSOptions struct {
 	// under a loaded 2-core machine).
 	BootTimeout time.Duration
 }
+
+// FullOSSandboxImage is the pause image the hosts' containerd runs pod sandboxes with: the one kubeadm of
+// the tested version names (`kubeadm config images list`), so its preflight finds them agreeing.
+const FullOSSandboxImage = "registry.k8s.io/pause:3.10.2"
 
 // FullOSBinaries are the test binaries a full-OS host has in /usr/local/bin.
 var FullOSBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr", "kubelet", "kubeadm"}
@@ -129,7 +134,7 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	if out, err := exec.CommandContext(ctx, "tar", "--zstd", "-xpf", archive, "-C", root, "--numeric-owner").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("failed to unpack %s for full-OS host %s: %s: %w", archive, name, out, err)
 	}
-	h := &Host{Name: name, Namespace: att.Namespace, NamespacePath: att.NamespacePath, Address: att.Address, Port: 22, User: "root", Dir: dir}
+	h := &Host{Name: name, Namespace: att.Namespace, NamespacePath: att.NamespacePath, Address: att.Address, Port: 22, User: "root", Dir: dir, Root: root}
 	hostKeyPEM, hostSigner, err := newKey("host " + name)
 	if err != nil {
 		return nil, err
@@ -171,6 +176,14 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 		// kubeadm's preflight reads the kernel's modules and configuration, as on any host.
 		cfg.ReadOnlyBinds = append(cfg.ReadOnlyBinds, "/lib/modules")
 	}
+	// The kubelet sets a few kernel tunables at start and fails when it cannot; /proc/sys is read-only in
+	// the machine and the kernel is this machine's, so the host takes part in the agents' registry as a node
+	// does (package hostprep): the last holder to leave restores the machine's own values.
+	reg := hostprep.Registry{}
+	if _, _, err := reg.Acquire(id, hostprep.KubeletSysctls); err != nil {
+		return nil, fmt.Errorf("full-OS host %s: %w", name, err)
+	}
+	n.OnClose(func() error { _, _, err := reg.Release(id); return err })
 	cg := nspawn.Cgroups{Name: cfg.Name}
 	if cg.Exists() {
 		if err := cg.KillAndRemove(10 * time.Second); err != nil {
@@ -243,6 +256,9 @@ Before=containerd.service
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true'
+# What kubeadm's install guide has a host set in sysctl.d; systemd-sysctl skips a container's read-only
+# /proc/sys, but the network namespace's own settings are writable.
+ExecStart=/bin/sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
 
 [Install]
 WantedBy=multi-user.target
@@ -272,6 +288,8 @@ WantedBy=multi-user.target
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = "/etc/containerd/certs.d"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "` + FullOSSandboxImage + `"
 
 [plugins."io.containerd.cri.v1.runtime"]
   # The container has no CAP_SYS_RESOURCE to lower oom_score_adj.
@@ -307,6 +325,21 @@ ExecStart=
 ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
 `), 0o644},
 	}
+	// Pods need a network before the Node is Ready. A CNI add-on would configure one; each host has a
+	// bridge of its own with a /24 named after its address (no routes between hosts: a pod reaches the
+	// lab network through the host's masquerade).
+	a := h.Address.As4()
+	f["etc/cni/net.d/10-bridge.conflist"] = fileSpec{[]byte(fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "fullos",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+`, a[3])), 0o644}
 	for registry, endpoint := range mirrors {
 		f["etc/containerd/certs.d/"+registry+"/hosts.toml"] = fileSpec{[]byte(fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+registry, endpoint)), 0o644}
 	}

@@ -50,6 +50,9 @@ type Host struct {
 	ClientSigner ssh.Signer
 	// Dir holds the host's sshd config, keys and logs.
 	Dir string
+	// Root is the host's own filesystem tree as this machine sees it (full-OS hosts); empty for the netns
+	// hosts, which share the machine's.
+	Root string
 
 	sshd *proc.Process
 }

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
-	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 	"github.com/yonder-dev/yonder/pkg/atomicfile"
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 )
 
 func (r *run) host(ctx context.Context) (string, error) {

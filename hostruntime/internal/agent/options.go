@@ -20,7 +20,7 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
-	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
 

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
-	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
 	"github.com/yonder-dev/yonder/test/hosts"
 )

@@ -27,8 +27,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
-	"github.com/yonder-dev/yonder/hostruntime/internal/hostprep"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 )
 
 // A bundle file whose content does not match its pinned sha256 is rejected before anything on the host

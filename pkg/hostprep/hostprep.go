@@ -1,4 +1,5 @@
-// Package hostprep prepares the host for a kubelet that runs inside a systemd-nspawn machine.
+// Package hostprep prepares the host for a kubelet that runs inside a systemd-nspawn machine: yonder-agent's
+// node machine, and the tests' full-OS hosts (test/hosts), which take part in the same registry.
 //
 // The kubelet insists on a few kernel sysctls and treats failing to write them as fatal, but /proc/sys is
 // read-only inside the machine: the agent sets them on the host first. They are global to the machine

@@ -1,0 +1,185 @@
+// Package kubeadm makes Kubernetes clusters with the real kubeadm on full-OS test hosts
+// (test/hosts.StartFullOS): the "existing kubeadm cluster" that a YonderControlPlane attaches and that
+// CABPK's workers join. Nothing is stubbed: kubeadm init writes the PKI, the static pods and the cluster's
+// ConfigMaps; the host's kubelet runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler in
+// containerd. Their images are the binaries hack/test-bins.sh builds, imported into the host's containerd
+// the way an air-gapped site preloads them (no registry can be reached from the test machines).
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	"github.com/yonder-dev/yonder/pkg/ociimage"
+	"github.com/yonder-dev/yonder/test/hosts"
+	"github.com/yonder-dev/yonder/test/testbins"
+)
+
+// Version is the Kubernetes version of the clusters: the built kubeadm's and the control plane's.
+const Version = "v1.36.3"
+
+// EtcdImageTag is the etcd that the control plane runs: the one hack/test-bins.sh builds (ETCD_VERSION),
+// named by its own version rather than passed off as the etcd kubeadm would pick.
+const EtcdImageTag = "3.6.16"
+
+// Cluster is a cluster kubeadm made.
+type Cluster struct {
+	// Host runs the control plane.
+	Host *hosts.Host
+	// Endpoint is the API server's URL.
+	Endpoint string
+	// AdminKubeconfig is kubeadm's /etc/kubernetes/admin.conf.
+	AdminKubeconfig []byte
+}
+
+// controlPlaneImages are the images kubeadm init runs, by name, with the cached binary each carries.
+func controlPlaneImages() map[string]string {
+	return map[string]string{
+		"registry.k8s.io/kube-apiserver:" + Version:          "kube-apiserver",
+		"registry.k8s.io/kube-controller-manager:" + Version: "kube-controller-manager",
+		"registry.k8s.io/kube-scheduler:" + Version:          "kube-scheduler",
+		"registry.k8s.io/etcd:" + EtcdImageTag:               "etcd",
+	}
+}
+
+// LoadImages imports into the host's containerd (namespace k8s.io, where the kubelet looks) the control
+// plane's images and the pause image of hosts.FullOSSandboxImage, built from the cached binaries and
+// busybox-static.
+func LoadImages(ctx context.Context, h *hosts.Host) error {
+	if h.Root == "" {
+		return fmt.Errorf("host %s is not a full-OS host (hosts.StartFullOS)", h.Name)
+	}
+	dir := filepath.Join(h.Root, "var", "lib", "yonder-test-images")
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // a directory of the host's tree
+		return err
+	}
+	specs := map[string]ociimage.Image{}
+	for name, bin := range controlPlaneImages() {
+		p, err := testbins.Path(bin)
+		if err != nil {
+			return err
+		}
+		specs[name] = ociimage.Image{Files: []ociimage.File{
+			{Path: "usr", Dir: true}, {Path: "usr/local", Dir: true}, {Path: "usr/local/bin", Dir: true},
+			{Path: "usr/local/bin/" + bin, Source: p, Mode: 0o755},
+		}}
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return fmt.Errorf("failed to read busybox-static for the pause image (hack/test-bins.sh --packages): %w", err)
+	}
+	specs[hosts.FullOSSandboxImage] = ociimage.Pause(bb)
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for name, spec := range specs {
+		file := strings.NewReplacer("/", "_", ":", "_").Replace(name) + ".tar"
+		if err := ociimage.WriteArchiveFile(filepath.Join(dir, file), name, spec); err != nil {
+			return err
+		}
+		fmt.Fprintf(&script, "ctr -n k8s.io images import --local /var/lib/yonder-test-images/%s >/dev/null\n", file)
+	}
+	out, err := h.Output(ctx, script.String())
+	if err != nil {
+		return fmt.Errorf("failed to import the control plane's images on %s: %s: %w", h.Name, out, err)
+	}
+	return nil
+}
+
+// KubeletConfiguration is the kubelet configuration this test machine needs under kubeadm: where the
+// machine has cgroup v1, the cgroupfs driver with cgroup v1 allowed (a kubelet inside nspawn on a v1 host,
+// docs/compatibility.md); everywhere, swap tolerated and eviction thresholds near zero (the hosts share the
+// machine's disk, whose fill level is not theirs to judge).
+func KubeletConfiguration() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: false\n")
+	b.WriteString("evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  nodefs.inodesFree: 1%\n  imagefs.available: 1%\n")
+	b.WriteString("imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n")
+	if CgroupV1() {
+		b.WriteString("cgroupDriver: cgroupfs\nfailCgroupV1: false\n")
+	}
+	return b.String()
+}
+
+// IgnoredPreflightErrors are the checks of kubeadm's preflight that this machine cannot pass, by name.
+func IgnoredPreflightErrors() []string {
+	var ignored []string
+	if CgroupV1() {
+		// Cgroup v1 is in maintenance mode for the kubelet; the check fails on a v1 machine.
+		ignored = append(ignored, "SystemVerification")
+	}
+	// A machine running other tests has swap or not; the kubelet tolerates it (failSwapOn: false).
+	return append(ignored, "Swap")
+}
+
+// CgroupV1 reports whether this machine mounts cgroup v1 hierarchies.
+func CgroupV1() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err != nil
+}
+
+var initConfig = template.Must(template.New("init").Parse(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: {{ .Address }}
+  bindPort: 6443
+nodeRegistration:
+  name: {{ .Name }}
+  criSocket: unix:///run/containerd/containerd.sock
+  # Workloads may run on this single control-plane Node.
+  taints: []
+  ignorePreflightErrors:
+{{- range .Ignored }}
+  - {{ . }}
+{{- end }}
+# No add-ons: the hosts bring their own pod network (a bridge each), and nothing here needs Services.
+skipPhases:
+- addon/kube-proxy
+- addon/coredns
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: {{ .Version }}
+controlPlaneEndpoint: {{ .Address }}:6443
+etcd:
+  local:
+    imageTag: {{ .EtcdTag }}
+---
+{{ .Kubelet }}`))
+
+// Init runs `kubeadm init` on h and returns the cluster once its API server answers and the control-plane
+// Node is Ready.
+func Init(ctx context.Context, h *hosts.Host) (*Cluster, error) {
+	if h.Root == "" {
+		return nil, fmt.Errorf("host %s is not a full-OS host (hosts.StartFullOS): kubeadm needs systemd and a kubelet unit", h.Name)
+	}
+	if err := LoadImages(ctx, h); err != nil {
+		return nil, err
+	}
+	var cfg bytes.Buffer
+	if err := initConfig.Execute(&cfg, map[string]any{
+		"Address": h.Address.String(), "Name": h.Name, "Ignored": IgnoredPreflightErrors(),
+		"Version": Version, "EtcdTag": EtcdImageTag, "Kubelet": KubeletConfiguration(),
+	}); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(h.Root, "etc", "kubeadm"), 0o755); err != nil { //nolint:gosec // a directory of the host's tree
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(h.Root, "etc", "kubeadm", "init.yaml"), cfg.Bytes(), 0o600); err != nil {
+		return nil, err
+	}
+	out, err := h.Output(ctx, "kubeadm init --config /etc/kubeadm/init.yaml 2>&1")
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm init on %s failed: %w\n%s", h.Name, err, out)
+	}
+	admin, err := os.ReadFile(filepath.Join(h.Root, "etc", "kubernetes", "admin.conf"))
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm init on %s wrote no admin.conf: %w", h.Name, err)
+	}
+	return &Cluster{Host: h, Endpoint: "https://" + h.Address.String() + ":6443", AdminKubeconfig: admin}, nil
+}

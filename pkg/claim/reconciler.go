@@ -39,7 +39,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 
@@ -229,6 +228,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
 	// The machine's writes go through writer, which remembers the versions written (written.go).
 	writer := recordingClient{Client: r.Client, w: &r.written}
+	isPaused := ptr.Deref(cluster.Spec.Paused, false) || annotations.HasPaused(m)
 	if m.GetDeletionTimestamp().IsZero() {
 		if added, err := finalizers.EnsureFinalizer(ctx, writer, m, a.Spec().Finalizer); err != nil || added {
 			return ctrl.Result{}, err
@@ -236,11 +236,10 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	} else if !controllerutil.ContainsFinalizer(m, a.Spec().Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	helper, err := patch.NewHelper(m, writer)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
-	}
-	if !ptr.Deref(cluster.Spec.Paused, false) && !annotations.HasPaused(m) {
+	// base is the machine as the API server holds it; each write sends what m changed since.
+	base := m.DeepCopyObject().(M) //nolint:forcetypeassert // a copy of m has m's type
+	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
+	if !isPaused {
 		// Not paused: the condition (as CAPI's paused package words it) goes out with this pass's one
 		// status patch, instead of in a write of its own that only wakes the machine for another pass.
 		// EnsurePausedCondition then finds it set and writes nothing.
@@ -249,28 +248,23 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, writer, cluster, m); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
-	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
 	s.patch = func(ctx context.Context) error {
-		if err := r.patch(ctx, helper, m); err != nil {
+		if err := r.patch(ctx, writer, base, m); err != nil {
 			return err
 		}
 		// The next patch of this pass (Scope.Patch before slow work, then the deferred one) starts from
 		// what was just written, instead of sending all of it again.
-		next, err := patch.NewHelper(m, writer)
-		if err != nil {
-			return fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
-		}
-		helper = next
+		base = m.DeepCopyObject().(M) //nolint:forcetypeassert // a copy of m has m's type
 		return nil
 	}
 	s.rebase = func(o client.Object) error {
+		written, ok := o.DeepCopyObject().(M)
+		if !ok {
+			return fmt.Errorf("%s %s was written as %T", a.Spec().MachineKind, klog.KObj(m), o)
+		}
 		// m stands for o plus this pass's changes: at o's version, so no patch carries a stale one.
 		m.SetResourceVersion(o.GetResourceVersion())
-		next, err := patch.NewHelper(o, writer)
-		if err != nil {
-			return fmt.Errorf("failed to create patch helper for %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
-		}
-		helper = next
+		base = written
 		return nil
 	}
 	before := slices.Clone(m.GetConditions())
@@ -289,8 +283,8 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 
 // patch writes m: clusterctl's block-move annotation while a hand-off or withdrawal is in flight
 // (reserved or claimed and not provisioned, or deleting with a claim), the Ready summary, and the
-// conditions this controller owns.
-func (r *Reconciler[M, H]) patch(ctx context.Context, helper *patch.Helper, m M) error {
+// conditions this controller owns (PatchObject: status and conditions in one request).
+func (r *Reconciler[M, H]) patch(ctx context.Context, c client.Client, base, m M) error {
 	a := r.Adapter
 	keys, conds := a.Spec().Keys, a.Spec().Conditions
 	ann := m.GetAnnotations()
@@ -315,7 +309,7 @@ func (r *Reconciler[M, H]) patch(ctx context.Context, helper *patch.Helper, m M)
 		}
 	}
 	owned := []string{conds.Claimed, conds.Provisioned, conds.Released, clusterv1.ReadyCondition, clusterv1.PausedCondition}
-	if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: owned}); err != nil {
+	if err := PatchObject(ctx, c, base, m, owned); err != nil {
 		return fmt.Errorf("failed to patch %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	return nil

@@ -26,13 +26,13 @@ import (
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/predicates"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
+	"github.com/yonder-dev/yonder/pkg/claim"
 )
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=yondersshhosts;yondersshhosts/status;yondersshhosts/finalizers,verbs=get;list;watch;update;patch
@@ -78,20 +78,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if annotations.HasPaused(h) {
 		return ctrl.Result{}, nil
 	}
-	helper, err := patch.NewHelper(h, r.Client)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("failed to create patch helper for YonderSSHHost %s: %w", klog.KObj(h), err)
-	}
+	// base is the host as read; the deferred write sends what this pass changed, status with its
+	// conditions in one request (only this controller writes a host's status).
+	base := h.DeepCopy()
 	defer func() {
 		if err := conditions.SetSummaryCondition(h, h, clusterv1.ReadyCondition, conditions.ForConditionTypes{infrav1.YonderSSHHostReachableCondition},
 			conditions.IgnoreTypesIfMissing{infrav1.YonderSSHHostReachableCondition}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
-		if err := helper.Patch(ctx, h, patch.WithOwnedConditions{Conditions: []string{infrav1.YonderSSHHostReachableCondition, clusterv1.ReadyCondition}}); err != nil {
+		if err := claim.PatchObject(ctx, r.Client, base, h, []string{infrav1.YonderSSHHostReachableCondition, clusterv1.ReadyCondition}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch YonderSSHHost %s: %w", klog.KObj(h), err)})
 		}
 	}()
-
 	if !h.DeletionTimestamp.IsZero() {
 		if h.Spec.ConsumerRef != nil {
 			// Deleting a claimed host would leak its Machine's infrastructure: wait for the release.

@@ -102,6 +102,13 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 	SetCondition(m, conds.Claimed, metav1.ConditionTrue, ClaimedReason, "")
 	s.Host = host
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(a.HostKind(), klog.KObj(host)))
+	if s.pendingFinalizer != "" {
+		// A claim found without a reservation on m (none written by this controller): the finalizer is
+		// written before the provider touches the host.
+		if err := s.Patch(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return a.Provision(ctx, s)
 }
 
@@ -155,7 +162,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		if err != nil || chosen == "" {
 			return none, noHost, err
 		}
-		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen)
+		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen, s.pendingFinalizer)
 		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Another replica is deciding for this machine right now.
@@ -183,7 +190,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 	if !exists || !a.Available(h) || !r.selects(m, h) {
 		// Taken by another machine, gone or changed between the choice and the claim: choose again.
 		log.V(4).Info("Reserved host is no longer available, choosing again", a.HostKind(), klog.KRef(m.GetNamespace(), name))
-		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, "")
+		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, "", s.pendingFinalizer)
 		if err != nil && !apierrors.IsConflict(err) {
 			return none, noHost, err
 		}

@@ -78,6 +78,9 @@ type Scope[M Machine, H client.Object] struct {
 	Host H
 
 	patch func(ctx context.Context) error
+	// pendingFinalizer is the finalizer added to Machine in memory and not written yet ("" once written):
+	// the reservation carries it.
+	pendingFinalizer string
 	// rebase tells the deferred patch that o (the machine as just written outside it: a reservation) is
 	// what the API server holds, so that patch sends only what differs from o.
 	rebase func(o client.Object) error
@@ -229,8 +232,15 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	// The machine's writes go through writer, which remembers the versions written (written.go).
 	writer := recordingClient{Client: r.Client, w: &r.written}
 	isPaused := ptr.Deref(cluster.Spec.Paused, false) || annotations.HasPaused(m)
+	deferFinalizer := false
 	if m.GetDeletionTimestamp().IsZero() {
-		if added, err := finalizers.EnsureFinalizer(ctx, writer, m, a.Spec().Finalizer); err != nil || added {
+		if !controllerutil.ContainsFinalizer(m, a.Spec().Finalizer) && !isPaused && r.unclaimed(m) {
+			// The finalizer goes out with this pass's first write (the reservation, or the patch at its
+			// end) instead of in a write and a pass of its own: a machine that never reserved a host
+			// holds nothing a deletion would have to release, and the reservation carries it before any
+			// claim reaches a host.
+			deferFinalizer = true
+		} else if added, err := finalizers.EnsureFinalizer(ctx, writer, m, a.Spec().Finalizer); err != nil || added {
 			return ctrl.Result{}, err
 		}
 	} else if !controllerutil.ContainsFinalizer(m, a.Spec().Finalizer) {
@@ -239,6 +249,10 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	// base is the machine as the API server holds it; each write sends what m changed since.
 	base := m.DeepCopyObject().(M) //nolint:forcetypeassert // a copy of m has m's type
 	s := &Scope[M, H]{Machine: m, CAPIMachine: machine, Cluster: cluster}
+	if deferFinalizer {
+		controllerutil.AddFinalizer(m, a.Spec().Finalizer)
+		s.pendingFinalizer = a.Spec().Finalizer
+	}
 	if !isPaused {
 		// Not paused: the condition (as CAPI's paused package words it) goes out with this pass's one
 		// status patch, instead of in a write of its own that only wakes the machine for another pass.
@@ -255,6 +269,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		// The next patch of this pass (Scope.Patch before slow work, then the deferred one) starts from
 		// what was just written, instead of sending all of it again.
 		base = m.DeepCopyObject().(M) //nolint:forcetypeassert // a copy of m has m's type
+		s.pendingFinalizer = ""
 		return nil
 	}
 	s.rebase = func(o client.Object) error {
@@ -265,6 +280,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		// m stands for o plus this pass's changes: at o's version, so no patch carries a stale one.
 		m.SetResourceVersion(o.GetResourceVersion())
 		base = written
+		s.pendingFinalizer = ""
 		return nil
 	}
 	before := slices.Clone(m.GetConditions())
@@ -318,4 +334,11 @@ func (r *Reconciler[M, H]) patch(ctx context.Context, c client.Client, base, m M
 // SetCondition sets a condition on m.
 func SetCondition(m conditions.Setter, t string, status metav1.ConditionStatus, reason, msg string) {
 	conditions.Set(m, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg})
+}
+
+// unclaimed reports whether m never reserved a host: no claim identity, reservation or host recorded.
+func (r *Reconciler[M, H]) unclaimed(m M) bool {
+	keys := r.Adapter.Spec().Keys
+	ann := m.GetAnnotations()
+	return ann[keys.ClaimID] == "" && ann[keys.ReservedHost] == "" && ann[keys.Host] == ""
 }

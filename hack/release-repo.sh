@@ -6,8 +6,9 @@
 #   out/repository/<provider-label>/<version>/<components file>, metadata.yaml, templates
 #   out/clusterctl.yaml   providers: + cert-manager: with file:// URLs into out/repository
 #
-# The core provider (cluster-api) is built with kustomize from the CAPI module's own core/config at the
-# version go.mod pins, the image set to the upstream release image of that version. cert-manager is the
+# The core provider (cluster-api) and CAPI's kubeadm providers (bootstrap-kubeadm, control-plane-kubeadm) are
+# built with kustomize from the CAPI module's own config at the version go.mod pins, the images set to the
+# upstream release images of that version. cert-manager is the
 # real cert-manager CRDs of the version hack/certmanager/go.mod requires (from its Go module); see
 # docs/clusterctl.md for why only the CRDs and who issues the certificates in the e2e suite.
 #
@@ -32,28 +33,40 @@ KUSTOMIZE=(go tool -modfile=hack/tools/go.mod kustomize)
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 REPO=$OUT/repository
 mkdir -p "$REPO"
-rm -rf "$REPO"/cluster-api "$REPO"/cert-manager "$REPO"/*/"$VERSION"
+rm -rf "$REPO"/cluster-api "$REPO"/bootstrap-kubeadm "$REPO"/control-plane-kubeadm "$REPO"/cert-manager "$REPO"/*/"$VERSION"
 
-# Core provider: the CAPI version the module pins (what the e2e suite runs as capi-manager).
+# Core provider: the CAPI version the module pins (what the e2e suite runs as capi-manager), and CAPI's
+# kubeadm bootstrap (CABPK) and control-plane (KCP) providers of the same version, which users compose with
+# Yonder's (docs/compatibility.md): the e2e suite runs them as capi-kubeadm-bootstrap-manager and
+# capi-kubeadm-control-plane-manager (hack/test-bins.sh).
 capi_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
 capi_version=$(go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
-[[ -d $capi_dir/core/config/default ]] || { echo "no core/config/default in $capi_dir" >&2; exit 1; }
-core=$REPO/cluster-api/$capi_version
-mkdir -p "$core"
 kdir=$(mktemp -d)
 trap 'rm -rf "$kdir"' EXIT
-# kustomize only accepts bases below or beside the kustomization: link the module's config in.
-ln -s "$capi_dir/core/config" "$kdir/config"
-cat > "$kdir/kustomization.yaml" <<EOF
+# capi_provider <provider label> <config dir in the module> <image name> <components file>: kustomize of
+# the module's config/default, the image set to the upstream release image of that version.
+capi_provider() {
+  local label=$1 config=$capi_dir/$2 image=$3 file=$4
+  [[ -d $config/default ]] || { echo "no $2/default in $capi_dir" >&2; exit 1; }
+  local d=$REPO/$label/$capi_version
+  rm -rf "$d" "$kdir/config" && mkdir -p "$d"
+  # kustomize only accepts bases below or beside the kustomization: link the module's config in.
+  ln -s "$config" "$kdir/config"
+  cat > "$kdir/kustomization.yaml" <<EOF
 resources:
 - config/default
 images:
-- name: gcr.io/k8s-staging-cluster-api/cluster-api-controller
-  newName: registry.k8s.io/cluster-api/cluster-api-controller
+- name: gcr.io/k8s-staging-cluster-api/$image
+  newName: registry.k8s.io/cluster-api/$image
   newTag: $capi_version
 EOF
-"${KUSTOMIZE[@]}" build --load-restrictor LoadRestrictionsNone "$kdir" > "$core/core-components.yaml"
-cat "$capi_dir/metadata.yaml" > "$core/metadata.yaml"
+  "${KUSTOMIZE[@]}" build --load-restrictor LoadRestrictionsNone "$kdir" > "$d/$file"
+  cat "$capi_dir/metadata.yaml" > "$d/metadata.yaml"
+}
+capi_provider cluster-api core/config cluster-api-controller core-components.yaml
+capi_provider bootstrap-kubeadm bootstrap/kubeadm/config kubeadm-bootstrap-controller bootstrap-components.yaml
+capi_provider control-plane-kubeadm controlplane/kubeadm/config kubeadm-control-plane-controller control-plane-components.yaml
+core=$REPO/cluster-api/$capi_version
 
 # cert-manager: its real CRDs (clusterctl installs them and checks the API with its test resources).
 cm_dir=$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION
@@ -99,6 +112,12 @@ cfg=$OUT/clusterctl.yaml
   echo "- name: cluster-api"
   echo "  type: CoreProvider"
   echo "  url: file://$core/core-components.yaml"
+  echo "- name: kubeadm"
+  echo "  type: BootstrapProvider"
+  echo "  url: file://$REPO/bootstrap-kubeadm/$capi_version/bootstrap-components.yaml"
+  echo "- name: kubeadm"
+  echo "  type: ControlPlaneProvider"
+  echo "  url: file://$REPO/control-plane-kubeadm/$capi_version/control-plane-components.yaml"
 } > "$cfg"
 for p in "${providers[@]}"; do
   read -r dir name type label <<<"$p"

@@ -41,6 +41,7 @@ func TestClusterctlRepository(t *testing.T) {
 		{"ssh", "yonder-ssh", nil},
 		{"ssh-clusterclass", "yonder-ssh", nil},
 		{"ssh-multi-site", "yonder-ssh", nil},
+		{"ssh-kubeadm", "yonder-ssh", []string{"YONDER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=[SystemVerification]"}},
 		{"metal", "yonder-metal", metalEnv},
 		{"metal-gpu", "yonder-metal", metalEnv},
 		{"metal-clusterclass", "yonder-metal", append([]string{"YONDER_GPU_MACHINE_COUNT=1"}, metalEnv...)},

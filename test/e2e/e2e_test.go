@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 		FastNodeMonitoring: true,
 		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
+		// CAPI's kubeadm providers beside Yonder's, as a user composing them installs them
+		// (TestKubeadmWorkersOnSSHHosts, the ssh-kubeadm flavor).
+		KubeadmProviders: true,
 	}, func(s *stack.Stack) { st = s }))
 }
 

@@ -34,8 +34,14 @@ const sentinel = "/run/cluster-api/bootstrap-success.complete"
 // scale sets the MachineDeployment's replicas.
 func scale(ctx context.Context, t *testing.T, md string, n int32) {
 	t.Helper()
+	scaleIn(ctx, t, st.HostNamespace, md, n)
+}
+
+// scaleIn is scale for MachineDeployment ns/md.
+func scaleIn(ctx context.Context, t *testing.T, ns, md string, n int32) {
+	t.Helper()
 	d := &clusterv1.MachineDeployment{}
-	if err := st.Client.Get(ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: md}, d); err != nil {
+	if err := st.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: md}, d); err != nil {
 		t.Fatal(err)
 	}
 	p := client.MergeFrom(d.DeepCopy())

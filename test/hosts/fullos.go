@@ -3,6 +3,7 @@ package hosts
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -203,7 +204,12 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	if h.sshd, err = proc.Start("console", dir, nspawn.Env, "/bin/sh", cfg.DirectLaunch(bin, paths)...); err != nil {
 		return nil, err
 	}
-	n.OnClose(func() error { return h.sshd.Stop(30 * time.Second) })
+	// Stop (and the network's close) powers the machine off: systemd-nspawn's SIGTERM shuts it down in order;
+	// whatever is left in its cgroup subtree is killed, and the host leaves the sysctl registry.
+	h.poweroff = func() error {
+		return errors.Join(h.sshd.Stop(30*time.Second), cg.KillAndRemove(10*time.Second), func() error { _, _, err := reg.Release(id); return err }())
+	}
+	n.OnClose(h.poweroff)
 	return h, nil
 }
 

@@ -55,6 +55,8 @@ type Host struct {
 	Root string
 
 	sshd *proc.Process
+	// poweroff stops a full-OS host's machine (nil for netns hosts).
+	poweroff func() error
 }
 
 // HomeDir is a private directory that keeps this machine's root dotfiles out of a host.
@@ -242,8 +244,14 @@ func newKey(comment string) ([]byte, ssh.Signer, error) {
 // as a signer.
 func NewClientKey() ([]byte, ssh.Signer, error) { return newKey("yonder test client") }
 
-// Stop stops the host's sshd: the host becomes unreachable, and its private directories are gone.
-func (h *Host) Stop() error { return h.sshd.Stop(5 * time.Second) }
+// Stop stops the host's sshd: the host becomes unreachable, and its private directories are gone. A full-OS
+// host is powered off.
+func (h *Host) Stop() error {
+	if h.poweroff != nil {
+		return h.poweroff()
+	}
+	return h.sshd.Stop(5 * time.Second)
+}
 
 // Output runs a command over SSH and returns its stdout and stderr interleaved.
 func (h *Host) Output(ctx context.Context, command string) (string, error) {

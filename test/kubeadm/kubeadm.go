@@ -35,6 +35,9 @@ type Cluster struct {
 	Endpoint string
 	// AdminKubeconfig is kubeadm's /etc/kubernetes/admin.conf.
 	AdminKubeconfig []byte
+	// CACert and CAKey are the cluster CA kubeadm made (/etc/kubernetes/pki/ca.crt, ca.key): what a user
+	// stores as the Cluster's <cluster>-ca Secret for CABPK.
+	CACert, CAKey []byte
 }
 
 // controlPlaneImages are the images kubeadm init runs, by name, with the cached binary each carries.
@@ -47,10 +50,10 @@ func controlPlaneImages() map[string]string {
 	}
 }
 
-// LoadImages imports into the host's containerd (namespace k8s.io, where the kubelet looks) the control
-// plane's images and the pause image of hosts.FullOSSandboxImage, built from the cached binaries and
-// busybox-static.
-func LoadImages(ctx context.Context, h *hosts.Host) error {
+// LoadImages imports into the host's containerd (namespace k8s.io, where the kubelet looks) the pause image
+// of hosts.FullOSSandboxImage (busybox-static's) and, for a control-plane host, the control plane's images
+// built from the cached binaries: what a host with access to registry.k8s.io would pull.
+func LoadImages(ctx context.Context, h *hosts.Host, controlPlane bool) error {
 	if h.Root == "" {
 		return fmt.Errorf("host %s is not a full-OS host (hosts.StartFullOS)", h.Name)
 	}
@@ -60,6 +63,9 @@ func LoadImages(ctx context.Context, h *hosts.Host) error {
 	}
 	specs := map[string]ociimage.Image{}
 	for name, bin := range controlPlaneImages() {
+		if !controlPlane {
+			break
+		}
 		p, err := testbins.Path(bin)
 		if err != nil {
 			return err
@@ -157,7 +163,7 @@ func Init(ctx context.Context, h *hosts.Host) (*Cluster, error) {
 	if h.Root == "" {
 		return nil, fmt.Errorf("host %s is not a full-OS host (hosts.StartFullOS): kubeadm needs systemd and a kubelet unit", h.Name)
 	}
-	if err := LoadImages(ctx, h); err != nil {
+	if err := LoadImages(ctx, h, true); err != nil {
 		return nil, err
 	}
 	var cfg bytes.Buffer
@@ -181,5 +187,11 @@ func Init(ctx context.Context, h *hosts.Host) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeadm init on %s wrote no admin.conf: %w", h.Name, err)
 	}
-	return &Cluster{Host: h, Endpoint: "https://" + h.Address.String() + ":6443", AdminKubeconfig: admin}, nil
+	c := &Cluster{Host: h, Endpoint: "https://" + h.Address.String() + ":6443", AdminKubeconfig: admin}
+	for p, f := range map[*[]byte]string{&c.CACert: "ca.crt", &c.CAKey: "ca.key"} {
+		if *p, err = os.ReadFile(filepath.Join(h.Root, "etc", "kubernetes", "pki", f)); err != nil {
+			return nil, fmt.Errorf("kubeadm init on %s wrote no CA: %w", h.Name, err)
+		}
+	}
+	return c, nil
 }

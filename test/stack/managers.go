@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/test/internal/proc"
+	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 // ProviderLabel is the label clusterctl puts on every object of a provider, the Deployments included.
@@ -123,6 +124,12 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 		return nil, err
 	}
 	binPath := filepath.Join(s.binDir, bin)
+	if b, ok := upstreamBinaries[name]; ok {
+		// CAPI's providers all call their binary /manager: which one it is follows from the provider.
+		if binPath, err = testbins.Path(b); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := os.Stat(binPath); err != nil {
 		return nil, fmt.Errorf("failed to find the binary %s of Deployment %s/%s: %w", bin, d.Namespace, d.Name, err)
 	}
@@ -153,6 +160,13 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 		return nil, err
 	}
 	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr, MetricsAddr: metricsAddr}, nil
+}
+
+// upstreamBinaries are the cached binaries (hack/test-bins.sh) of the Cluster API providers, by provider label.
+var upstreamBinaries = map[string]string{
+	"cluster-api":           "capi-manager",
+	"bootstrap-kubeadm":     "capi-kubeadm-bootstrap-manager",
+	"control-plane-kubeadm": "capi-kubeadm-control-plane-manager",
 }
 
 // managerContainer returns the Deployment's container named manager, its binary's name and its arguments

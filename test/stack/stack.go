@@ -8,9 +8,10 @@
 //     EndpointSlice addresses;
 //   - the providers installed by the REAL `clusterctl init --core cluster-api --bootstrap yonder
 //     --control-plane yonder --infrastructure yonder-ssh` from the local repository that
-//     `make release-manifests` lays out (the stack runs that target into its own directory);
+//     `make release-manifests` lays out (the stack runs that target into its own directory), with CAPI's
+//     kubeadm bootstrap and control-plane providers beside Yonder's when Options.KubeadmProviders is set;
 //   - each provider's Deployment then run as a PROCESS: the same binary (capi-manager for the core
-//     provider, our managers built from this tree), the Deployment's own command-line arguments and
+//     provider, capi-kubeadm-*-manager for CAPI's kubeadm providers, our managers built from this tree), the Deployment's own command-line arguments and
 //     POD_NAMESPACE, authenticated as the Deployment's ServiceAccount (a TokenRequest token, so the
 //     components' RBAC is exercised), serving webhooks with the certificate from the Secret the
 //     Deployment mounts, on the lab bridge address that the stack writes into an EndpointSlice of the
@@ -139,6 +140,10 @@ type Options struct {
 	// beside the boot artifacts, where an operator may put images too. MetalImageEnv returns the clusterctl
 	// variables that make `--flavor metal` write it to the hosts' disks.
 	MetalDiskImage bool
+	// KubeadmProviders installs CAPI's kubeadm bootstrap and control-plane providers (CABPK, KCP) beside
+	// Yonder's with the same `clusterctl init`, and runs them like the others: the compatibility scenarios'
+	// real peers (docs/compatibility.md).
+	KubeadmProviders bool
 	// ExtraImages are further image archives (key → path) pushed into the stack's registry under their names'
 	// paths; nodes pull them through it (the lab's network add-on images, named ghcr.io/yonder-dev/…).
 	ExtraImages map[string]string
@@ -509,11 +514,7 @@ func (s *Stack) build(ctx context.Context) error {
 			return fmt.Errorf("failed to name the %s manager: %w", dir, err)
 		}
 	}
-	capi, err := testbins.Path("capi-manager")
-	if err != nil {
-		return err
-	}
-	return os.Symlink(capi, filepath.Join(s.binDir, "manager"))
+	return nil
 }
 
 // clusterctlInit installs cert-manager's CRDs, CAPI and our providers with the real clusterctl.
@@ -531,7 +532,11 @@ func (s *Stack) clusterctlInit(ctx context.Context) error {
 		}
 		env = append(env, metalEnv...)
 	}
-	if _, err := s.Clusterctl(ctx, env, "init", "--core", "cluster-api", "--bootstrap", "yonder", "--control-plane", "yonder",
+	bootstrap, controlPlane := "yonder", "yonder"
+	if s.opts.KubeadmProviders {
+		bootstrap, controlPlane = "yonder,kubeadm", "yonder,kubeadm"
+	}
+	if _, err := s.Clusterctl(ctx, env, "init", "--core", "cluster-api", "--bootstrap", bootstrap, "--control-plane", controlPlane,
 		"--infrastructure", infra); err != nil {
 		return err
 	}

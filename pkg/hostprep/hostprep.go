@@ -16,6 +16,11 @@ import (
 	"strings"
 )
 
+// MachinePrepCommand is the shell command a machine booted by systemd-nspawn runs before containerd and the
+// kubelet (yonder-agent's node machine, the tests' full-OS hosts): nspawn mounts the cgroup v1 controllers
+// read-only, and the kubelet and runc need them writable; the kubelet reads /dev/kmsg, which the machine may lack.
+const MachinePrepCommand = `for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true`
+
 // KubeletSysctls are the values kubelet (protectKernelDefaults=false) writes at start-up.
 var KubeletSysctls = map[string]string{
 	"vm.overcommit_memory": "1",

@@ -250,8 +250,8 @@ func fullOSFiles(h *Host, hostKeyPEM []byte, v2 bool, mirrors map[string]string)
 		"root/.ssh/authorized_keys":    {ssh.MarshalAuthorizedKey(h.ClientSigner.PublicKey()), 0o600},
 		"etc/ssh/sshd_config.d/yonder.conf": {[]byte("# Yonder test host " + h.Name + ": the host key the harness pinned, keys only.\n" +
 			"HostKey /etc/ssh/ssh_host_ed25519_key\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"), 0o644},
-		// nspawn mounts the cgroup v1 controllers read-only; the kubelet and runc need them writable (the
-		// same step as yonder-agent's node machine, hostruntime/internal/render), and /dev/kmsg present.
+		// nspawn mounts the cgroup v1 controllers read-only; the kubelet and runc need them writable, and
+		// /dev/kmsg present: the same step as yonder-agent's node machine (hostprep.MachinePrepCommand).
 		"etc/systemd/system/host-prep.service": {[]byte(`[Unit]
 Description=Prepare the container for containerd and the kubelet
 DefaultDependencies=no
@@ -261,7 +261,7 @@ Before=containerd.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true'
+ExecStart=/bin/sh -c '` + hostprep.MachinePrepCommand + `'
 # What kubeadm's install guide has a host set in sysctl.d; systemd-sysctl skips a container's read-only
 # /proc/sys, but the network namespace's own settings are writable.
 ExecStart=/bin/sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/hostprep"
 )
 
 // Paths inside the machine.
@@ -256,7 +257,7 @@ Before=containerd.service
 Type=oneshot
 RemainAfterExit=yes
 # nspawn mounts the cgroup v1 controllers read-only; the kubelet and runc need them writable.
-ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*/; do case "$d" in */unified/) continue;; esac; mount -o remount,bind,rw "$d" 2>/dev/null || true; done; [ -e /dev/kmsg ] || mknod -m 600 /dev/kmsg c 1 11 || true; mkdir -p /lib/modules ` + LogDir + `'
+ExecStart=/bin/sh -c '` + hostprep.MachinePrepCommand + `; mkdir -p /lib/modules ` + LogDir + `'
 
 [Install]
 WantedBy=multi-user.target

@@ -142,6 +142,9 @@ type Server struct {
 	nextSess int               // sessions ever opened
 	cert     atomic.Pointer[tls.Certificate]
 	total    atomic.Int64
+	// recent holds the last requests served ("METHOD path"), for tests that count requests to say which.
+	recentMu sync.Mutex
+	recent   []string
 	// failPower, when set, makes Reset fail (a BMC that errors).
 	failPower atomic.Bool
 }
@@ -254,8 +257,24 @@ func (s *Server) SetPowerFailure(on bool) { s.failPower.Store(on) }
 // TotalRequests counts every HTTP request served.
 func (s *Server) TotalRequests() int64 { return s.total.Load() }
 
+// recentRequests bounds RecentRequests' memory on a benchmark's busy emulator.
+const recentRequests = 256
+
+// RecentRequests returns the last requests served (up to 256), oldest first, as "METHOD path".
+func (s *Server) RecentRequests() []string {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	return append([]string(nil), s.recent...)
+}
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.total.Add(1)
+	s.recentMu.Lock()
+	if len(s.recent) == recentRequests {
+		s.recent = append(s.recent[:0], s.recent[1:]...)
+	}
+	s.recent = append(s.recent, r.Method+" "+r.URL.Path)
+	s.recentMu.Unlock()
 	path := strings.TrimRight(r.URL.Path, "/")
 	if path == "/redfish" {
 		writeJSON(w, http.StatusOK, map[string]any{"v1": "/redfish/v1/"})

@@ -2,6 +2,7 @@ package baremetalhost_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -219,7 +220,9 @@ func TestSessionEndedBeforeInspection(t *testing.T) {
 // Registering, inspecting and settling the power of an available host take 14 Redfish requests: the
 // service root and a session, the system read that proves the credentials and the system path, ten
 // inventory reads, and the available pass's power read. The inspecting pass reads no system: the session
-// was proven by registration moments before.
+// was proven by registration moments before. A settled host's pass reads its power, so a pass that runs
+// again (seen on a loaded machine: an event the cache delivers after the settling pass) adds power reads,
+// and only those; the benchmark's average at 2,000 hosts is 14.01.
 func TestRegisterInspectRequests(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.CreateNamespace(context.Background(), t, "bmh-req").Name
@@ -232,7 +235,29 @@ func TestRegisterInspectRequests(t *testing.T) {
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	g.Eventually(func(g Gomega) *metal3v1.HardwareDetails { return getHost(g, h).Status.HardwareDetails }).ShouldNot(BeNil())
 	g.Eventually(sim.TotalRequests).Should(BeNumerically(">=", 14))
-	g.Consistently(sim.TotalRequests, "2s").Should(Equal(int64(14)))
+	var settled int64
+	g.Eventually(func() bool { // settled: no request for 2 s
+		n := sim.TotalRequests()
+		time.Sleep(2 * time.Second)
+		settled = sim.TotalRequests()
+		return n == settled
+	}, time.Minute).Should(BeTrue())
+	reqs := sim.RecentRequests()
+	g.Expect(reqs).To(HaveLen(int(settled)))
+	const system = "GET /redfish/v1/Systems/s1"
+	log := strings.Join(reqs, "\n")
+	// Registration and inspection: 13 requests, each once; the system once, before the inventory.
+	g.Expect(reqs[:3]).To(Equal([]string{"GET /redfish/v1/", "POST /redfish/v1/SessionService/Sessions", system}), log)
+	seen := map[string]bool{}
+	for _, q := range reqs[:13] {
+		g.Expect(seen).NotTo(HaveKey(q), "read twice before the host settled:\n%s", log)
+		seen[q] = true
+	}
+	// Then the power read of the available pass, and nothing but power reads after it.
+	g.Expect(reqs[13:]).To(HaveEach(system), log)
+	if settled > 14 {
+		t.Logf("%d power reads after the host settled (passes that ran again)", settled-13)
+	}
 }
 
 // Wrong credentials: the host stays registering with a registration error that names the Secret; fixing

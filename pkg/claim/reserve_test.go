@@ -7,11 +7,36 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
+
+// patchCounter counts the writes a client sends: main resource and status apart.
+type patchCounter struct{ spec, status int }
+
+// patchClient is a fake client holding objs that counts patches. Only for this small table of reserve's
+// one locked patch; PatchObject's behaviour against the API server is tested with the real one
+// (infrastructure-ssh/reconcilers/sshmachine, patchobject_test.go).
+func patchClient(g *WithT, n *patchCounter, objs ...client.Object) client.Client {
+	scheme := runtime.NewScheme()
+	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				n.spec++
+				return c.Patch(ctx, obj, p, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				n.status++
+				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+		}).Build()
+}
 
 // A machine's finalizer, added in memory by the pass that reserves its first host, goes out in the
 // reservation itself (one write, under the machine's resourceVersion), so no claim can reach a host while

@@ -235,13 +235,14 @@ func TestRegisterInspectRequests(t *testing.T) {
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	g.Eventually(func(g Gomega) *metal3v1.HardwareDetails { return getHost(g, h).Status.HardwareDetails }).ShouldNot(BeNil())
 	g.Eventually(sim.TotalRequests).Should(BeNumerically(">=", 14))
-	var settled int64
-	g.Eventually(func() bool { // settled: no request for 2 s
-		n := sim.TotalRequests()
-		time.Sleep(2 * time.Second)
-		settled = sim.TotalRequests()
-		return n == settled
-	}, time.Minute).Should(BeTrue())
+	// Settled: the count has not moved for 2 s.
+	settled, since := sim.TotalRequests(), time.Now()
+	g.Eventually(func() bool {
+		if n := sim.TotalRequests(); n != settled {
+			settled, since = n, time.Now()
+		}
+		return time.Since(since) >= 2*time.Second
+	}, time.Minute, 100*time.Millisecond).Should(BeTrue())
 	reqs := sim.RecentRequests()
 	g.Expect(reqs).To(HaveLen(int(settled)))
 	const system = "GET /redfish/v1/Systems/s1"

@@ -1,14 +1,12 @@
 package hosts
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,14 +102,11 @@ func FullOSRootfs() (string, error) {
 	if p := os.Getenv("YONDER_TEST_FULLOS_ROOTFS"); p != "" {
 		return p, nil
 	}
-	cmd := exec.Command("bash", filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--fullos-rootfs")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("cannot build the full-OS rootfs (hack/test-bins.sh --fullos-rootfs): %w: %s", err, stderr.String())
+	p, err := testbins.Artifact("--fullos-rootfs")
+	if err != nil {
+		return "", fmt.Errorf("cannot build the full-OS rootfs: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	return lines[len(lines)-1], nil
+	return p, nil
 }
 
 func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, binds []string, opts FullOSOptions) (*Host, error) {
@@ -149,7 +144,7 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	if h.ClientSigner, err = ssh.ParsePrivateKey(h.ClientKeyPEM); err != nil {
 		return nil, fmt.Errorf("failed to parse client key for host %s: %w", name, err)
 	}
-	files := fullOSFiles(h, hostKeyPEM, cgroupV2(), opts.RegistryMirrors)
+	files := fullOSFiles(h, hostKeyPEM, CgroupV2(), opts.RegistryMirrors)
 	files["etc/ssh/ssh_host_ed25519_key.pub"] = fileSpec{ssh.MarshalAuthorizedKey(h.HostKey), 0o644}
 	for rel, f := range files {
 		p := filepath.Join(root, rel)
@@ -352,8 +347,9 @@ ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $
 	return f
 }
 
-// cgroupV2 reports whether the machine runs the unified cgroup hierarchy only.
-func cgroupV2() bool {
+// CgroupV2 reports whether the machine runs the unified cgroup hierarchy only (the full-OS hosts share the
+// machine's kernel, so theirs too).
+func CgroupV2() bool {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	return err == nil
 }

@@ -62,18 +62,17 @@ func LoadImages(ctx context.Context, h *hosts.Host, controlPlane bool) error {
 		return err
 	}
 	specs := map[string]ociimage.Image{}
-	for name, bin := range controlPlaneImages() {
-		if !controlPlane {
-			break
+	if controlPlane {
+		for name, bin := range controlPlaneImages() {
+			p, err := testbins.Path(bin)
+			if err != nil {
+				return err
+			}
+			specs[name] = ociimage.Image{Files: []ociimage.File{
+				{Path: "usr", Dir: true}, {Path: "usr/local", Dir: true}, {Path: "usr/local/bin", Dir: true},
+				{Path: "usr/local/bin/" + bin, Source: p, Mode: 0o755},
+			}}
 		}
-		p, err := testbins.Path(bin)
-		if err != nil {
-			return err
-		}
-		specs[name] = ociimage.Image{Files: []ociimage.File{
-			{Path: "usr", Dir: true}, {Path: "usr/local", Dir: true}, {Path: "usr/local/bin", Dir: true},
-			{Path: "usr/local/bin/" + bin, Source: p, Mode: 0o755},
-		}}
 	}
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -105,7 +104,7 @@ func KubeletConfiguration() string {
 	b.WriteString("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: false\n")
 	b.WriteString("evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  nodefs.inodesFree: 1%\n  imagefs.available: 1%\n")
 	b.WriteString("imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n")
-	if CgroupV1() {
+	if !hosts.CgroupV2() {
 		b.WriteString("cgroupDriver: cgroupfs\nfailCgroupV1: false\n")
 	}
 	return b.String()
@@ -114,18 +113,12 @@ func KubeletConfiguration() string {
 // IgnoredPreflightErrors are the checks of kubeadm's preflight that this machine cannot pass, by name.
 func IgnoredPreflightErrors() []string {
 	var ignored []string
-	if CgroupV1() {
+	if !hosts.CgroupV2() {
 		// Cgroup v1 is in maintenance mode for the kubelet; the check fails on a v1 machine.
 		ignored = append(ignored, "SystemVerification")
 	}
 	// A machine running other tests has swap or not; the kubelet tolerates it (failSwapOn: false).
 	return append(ignored, "Swap")
-}
-
-// CgroupV1 reports whether this machine mounts cgroup v1 hierarchies.
-func CgroupV1() bool {
-	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	return err != nil
 }
 
 var initConfig = template.Must(template.New("init").Parse(`apiVersion: kubeadm.k8s.io/v1beta4

@@ -49,6 +49,19 @@ func Dir() (string, error) {
 	return dir, dirErr
 }
 
+// Artifact runs hack/test-bins.sh with flag (--rootfs, --fullos-rootfs), which builds that artifact once and
+// caches it outside the work tree, and returns the path the script prints last.
+func Artifact(flag string) (string, error) {
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "test-bins.sh"), flag)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("hack/test-bins.sh %s failed: %w: %s", flag, err, strings.TrimSpace(stderr.String()))
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
 // Path returns the absolute path of one test binary, checking that it exists and is executable.
 func Path(name string) (string, error) {
 	d, err := Dir()

@@ -82,14 +82,11 @@ func rootfsArchive(t testing.TB) string {
 	if p := os.Getenv("YONDER_TEST_ROOTFS"); p != "" {
 		return p
 	}
-	cmd := exec.Command("bash", filepath.Join(testbins.RepoRoot(), "hack", "test-bins.sh"), "--rootfs")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("cannot build the node rootfs (hack/test-bins.sh --rootfs): %v: %s", err, stderr.String())
+	p, err := testbins.Artifact("--rootfs")
+	if err != nil {
+		t.Fatalf("cannot build the node rootfs: %v", err)
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	return lines[len(lines)-1]
+	return p
 }
 
 func sha(t testing.TB, p string) string {

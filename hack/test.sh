@@ -9,7 +9,8 @@
 #          a time), then fuzzing (hack/fuzz.sh). The heavy lane is the longer one, so the benchmarks and the
 #          fuzzing cost no wall time of their own.
 # Every step runs even when an earlier one failed, and the script ends with a summary of what failed (the
-# failing packages and tests of every step): a CI log that keeps only its last lines still says what broke.
+# failing packages and tests of every step, with what each failing test said): a CI log that keeps only its
+# last lines still says what broke and why.
 # Environment: HEAVY_PKGS (the heavy suites, ./paths), BENCH_PKGS, TEST_TIMEOUT, FUZZTIME; the Makefile
 # sets them. Each step's output is printed as it comes, every line prefixed with the step's name.
 set -euo pipefail
@@ -65,6 +66,12 @@ fi
 echo "make test: FAILED: $(sort "$logs/failed" | tr '\n' ' ')"
 for f in $(sort "$logs/failed"); do
   echo "== what failed in step ${f}:"
-  grep -ahE '^([[:space:]]*--- FAIL: |FAIL[[:space:]]|FAIL: |panic: )' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"
+  # Each failing test with what it said (the indented lines go test prints beneath it, up to 25 each), so
+  # the summary alone tells why.
+  awk '/^[[:space:]]*--- FAIL: /{print; said=0; infail=1; found=1; next}
+    infail && /^[[:space:]]+[^[:space:]-]/ {if (said++ < 25) print; else if (said == 26) print "        (…)"; next}
+    {infail=0}
+    /^(FAIL[[:space:]]|FAIL: |panic: )/{print; found=1}
+    END{exit !found}' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"
 done
 exit 1

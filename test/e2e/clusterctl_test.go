@@ -42,6 +42,7 @@ func TestClusterctlRepository(t *testing.T) {
 		{"ssh-clusterclass", "yonder-ssh", nil},
 		{"ssh-multi-site", "yonder-ssh", nil},
 		{"ssh-kubeadm", "yonder-ssh", []string{"YONDER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=[SystemVerification]"}},
+		{"ssh-kubeadm-cluster", "yonder-ssh", []string{"CONTROL_PLANE_ENDPOINT_HOST=192.0.2.10", "CONTROL_PLANE_MACHINE_COUNT=3"}},
 		{"metal", "yonder-metal", metalEnv},
 		{"metal-gpu", "yonder-metal", metalEnv},
 		{"metal-clusterclass", "yonder-metal", append([]string{"YONDER_GPU_MACHINE_COUNT=1"}, metalEnv...)},
@@ -125,6 +126,14 @@ func checkFlavor(ctx context.Context, t *testing.T, flavor, infra string, env []
 		g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 2))
 		g.Expect(kinds).To(HaveKeyWithValue("YonderMetalMachineTemplate", 2))
 		g.Expect(out).To(ContainSubstring("nvidia.com/gpu"))
+	case "ssh-kubeadm-cluster":
+		// KCP instead of YonderControlPlane, at the endpoint given; workers and control plane on separate hosts.
+		g.Expect(kinds).To(HaveKeyWithValue("KubeadmControlPlane", 1))
+		g.Expect(kinds).NotTo(HaveKey("YonderControlPlane"))
+		g.Expect(kinds).To(HaveKeyWithValue("YonderSSHMachineTemplate", 2))
+		g.Expect(out).To(ContainSubstring("host: 192.0.2.10\n    port: 6443\n"))
+		g.Expect(out).To(ContainSubstring("replicas: 3\n"))
+		g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 1))
 	default:
 		g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 1))
 		g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 1))

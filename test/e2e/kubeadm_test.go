@@ -96,7 +96,7 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=kadm-admin",
 		"YONDER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=[" + strings.Join(kubeadm.IgnoredPreflightErrors(), ",") + "]"}
 	out, err := st.Clusterctl(ctx, env, "generate", "cluster", name, "--infrastructure", "yonder-ssh:v0.1.0",
-		"--flavor", "ssh-kubeadm", "--kubernetes-version", kubeadm.Version, "--target-namespace", ns, "--worker-machine-count", "2")
+		"--flavor", "ssh-kubeadm", "--kubernetes-version", kubeadm.Version, "--target-namespace", ns, "--worker-machine-count", fmt.Sprint(len(workers)))
 	g.Expect(err).NotTo(HaveOccurred())
 	objs, err := flavorcheck.Decode([]byte(out))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -105,7 +105,7 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	}
 	t.Cleanup(func() { deleteKubeadmCluster(context.Background(), t, ns, name, workers) })
 
-	joined := waitKubeadmWorkers(ctx, t, wl, ns, name, 2)
+	joined := waitKubeadmWorkers(ctx, t, wl, ns, name, len(workers))
 	t.Logf("2 workers joined by kubeadm, Ready: %s after the start", time.Since(t0).Round(time.Second))
 	runPodsOn(ctx, t, wl, joined)
 
@@ -130,8 +130,8 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	}
 
 	// Scale up: the same hosts are claimed and joined again.
-	scaleIn(ctx, t, ns, name+"-md-0", 2)
-	joined = waitKubeadmWorkers(ctx, t, wl, ns, name, 2)
+	scaleIn(ctx, t, ns, name+"-md-0", int32(len(workers)))
+	joined = waitKubeadmWorkers(ctx, t, wl, ns, name, len(workers))
 	runPodsOn(ctx, t, wl, joined)
 	t.Logf("scenario kubeadm workers (init, 2 joins, scale to 0 and back) took %s", time.Since(t0).Round(time.Second))
 }
@@ -211,7 +211,8 @@ func runPodsOn(ctx context.Context, t *testing.T, wl kubernetes.Interface, nodes
 	for _, n := range nodes {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "on-" + n, Namespace: "default"},
-			Spec: corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{
+			// Bound to its Node, past the scheduler; tolerating a control-plane Node's taint too.
+			Spec: corev1.PodSpec{NodeName: n, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, Containers: []corev1.Container{{
 				Name: "pause", Image: hosts.FullOSSandboxImage, ImagePullPolicy: corev1.PullNever,
 			}}},
 		}

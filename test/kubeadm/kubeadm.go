@@ -95,21 +95,6 @@ func LoadImages(ctx context.Context, h *hosts.Host, controlPlane bool) error {
 	return nil
 }
 
-// KubeletConfiguration is the kubelet configuration this test machine needs under kubeadm: where the
-// machine has cgroup v1, the cgroupfs driver with cgroup v1 allowed (a kubelet inside nspawn on a v1 host,
-// docs/compatibility.md); everywhere, swap tolerated and eviction thresholds near zero (the hosts share the
-// machine's disk, whose fill level is not theirs to judge).
-func KubeletConfiguration() string {
-	var b strings.Builder
-	b.WriteString("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: false\n")
-	b.WriteString("evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  nodefs.inodesFree: 1%\n  imagefs.available: 1%\n")
-	b.WriteString("imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n")
-	if !hosts.CgroupV2() {
-		b.WriteString("cgroupDriver: cgroupfs\nfailCgroupV1: false\n")
-	}
-	return b.String()
-}
-
 // IgnoredPreflightErrors are the checks of kubeadm's preflight that this machine cannot pass, by name.
 func IgnoredPreflightErrors() []string {
 	var ignored []string
@@ -147,8 +132,7 @@ controlPlaneEndpoint: {{ .Address }}:6443
 etcd:
   local:
     imageTag: {{ .EtcdTag }}
----
-{{ .Kubelet }}`))
+`))
 
 // Init runs `kubeadm init` on h and returns the cluster once its API server answers and the control-plane
 // Node is Ready.
@@ -162,7 +146,7 @@ func Init(ctx context.Context, h *hosts.Host) (*Cluster, error) {
 	var cfg bytes.Buffer
 	if err := initConfig.Execute(&cfg, map[string]any{
 		"Address": h.Address.String(), "Name": h.Name, "Ignored": IgnoredPreflightErrors(),
-		"Version": Version, "EtcdTag": EtcdImageTag, "Kubelet": KubeletConfiguration(),
+		"Version": Version, "EtcdTag": EtcdImageTag,
 	}); err != nil {
 		return nil, err
 	}

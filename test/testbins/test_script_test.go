@@ -64,7 +64,7 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 	}{
 		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed"}},
 		{name: "a heavy suite fails", heavy: "./heavy", fail: []string{"heavy"}, exit: 1,
-			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\nFAIL\texample.test/heavy\t1.0s\n"}},
+			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\n    x_test.go:1: broken in heavy\nFAIL\texample.test/heavy\t1.0s\n"}},
 		{name: "a light package and fuzzing fail", heavy: "./heavy", fail: []string{"other", "fuzz"}, exit: 1,
 			want: []string{"make test: FAILED: fuzz other", "--- FAIL: TestOf_other", "== what failed in step fuzz:\nFAIL: fuzz target FuzzParse in ./light"}},
 		{name: "a benchmark fails", heavy: "./heavy", fail: []string{"bench"}, exit: 1, want: []string{"make test: FAILED: bench", "--- FAIL: TestOf_bench"}},

@@ -9,7 +9,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -47,15 +46,7 @@ func TestKubeadmClusterOnSSHHosts(t *testing.T) {
 
 	// The inventory: two control-plane-capable hosts (one for the control plane, one free for KCP to roll
 	// onto) and a worker host.
-	key, _, err := hosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := hosts.StartFullOS(ctx, st.Net, "kcp", 3, hosts.FullOSOptions{ClientKeyPEM: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		for _, h := range hs {
-			_ = h.Stop()
-		}
-	})
+	hs, key := startKubeadmHosts(ctx, t, "kcp", 3)
 	cpHosts, worker := hs[:2], hs[2]
 	// The Nodes the cluster has once settled: one control plane and one worker, one control-plane host free.
 	nodes := len(hs) - 1
@@ -74,25 +65,12 @@ func TestKubeadmClusterOnSSHHosts(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = lb.Stop() })
 
-	g.Expect(st.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kcp-ssh", Namespace: ns},
-		Data: map[string][]byte{"ssh-privatekey": key}})).To(Succeed())
-	for _, h := range hs {
-		labels := map[string]string{}
-		if h != worker {
-			labels[controlPlaneHostLabel] = "true"
+	registerKubeadmHosts(ctx, t, ns, key, hs, func(h *hosts.Host) map[string]string {
+		if h == worker {
+			return nil
 		}
-		g.Expect(st.Client.Create(ctx, &infrav1.YonderSSHHost{
-			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: ns, Labels: labels},
-			Spec: infrav1.YonderSSHHostSpec{
-				SSHEndpoint: infrav1.SSHEndpoint{
-					Address: h.Address.String(), Port: int32(h.Port), User: h.User,
-					CredentialsSecretRef: infrav1.SecretReference{Name: "kcp-ssh"},
-					HostKey:              hostKey(h),
-				},
-				Cleanup: infrav1.CleanupSpec{Commands: kubeadmCleanup},
-			},
-		})).To(Succeed())
-	}
+		return map[string]string{controlPlaneHostLabel: "true"}
+	})
 
 	// The flavor, with the variables the docs name.
 	env := []string{"CONTROL_PLANE_ENDPOINT_HOST=" + lb.Host, "CONTROL_PLANE_ENDPOINT_PORT=" + strconv.Itoa(lb.Port),

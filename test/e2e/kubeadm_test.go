@@ -45,15 +45,7 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	const name = "kadm"
 
 	// The existing cluster: kubeadm init on a full-OS host.
-	key, _, err := hosts.NewClientKey()
-	g.Expect(err).NotTo(HaveOccurred())
-	hs, err := hosts.StartFullOS(ctx, st.Net, "kadm", 3, hosts.FullOSOptions{ClientKeyPEM: key})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		for _, h := range hs {
-			_ = h.Stop()
-		}
-	})
+	hs, key := startKubeadmHosts(ctx, t, "kadm", 3)
 	cp, workers := hs[0], hs[1:]
 	kc, err := kubeadm.Init(ctx, cp)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -74,23 +66,10 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "kadm-admin", Namespace: ns}, Data: map[string][]byte{"value": kc.AdminKubeconfig}},
 		{ObjectMeta: metav1.ObjectMeta{Name: name + "-ca", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
 			Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: kc.CACert, corev1.TLSPrivateKeyKey: kc.CAKey}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "kadm-ssh", Namespace: ns}, Data: map[string][]byte{"ssh-privatekey": key}},
 	} {
 		g.Expect(st.Client.Create(ctx, s)).To(Succeed())
 	}
-	for _, h := range workers {
-		g.Expect(st.Client.Create(ctx, &infrav1.YonderSSHHost{
-			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: ns},
-			Spec: infrav1.YonderSSHHostSpec{
-				SSHEndpoint: infrav1.SSHEndpoint{
-					Address: h.Address.String(), Port: int32(h.Port), User: h.User,
-					CredentialsSecretRef: infrav1.SecretReference{Name: "kadm-ssh"},
-					HostKey:              hostKey(h),
-				},
-				Cleanup: infrav1.CleanupSpec{Commands: kubeadmCleanup},
-			},
-		})).To(Succeed())
-	}
+	registerKubeadmHosts(ctx, t, ns, key, workers, nil)
 
 	// The flavor, with only the variables the docs name.
 	env := []string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=kadm-admin",
@@ -134,6 +113,54 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	joined = waitKubeadmWorkers(ctx, t, wl, ns, name, len(workers))
 	runPodsOn(ctx, t, wl, joined)
 	t.Logf("scenario kubeadm workers (init, 2 joins, scale to 0 and back) took %s", time.Since(t0).Round(time.Second))
+}
+
+// startKubeadmHosts boots n full-OS hosts named <prefix>-<i>, which authorize one new client key, and
+// stops them when the test ends.
+func startKubeadmHosts(ctx context.Context, t *testing.T, prefix string, n int) ([]*hosts.Host, []byte) {
+	t.Helper()
+	key, _, err := hosts.NewClientKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := hosts.StartFullOS(ctx, st.Net, prefix, n, hosts.FullOSOptions{ClientKeyPEM: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, h := range hs {
+			_ = h.Stop()
+		}
+	})
+	return hs, key
+}
+
+// registerKubeadmHosts registers hs in ns as the operator of docs/compatibility.md does: their SSH key in
+// the Secret kubeadm-hosts-ssh, and a YonderSSHHost each with kubeadm's cleanup and the labels that labels gives
+// it (nil: none).
+func registerKubeadmHosts(ctx context.Context, t *testing.T, ns string, key []byte, hs []*hosts.Host, labels func(*hosts.Host) map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	const secret = "kubeadm-hosts-ssh"
+	g.Expect(st.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: ns},
+		Data: map[string][]byte{"ssh-privatekey": key}})).To(Succeed())
+	for _, h := range hs {
+		host := &infrav1.YonderSSHHost{
+			ObjectMeta: metav1.ObjectMeta{Name: h.Name, Namespace: ns},
+			Spec: infrav1.YonderSSHHostSpec{
+				SSHEndpoint: infrav1.SSHEndpoint{
+					Address: h.Address.String(), Port: int32(h.Port), User: h.User,
+					CredentialsSecretRef: infrav1.SecretReference{Name: secret},
+					HostKey:              hostKey(h),
+				},
+				Cleanup: infrav1.CleanupSpec{Commands: kubeadmCleanup},
+			},
+		}
+		if labels != nil {
+			host.Labels = labels(h)
+		}
+		g.Expect(st.Client.Create(ctx, host)).To(Succeed())
+	}
 }
 
 // hostKey is a host's public host key as YonderSSHHost pins it.

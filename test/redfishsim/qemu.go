@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 )
 
 // QEMUSystem is one emulated server behind the QEMU driver.
@@ -174,8 +176,9 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 	_ = os.Remove(ctrl)
 	sw := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+filepath.Join(dir, "tpm"),
 		"--ctrl", "type=unixio,path="+ctrl, "--terminate", "--log", "file="+filepath.Join(dir, "swtpm.log")+",level=1")
-	sw.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := sw.Start(); err != nil {
+	sw.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	swtpmChild, err := deathsig.Start(sw)
+	if err != nil {
 		return fmt.Errorf("failed to start swtpm for %s: %w", id, err)
 	}
 	// QEMU's -tpmdev needs swtpm's control socket; give swtpm up to 2 s to create it (QEMU reports a
@@ -209,19 +212,20 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 		return fmt.Errorf("failed to create QEMU log for %s: %w", id, err)
 	}
 	q.Stdout, q.Stderr = log, log
-	q.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := q.Start(); err != nil {
+	q.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	qemuChild, err := deathsig.Start(q)
+	if err != nil {
 		_ = log.Close()
 		_ = sw.Process.Kill()
 		return fmt.Errorf("failed to start QEMU for %s: %w", id, err)
 	}
 	v := &vm{qemu: q, swtpm: sw, done: make(chan struct{})}
 	go func() {
-		_ = q.Wait()
+		<-qemuChild.Done()
 		_ = log.Close()
 		// --terminate ends swtpm when QEMU closes the control channel; make sure of it.
 		_ = syscall.Kill(sw.Process.Pid, syscall.SIGTERM)
-		_ = sw.Wait()
+		<-swtpmChild.Done()
 		close(v.done)
 	}()
 	d.running[id] = v

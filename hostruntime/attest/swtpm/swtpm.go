@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 )
 
 // LocalCADir is where swtpm-localca keeps the CA that signs the EK certificates swtpm_setup creates.
@@ -63,12 +65,13 @@ func start(ctx context.Context, dir string, ekCert bool) (*TPM, error) {
 		"--server", "type=unixio,path="+t.Socket, "--ctrl", "type=unixio,path="+t.Ctrl,
 		"--flags", "startup-clear", "--log", "file="+filepath.Join(dir, "swtpm.log")+",level=1")
 	t.cmd.Stdout, t.cmd.Stderr = log, log
-	t.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := t.cmd.Start(); err != nil {
+	t.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	child, err := deathsig.Start(t.cmd)
+	if err != nil {
 		_ = log.Close()
 		return nil, fmt.Errorf("failed to start swtpm: %w", err)
 	}
-	go func() { _ = t.cmd.Wait(); _ = log.Close(); close(t.done) }()
+	go func() { <-child.Done(); _ = log.Close(); close(t.done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.Dial("unix", t.Socket); err == nil {

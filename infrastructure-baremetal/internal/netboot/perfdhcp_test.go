@@ -20,6 +20,7 @@ import (
 
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 	"github.com/yonder-dev/yonder/test/benchsize"
 	"github.com/yonder-dev/yonder/test/labnet"
 )
@@ -154,22 +155,22 @@ func runKea(b *testing.B, dir, keaConfPath, keaLog, keaNS, relayNS, relayIP, kea
 	b.Helper()
 	k := exec.Command("nsenter", "--net="+keaNS, "kea-dhcp4", "-c", keaConfPath)
 	k.Env = append(os.Environ(), "KEA_PIDFILE_DIR="+dir, "KEA_LOCKFILE_DIR="+dir)
-	k.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := k.Start(); err != nil {
+	child, err := deathsig.Start(k)
+	if err != nil {
 		b.Fatal(err)
 	}
 	stopped := false
 	b.Cleanup(func() {
 		if !stopped { // stop this kea by its pid if the benchmark failed before it did
 			_ = syscall.Kill(k.Process.Pid, syscall.SIGKILL)
-			_ = k.Wait()
+			<-child.Done()
 		}
 	})
 	NewWithT(b).Eventually(func() string { log, _ := os.ReadFile(keaLog); return string(log) }, 30*time.Second, 100*time.Millisecond).
 		Should(ContainSubstring("DHCP4_STARTED"), "kea-dhcp4 started")
 	r := runPerfdhcp(b, relayNS, relayIP, keaIP, macs, 20000)
 	_ = syscall.Kill(k.Process.Pid, syscall.SIGTERM)
-	_ = k.Wait()
+	<-child.Done()
 	stopped = true
 	_ = os.Remove(keaLog)
 	return r

@@ -20,6 +20,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/promread"
 )
@@ -116,14 +117,14 @@ func (l *vmLab) bootWith(t *testing.T, nic string, extra ...string) time.Time {
 		t.Fatal(err)
 	}
 	qemu.Stdout, qemu.Stderr = log, log
-	qemu.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	if err := qemu.Start(); err != nil {
+	qemuChild, err := deathsig.Start(qemu)
+	if err != nil {
 		t.Fatalf("failed to start QEMU: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = syscall.Kill(qemu.Process.Pid, syscall.SIGKILL)
-		_ = qemu.Wait()
+		<-qemuChild.Done()
 		_ = log.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(log.Name())
@@ -180,9 +181,9 @@ func TestQEMUProxyDHCP(t *testing.T) {
 		"opt subnet 255.255.255.0\nopt router %s\n", prefix, prefix, router.Interface, filepath.Join(dir, "leases"),
 		filepath.Join(dir, "pid"), l.n.Gateway)), 0o600)).To(Succeed())
 	udhcpd := exec.Command("nsenter", "--net="+router.NamespacePath, "busybox", "udhcpd", "-f", conf)
-	udhcpd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	g.Expect(udhcpd.Start()).To(Succeed())
-	t.Cleanup(func() { _ = syscall.Kill(udhcpd.Process.Pid, syscall.SIGKILL); _ = udhcpd.Wait() })
+	udhcpdChild, err := deathsig.Start(udhcpd)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = syscall.Kill(udhcpd.Process.Pid, syscall.SIGKILL); <-udhcpdChild.Done() })
 
 	start := l.boot(t)
 	scripted := l.waitForScriptAndKernel(t, start)

@@ -21,6 +21,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/promread"
@@ -137,8 +138,8 @@ func startUdhcpd(t *testing.T, a *labnet.Attachment, extra string) func() {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("nsenter", "--net="+a.NamespacePath, "busybox", "udhcpd", "-f", conf)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	child, err := deathsig.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	stopped := false
@@ -146,7 +147,7 @@ func startUdhcpd(t *testing.T, a *labnet.Attachment, extra string) func() {
 		if !stopped {
 			stopped = true
 			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
+			<-child.Done()
 		}
 	}
 	t.Cleanup(stop)

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/yonder-dev/yonder/pkg/deathsig"
 )
 
 // Process is one started child process.
@@ -41,14 +43,16 @@ func Start(name, logDir string, env []string, path string, args ...string) (*Pro
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Killed with the test process (a test binary killed by its timeout leaves nothing running), and only then.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	child, err := deathsig.Start(cmd)
+	if err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("failed to start %s (%s): %w", name, path, err)
 	}
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		p.waitErr = cmd.Wait()
+		p.waitErr = child.Err()
 		_ = logFile.Close()
 		close(p.done)
 	}()

@@ -63,8 +63,12 @@ func (c Cgroups) Hierarchies() ([]string, error) {
 	return out, s.Err()
 }
 
-// Paths are the subtree's directories, one per hierarchy.
+// Paths are the subtree's directories, one per hierarchy. Name must be one directory name: an empty one
+// would be each hierarchy's root, and KillAndRemove would kill every process on the machine.
 func (c Cgroups) Paths() ([]string, error) {
+	if c.Name == "" || c.Name == "." || c.Name == ".." || strings.Contains(c.Name, "/") {
+		return nil, fmt.Errorf("cgroup subtree name %q is not a single directory name", c.Name)
+	}
 	hs, err := c.Hierarchies()
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -28,6 +29,13 @@ func TestHierarchiesAreTheV1MountsAtTheirRoot(t *testing.T) {
 	paths, err := c.Paths()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(paths).To(ContainElement("/sys/fs/cgroup/memory/yonder-a"))
+	// A name that is not one directory below each root is refused before anything is killed or removed.
+	for _, name := range []string{"", ".", "..", "a/b", "../yonder-a"} {
+		bad := Cgroups{Name: name, MountInfo: p}
+		_, err := bad.Paths()
+		g.Expect(err).To(MatchError(ContainSubstring("is not a single directory name")), "%q", name)
+		g.Expect(bad.KillAndRemove(time.Second)).To(MatchError(ContainSubstring("is not a single directory name")), "%q", name)
+	}
 }
 
 func TestArgsFollowTheMeasuredRecipe(t *testing.T) {

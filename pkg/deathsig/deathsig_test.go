@@ -2,6 +2,7 @@ package deathsig_test
 
 import (
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -53,6 +54,8 @@ func TestPlainPdeathsigDiesWithItsThread(t *testing.T) {
 }
 
 func TestStartReportsAFailedStart(t *testing.T) {
-	_, err := deathsig.Start(exec.Command("/nonexistent/yonder-deathsig-test"))
-	NewWithT(t).Expect(err).To(HaveOccurred())
+	cmd := exec.Command("sleep", "1")
+	cmd.Dir = filepath.Join(t.TempDir(), "missing") // the child cannot start there
+	_, err := deathsig.Start(cmd)
+	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("no such file or directory")))
 }

@@ -69,7 +69,7 @@ for f in $(sort "$logs/failed"); do
   # Each failing test with what it said (the indented lines go test prints beneath it, up to 25 each), so
   # the summary alone tells why.
   awk '/^[[:space:]]*--- FAIL: /{print; said=0; infail=1; found=1; next}
-    infail && /^[[:space:]]+[^[:space:]-]/ {if (said++ < 25) print; else if (said == 26) print "        (…)"; next}
+    infail && (/^[[:space:]]+[^[:space:]-]/ || /^[[:space:]]*$/) {if (said++ < 25) print; else if (said == 26) print "        (…)"; next}
     {infail=0}
     /^(FAIL[[:space:]]|FAIL: |panic: )/{print; found=1}
     END{exit !found}' "$logs/$f.log" || echo "(no failing test named; see the lines marked [${f}] above)"

@@ -29,7 +29,9 @@ func TestFullOSHostsBootWithSystemdAndServeSSH(t *testing.T) {
 	for _, h := range hs {
 		// The boot is finished when systemd says so; "running" means no unit failed.
 		out, err := h.Output(ctx, "systemctl is-system-running --wait")
-		g.Expect(err).NotTo(HaveOccurred(), "host %s: %s\nfailed units: %s", h.Name, out, must(h.Output(ctx, "systemctl --failed --no-legend")))
+		g.Expect(err).NotTo(HaveOccurred(), "host %s: %s\nfailed units: %s\ntheir logs:\n%s", h.Name, out,
+			must(h.Output(ctx, "systemctl --failed --no-legend")),
+			must(h.Output(ctx, "for u in $(systemctl --failed --no-legend --plain | cut -d' ' -f1); do systemctl status --no-pager -l $u; journalctl -b --no-pager -n 30 -u $u; done")))
 		g.Expect(strings.TrimSpace(out)).To(Equal("running"))
 
 		out, err = h.Output(ctx, "cat /proc/1/comm; hostname; systemctl is-active ssh containerd; systemctl is-enabled kubelet; "+

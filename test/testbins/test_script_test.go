@@ -40,6 +40,8 @@ fi
 if [ -e "$STUB_STATE/fail-$step" ]; then
   echo "--- FAIL: TestOf_$step (1.00s)"
   echo "    x_test.go:1: broken in $step"
+  echo "        "
+  echo "        after a blank line"
   echo "FAIL"
   echo "FAIL	example.test/$step	1.0s"
   exit 1
@@ -64,7 +66,7 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 	}{
 		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed"}},
 		{name: "a heavy suite fails", heavy: "./heavy", fail: []string{"heavy"}, exit: 1,
-			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\n    x_test.go:1: broken in heavy\nFAIL\texample.test/heavy\t1.0s\n"}},
+			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\n    x_test.go:1: broken in heavy\n        \n        after a blank line\nFAIL\texample.test/heavy\t1.0s\n"}},
 		{name: "a light package and fuzzing fail", heavy: "./heavy", fail: []string{"other", "fuzz"}, exit: 1,
 			want: []string{"make test: FAILED: fuzz other", "--- FAIL: TestOf_other", "== what failed in step fuzz:\nFAIL: fuzz target FuzzParse in ./light"}},
 		{name: "a benchmark fails", heavy: "./heavy", fail: []string{"bench"}, exit: 1, want: []string{"make test: FAILED: bench", "--- FAIL: TestOf_bench"}},

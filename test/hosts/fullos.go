@@ -230,12 +230,12 @@ var fullOSUnitLinks = map[string]string{
 // kubeletDropInDir is the kubelet's drop-in configuration directory on a full-OS host.
 const kubeletDropInDir = "/etc/kubelet.conf.d"
 
-// FullOSKubeletConfiguration is what the kubelets of this test machine's full-OS hosts need, in a drop-in
+// fullOSKubeletConfiguration is what the kubelets of this test machine's full-OS hosts need, in a drop-in
 // of their own (kubeletDropInDir), whatever cluster they join: where the machine has cgroup v1 (v2 false),
 // the cgroupfs driver with cgroup v1 allowed (a kubelet inside nspawn on a v1 host, docs/compatibility.md);
 // everywhere, swap tolerated and eviction thresholds near zero (the hosts share the machine's disk, whose
 // fill level is not theirs to judge).
-func FullOSKubeletConfiguration(v2 bool) string {
+func fullOSKubeletConfiguration(v2 bool) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailSwapOn: false\n")
 	b.WriteString("evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  nodefs.inodesFree: 1%\n  imagefs.available: 1%\n")
@@ -351,7 +351,7 @@ ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $
 		"etc/systemd/system/kubelet.service.d/20-machine.conf": {[]byte(`[Service]
 Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml --config-dir=` + kubeletDropInDir + `"
 `), 0o644},
-		kubeletDropInDir[1:] + "/50-machine.conf": {[]byte(FullOSKubeletConfiguration(v2)), 0o644},
+		kubeletDropInDir[1:] + "/50-machine.conf": {[]byte(fullOSKubeletConfiguration(v2)), 0o644},
 	}
 	// Pods need a network before the Node is Ready. A CNI add-on would configure one; each host has a
 	// bridge of its own with a /24 named after its address (no routes between hosts: a pod reaches the

@@ -13,8 +13,13 @@ import (
 	"time"
 )
 
-// Cgroups is the machine's own subtree in every cgroup v1 hierarchy. Two kubelets on one host (two
-// machines) must not share a cgroup parent, or each treats the other's pods as its own and kills them.
+// Cgroups is the machine's own subtree in every cgroup hierarchy, v1 and v2 alike. Two kubelets on one host
+// (two machines) must not share a cgroup parent, or each treats the other's pods as its own and kills them.
+// Two machines must not share a systemd cgroup either: systemd-nspawn puts its payload in "payload" below
+// the cgroup it starts in, read from the hierarchy systemd tracks processes in (the cgroup2 one on a hybrid
+// or unified host), and mirrors that path into name=systemd. Left in a shared parent there, both machines'
+// systemd would create and remove the same unit cgroups, and a unit whose cgroup the other machine just
+// removed fails to start (status=219/CGROUP).
 type Cgroups struct {
 	// Name is the subtree's directory name under each hierarchy's root.
 	Name string
@@ -22,7 +27,9 @@ type Cgroups struct {
 	MountInfo string
 }
 
-// Hierarchies returns the mount points of the cgroup v1 hierarchies (including name=systemd).
+// Hierarchies returns the mount points of the cgroup hierarchies mounted at their root: every v1 one
+// (name=systemd included) and the cgroup2 one (/sys/fs/cgroup/unified on a hybrid host, /sys/fs/cgroup on
+// a unified one).
 func (c Cgroups) Hierarchies() ([]string, error) {
 	mi := c.MountInfo
 	if mi == "" {
@@ -50,7 +57,7 @@ func (c Cgroups) Hierarchies() ([]string, error) {
 		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
 			continue
 		}
-		if fields[sep+1] != "cgroup" || fields[3] != "/" { // only hierarchies mounted at their root
+		if fs := fields[sep+1]; (fs != "cgroup" && fs != "cgroup2") || fields[3] != "/" { // only hierarchies mounted at their root
 			continue
 		}
 		mp := fields[4]
@@ -93,8 +100,8 @@ func (c Cgroups) Create() ([]string, error) {
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 			parent, err := os.ReadFile(filepath.Join(filepath.Dir(p), f)) //nolint:gosec // cgroup control files
-			if err != nil {
-				continue
+			if err != nil || strings.TrimSpace(string(parent)) == "" {
+				continue // not a cpuset hierarchy, or cgroup2's cpuset, which inherits when left empty
 			}
 			cur, _ := os.ReadFile(filepath.Join(p, f)) //nolint:gosec // paths are the agent's own (state dir, machine tree, cgroupfs)
 			if strings.TrimSpace(string(cur)) == "" {

@@ -18,17 +18,25 @@ const mountinfo = `22 27 0:20 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - 
 90 35 0:31 /machine.slice /mnt/inner rw - cgroup cgroup rw,memory
 `
 
-func TestHierarchiesAreTheV1MountsAtTheirRoot(t *testing.T) {
+func TestHierarchiesAreTheMountsAtTheirRootV1AndV2(t *testing.T) {
 	g := NewWithT(t)
 	p := filepath.Join(t.TempDir(), "mountinfo")
 	g.Expect(os.WriteFile(p, []byte(mountinfo), 0o644)).To(Succeed())
 	c := Cgroups{Name: "yonder-a", MountInfo: p}
 	hs, err := c.Hierarchies()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(hs).To(Equal([]string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/systemd"}))
+	// The cgroup2 hierarchy counts as well: systemd-nspawn places its payload by it on a hybrid host.
+	g.Expect(hs).To(Equal([]string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"}))
 	paths, err := c.Paths()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(paths).To(ContainElement("/sys/fs/cgroup/memory/yonder-a"))
+	// A unified host has one hierarchy, the cgroup2 one at /sys/fs/cgroup.
+	v2 := filepath.Join(t.TempDir(), "mountinfo-v2")
+	g.Expect(os.WriteFile(v2, []byte("22 27 0:20 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n"+
+		"30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"), 0o644)).To(Succeed())
+	paths, err = Cgroups{Name: "yonder-a", MountInfo: v2}.Paths()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(paths).To(Equal([]string{"/sys/fs/cgroup/yonder-a"}))
 	// A name that is not one directory below each root is refused before anything is killed or removed.
 	for _, name := range []string{"", ".", "..", "a/b", "../yonder-a"} {
 		bad := Cgroups{Name: name, MountInfo: p}

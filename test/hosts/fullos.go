@@ -209,6 +209,30 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	return h, nil
 }
 
+// InitCgroups returns the cgroup of a full-OS host's init (systemd, PID 1 in the machine) in each
+// hierarchy, as this machine sees it: "hierarchy-id:controllers" to path, from /proc/<pid>/cgroup. Nil for
+// a netns host or one whose machine is not running.
+func (h *Host) InitCgroups() map[string]string {
+	if h.poweroff == nil || h.sshd.Exited() {
+		return nil
+	}
+	pid := nspawn.Leader(h.sshd.Pid())
+	if pid == 0 {
+		return nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if i := strings.LastIndex(l, ":"); i > 0 {
+			out[l[:i]] = l[i+1:]
+		}
+	}
+	return out
+}
+
 // fileSpec is one file written into a full-OS host's tree.
 type fileSpec struct {
 	data []byte

@@ -47,6 +47,17 @@ func TestFullOSHostsBootWithSystemdAndServeSSH(t *testing.T) {
 		g.Expect(strings.Fields(out)).To(HaveExactElements(stack.KubernetesVersion, "Kubernetes", stack.KubernetesVersion, "2"), "kubeadm, the kubelet and containerd's client and server")
 	}
 
+	// Separate cgroups in every hierarchy, the one systemd tracks units in included: two machines' systemd
+	// sharing a cgroup create and remove each other's unit cgroups, and units fail with 219/CGROUP.
+	cg0, cg1 := hs[0].InitCgroups(), hs[1].InitCgroups()
+	g.Expect(cg0).NotTo(BeEmpty())
+	g.Expect(cg1).To(HaveLen(len(cg0)))
+	top := func(path string) string { return strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0] }
+	for hierarchy, path := range cg0 {
+		g.Expect(cg1).To(HaveKey(hierarchy))
+		g.Expect(top(path)).NotTo(Equal(top(cg1[hierarchy])), "hierarchy %s: %s and %s share a subtree", hierarchy, path, cg1[hierarchy])
+	}
+
 	// Separate filesystems: what one host writes, the other does not see.
 	_, err = hs[0].Output(ctx, "echo mine > /etc/yonder-fullos-test")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
@@ -80,6 +84,9 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	objs, err := flavorcheck.Decode([]byte(out))
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, o := range objs {
+		if o.GroupVersionKind() == kubeadmConfigTemplateGVK {
+			addCABPKKeys(t, o)
+		}
 		g.Expect(st.Client.Create(ctx, o)).To(Succeed(), "%s %s", o.GetKind(), o.GetName())
 	}
 	t.Cleanup(func() { deleteKubeadmCluster(context.Background(), t, ns, name, workers) })
@@ -87,6 +94,9 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	joined := waitKubeadmWorkers(ctx, t, wl, ns, name, len(workers))
 	t.Logf("2 workers joined by kubeadm, Ready: %s after the start", time.Since(t0).Round(time.Second))
 	runPodsOn(ctx, t, wl, joined)
+	for _, h := range workers {
+		checkCABPKKeys(ctx, t, h)
+	}
 
 	// Scale down: both hosts are cleaned by kubeadm reset and released.
 	scaleIn(ctx, t, ns, name+"-md-0", 0)
@@ -113,6 +123,63 @@ func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
 	joined = waitKubeadmWorkers(ctx, t, wl, ns, name, len(workers))
 	runPodsOn(ctx, t, wl, joined)
 	t.Logf("scenario kubeadm workers (init, 2 joins, scale to 0 and back) took %s", time.Since(t0).Round(time.Second))
+}
+
+var kubeadmConfigTemplateGVK = bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate")
+
+// cabpkOrder is where the workers' bootstrap commands note that they ran, in order.
+const cabpkOrder = "/var/lib/yonder-e2e/order"
+
+// addCABPKKeys adds to a KubeadmConfigTemplate what a KubeadmConfig's spec may ask of a host besides the
+// join, in each form CABPK renders: bootCommands (cloud-init's bootcmd), pre- and postKubeadmCommands around
+// the real kubeadm join, files plain, base64-encoded and appended to (CABPK refuses two entries for one path:
+// the file bootcmd wrote), with owner and permissions, and a user
+// with groups, a locked password, a sudo rule and an authorized key.
+func addCABPKKeys(t *testing.T, o *unstructured.Unstructured) {
+	t.Helper()
+	g := NewWithT(t)
+	spec := []string{"spec", "template", "spec"}
+	set := func(v any, field ...string) {
+		g.Expect(unstructured.SetNestedField(o.Object, v, append(spec, field...)...)).To(Succeed(), "%v", field)
+	}
+	// bootcmd runs before write_files: the file it writes is there to be appended to.
+	set([]any{"mkdir -p " + filepath.Dir(cabpkOrder) + " /etc/yonder-e2e && echo bootcmd >> " + cabpkOrder + " && echo hello > /etc/yonder-e2e/greeting"}, "bootCommands")
+	pre, _, _ := unstructured.NestedSlice(o.Object, append(spec, "preKubeadmCommands")...)
+	set(append(pre, "echo pre >> "+cabpkOrder), "preKubeadmCommands")
+	set([]any{"test -s /etc/kubernetes/kubelet.conf && echo post-joined >> " + cabpkOrder}, "postKubeadmCommands")
+	set([]any{
+		map[string]any{"path": "/etc/yonder-e2e/app.conf", "owner": "root:root", "permissions": "0600", "content": "key: value\n"},
+		map[string]any{"path": "/etc/yonder-e2e/greeting", "content": "appended\n", "append": true},
+		map[string]any{"path": "/etc/yonder-e2e/blob", "encoding": "base64", "content": base64.StdEncoding.EncodeToString([]byte("bin\x00ary"))},
+	}, "files")
+	set([]any{map[string]any{
+		"name": "yci-capi", "gecos": "CAPI operator", "groups": "yci-capiops", "homeDir": "/home/yci-capi", "shell": "/bin/sh",
+		"lockPassword": true, "sudo": "ALL=(ALL) NOPASSWD:ALL",
+		"sshAuthorizedKeys": []any{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests capi@example"},
+	}}, "users")
+}
+
+// checkCABPKKeys checks on a joined worker what addCABPKKeys asked: bootcmd first, then the pre commands,
+// kubeadm join, the post commands; the files with their content, owner and mode; the user.
+func checkCABPKKeys(ctx context.Context, t *testing.T, h *hosts.Host) {
+	t.Helper()
+	g := NewWithT(t)
+	out, err := h.Output(ctx, "cat "+cabpkOrder+"; stat -c '%U:%G %a' /etc/yonder-e2e/app.conf; cat /etc/yonder-e2e/app.conf /etc/yonder-e2e/greeting; "+
+		"od -An -c /etc/yonder-e2e/blob; id -nG yci-capi; getent passwd yci-capi | cut -d: -f5-; getent shadow yci-capi | cut -c1-10; "+
+		"cat /home/yci-capi/.ssh/authorized_keys; grep -rh yci-capi /etc/sudoers.d/")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := range lines {
+		lines[i] = strings.Join(strings.Fields(lines[i]), " ")
+	}
+	g.Expect(lines).To(Equal([]string{
+		"bootcmd", "pre", "post-joined",
+		"root:root 600", "key: value", "hello", "appended",
+		`b i n \0 a r y`,
+		"yci-capi yci-capiops", "CAPI operator:/home/yci-capi:/bin/sh", "yci-capi:!",
+		"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests capi@example",
+		"# User rules for yci-capi", "yci-capi ALL=(ALL) NOPASSWD:ALL",
+	}), "on %s", h.Name)
 }
 
 // startKubeadmHosts boots n full-OS hosts named <prefix>-<i>, which authorize one new client key, and

@@ -25,16 +25,6 @@ import (
 	"github.com/yonder-dev/yonder/test/sshhosts"
 )
 
-// kubeadmStub stands in for kubeadm on the hosts (a real kubeadm join needs the Agent issue's node
-// runtime): it checks that the join configuration CABPK-style data wrote is there and rendered for this
-// host, records its arguments and writes the kubelet kubeconfig as kubeadm would.
-const kubeadmStub = `#!/bin/sh
-[ "$1" = join ] || { echo "unexpected kubeadm $*" >&2; exit 2; }
-grep -q "name: '$(hostname)'" /run/kubeadm/kubeadm-join-config.yaml || { echo "join config not rendered for $(hostname)" >&2; exit 3; }
-echo "$*" > /var/lib/yonder-ssh/kubeadm.args
-echo joined > /etc/kubernetes/kubelet.conf
-`
-
 func gzipB64(s string) string {
 	var b bytes.Buffer
 	w := gzip.NewWriter(&b)
@@ -43,10 +33,12 @@ func gzipB64(s string) string {
 	return base64.StdEncoding.EncodeToString(b.Bytes())
 }
 
-// cabpkJoinData is shaped exactly like the join user data CABPK renders for a worker (jinja header,
-// write_files with owner/permissions, the /run/cluster-api placeholder, a runcmd that writes the sentinel
-// only when kubeadm join succeeds), plus files with the b64 and gzip+b64 encodings CABPK passes through.
-func cabpkJoinData(endpoint string) string {
+// bootstrapData is the user data of a bootstrap provider this test plays, in the form CABPK's takes (jinja
+// header, write_files with owner and permissions in every encoding, the /run/cluster-api placeholder, a
+// runcmd that writes CAPI's sentinel only when its join step succeeds). Its join step checks the node
+// configuration rendered for this host and records the join; no kubeadm is faked here: CABPK's own data
+// runs with the real kubeadm in test/e2e TestKubeadmWorkersOnSSHHosts.
+func bootstrapData(endpoint string) string {
 	return fmt.Sprintf(`## template: jinja
 #cloud-config
 
@@ -66,35 +58,23 @@ write_files:
 -   path: /etc/kubernetes/extra/banner
     encoding: b64
     content: %s
--   path: /run/kubeadm/kubeadm-join-config.yaml
+-   path: /etc/kubernetes/node.yaml
     owner: root:root
     permissions: '0640'
     content: |
-      ---
-      apiVersion: kubeadm.k8s.io/v1beta4
-      discovery:
-        bootstrapToken:
-          apiServerEndpoint: %s
-          caCertHashes:
-          - sha256:0000000000000000000000000000000000000000000000000000000000000000
-          token: abcdef.0123456789abcdef
-      kind: JoinConfiguration
-      nodeRegistration:
-        kubeletExtraArgs:
-        - name: provider-id
-          value: yonder-ssh://placeholder
-        name: '{{ ds.meta_data.local_hostname }}'
+      server: %s
+      name: '{{ ds.meta_data.local_hostname }}'
 -   path: /run/cluster-api/placeholder
     owner: root:root
     permissions: '0640'
     content: "This placeholder file is used to create the /run/cluster-api sub directory in a way that is compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with Windows)"
 runcmd:
-  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > /run/cluster-api/bootstrap-success.complete
+  - 'grep -qx "name: ''$(hostname)''" /etc/kubernetes/node.yaml && echo joined > /etc/kubernetes/kubelet.conf && echo success > /run/cluster-api/bootstrap-success.complete'
 `, gzipB64("net.ipv4.ip_forward = 1\n"), base64.StdEncoding.EncodeToString([]byte("welcome\n")), endpoint)
 }
 
 // The user story: a MachineDeployment of YonderSSHMachines scales 0 → 3 → 1 → 3 with the real CAPI
-// controllers. Each Machine claims its own host, runs CABPK-shaped cloud-init on it over SSH, gets
+// controllers. Each Machine claims its own host, runs cloud-init user data on it over SSH, gets
 // providerID yonder-ssh://<namespace>/<host> and reaches Running once its Node exists; scaled-down hosts
 // are cleaned and claimed again.
 func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
@@ -102,23 +82,19 @@ func TestMachineDeploymentScalesOverDistinctHosts(t *testing.T) {
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "md").Name
 	hs, keyPEM := sshhosts.StartForTest(t, "md", 3)
-	for _, h := range hs {
-		_, err := h.Output(ctx, "cat > /usr/local/sbin/kubeadm <<'EOF'\n"+kubeadmStub+"EOF\nchmod 755 /usr/local/sbin/kubeadm")
-		g.Expect(err).NotTo(HaveOccurred())
-	}
 	registerHosts(g, ns, hs, keyPEM, map[string]string{"pool": "edge"},
-		[]string{"rm -rf /etc/kubernetes/* /run/kubeadm", "echo cleaned >> /var/lib/yonder-ssh/cleanups"})
+		[]string{"rm -rf /etc/kubernetes/*", "echo cleaned >> /var/lib/yonder-ssh/cleanups"})
 	startProvider(t, testOptions())
 	claimedBefore, releasedBefore := claimCounters()
 	cluster := newCluster(t, g, ns, "edge")
 	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	data := dataSecret(g, ns, "edge-join", cluster.Name, cabpkJoinData(wl.Get(t).Endpoint))
+	data := dataSecret(g, ns, "edge-join", cluster.Name, bootstrapData(wl.Get(t).Endpoint))
 	md := newMachineDeployment(g, ns, "workers", cluster, data.Name, "edge")
 
 	harness.Scale(g, env, md, 3)
 	machinesRunning(g, wlc, ns, 3)
-	checkCABPKDataRan(ctx, g, ns, hs)
+	checkBootstrapDataRan(ctx, g, ns, hs)
 	g.Expect(inventoryHosts(ns)).To(Equal(map[string]float64{"claimed": 3}))
 	// Hosts report their claim, phase and facts.
 	g.Eventually(func(g Gomega) {
@@ -233,16 +209,16 @@ func machinesRunning(g *WithT, wlc client.Client, ns string, want int) {
 	}).Should(Succeed())
 }
 
-// checkCABPKDataRan asserts that the CABPK-shaped data really ran on each host: files with their modes
-// and encodings, the join config rendered for that host, kubeadm called as CABPK calls it, the sentinel
-// written, the providerID told to the host first, and the script (it holds the join token) removed.
-func checkCABPKDataRan(ctx context.Context, g *WithT, ns string, hs []*sshhosts.Host) {
+// checkBootstrapDataRan asserts that bootstrapData really ran on each host: files with their modes and
+// encodings, the node configuration rendered for that host, the join step, the sentinel written, the
+// providerID told to the host first, and the script (it holds the data) removed.
+func checkBootstrapDataRan(ctx context.Context, g *WithT, ns string, hs []*sshhosts.Host) {
 	for _, h := range hs {
-		out, err := h.Output(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /run/kubeadm/kubeadm-join-config.yaml && "+
-			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /var/lib/yonder-ssh/kubeadm.args /run/cluster-api/bootstrap-success.complete && "+
-			"grep '^  name:' /run/kubeadm/kubeadm-join-config.yaml")
+		out, err := h.Output(ctx, "stat -c '%a %U' /etc/kubernetes/pki/ca.crt /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/node.yaml && "+
+			"cat /etc/kubernetes/extra/sysctl.conf /etc/kubernetes/extra/banner /etc/kubernetes/kubelet.conf /run/cluster-api/bootstrap-success.complete && "+
+			"grep '^name:' /etc/kubernetes/node.yaml")
 		g.Expect(err).NotTo(HaveOccurred(), out)
-		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\njoin --config /run/kubeadm/kubeadm-join-config.yaml\nsuccess\n  name: '" + h.Name + "'\n"))
+		g.Expect(out).To(Equal("640 root\n600 root\n640 root\nnet.ipv4.ip_forward = 1\nwelcome\njoined\nsuccess\nname: '" + h.Name + "'\n"))
 		// The host was told its providerID before the bootstrap ran (yonder-agent reads it from there).
 		out, err = h.Output(ctx, "cat /etc/yonder/provider-id")
 		g.Expect(err).NotTo(HaveOccurred(), out)

@@ -275,9 +275,22 @@ func (r *applyRun) addPeer(h desired.NextHop, key string, addr netip.Addr, port 
 }
 
 // neighbours syncs the FDB (tunnel MAC → outer destination) and neighbour (tunnel address → tunnel MAC)
-// entries of every device.
+// entries of the VXLAN devices.
+//
+// The WireGuard device (r.links[viaWireGuardL3], there for the L3 routes and eBPF backends) is left alone: no
+// hop is reached through a neighbour on it, and its only neighbour is the kernel's own NOARP entry (key
+// 0.0.0.0: one per point-to-point device) that every packet routed into the device uses. Syncing it deleted
+// that entry on every Apply while traffic flowed through it, and a packet sent between the kernel marking the
+// entry FAILED and unlinking it turns it INCOMPLETE with a timer holding a reference: the unlink then fails,
+// the entry stays, and (no ARP on the device) every later packet to every WireGuard peer queues on it until
+// the next Apply deletes it again, which answers each queued packet with an ICMP host unreachable to its
+// source. TestKeyRotationLosesNothing lost up to ~90 datagrams that way (replies encapsulated at the gateway,
+// ICMP from the gateway to itself), until the probes of the stalled peers went down and their Apply cleared it.
 func (r *applyRun) neighbours() error {
 	for via, l := range r.links {
+		if via == viaWireGuardL3 {
+			continue
+		}
 		want := map[string]desired.NextHop{}
 		for _, h := range r.st.Hops {
 			if h.Via == via {

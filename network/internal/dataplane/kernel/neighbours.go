@@ -74,6 +74,12 @@ func (a *Applier) syncNeigh(l netlink.Link, want map[string]desired.NextHop) err
 			seen[ip] = true
 			continue
 		}
+		if ok {
+			// Still wanted with another MAC or state: replaced in place below (NeighSet replaces). Deleting
+			// it first would leave the packets sent in between to that next hop waiting on ARP, which
+			// nothing answers inside a tunnel (an entry deleted under traffic: see applyRun.neighbours).
+			continue
+		}
 		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("failed to delete neighbour %s on %s: %w", ip, l.Attrs().Name, err)
 		}

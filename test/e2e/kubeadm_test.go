@@ -132,9 +132,9 @@ const cabpkOrder = "/var/lib/yonder-e2e/order"
 
 // addCABPKKeys adds to a KubeadmConfigTemplate what a KubeadmConfig's spec may ask of a host besides the
 // join, in each form CABPK renders: bootCommands (cloud-init's bootcmd), pre- and postKubeadmCommands around
-// the real kubeadm join, files plain, base64-encoded and appended to (CABPK refuses two entries for one path:
-// the file bootcmd wrote), with owner and permissions, and a user
-// with groups, a locked password, a sudo rule and an authorized key.
+// the real kubeadm join, files plain, base64-encoded and appended to (CABPK refuses two entries for one path,
+// so the appended file is the one bootcmd wrote), with owner and permissions, and a user with groups, a
+// locked password, a sudo rule and an authorized key.
 func addCABPKKeys(t *testing.T, o *unstructured.Unstructured) {
 	t.Helper()
 	g := NewWithT(t)

@@ -111,27 +111,13 @@ func FullOSRootfs() (string, error) {
 }
 
 func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, binds []string, opts FullOSOptions) (*Host, error) {
-	att, err := n.Attach(ctx, name)
+	h, err := newMachineHost(ctx, n, name)
 	if err != nil {
 		return nil, err
 	}
-	// Named after the namespace, which is unique to this holder of the lab network's slot: concurrent test
-	// processes never share a machine name, a cgroup subtree or a tree, and the next holder of the slot
-	// removes what a killed one left (its processes go with the namespace, labnet.DeleteNamespace).
-	id := "yonder-fullos-" + att.Namespace
-	dir := filepath.Join(os.TempDir(), id)
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("failed to remove the leftover tree of full-OS host %s: %w", name, err)
-	}
-	root := filepath.Join(dir, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil { //nolint:gosec // the machine's root directory
-		return nil, fmt.Errorf("failed to create host directory: %w", err)
-	}
-	n.OnClose(func() error { return os.RemoveAll(dir) })
-	if out, err := exec.CommandContext(ctx, "tar", "--zstd", "-xpf", archive, "-C", root, "--numeric-owner").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "tar", "--zstd", "-xpf", archive, "-C", h.Root, "--numeric-owner").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("failed to unpack %s for full-OS host %s: %s: %w", archive, name, out, err)
 	}
-	h := &Host{Name: name, Namespace: att.Namespace, NamespacePath: att.NamespacePath, Address: att.Address, Port: 22, User: "root", Dir: dir, Root: root}
 	hostKeyPEM, hostSigner, err := newKey("host " + name)
 	if err != nil {
 		return nil, err
@@ -147,27 +133,70 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	}
 	files := fullOSFiles(h, hostKeyPEM, CgroupV2(), opts.RegistryMirrors)
 	files["etc/ssh/ssh_host_ed25519_key.pub"] = fileSpec{ssh.MarshalAuthorizedKey(h.HostKey), 0o644}
+	if err := writeTree(h.Root, files, fullOSUnitLinks); err != nil {
+		return nil, fmt.Errorf("full-OS host %s: %w", name, err)
+	}
+	if err := h.bootMachine(n, binds); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// newMachineHost attaches a host named name to n and gives it an empty directory for its machine's tree
+// (h.Root), removed when n is closed.
+func newMachineHost(ctx context.Context, n *labnet.Network, name string) (*Host, error) {
+	att, err := n.Attach(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	// Named after the namespace, which is unique to this holder of the lab network's slot: concurrent test
+	// processes never share a machine name, a cgroup subtree or a tree, and the next holder of the slot
+	// removes what a killed one left (its processes go with the namespace, labnet.DeleteNamespace).
+	id := "yonder-fullos-" + att.Namespace
+	dir := filepath.Join(os.TempDir(), id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("failed to remove the leftover tree of host %s: %w", name, err)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil { //nolint:gosec // the machine's root directory
+		return nil, fmt.Errorf("failed to create host directory: %w", err)
+	}
+	n.OnClose(func() error { return os.RemoveAll(dir) })
+	return &Host{Name: name, Namespace: att.Namespace, NamespacePath: att.NamespacePath, Address: att.Address, Port: 22, User: "root",
+		Dir: dir, Root: root, machineID: id}, nil
+}
+
+// writeTree writes files into the tree at root and makes the unit links (relative to etc/systemd/system),
+// as `systemctl enable` or `mask` would.
+func writeTree(root string, files map[string]fileSpec, links map[string]string) error {
 	for rel, f := range files {
 		p := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories of the machine's tree
-			return nil, err
+			return err
 		}
 		_ = os.Remove(p) // a symlink in the tree (/etc/resolv.conf) must not redirect the write
 		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			return nil, fmt.Errorf("failed to write %s for full-OS host %s: %w", rel, name, err)
+			return fmt.Errorf("failed to write %s: %w", rel, err)
 		}
 	}
-	for link, target := range fullOSUnitLinks {
+	for link, target := range links {
 		p := filepath.Join(root, "etc/systemd/system", link)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories of the machine's tree
-			return nil, err
+			return err
 		}
 		_ = os.Remove(p)
 		if err := os.Symlink(target, p); err != nil {
-			return nil, fmt.Errorf("failed to enable %s on full-OS host %s: %w", link, name, err)
+			return fmt.Errorf("failed to link unit %s: %w", link, err)
 		}
 	}
-	cfg := nspawn.Config{Name: id, Rootfs: root, NetworkNamespacePath: att.NamespacePath,
+	return nil
+}
+
+// bootMachine boots the tree at h.Root with systemd-nspawn --boot in h's network namespace, binds bound
+// read-only, in a cgroup subtree of its own. The machine is powered off when n is closed.
+func (h *Host) bootMachine(n *labnet.Network, binds []string) error {
+	id := h.machineID
+	cfg := nspawn.Config{Name: id, Rootfs: h.Root, NetworkNamespacePath: h.NamespacePath,
 		ReadOnlyBinds: binds}
 	if st, err := os.Stat("/lib/modules"); err == nil && st.IsDir() {
 		// kubeadm's preflight reads the kernel's modules and configuration, as on any host.
@@ -178,27 +207,27 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 	// does (package hostprep): the last holder to leave restores the machine's own values.
 	reg := hostprep.Registry{}
 	if _, _, err := reg.Acquire(id, hostprep.KubeletSysctls); err != nil {
-		return nil, fmt.Errorf("full-OS host %s: %w", name, err)
+		return fmt.Errorf("host %s: %w", h.Name, err)
 	}
 	n.OnClose(func() error { _, _, err := reg.Release(id); return err })
 	cg := nspawn.Cgroups{Name: cfg.Name}
 	if cg.Exists() {
 		if err := cg.KillAndRemove(10 * time.Second); err != nil {
-			return nil, fmt.Errorf("failed to remove the leftover cgroups of full-OS host %s: %w", name, err)
+			return fmt.Errorf("failed to remove the leftover cgroups of host %s: %w", h.Name, err)
 		}
 	}
 	paths, err := cg.Create()
 	if err != nil {
-		return nil, fmt.Errorf("full-OS host %s needs a cgroup subtree of its own: %w", name, err)
+		return fmt.Errorf("host %s needs a cgroup subtree of its own: %w", h.Name, err)
 	}
 	n.OnClose(func() error { return cg.KillAndRemove(10 * time.Second) })
 	bin, err := proc.LookPath("systemd-nspawn")
 	if err != nil {
-		return nil, fmt.Errorf("systemd-nspawn is missing: run `hack/test-bins.sh --packages` (installs systemd-container): %w", err)
+		return fmt.Errorf("systemd-nspawn is missing: run `hack/test-bins.sh --packages` (installs systemd-container): %w", err)
 	}
 	// The machine's console (its boot messages) is the process's log: the place to look when it fails.
-	if h.sshd, err = proc.Start("console", dir, nspawn.Env, "/bin/sh", cfg.DirectLaunch(bin, paths)...); err != nil {
-		return nil, err
+	if h.sshd, err = proc.Start("console", h.Dir, nspawn.Env, "/bin/sh", cfg.DirectLaunch(bin, paths)...); err != nil {
+		return err
 	}
 	// Stop (and the network's close) powers the machine off: systemd-nspawn's SIGTERM shuts it down in order;
 	// whatever is left in its cgroup subtree is killed, and the host leaves the sysctl registry.
@@ -206,7 +235,7 @@ func bootFullOS(ctx context.Context, n *labnet.Network, name, archive string, bi
 		return errors.Join(h.sshd.Stop(30*time.Second), cg.KillAndRemove(10*time.Second), func() error { _, _, err := reg.Release(id); return err }())
 	}
 	n.OnClose(h.poweroff)
-	return h, nil
+	return nil
 }
 
 // InitCgroups returns the cgroup of a full-OS host's init (systemd, PID 1 in the machine) in each

@@ -57,6 +57,8 @@ type Host struct {
 	sshd *proc.Process
 	// poweroff stops a full-OS host's machine (nil for netns hosts).
 	poweroff func() error
+	// machineID names a full-OS host's machine, its cgroup subtree and its sysctl holder.
+	machineID string
 }
 
 // HomeDir is a private directory that keeps this machine's root dotfiles out of a host.

@@ -11,9 +11,12 @@ import (
 // cloudInitConfig limits cloud-init to the config drive: with its default list it would try a dozen
 // datasources, some of them over the network (EC2, GCE, OpenStack's metadata service), each costing
 // timeouts on a host that has none. None keeps cloud-init's modules running without a drive.
-// The networkd renderer: the image configures its network with systemd-networkd, not ifupdown.
+// The networkd renderer: the image configures its network with systemd-networkd, not ifupdown. The locale
+// is the one the image has: C.UTF-8 is built into libc, while cloud-init's default (en_US.UTF-8) needs the
+// locales package, and its locale module would fail and leave cloud-init's status "error".
 const cloudInitConfig = `# Written by Yonder's test/osimage: the bare-metal provider's hosts get a config-2 drive.
 datasource_list: [ ConfigDrive, None ]
+locale: C.UTF-8
 system_info:
   network:
     renderers: [ networkd ]

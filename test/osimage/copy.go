@@ -166,3 +166,31 @@ func stageFiles(dir string, files []File) ([]string, error) {
 	}
 	return args, nil
 }
+
+// extractScript copies the root filesystem out of the raw image: mounted read-only through a loop device
+// in a mount namespace of its own, so the mount and the loop device (autoclear) go when it ends, whatever
+// happens to the caller. Arguments: raw offset dst.
+const extractScript = `set -eu
+raw=$1 off=$2 dst=$3
+m=$(mktemp -d)
+mount -o loop,ro,offset="$off" "$raw" "$m"
+cp -a "$m/." "$dst/"
+umount "$m"
+rmdir "$m"
+`
+
+// ExtractRoot copies the image's root filesystem into dst (created if missing), owners, modes and links
+// kept: a tree that systemd-nspawn --boot boots as the image would boot on a machine (test/hosts'
+// cloud-image hosts). The raw image is only read. Needs root.
+func (img Image) ExtractRoot(ctx context.Context, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil { //nolint:gosec // a root filesystem's top directory
+		return fmt.Errorf("failed to create %s: %w", dst, err)
+	}
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation=private", "sh", "-c", extractScript, "sh",
+		img.Raw, strconv.Itoa(rootOffset), dst)
+	cmd.WaitDelay = 10 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("failed to copy the root filesystem of %s into %s: %w: %s", img.Raw, dst, err, out)
+	}
+	return nil
+}

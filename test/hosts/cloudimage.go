@@ -40,15 +40,21 @@ type CloudImageOptions struct {
 	InstanceID string
 	// ProviderID, when set, is meta-data's providerid.
 	ProviderID string
+	// Files are placed in the image's tree before it boots, owned by root (what the image would carry).
+	Files []osimage.File
 }
 
 // cloudImageConfig restricts the image's cloud-init to the NoCloud seed (then None, as the image's own
 // 90_yonder.cfg does for its config drive) and leaves the network to the platform.
-const cloudImageConfig = `# Written by test/hosts: this cloud seeds the instance's data into its filesystem (NoCloud), and its
-# network is configured before the machine boots.
+const cloudImageConfig = `# Written by test/hosts: this cloud seeds the instance's data into its filesystem (NoCloud), its
+# network is configured before the machine boots, and its root filesystem is a directory, not a disk
+# partition to grow.
 datasource_list: [ NoCloud, None ]
 network:
   config: disabled
+resize_rootfs: false
+growpart:
+  mode: "off"
 `
 
 // cloudImageLinks enable the platform's unit and mask what the platform does instead (the network) and what
@@ -105,7 +111,7 @@ func cloudImageFiles(h *Host, opts CloudImageOptions) map[string]fileSpec {
 	if opts.ProviderID != "" {
 		meta += "providerid: " + opts.ProviderID + "\n"
 	}
-	return map[string]fileSpec{
+	files := map[string]fileSpec{
 		"etc/cloud/cloud.cfg.d/95_cloud.cfg":   {[]byte(cloudImageConfig), 0o644},
 		"var/lib/cloud/seed/nocloud/meta-data": {[]byte(meta), 0o600},
 		// The data holds the node's join credentials: root only, as a datasource keeps them.
@@ -125,6 +131,10 @@ ExecStart=/bin/sh -c '` + hostprep.MachinePrepCommand + `'
 		"etc/hosts":       {[]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + h.Address.String() + "\t" + h.Name + "\n"), 0o644},
 		"etc/resolv.conf": {[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644},
 	}
+	for _, f := range opts.Files {
+		files[strings.TrimPrefix(f.Path, "/")] = fileSpec{f.Content, f.Mode}
+	}
+	return files
 }
 
 // Exec runs cmd with /bin/sh -c inside a full-OS or cloud-image host's machine (all of its namespaces, as

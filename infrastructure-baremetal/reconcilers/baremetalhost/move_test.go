@@ -46,10 +46,14 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 	rv := sec.ResourceVersion
 
 	// The move: the controller is stopped (clusterctl pauses), the object comes back without status.
+	// The boot lab's attestation server still writes the host (it records the release of the bootstrap
+	// data), so the wipe retries on a conflict with the latest version.
 	proc.Stop()
-	cur := getHost(g, h)
-	cur.Status = metal3v1.BareMetalHostStatus{}
-	g.Expect(env.Status().Update(ctx, cur)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		cur := getHost(g, h)
+		cur.Status = metal3v1.BareMetalHostStatus{}
+		g.Expect(env.Status().Update(ctx, cur)).To(Succeed())
+	}).Should(Succeed())
 	g.Expect(getHost(g, h).Status.Provisioning.State).To(BeEmpty())
 	startController(t, testReconciler(lab.inv), ns)
 

@@ -95,7 +95,7 @@ func TestYonderConfigUnderCloudInit(t *testing.T) {
 	t.Cleanup(func() { _ = h.Stop() })
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := h.Exec(context.Background(), "cloud-init status --long; tail -n 60 /var/log/cloud-init-output.log; "+
+			out, _ := h.RunInMachine(context.Background(), "cloud-init status --long; tail -n 60 /var/log/cloud-init-output.log; "+
 				"systemctl list-units --no-pager --all 'yonder*'; journalctl --no-pager -n 80")
 			t.Logf("instance %s:\n%s", machine, out)
 		}
@@ -120,7 +120,7 @@ func TestYonderConfigUnderCloudInit(t *testing.T) {
 	g.Expect(ms[0].Spec.ProviderID).To(Equal(providerID))
 	node := ms[0].Status.NodeRef.Name
 	t.Logf("Node %s Ready with the instance's providerID: %s after the start", node, time.Since(t0).Round(time.Second))
-	out, err := h.Exec(ctx, "cloud-init status --long; cat /proc/1/comm")
+	out, err := h.RunInMachine(ctx, "cloud-init status --long; cat /proc/1/comm")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(And(ContainSubstring("status: done"), ContainSubstring("DataSourceNoCloud"), HaveSuffix("systemd\n")))
 	runPodOn(ctx, t, node)

@@ -3,7 +3,6 @@ package hosts
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 //     controllers read-only, and a unit of the platform's remounts them before cloud-init starts (the step
 //     the full-OS hosts and yonder-agent's own node machine take, hostprep.MachinePrepCommand).
 //
-// A cloud-image host has no sshd: a test reaches it with Exec.
+// A cloud-image host has no sshd: a test reaches it with RunInMachine.
 
 // CloudImageOptions is what the cloud hands the machine it boots.
 type CloudImageOptions struct {
@@ -88,7 +87,7 @@ func StartCloudImage(ctx context.Context, n *labnet.Network, name string, img os
 	}
 	if err := h.sshd.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
 		// initializing, starting, running or degraded: systemd answers on its bus; offline or an error: not yet.
-		out, _ := h.Exec(ctx, "systemctl is-system-running")
+		out, _ := h.RunInMachine(ctx, "systemctl is-system-running")
 		switch s := strings.TrimSpace(out); s {
 		case "initializing", "starting", "running", "degraded":
 			return nil
@@ -137,9 +136,10 @@ ExecStart=/bin/sh -c '` + hostprep.MachinePrepCommand + `'
 	return files
 }
 
-// Exec runs cmd with /bin/sh -c inside a full-OS or cloud-image host's machine (all of its namespaces, as
-// root) and returns its combined output: how a test reaches a host without sshd.
-func (h *Host) Exec(ctx context.Context, cmd string) (string, error) {
+// RunInMachine runs cmd with /bin/sh -c inside a full-OS or cloud-image host's machine (its namespaces, as
+// root) and returns its combined output: how a test reaches a host without sshd. The programs are the
+// machine's own, from its tree, not this machine's.
+func (h *Host) RunInMachine(ctx context.Context, cmd string) (string, error) {
 	if h.poweroff == nil || h.sshd.Exited() {
 		return "", fmt.Errorf("host %s has no running machine", h.Name)
 	}
@@ -147,9 +147,8 @@ func (h *Host) Exec(ctx context.Context, cmd string) (string, error) {
 	if pid == 0 {
 		return "", fmt.Errorf("host %s: its machine's init is not running yet", h.Name)
 	}
-	c := exec.CommandContext(ctx, "nsenter", "--target", fmt.Sprint(pid), "--all", "--",
-		"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", cmd)
-	out, err := c.CombinedOutput()
+	out, err := nspawn.Exec(ctx, pid, "/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+		"/bin/sh", "-c", cmd)
 	if err != nil {
 		return string(out), fmt.Errorf("%q on host %s: %w: %s", cmd, h.Name, err, out)
 	}

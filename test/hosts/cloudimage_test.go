@@ -31,13 +31,13 @@ func TestCloudImageHostRunsItsNoCloudData(t *testing.T) {
 		ProviderID: "e2e-cloud:///cloud",
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	out, err := h.Exec(ctx, "cloud-init status --wait --long")
-	g.Expect(err).NotTo(HaveOccurred(), "cloud-init failed: %s\n%s", out, must(h.Exec(ctx, "tail -n 40 /var/log/cloud-init.log")))
+	out, err := h.RunInMachine(ctx, "cloud-init status --wait --long")
+	g.Expect(err).NotTo(HaveOccurred(), "cloud-init failed: %s\n%s", out, must(h.RunInMachine(ctx, "tail -n 40 /var/log/cloud-init.log")))
 	t.Logf("cloud-init done %s after the start", time.Since(start).Round(time.Second))
 	g.Expect(out).To(ContainSubstring("status: done"))
 	g.Expect(out).To(ContainSubstring("DataSourceNoCloud"))
 
-	out, err = h.Exec(ctx, "cat /proc/1/comm; hostname; cloud-init query ds.meta_data.providerid; cat /var/lib/runcmd-result; stat -c %a /etc/from-user-data; "+
+	out, err = h.RunInMachine(ctx, "cat /proc/1/comm; hostname; cloud-init query ds.meta_data.providerid; cat /var/lib/runcmd-result; stat -c %a /etc/from-user-data; "+
 		"stat -c %a /var/lib/cloud/seed/nocloud/user-data; command -v systemd-nspawn; command -v curl; "+
 		"d=/sys/fs/cgroup/pids; [ -d $d ] || d=/sys/fs/cgroup; mkdir $d/probe && rmdir $d/probe && echo cgroups writable")
 	g.Expect(err).NotTo(HaveOccurred(), out)
@@ -45,7 +45,7 @@ func TestCloudImageHostRunsItsNoCloudData(t *testing.T) {
 		"/usr/bin/systemd-nspawn", "/usr/bin/curl", "cgroups writable"))
 
 	// The lab network is the platform's: the namespace's address, untouched by the image's networkd.
-	out, err = h.Exec(ctx, "ip -4 -o addr show scope global")
+	out, err = h.RunInMachine(ctx, "ip -4 -o addr show scope global")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring(" " + h.Address.String() + "/"))
 }

@@ -184,11 +184,11 @@ func bootRealCloudInit(ctx context.Context, t *testing.T, img osimage.Image, dat
 		t.Fatal(err)
 	}
 	// status --wait exits non-zero when cloud-init ended in an error; the status itself says which.
-	status, _ = h.Exec(ctx, "cloud-init status --wait >/dev/null; cloud-init status --long")
-	if log, err = h.Exec(ctx, "cat /var/log/cloud-init-output.log"); err != nil {
+	status, _ = h.RunInMachine(ctx, "cloud-init status --wait >/dev/null; cloud-init status --long")
+	if log, err = h.RunInMachine(ctx, "cat /var/log/cloud-init-output.log"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err = h.Exec(ctx, report); err != nil {
+	if out, err = h.RunInMachine(ctx, report); err != nil {
 		t.Fatalf("the report failed on the booted host: %v", err)
 	}
 	return status, log, out

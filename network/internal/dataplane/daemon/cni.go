@@ -3,8 +3,11 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 // WriteCNIConfig writes a CNI conflist for the node's pod CIDRs: the bridge plugin on the pod bridge (the node
@@ -13,7 +16,7 @@ import (
 func WriteCNIConfig(dir, bridge string, podCIDRs []string, mtu int) error {
 	var ranges [][]map[string]string
 	for _, c := range podCIDRs {
-		ranges = append(ranges, []map[string]string{{"subnet": c}})
+		ranges = append(ranges, []map[string]string{podRange(c, podCIDRs)})
 	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -44,4 +47,20 @@ func WriteCNIConfig(dir, bridge string, podCIDRs []string, mtu int) error {
 		return fmt.Errorf("failed to write CNI config: %w", err)
 	}
 	return nil
+}
+
+// podRange is host-local's range for pod CIDR c. In the tunnel prefix it ends before the node's WireGuard
+// slot-1 address (desired.SlotAddr), so no pod is ever given the address the node puts on its WireGuard
+// device during a key rotation; host-local's defaults keep the network address (slot 0), the gateway and
+// the broadcast address out already.
+func podRange(c string, podCIDRs []string) map[string]string {
+	r := map[string]string{"subnet": c}
+	t, ok := desired.TunnelPrefix(podCIDRs)
+	if p, err := netip.ParsePrefix(c); err != nil || !ok || p.Masked() != t {
+		return r
+	}
+	if s1, err := desired.SlotAddr(t, 1); err == nil {
+		r["rangeEnd"] = s1.Prev().String()
+	}
+	return r
 }

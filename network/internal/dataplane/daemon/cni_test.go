@@ -3,13 +3,16 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
 )
 
@@ -68,4 +71,72 @@ func TestCNIConfigWithRealPlugins(t *testing.T) {
 	routes, err := lab.Exec(pod, "ip", "route")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(routes).To(ContainSubstring("default via 10.77.3.1"))
+}
+
+// The node's WireGuard slot-1 address (desired.SlotAddr: the tunnel prefix's last address but one) is kept
+// out of host-local's range, so no pod can hold the address the node puts on its WireGuard device during a
+// key rotation. Checked by letting Debian's host-local plugin hand out a /29 until it runs dry: the pods get
+// .2–.5, never the gateway .1, the slot-1 address .6 or the broadcast .7.
+func TestCNIConfigKeepsTheSlotAddressFromPods(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	// Only the tunnel prefix (the first IPv4 pod CIDR) has slot addresses.
+	g.Expect(WriteCNIConfig(dir, "br0", []string{"fd00:10:77::/64", "10.77.3.0/24", "10.77.9.0/24"}, 1430)).To(Succeed())
+	g.Expect(ipamRanges(g, dir)).To(Equal([][]map[string]string{
+		{{"subnet": "fd00:10:77::/64"}}, {{"subnet": "10.77.3.0/24", "rangeEnd": "10.77.3.253"}}, {{"subnet": "10.77.9.0/24"}}}))
+	g.Expect(WriteCNIConfig(dir, "br0", []string{"10.77.0.0/31"}, 1430)).To(Succeed())
+	g.Expect(ipamRanges(g, dir)).To(Equal([][]map[string]string{{{"subnet": "10.77.0.0/31"}}}), "no slot-1 address to keep out")
+
+	g.Expect(WriteCNIConfig(dir, "br0", []string{"10.77.4.0/29"}, 1430)).To(Succeed())
+	s1, err := desired.SlotAddr(netip.MustParsePrefix("10.77.4.0/29"), 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s1.String()).To(Equal("10.77.4.6"))
+	b, err := os.ReadFile(filepath.Join(dir, "10-yonder.conflist"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var list struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	g.Expect(json.Unmarshal(b, &list)).To(Succeed())
+	ipam := list.Plugins[0]["ipam"].(map[string]any)
+	ipam["dataDir"] = filepath.Join(dir, "ipam")
+	in, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "yonder", "ipam": ipam})
+	g.Expect(err).NotTo(HaveOccurred())
+	var got []string
+	for i := range 5 {
+		c := exec.Command("/usr/lib/cni/host-local")
+		c.Env = []string{"CNI_COMMAND=ADD", fmt.Sprintf("CNI_CONTAINERID=slot-%d", i), "CNI_NETNS=/dev/null",
+			"CNI_IFNAME=eth0", "CNI_PATH=/usr/lib/cni"}
+		c.Stdin = bytes.NewReader(in)
+		out, err := c.CombinedOutput()
+		if i == 4 {
+			g.Expect(err).To(HaveOccurred(), "the range is exhausted: %s", out)
+			break
+		}
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+		var res struct {
+			IPs []struct {
+				Address string `json:"address"`
+				Gateway string `json:"gateway"`
+			} `json:"ips"`
+		}
+		g.Expect(json.Unmarshal(out, &res)).To(Succeed(), string(out))
+		g.Expect(res.IPs).To(HaveLen(1))
+		g.Expect(res.IPs[0].Gateway).To(Equal("10.77.4.1"))
+		got = append(got, netip.MustParsePrefix(res.IPs[0].Address).Addr().String())
+	}
+	g.Expect(got).To(ConsistOf("10.77.4.2", "10.77.4.3", "10.77.4.4", "10.77.4.5"))
+}
+
+func ipamRanges(g *WithT, dir string) [][]map[string]string {
+	b, err := os.ReadFile(filepath.Join(dir, "10-yonder.conflist"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var list struct {
+		Plugins []struct {
+			IPAM struct {
+				Ranges [][]map[string]string `json:"ranges"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	g.Expect(json.Unmarshal(b, &list)).To(Succeed())
+	return list.Plugins[0].IPAM.Ranges
 }

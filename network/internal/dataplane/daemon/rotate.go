@@ -138,6 +138,10 @@ func (d *Daemon) Rotate() error {
 		return fmt.Errorf("failed to start a key rotation: %w", ErrRotating)
 	}
 	next := 1 - d.slots.Current
+	if err := d.slotAddressable(next); err != nil {
+		d.mu.Unlock()
+		return fmt.Errorf("failed to start a key rotation: %w", err)
+	}
 	k, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
 		d.mu.Unlock()
@@ -164,6 +168,21 @@ func (d *Daemon) Rotate() error {
 	d.opt.Log.Info("Rotating WireGuard key", "slot", next, "device", w.Name, "nextPublicKey", k.PublicKey().String())
 	d.kickNow()
 	return d.publish()
+}
+
+// slotAddressable checks that the node's pod CIDR has an address for slot (desired.SlotAddr): a rotation
+// into a slot without one is refused before peers learn of a key whose address the node cannot hold. Before
+// the first input the pod CIDR is unknown and the check passes (Apply then reports it). d.mu must be held.
+func (d *Daemon) slotAddressable(slot int) error {
+	if d.input == nil {
+		return nil
+	}
+	t, ok := desired.TunnelPrefix(d.input.PodCIDRs)
+	if !ok {
+		return nil // Compute reports the missing IPv4 pod CIDR
+	}
+	_, err := desired.SlotAddr(t, slot)
+	return err
 }
 
 func (d *Daemon) kickNow() {

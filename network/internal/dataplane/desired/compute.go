@@ -44,12 +44,12 @@ type computation struct {
 
 // self sets the node's own identity: tunnel address, MAC, intra-site MTU and probe settings.
 func (c *computation) self() error {
-	self, ok := TunnelAddr(c.in.PodCIDRs)
+	self, ok := TunnelPrefix(c.in.PodCIDRs)
 	if !ok {
 		return fmt.Errorf("failed to compute dataplane for node %s: no IPv4 pod CIDR", c.in.Node)
 	}
 	c.st = State{
-		Self: c.in.Node, Tunnel: self, MAC: NodeMAC(c.in.Node), Hops: map[string]NextHop{},
+		Self: c.in.Node, Tunnel: self.Addr(), TunnelPrefix: self, MAC: NodeMAC(c.in.Node), Hops: map[string]NextHop{},
 		VXLANMTU: int(c.in.Plan.IntraSite.TunnelMTU), Probe: c.in.Plan.HealthProbe,
 	}
 	if c.st.VXLANMTU == 0 {
@@ -204,13 +204,14 @@ func (c *computation) viaLocalGateways(l netv1.SiteLink) {
 }
 
 // hop records the next hop to peer p over proto and returns its key; false when p cannot be a next hop
-// (itself, no IPv4 pod CIDR or endpoint, or no public key for WireGuard). interSite hops follow NAT:
-// a peer behind NAT is accepted, not dialled, and a node behind NAT keeps its mapping to a reachable peer.
+// (itself, no IPv4 pod CIDR or endpoint, or for WireGuard no public key or no address for its slot).
+// interSite hops follow NAT: a peer behind NAT is accepted, not dialled, and a node behind NAT keeps its
+// mapping to a reachable peer.
 func (c *computation) hop(p netv1.Peer, proto netv1.Protocol, etype netv1.EndpointType, mtu int, interSite bool) (string, bool) {
 	if p.Node == c.in.Node {
 		return "", false
 	}
-	t, ok := TunnelAddr(p.PodCIDRs)
+	t, ok := TunnelPrefix(p.PodCIDRs)
 	if !ok {
 		return "", false
 	}
@@ -218,9 +219,14 @@ func (c *computation) hop(p netv1.Peer, proto netv1.Protocol, etype netv1.Endpoi
 	if !ok {
 		return "", false
 	}
-	n := NextHop{Node: p.Node, Underlay: ep, Tunnel: t, MAC: NodeMAC(p.Node), PublicKey: p.PublicKey,
+	n := NextHop{Node: p.Node, Underlay: ep, Tunnel: t.Addr(), MAC: NodeMAC(p.Node), PublicKey: p.PublicKey,
 		WGPort: int(p.Ports.WireGuard), ProbePort: int(p.Ports.Probe), MTU: mtu}
-	c.slots(&n, p)
+	if err := c.slots(&n, t, p); err != nil && proto == netv1.ProtocolWireGuard {
+		// A peer in (or rotating to) slot 1 whose pod CIDR has no slot-1 address: its own daemon refuses
+		// that rotation, so only a peer outside the rules gets here. Every node leaves it out alike rather
+		// than give it an address that another interface of that node holds.
+		return "", false
+	}
 	if interSite {
 		n.Accept, n.Initiate = p.BehindNAT && !c.st.BehindNAT, c.st.BehindNAT && !p.BehindNAT
 	}
@@ -242,24 +248,32 @@ func (c *computation) hop(p netv1.Peer, proto netv1.Protocol, etype netv1.Endpoi
 	return n.Key(), true
 }
 
-// slots fills a hop's WireGuard slot addresses and ports (both slots while the peer rotates its key) and its
-// probe port.
-func (c *computation) slots(n *NextHop, p netv1.Peer) {
-	if n.WGPort == 0 {
-		n.WGPort = DefaultWireGuardPort
-	}
-	slot := int(p.WireGuardSlot) & 1
-	base := n.WGPort
-	n.WGAddr, n.WGPort = SlotAddr(n.Tunnel, slot), SlotPort(base, slot)
-	if p.NextPublicKey != "" {
-		n.NextPublicKey, n.NextWGAddr, n.NextWGPort = p.NextPublicKey, SlotAddr(n.Tunnel, 1-slot), SlotPort(base, 1-slot)
-	}
+// slots fills a hop's probe port and WireGuard ports and slot addresses (both slots while the peer rotates
+// its key; the addresses from the peer's tunnel prefix). An error leaves the addresses incomplete.
+func (c *computation) slots(n *NextHop, tunnel netip.Prefix, p netv1.Peer) error {
 	if n.ProbePort == 0 {
 		n.ProbePort = int(c.in.Plan.HealthProbe.Port)
 	}
 	if n.ProbePort == 0 {
 		n.ProbePort = DefaultProbePort
 	}
+	if n.WGPort == 0 {
+		n.WGPort = DefaultWireGuardPort
+	}
+	slot := int(p.WireGuardSlot) & 1
+	base := n.WGPort
+	n.WGPort = SlotPort(base, slot)
+	var err error
+	if n.WGAddr, err = SlotAddr(tunnel, slot); err != nil {
+		return err
+	}
+	if p.NextPublicKey != "" {
+		n.NextPublicKey, n.NextWGPort = p.NextPublicKey, SlotPort(base, 1-slot)
+		if n.NextWGAddr, err = SlotAddr(tunnel, 1-slot); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addRoute adds members to prefix's group (a route without members is a blackhole). Non-IPv4 prefixes are

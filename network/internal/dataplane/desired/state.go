@@ -66,9 +66,9 @@ type NextHop struct {
 	Tunnel    netip.Addr
 	MAC       net.HardwareAddr
 	PublicKey string
-	// WGAddr is the peer's address inside WireGuard: its tunnel address in slot 0, the next one in slot 1
-	// (see netv1.NodeNetworkSpec.WireGuardSlot). The allowed IP of PublicKey and the VXLAN-in-WireGuard
-	// destination.
+	// WGAddr is the peer's address inside WireGuard: its tunnel address in slot 0, the last address but one
+	// of its tunnel prefix in slot 1 (SlotAddr; see netv1.NodeNetworkSpec.WireGuardSlot). The allowed IP of
+	// PublicKey and the VXLAN-in-WireGuard destination.
 	WGAddr netip.Addr
 	// WGPort is the listen port of the peer's current slot.
 	WGPort int
@@ -123,14 +123,16 @@ type Features struct {
 
 // State is the node's computed dataplane.
 type State struct {
-	Self     string
-	Tunnel   netip.Addr
-	MAC      net.HardwareAddr
-	VXLANMTU int
-	WGMTU    int // MTU of the VXLAN device inside WireGuard
-	Hops     map[string]NextHop
-	Routes   []Route
-	Probe    netv1.HealthProbeSpec
+	Self   string
+	Tunnel netip.Addr
+	// TunnelPrefix is the pod CIDR Tunnel and the WireGuard slot addresses come from (SlotAddr).
+	TunnelPrefix netip.Prefix
+	MAC          net.HardwareAddr
+	VXLANMTU     int
+	WGMTU        int // MTU of the VXLAN device inside WireGuard
+	Hops         map[string]NextHop
+	Routes       []Route
+	Probe        netv1.HealthProbeSpec
 	// BehindNAT is this node's own reachability as the plan has it (its PeerSlice entry).
 	BehindNAT bool
 }

@@ -193,7 +193,9 @@ func (r *applyRun) devices() error {
 	if r.wg, err = netlink.LinkByName(r.own.Send.Name); err != nil {
 		return fmt.Errorf("failed to find %s: %w", r.own.Send.Name, err)
 	}
-	r.src = desired.SlotAddr(r.st.Tunnel, r.own.SendSlot)
+	if r.src, err = desired.SlotAddr(r.st.TunnelPrefix, r.own.SendSlot); err != nil {
+		return fmt.Errorf("failed to address %s: %w", r.own.Send.Name, err)
+	}
 	if err := r.a.EnsureAddr(r.wg, r.src); err != nil {
 		return err
 	}
@@ -202,7 +204,11 @@ func (r *applyRun) devices() error {
 		if err != nil {
 			return fmt.Errorf("failed to find %s: %w", r.own.Other.Name, err)
 		}
-		if err := r.a.EnsureAddr(ol, desired.SlotAddr(r.st.Tunnel, r.own.OtherSlot)); err != nil {
+		addr, err := desired.SlotAddr(r.st.TunnelPrefix, r.own.OtherSlot)
+		if err != nil {
+			return fmt.Errorf("failed to address %s: %w", r.own.Other.Name, err)
+		}
+		if err := r.a.EnsureAddr(ol, addr); err != nil {
 			return err
 		}
 	}

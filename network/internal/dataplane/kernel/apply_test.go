@@ -43,7 +43,8 @@ func applyLab(t *testing.T, f func(g *WithT, a *Applier, st desired.State, own O
 		p := desired.NextHop{Node: "p", Via: desired.ViaWireGuard, Underlay: netip.MustParseAddr("192.0.2.2"),
 			Tunnel: netip.MustParseAddr("10.40.1.0"), MAC: desired.NodeMAC("p"), PublicKey: pk.PublicKey().String(),
 			WGAddr: netip.MustParseAddr("10.40.1.0"), WGPort: 51820, MTU: 1370}
-		st := desired.State{Self: "n", Tunnel: netip.MustParseAddr("10.30.1.0"), MAC: desired.NodeMAC("n"), VXLANMTU: 1430,
+		st := desired.State{Self: "n", Tunnel: netip.MustParseAddr("10.30.1.0"),
+			TunnelPrefix: netip.MustParsePrefix("10.30.1.0/24"), MAC: desired.NodeMAC("n"), VXLANMTU: 1430,
 			WGMTU: 1370, Hops: map[string]desired.NextHop{p.Key(): p},
 			Routes: []desired.Route{{Prefix: netip.MustParsePrefix("10.40.0.0/16"), Members: []string{p.Key()}, MTU: 1370}}}
 		a := &Applier{Dev: Devices{VXLAN: "yvx", VXLANWG: "yvw", WireGuard: w.Name}, Log: slog.Default()}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/daemon"
+	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 )
 
 // seqStream sends a numbered datagram every interval and records which numbers come back, so a loss is
@@ -140,6 +143,15 @@ func TestKeyRotationLosesNothing(t *testing.T) {
 	rotate := func(nodes ...*Node) { rotateKeys(t, s, diag, gateways, nodes...) }
 	rotate(gb1)
 	g.Expect(gb1.Slot).To(Equal(int32(1)))
+	// In slot 1 gb1's WireGuard address is its pod CIDR's last address but one, on the slot-1 device only
+	// (the pod bridge keeps the second address: the same address on both was the old slot 1).
+	s1, err := desired.SlotAddr(gb1.PodCIDR, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	addrs, err := s.Lab.Exec(gb1.NS, "ip", "-o", "-4", "addr", "show")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(addrs).To(MatchRegexp(`(?m)^\d+: %s\s+inet %s/32 `, daemon.SlotDevice(s.Lab.Prefix+gb1.Name, 1), s1), addrs)
+	g.Expect(strings.Count(addrs, " "+s1.String()+"/")).To(Equal(1), addrs)
+	g.Expect(addrs).To(MatchRegexp(`(?m)^\d+: br0\s+inet %s/`, gb1.PodCIDR.Addr().Next()), addrs)
 	rotate(gb1)
 	g.Expect(gb1.Slot).To(Equal(int32(0)))
 	rotate(ga1, ga2)

@@ -127,8 +127,8 @@ RemainAfterExit=yes
 ExecStart=/bin/sh -c '` + hostprep.MachinePrepCommand + `'
 `), 0o644},
 		"etc/fstab":       {[]byte("# The instance's root filesystem is mounted by its platform.\n"), 0o644},
-		"etc/hosts":       {[]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + h.Address.String() + "\t" + h.Name + "\n"), 0o644},
-		"etc/resolv.conf": {[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644},
+		"etc/hosts":       h.etcHosts(),
+		"etc/resolv.conf": labResolvConf,
 	}
 	for _, f := range opts.Files {
 		files[strings.TrimPrefix(f.Path, "/")] = fileSpec{f.Content, f.Mode}

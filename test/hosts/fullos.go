@@ -299,6 +299,14 @@ func fullOSKubeletConfiguration(v2 bool) string {
 	return b.String()
 }
 
+// etcHosts names the host by its lab network address, with the loopback names every Debian has.
+func (h *Host) etcHosts() fileSpec {
+	return fileSpec{[]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + h.Address.String() + "\t" + h.Name + "\n"), 0o644}
+}
+
+// labResolvConf is a machine host's resolv.conf: the lab network has no DNS server.
+var labResolvConf = fileSpec{[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644}
+
 // fullOSFiles is what a host's tree gets on top of the archive: its identity (hostname, host key, the
 // authorized client key), sshd's settings, containerd's configuration, and the kubelet unit with the drop-in
 // the kubeadm packages install (the kubelet restarts until kubeadm writes its configuration).
@@ -311,8 +319,8 @@ func fullOSFiles(h *Host, hostKeyPEM []byte, v2 bool, mirrors map[string]string)
 	}
 	f := map[string]fileSpec{
 		"etc/hostname":                 {[]byte(h.Name + "\n"), 0o644},
-		"etc/hosts":                    {[]byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + h.Address.String() + "\t" + h.Name + "\n"), 0o644},
-		"etc/resolv.conf":              {[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644},
+		"etc/hosts":                    h.etcHosts(),
+		"etc/resolv.conf":              labResolvConf,
 		"etc/machine-id":               {nil, 0o444}, // generated at boot: every host its own
 		"etc/ssh/ssh_host_ed25519_key": {hostKeyPEM, 0o600},
 		"root/.ssh/authorized_keys":    {ssh.MarshalAuthorizedKey(h.ClientSigner.PublicKey()), 0o600},

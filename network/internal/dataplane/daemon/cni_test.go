@@ -51,17 +51,10 @@ func TestCNIConfigWithRealPlugins(t *testing.T) {
 	c.Stdin = bytes.NewReader(in)
 	out, err := c.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-			Gateway string `json:"gateway"`
-		} `json:"ips"`
-	}
-	g.Expect(json.Unmarshal(out, &res)).To(Succeed(), string(out))
-	g.Expect(res.IPs).To(HaveLen(1))
-	addr := netip.MustParsePrefix(res.IPs[0].Address)
+	ips := cniResult(g, out)
+	addr := netip.MustParsePrefix(ips[0].Address)
 	g.Expect(netip.MustParsePrefix("10.77.3.0/24").Contains(addr.Addr())).To(BeTrue())
-	g.Expect(res.IPs[0].Gateway).To(Equal("10.77.3.1"))
+	g.Expect(ips[0].Gateway).To(Equal("10.77.3.1"))
 	mtu, err := lab.Exec(pod, "cat", "/proc/self/net/dev") // the pod's interfaces exist
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mtu).To(ContainSubstring("eth0"))
@@ -113,18 +106,27 @@ func TestCNIConfigKeepsTheSlotAddressFromPods(t *testing.T) {
 			break
 		}
 		g.Expect(err).NotTo(HaveOccurred(), string(out))
-		var res struct {
-			IPs []struct {
-				Address string `json:"address"`
-				Gateway string `json:"gateway"`
-			} `json:"ips"`
-		}
-		g.Expect(json.Unmarshal(out, &res)).To(Succeed(), string(out))
-		g.Expect(res.IPs).To(HaveLen(1))
-		g.Expect(res.IPs[0].Gateway).To(Equal("10.77.4.1"))
-		got = append(got, netip.MustParsePrefix(res.IPs[0].Address).Addr().String())
+		ips := cniResult(g, out)
+		g.Expect(ips[0].Gateway).To(Equal("10.77.4.1"))
+		got = append(got, netip.MustParsePrefix(ips[0].Address).Addr().String())
 	}
 	g.Expect(got).To(ConsistOf("10.77.4.2", "10.77.4.3", "10.77.4.4", "10.77.4.5"))
+}
+
+// cniIP is one address of a CNI ADD result.
+type cniIP struct {
+	Address string `json:"address"`
+	Gateway string `json:"gateway"`
+}
+
+// cniResult decodes a plugin's ADD result, which must hold exactly one address.
+func cniResult(g *WithT, out []byte) []cniIP {
+	var res struct {
+		IPs []cniIP `json:"ips"`
+	}
+	g.Expect(json.Unmarshal(out, &res)).To(Succeed(), string(out))
+	g.Expect(res.IPs).To(HaveLen(1))
+	return res.IPs
 }
 
 func ipamRanges(g *WithT, dir string) [][]map[string]string {

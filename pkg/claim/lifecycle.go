@@ -213,6 +213,9 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		}
 		return none, noHost, err
 	}
+	if ok, err := r.confirmClaim(ctx, m, h); err != nil || !ok {
+		return none, raceLost, err
+	}
 	r.recent.remember(h, readVersion, s.Cluster.Name)
 	r.recordClaimed(m, h, s.Cluster.Name)
 	return h, claimed, nil
@@ -264,6 +267,14 @@ func (r *Reconciler[M, H]) reconcileDelete(ctx context.Context, s *Scope[M, H]) 
 	host, found, err := r.claimedHost(ctx, m)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if !found {
+		if name := m.GetAnnotations()[keys.ReservedHost]; name != "" {
+			// A claim of the reserved host may still be on its way (fence.go).
+			if host, found, err = r.fenceReservation(ctx, m, name); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 	}
 	if !found {
 		ann := m.GetAnnotations()

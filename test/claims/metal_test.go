@@ -81,7 +81,7 @@ func (*metalProvider) hosts(g Gomega, ns string) []hostView {
 	g.Expect(env.GetAPIReader().List(context.Background(), l, client.InNamespace(ns))).To(Succeed())
 	out := make([]hostView, 0, len(l.Items))
 	for _, h := range l.Items {
-		v := hostView{Name: h.Name}
+		v := hostView{Name: h.Name, Annotations: h.Annotations}
 		if r := h.Spec.ConsumerRef; r != nil && r.Kind == "YonderMetalMachine" {
 			v.ConsumerName, v.ConsumerID = r.Name, string(r.UID)
 		}

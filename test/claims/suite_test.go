@@ -102,6 +102,7 @@ type machineView struct {
 type hostView struct {
 	Name                     string
 	ConsumerName, ConsumerID string
+	Annotations              map[string]string
 }
 
 func (m machineView) reason(t string) string {

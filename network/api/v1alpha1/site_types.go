@@ -12,7 +12,9 @@ type PodCIDRPool struct {
 	// +kubebuilder:validation:MaxLength=49
 	CIDR string `json:"cidr"`
 	// blockSize is the prefix length of each node's block (e.g. 24 for a /24 per node). Defaults to 24
-	// for IPv4 and 64 for IPv6; it must be at least the pool's prefix length.
+	// for IPv4 and 64 for IPv6; it must be at least the pool's prefix length and at most 29 for IPv4
+	// and 125 for IPv6 (a block also holds the node's tunnel address, the pod gateway and, for IPv4, the
+	// WireGuard rotation and broadcast addresses, and must leave room for pods).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=128

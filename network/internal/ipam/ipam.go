@@ -19,6 +19,15 @@ const (
 	DefaultBlockSizeIPv6 = 64
 )
 
+// Longest block per family. A node's IPv4 block holds its tunnel address (the first), the pod bridge's
+// gateway (the second), the address its WireGuard device takes during a key rotation (the last but one)
+// and the broadcast address (the last), so a /30 leaves no address for a pod and a /31 or /32 not even
+// those; /29 leaves 4 pods. An IPv6 block holds the tunnel address and the gateway; /125 leaves 6 pods.
+const (
+	MaxBlockSizeIPv4 = 29
+	MaxBlockSizeIPv6 = 125
+)
+
 // ErrExhausted is returned when a pool of a family has no free block.
 var ErrExhausted = errors.New("pod CIDR pool exhausted")
 
@@ -51,6 +60,9 @@ func ParsePool(p netv1.PodCIDRPool) (Pool, error) {
 	}
 	if bits < pfx.Bits() || bits > pfx.Addr().BitLen() {
 		return Pool{}, fmt.Errorf("block size /%d does not fit pool %s (must be between /%d and /%d)", bits, pfx, pfx.Bits(), pfx.Addr().BitLen())
+	}
+	if longest := maxBlockSize(pfx); bits > longest {
+		return Pool{}, fmt.Errorf("block size /%d of pool %s leaves no room for pods: a node's block also holds its tunnel address, the pod gateway and (IPv4) the WireGuard rotation and broadcast addresses; use /%d or shorter", bits, pfx, longest)
 	}
 	// Cap the index space at 2^62 blocks: nobody allocates more, and it keeps the arithmetic in uint64.
 	shift := min(bits-pfx.Bits(), 62)
@@ -222,4 +234,12 @@ func (a *Allocator) Usage() (allocated, capacity int64) {
 		return 0, 0
 	}
 	return int64(used[best]), int64(size[best]) //nolint:gosec // sizes are capped at 2^62.
+}
+
+// maxBlockSize is the longest block of pool p's family.
+func maxBlockSize(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return MaxBlockSizeIPv4
+	}
+	return MaxBlockSizeIPv6
 }

@@ -58,6 +58,9 @@ func TestParsePoolRejectsImpossibleSettings(t *testing.T) {
 	for _, p := range []netv1.PodCIDRPool{
 		{CIDR: "10.1.0.0/16", BlockSize: 8},  // block larger than the pool
 		{CIDR: "10.1.0.0/16", BlockSize: 33}, // longer than an IPv4 address
+		{CIDR: "10.1.0.0/16", BlockSize: 30}, // no address left for a pod
+		{CIDR: "10.1.0.0/30", BlockSize: 32},
+		{CIDR: "fd00::/64", BlockSize: 126},
 		{CIDR: "10.1.0.1/16"},                // host bits
 		{CIDR: "not-a-cidr"},
 	} {

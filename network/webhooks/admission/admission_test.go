@@ -92,6 +92,8 @@ func rejections() []rejection {
 			want: []string{"spec.podCIDRPools[1].cidr", "overlaps spec.podCIDRPools[0].cidr"}},
 		{name: "block larger than its pool", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.9.0.0/24", BlockSize: 16}}}),
 			want: []string{"spec.podCIDRPools[0]", "does not fit pool"}},
+		{name: "block with no room for pods", obj: site("edge", netv1.SiteSpec{PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "10.9.0.0/24", BlockSize: 31}}}),
+			want: []string{"spec.podCIDRPools[0]", "block size /31 of pool 10.9.0.0/24 leaves no room for pods", "use /29 or shorter"}},
 		{name: "host bits", obj: site("edge", netv1.SiteSpec{NodeCIDRs: []string{"10.9.0.1/24"}}),
 			want: []string{"spec.nodeCIDRs[0]", "use 10.9.0.0/24"}},
 		{name: "IPv6 pods on an MTU too small for a tunnel", obj: site("edge", netv1.SiteSpec{MTU: 1300, PodCIDRPools: []netv1.PodCIDRPool{{CIDR: "fd00:9::/56"}}}),

@@ -61,7 +61,7 @@ func TestParsePoolRejectsImpossibleSettings(t *testing.T) {
 		{CIDR: "10.1.0.0/16", BlockSize: 30}, // no address left for a pod
 		{CIDR: "10.1.0.0/30", BlockSize: 32},
 		{CIDR: "fd00::/64", BlockSize: 126},
-		{CIDR: "10.1.0.1/16"},                // host bits
+		{CIDR: "10.1.0.1/16"}, // host bits
 		{CIDR: "not-a-cidr"},
 	} {
 		_, err := ParsePool(p)

@@ -17,9 +17,10 @@ import (
 // machine go on a read of the host that came before that write, the host would stay claimed by a machine
 // that no longer exists. Two measures close this:
 //
-//   - The deletion fences the reserved host before it lets the machine go (fenceReservation): one write
-//     on the host, under the resourceVersion it read, so that every claim based on an earlier read of the
-//     host fails with a conflict. This covers the writes of dead controllers, which read nothing after.
+//   - The deletion fences the reserved host before it lets the machine go (fenceReservation): a write on
+//     the host under the resourceVersion of a read that showed no claim (a mark set, then a second write
+//     removes it), so that every claim based on an earlier read of the host fails with a conflict. This
+//     covers the writes of dead controllers, which read nothing after.
 //   - A claim is confirmed after it landed (confirmClaim): the machine is read from the API server, and a
 //     claim for a machine that is gone or being deleted is released at once. This covers live replicas
 //     that read the host after the fence: their confirmation reads the machine after the deletion began.

@@ -138,9 +138,7 @@ func restartCycles(t *testing.T, p provider) {
 	ns := env.CreateNamespace(ctx, t, "restart-"+p.name()).Name
 	inv := p.newInventory(t, ns)
 	inv.add(t, g, "rs", "rs", 5)
-	first := p.start(t, startOptions{})
-	cluster := p.cluster(t, g, ns, "rs")
-	first.Stop()
+	cluster := provisionedCluster(t, g, p, ns, "rs")
 	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name), 0, "rs")
@@ -206,9 +204,7 @@ func killedAtEveryHostWrite(t *testing.T, p provider) {
 	ns := env.CreateNamespace(ctx, t, "crash-"+p.name()).Name
 	k := &killer{t: t, g: g, p: p, ns: ns, inv: p.newInventory(t, ns)}
 	k.inv.add(t, g, "x", "crash", 3)
-	first := p.start(t, startOptions{})
-	cluster := p.cluster(t, g, ns, "crash")
-	first.Stop()
+	cluster := provisionedCluster(t, g, p, ns, "crash")
 	md := newMachineDeployment(g, p, ns, "crash", cluster, dataSecret(g, ns, "crash-join", cluster.Name), 1, "crash")
 	m := k.claim()
 	k.provision(m)

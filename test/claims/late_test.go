@@ -30,9 +30,7 @@ func TestClaimOnItsWayWhileTheMachineIsDeletedNeverLeaks(t *testing.T) {
 			ns := env.CreateNamespace(ctx, t, "late-"+p.name()).Name
 			inv := p.newInventory(t, ns)
 			inv.add(t, g, "lt", "late", 1)
-			first := p.start(t, startOptions{})
-			cluster := p.cluster(t, g, ns, "late")
-			first.Stop()
+			cluster := provisionedCluster(t, g, p, ns, "late")
 			data := dataSecret(g, ns, "late-join", cluster.Name)
 
 			// A dead controller's write lands after the deletion let the machine go: the deletion fenced
@@ -75,8 +73,8 @@ func TestClaimOnItsWayWhileTheMachineIsDeletedNeverLeaks(t *testing.T) {
 // read the host after the second controller was done with it). Otherwise the first controller is dead
 // from the moment its write was held, and the write carries the resourceVersion at which the second
 // controller read the host before its first write of it, or (when it wrote none) the current one: a claim
-// based on a read as recent as the one the deletion decided on. lateClaim returns what the API server answered to
-// the held write.
+// based on a read as recent as the one the deletion decided on. lateClaim returns what the API server
+// answered to the held write.
 func lateClaim(t *testing.T, g *WithT, p provider, ns string, cluster *clusterv1.Cluster, data, name string, live bool) error {
 	t.Helper()
 	ctx := context.Background()
@@ -156,9 +154,10 @@ func checkUnfenced(g *WithT, p provider, ns string) {
 // holdingClient holds the provider's first claim write until release is closed, then sends it on a
 // context of its own, as a request already on the wire that outlives its sender, with readVersion as its
 // resourceVersion ("": the host's current one, a conflict with another writer retried on a fresh read);
-// sent receives the answer. A dead provider gets errKilled back, and every other write of it fails.
+// sent receives the answer. A dead provider (not live) is killed when its write is held: it gets
+// errKilled back, and every other write of it fails.
 type holdingClient struct {
-	client.Client
+	killableClient
 	match       func(client.Object) string
 	live        bool
 	readVersion string
@@ -167,14 +166,6 @@ type holdingClient struct {
 	sent        chan error
 
 	once sync.Once
-	mu   sync.Mutex
-	dead bool
-}
-
-func (c *holdingClient) isDead() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dead
 }
 
 // Update implements client.Writer.
@@ -190,9 +181,7 @@ func (c *holdingClient) Update(ctx context.Context, obj client.Object, opts ...c
 		return c.Client.Update(ctx, obj, opts...)
 	}
 	if !c.live {
-		c.mu.Lock()
-		c.dead = true
-		c.mu.Unlock()
+		c.kill()
 	}
 	close(c.held)
 	<-c.release
@@ -219,37 +208,4 @@ func (c *holdingClient) send(obj client.Object, opts ...client.UpdateOption) err
 		obj.SetResourceVersion(cur.GetResourceVersion())
 		return c.Client.Update(ctx, obj, opts...)
 	})
-}
-
-// Patch implements client.Writer.
-func (c *holdingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if c.isDead() {
-		return errKilled
-	}
-	return c.Client.Patch(ctx, obj, patch, opts...)
-}
-
-// Status implements client.StatusClient.
-func (c *holdingClient) Status() client.SubResourceWriter {
-	return deadStatus{SubResourceWriter: c.Client.Status(), dead: c.isDead}
-}
-
-// deadStatus fails status writes once its provider is dead.
-type deadStatus struct {
-	client.SubResourceWriter
-	dead func() bool
-}
-
-func (s deadStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	if s.dead() {
-		return errKilled
-	}
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
-}
-
-func (s deadStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if s.dead() {
-		return errKilled
-	}
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }

@@ -162,6 +162,15 @@ func checkHolders(g Gomega, p provider, inv inventory, ns string) {
 	}
 }
 
+// provisionedCluster creates an attached Cluster named name in ns, provisioned by a provider started for it
+// and stopped again: the test then decides which providers run, and when.
+func provisionedCluster(t *testing.T, g Gomega, p provider, ns, name string) *clusterv1.Cluster {
+	t.Helper()
+	pr := p.start(t, startOptions{})
+	defer pr.Stop()
+	return p.cluster(t, g, ns, name)
+}
+
 // dataSecret creates a bootstrap data Secret (value + format) as a bootstrap provider does, holding
 // bootstrapData.
 func dataSecret(g Gomega, ns, name, cluster string) string {

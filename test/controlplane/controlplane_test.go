@@ -68,8 +68,13 @@ func TestWorkloadControlPlaneServesJoiningNodes(t *testing.T) {
 	tokenCfg.BearerToken = "abcdef.0123456789abcdef"
 	bootstrapper, err := kubernetes.NewForConfig(tokenCfg)
 	g.Expect(err).NotTo(HaveOccurred())
-	review, err := bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	// The apiserver's token authenticator reads bootstrap-token Secrets through an informer, so a token
+	// authenticates only once the informer has seen it: a joining kubelet retries the same way.
+	var review *authenticationv1.SelfSubjectReview
+	g.Eventually(func() error {
+		review, err = bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Expect(review.Status.UserInfo.Username).To(Equal("system:bootstrap:abcdef"))
 	g.Expect(review.Status.UserInfo.Groups).To(ContainElement("system:bootstrappers"))
 

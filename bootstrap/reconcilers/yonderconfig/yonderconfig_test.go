@@ -208,11 +208,14 @@ func checkBootstrapToken(ctx context.Context, g *WithT, cs *kubernetes.Clientset
 	tokenCfg.BearerToken = ac.BootstrapToken
 	bootstrapper, err := kubernetes.NewForConfig(tokenCfg)
 	g.Expect(err).NotTo(HaveOccurred())
-	review, err := bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	// The apiserver authenticates bootstrap tokens from an informer: a new token works once it has seen it.
+	var review *authenticationv1.SelfSubjectReview
+	g.Eventually(func() error {
+		review, err = bootstrapper.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Expect(review.Status.UserInfo.Username).To(Equal("system:bootstrap:" + id))
 	g.Expect(review.Status.UserInfo.Groups).To(ContainElement("system:bootstrappers"))
-
 }
 
 // Creating the Node for a Machine removes its token; a forged serving CSR is not approved, a correct one

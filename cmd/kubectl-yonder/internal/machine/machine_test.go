@@ -143,8 +143,12 @@ func expectBootstrapperToken(t *testing.T, cp *controlplane.ControlPlane, token 
 	asToken.BearerToken = token
 	tc, err := client.New(asToken, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
+	// The apiserver authenticates bootstrap tokens from an informer: a new token works once it has seen it.
 	review := &authenticationv1.SelfSubjectReview{}
-	g.Expect(tc.Create(ctx, review)).To(Succeed())
+	g.Eventually(func() error {
+		review = &authenticationv1.SelfSubjectReview{}
+		return tc.Create(ctx, review)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Expect(review.Status.UserInfo.Username).To(Equal("system:bootstrap:" + id))
 	g.Expect(review.Status.UserInfo.Groups).To(ContainElement("system:bootstrappers:yonder:worker"))
 }

@@ -20,6 +20,7 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
+	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
 
@@ -70,22 +71,27 @@ func TestPhaseErrorSaysPhaseWhyAndWhatToDo(t *testing.T) {
 // gives Node labels and device binds; mode NVIDIA keeps only NVIDIA's nodes; mode AMD without an AMD GPU fails.
 func TestGPUDetectionBecomesLabelsAndDeviceBinds(t *testing.T) {
 	g := NewWithT(t)
-	sys, dev := t.TempDir(), t.TempDir()
-	for addr, vendor := range map[string]string{"0000:01:00.0": "0x10de", "0000:02:00.0": "0x1002"} {
+	sys, dev, proc := t.TempDir(), t.TempDir(), t.TempDir()
+	bind := func(addr, vendor, driver string) {
 		d := filepath.Join(sys, "bus/pci/devices", addr)
 		g.Expect(os.MkdirAll(d, 0o755)).To(Succeed())
 		g.Expect(os.WriteFile(filepath.Join(d, "vendor"), []byte(vendor+"\n"), 0o644)).To(Succeed())
 		g.Expect(os.WriteFile(filepath.Join(d, "class"), []byte("0x030000\n"), 0o644)).To(Succeed())
+		_ = os.Remove(filepath.Join(d, "driver"))
+		g.Expect(os.Symlink("../../../bus/pci/drivers/"+driver, filepath.Join(d, "driver"))).To(Succeed())
 	}
+	bind("0000:01:00.0", "0x10de", "nvidia")
+	bind("0000:02:00.0", "0x1002", "amdgpu")
 	for _, n := range []string{"nvidia0", "nvidiactl", "kfd"} {
 		g.Expect(os.WriteFile(filepath.Join(dev, n), nil, 0o600)).To(Succeed())
 	}
 	g.Expect(os.MkdirAll(filepath.Join(dev, "dri"), 0o755)).To(Succeed())
 
 	newRun := func(mode agentv1.GPUMode) *run {
-		o := &Options{SysRoot: sys, DevRoot: dev, MachineName: "m"}
+		o := &Options{SysRoot: sys, DevRoot: dev, ProcRoot: proc, MachineName: "m"}
 		g.Expect(o.defaults("n")).To(Succeed())
-		return &run{o: o, cfg: &agentv1.AgentConfig{GPU: agentv1.GPU{Mode: mode}}, st: &state.State{}}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		return &run{o: o, cfg: &agentv1.AgentConfig{GPU: agentv1.GPU{Mode: mode}}, st: &state.State{}, log: log}
 	}
 	r := newRun(agentv1.GPUModeAuto)
 	res, err := r.detectGPU()
@@ -95,6 +101,11 @@ func TestGPUDetectionBecomesLabelsAndDeviceBinds(t *testing.T) {
 	g.Expect(r.nspawnConfig().DeviceBinds).To(ConsistOf(
 		filepath.Join(dev, "dri")+":/dev/dri", filepath.Join(dev, "kfd")+":/dev/kfd",
 		filepath.Join(dev, "nvidia0")+":/dev/nvidia0", filepath.Join(dev, "nvidiactl")+":/dev/nvidiactl"))
+
+	// yonder-agent preflight shows the same before any bootstrap.
+	c := gpuCheck(*r.o)
+	g.Expect(c.Severity).To(Equal(preflight.OK))
+	g.Expect(c.Message).To(Equal("2 GPU(s) for the node: 0000:01:00.0 nvidia, 0000:02:00.0 amd"))
 
 	r = newRun(agentv1.GPUModeNVIDIA)
 	res, err = r.detectGPU()
@@ -109,7 +120,26 @@ func TestGPUDetectionBecomesLabelsAndDeviceBinds(t *testing.T) {
 
 	g.Expect(os.RemoveAll(filepath.Join(sys, "bus/pci/devices/0000:02:00.0"))).To(Succeed())
 	_, err = newRun(agentv1.GPUModeAMD).detectGPU()
-	g.Expect(err).To(MatchError(ContainSubstring("no AMD GPU")))
+	g.Expect(err).To(MatchError(ContainSubstring("no AMD GPU (PCI vendor 0x1002) is on this host")))
+
+	// A GPU kept for a VM's passthrough is no GPU for the node's containers: mode NVIDIA says which
+	// driver holds it and what to do; mode Auto leaves it out of the labels and binds.
+	bind("0000:01:00.0", "0x10de", "vfio-pci")
+	_, err = newRun(agentv1.GPUModeNVIDIA).detectGPU()
+	g.Expect(err).To(MatchError(ContainSubstring("no NVIDIA GPU on this host has the nvidia driver bound: 0000:01:00.0 (vfio-pci)")))
+	var h *hinted
+	g.Expect(errors.As(err, &h)).To(BeTrue())
+	g.Expect(h.hint).To(ContainSubstring("lspci -k"))
+	r = newRun(agentv1.GPUModeAuto)
+	res, err = r.detectGPU()
+	g.Expect(err).NotTo(HaveOccurred())
+	r.gpu = res
+	g.Expect(res.Labels()).To(BeEmpty())
+	g.Expect(r.nspawnConfig().DeviceBinds).To(BeEmpty())
+	c = gpuCheck(*r.o)
+	g.Expect(c.Severity).To(Equal(preflight.Warn))
+	g.Expect(c.Message).To(Equal("1 GPU(s) without their compute driver, left out: 0000:01:00.0 nvidia (vfio-pci)"))
+	g.Expect(c.Fix).To(ContainSubstring("lspci -k"))
 }
 
 // On hosts with journald the agent's log also goes to the journal (native protocol), and always to

@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -152,16 +152,19 @@ func (r *run) detectGPU() (*gpu.Result, error) {
 	if mode == "" || mode == agentv1.GPUModeNone {
 		return &gpu.Result{}, nil
 	}
-	res, err := gpu.Detect(gpu.Roots{Sys: r.o.SysRoot, Dev: r.o.DevRoot})
+	res, err := gpu.Detect(gpu.Roots{Sys: r.o.SysRoot, Dev: r.o.DevRoot, Proc: r.o.ProcRoot})
 	if err != nil {
 		return nil, err
 	}
 	r.st.GPU = res.Labels()
+	for _, d := range res.Unusable {
+		r.log.Info("GPU without its compute driver is left out", "address", d.Address, "vendor", d.Vendor, "driver", d.Driver)
+	}
 	switch {
 	case mode == agentv1.GPUModeNVIDIA && res.Count("nvidia") == 0:
-		return nil, withHint(errors.New("gpu.mode is NVIDIA but no NVIDIA GPU (PCI vendor 0x10de) is on this host"), "use gpu.mode Auto or None, or check the GPU is visible in lspci")
+		return nil, noGPUError("NVIDIA", gpu.VendorNVIDIA, "nvidia", res.Unusable)
 	case mode == agentv1.GPUModeAMD && res.Count("amd") == 0:
-		return nil, withHint(errors.New("gpu.mode is AMD but no AMD GPU (PCI vendor 0x1002) is on this host"), "use gpu.mode Auto or None, or check the GPU is visible in lspci")
+		return nil, noGPUError("AMD", gpu.VendorAMD, "amd", res.Unusable)
 	}
 	switch mode {
 	case agentv1.GPUModeAMD:
@@ -170,6 +173,28 @@ func (r *run) detectGPU() (*gpu.Result, error) {
 		res = filterVendor(res, "nvidia")
 	}
 	return res, nil
+}
+
+// noGPUError says why a mode that requires a vendor's GPU found none: none on the bus, or each one held
+// by another driver (vfio-pci for a VM, nouveau) or by none, which containers cannot use.
+func noGPUError(name, pciVendor, vendor string, unusable []gpu.Device) error {
+	var held []string
+	for _, d := range unusable {
+		if d.Vendor != vendor {
+			continue
+		}
+		drv := d.Driver
+		if drv == "" {
+			drv = "no driver"
+		}
+		held = append(held, d.Address+" ("+drv+")")
+	}
+	if len(held) == 0 {
+		return withHint(fmt.Errorf("gpu.mode is %s but no %s GPU (PCI vendor %s) is on this host", name, name, pciVendor),
+			"use gpu.mode Auto or None, or check the GPU is visible in lspci")
+	}
+	return withHint(fmt.Errorf("gpu.mode is %s but no %s GPU on this host has the %s driver bound: %s", name, name, gpu.ComputeDriver(vendor), strings.Join(held, ", ")),
+		"install and load the vendor's driver (lspci -k shows the driver in use; unbind vfio-pci if the GPU is no longer meant for a VM), or use gpu.mode Auto or None")
 }
 
 func filterVendor(res *gpu.Result, vendor string) *gpu.Result {

@@ -68,8 +68,8 @@ type Options struct {
 	StopGrace time.Duration
 	// SysctlRegistry is where nodes on this host coordinate host-global sysctls (default /run/yonder/sysctls).
 	SysctlRegistry string
-	// SysctlRoot, SysRoot, DevRoot re-root /proc/sys, /sys and /dev (tests).
-	SysctlRoot, SysRoot, DevRoot string
+	// SysctlRoot, SysRoot, DevRoot, ProcRoot re-root /proc/sys, /sys, /dev and /proc (tests).
+	SysctlRoot, SysRoot, DevRoot, ProcRoot string
 	// KeepCache makes reset keep the artifact and rootfs caches.
 	KeepCache bool
 	// Log receives human-readable progress (default stderr); it is also written to <state>/agent.log.

@@ -2,13 +2,16 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
+	"github.com/yonder-dev/yonder/hostruntime/internal/gpu"
 	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
 	"github.com/yonder-dev/yonder/hostruntime/internal/render"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
@@ -129,5 +132,44 @@ func Preflight(o Options) *preflight.Report {
 	if _, err := os.Stat(filepath.Join(o.StateDir, state.FileName)); err == nil {
 		in.Ports = nil // a node may already run here; its kubelet owns the port
 	}
-	return preflight.Run(in)
+	rep := preflight.Run(in)
+	rep.Checks = append(rep.Checks, gpuCheck(o))
+	return rep
+}
+
+// gpuCheck reports the GPUs a node here would use and those it would leave out, so an operator sees
+// before a bootstrap what gpu.mode Auto labels and binds. A GPU without its vendor's compute driver is a
+// warning, not a failure: the host still runs a node, without that GPU.
+func gpuCheck(o Options) preflight.Check {
+	c := preflight.Check{Name: "gpu", Severity: preflight.OK}
+	res, err := gpu.Detect(gpu.Roots{Sys: o.SysRoot, Dev: o.DevRoot, Proc: o.ProcRoot})
+	if err != nil {
+		c.Severity, c.Message, c.Fix = preflight.Warn, err.Error(), "check that sysfs is mounted at /sys"
+		return c
+	}
+	var used, left []string
+	for _, d := range res.Devices {
+		used = append(used, strings.TrimSpace(d.Address+" "+d.Vendor+" "+d.Model))
+	}
+	for _, d := range res.Unusable {
+		drv := d.Driver
+		if drv == "" {
+			drv = "no driver"
+		}
+		left = append(left, d.Address+" "+d.Vendor+" ("+drv+")")
+	}
+	var parts []string
+	if len(used) > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU(s) for the node: %s", len(used), strings.Join(used, ", ")))
+	}
+	if len(left) > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU(s) without their compute driver, left out: %s", len(left), strings.Join(left, ", ")))
+		c.Severity = preflight.Warn
+		c.Fix = "load the vendor's driver (nvidia, amdgpu) for the GPUs the node should use; lspci -k shows the driver in use"
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no NVIDIA or AMD GPU")
+	}
+	c.Message = strings.Join(parts, "; ")
+	return c
 }

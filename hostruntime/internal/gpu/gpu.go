@@ -1,5 +1,6 @@
-// Package gpu detects GPUs from sysfs (PCI vendor and class) and device nodes, and turns them into Node
-// labels and device binds for the nspawn machine. Roots are configurable so tests use synthetic trees.
+// Package gpu detects GPUs from sysfs (PCI vendor, class and bound driver), the NVIDIA driver's procfs
+// and device nodes, and turns them into Node labels and device binds for the nspawn machine. Roots are
+// configurable so tests use synthetic trees.
 package gpu
 
 import (
@@ -22,9 +23,18 @@ const (
 	LabelPresent = "yonder.dev/gpu"
 	LabelVendor  = "yonder.dev/gpu.vendor"
 	LabelCount   = "yonder.dev/gpu.count"
+	// LabelProduct is the GPU model as the driver names it (NVIDIA only), sanitised into a label value
+	// the way NVIDIA's GPU feature discovery writes nvidia.com/gpu.product ("NVIDIA-H200"); "mixed"
+	// when the node's GPUs differ.
+	LabelProduct = "yonder.dev/gpu.product"
 	// LabelNVIDIAPresent is the label NVIDIA's device plugin and GPU operator select nodes with.
 	LabelNVIDIAPresent = "nvidia.com/gpu.present"
 )
+
+// Compute drivers: a GPU serves containers only when its vendor's driver is bound to it. One held by
+// vfio-pci (kept for a VM's passthrough), by nouveau, or by no driver at all has no device node a
+// container could open.
+var computeDriver = map[string]string{"nvidia": "nvidia", "amd": "amdgpu"}
 
 // Device is one GPU found on the PCI bus.
 type Device struct {
@@ -34,29 +44,47 @@ type Device struct {
 	Vendor string `json:"vendor"`
 	// DeviceID is the PCI device ID, e.g. 0x20b0.
 	DeviceID string `json:"deviceID"`
+	// Driver is the kernel driver bound to the device ("" when none).
+	Driver string `json:"driver,omitempty"`
+	// Model is the name the driver gives the GPU, e.g. "NVIDIA H200" (NVIDIA's driver only).
+	Model string `json:"model,omitempty"`
 }
+
+// ComputeDriver is the kernel driver through which containers use a vendor's GPUs ("nvidia", "amdgpu").
+func ComputeDriver(vendor string) string { return computeDriver[vendor] }
+
+// Usable reports whether containers can use the GPU: its vendor's compute driver is bound to it.
+func (d Device) Usable() bool { return d.Driver != "" && d.Driver == computeDriver[d.Vendor] }
 
 // Result is what Detect found.
 type Result struct {
+	// Devices are the usable GPUs: the ones the labels count and the device nodes serve.
 	Devices []Device `json:"devices,omitempty"`
+	// Unusable are GPUs present on the bus without their vendor's driver (see Device.Usable).
+	Unusable []Device `json:"unusable,omitempty"`
 	// DeviceNodes are /dev entries to bind into the machine (relative to the dev root, e.g. "nvidia0").
 	DeviceNodes []string `json:"deviceNodes,omitempty"`
 }
 
-// Roots are where Detect looks (defaults /sys and /dev).
+// Roots are where Detect looks (defaults /sys, /dev and /proc).
 type Roots struct {
-	Sys string
-	Dev string
+	Sys  string
+	Dev  string
+	Proc string
 }
 
-// Detect lists display-class PCI devices (class 0x03xxxx) from NVIDIA and AMD, and the device nodes their
-// drivers created (/dev/nvidia*, /dev/nvidia-caps, /dev/kfd, /dev/dri).
+// Detect lists display-class PCI devices (class 0x03xxxx) from NVIDIA and AMD, splits them by whether
+// their vendor's driver is bound, names NVIDIA's from the driver's /proc/driver/nvidia/gpus, and lists the
+// device nodes the drivers of the usable ones created (/dev/nvidia*, /dev/nvidia-caps, /dev/kfd, /dev/dri).
 func Detect(r Roots) (*Result, error) {
 	if r.Sys == "" {
 		r.Sys = "/sys"
 	}
 	if r.Dev == "" {
 		r.Dev = "/dev"
+	}
+	if r.Proc == "" {
+		r.Proc = "/proc"
 	}
 	res := &Result{}
 	pciDir := filepath.Join(r.Sys, "bus", "pci", "devices")
@@ -81,10 +109,19 @@ func Detect(r Roots) (*Result, error) {
 		default:
 			continue
 		}
+		d := Device{Address: e.Name(), Vendor: name, DeviceID: readTrim(filepath.Join(dir, "device")), Driver: boundDriver(dir)}
+		if !d.Usable() {
+			res.Unusable = append(res.Unusable, d)
+			continue
+		}
+		if name == "nvidia" {
+			d.Model = nvidiaModel(r.Proc, d.Address)
+		}
 		vendors[name] = true
-		res.Devices = append(res.Devices, Device{Address: e.Name(), Vendor: name, DeviceID: readTrim(filepath.Join(dir, "device"))})
+		res.Devices = append(res.Devices, d)
 	}
 	sort.Slice(res.Devices, func(i, j int) bool { return res.Devices[i].Address < res.Devices[j].Address })
+	sort.Slice(res.Unusable, func(i, j int) bool { return res.Unusable[i].Address < res.Unusable[j].Address })
 	devEntries, _ := os.ReadDir(r.Dev)
 	for _, e := range devEntries {
 		n := e.Name()
@@ -131,7 +168,76 @@ func (r *Result) Labels() map[string]string {
 	if nv > 0 {
 		l[LabelNVIDIAPresent] = "true"
 	}
+	if p := r.product(); p != "" {
+		l[LabelProduct] = p
+	}
 	return l
+}
+
+// product is the common model of the GPUs as a label value: "" when any is unnamed, "mixed" when they
+// differ.
+func (r *Result) product() string {
+	var model string
+	for _, d := range r.Devices {
+		switch {
+		case d.Model == "":
+			return ""
+		case model == "":
+			model = d.Model
+		case model != d.Model:
+			return "mixed"
+		}
+	}
+	return LabelValue(model)
+}
+
+// LabelValue turns a name into a label value: runs of characters a label value cannot hold become one
+// "-", the ends are trimmed to alphanumerics, and it is cut to 63 characters.
+func LabelValue(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range s {
+		switch {
+		case alnum(c) || c == '.' || c == '_' || c == '-':
+			b.WriteRune(c)
+			dash = false
+		case !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	v := b.String()
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return strings.TrimFunc(v, func(c rune) bool { return !alnum(c) })
+}
+
+func alnum(c rune) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+// boundDriver is the name of the driver bound to the PCI device in dir ("" when none).
+func boundDriver(dir string) string {
+	target, err := os.Readlink(filepath.Join(dir, "driver"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(target)
+}
+
+// nvidiaModel reads the "Model:" line of the NVIDIA driver's information file for the GPU at addr.
+func nvidiaModel(proc, addr string) string {
+	b, err := os.ReadFile(filepath.Join(proc, "driver", "nvidia", "gpus", addr, "information")) //nolint:gosec // procfs file under the configured root
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "Model" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func readTrim(p string) string {

@@ -73,7 +73,8 @@ type Roots struct {
 	Proc string
 }
 
-// Detect lists display-class PCI devices (class 0x03xxxx) from NVIDIA and AMD, splits them by whether
+// Detect lists GPUs from NVIDIA and AMD (PCI class display controller 0x03xxxx or processing accelerator
+// 0x12xxxx, as AMD's Instinct accelerators present themselves), splits them by whether
 // their vendor's driver is bound, names NVIDIA's from the driver's /proc/driver/nvidia/gpus, and lists the
 // device nodes the drivers of the usable ones created (/dev/nvidia*, /dev/nvidia-caps, /dev/kfd, /dev/dri).
 func Detect(r Roots) (*Result, error) {
@@ -97,7 +98,8 @@ func Detect(r Roots) (*Result, error) {
 		dir := filepath.Join(pciDir, e.Name())
 		vendor := readTrim(filepath.Join(dir, "vendor"))
 		class := readTrim(filepath.Join(dir, "class"))
-		if !strings.HasPrefix(class, "0x03") { // display controllers: VGA 0x0300, 3D 0x0302, other 0x0380
+		// Display controllers (VGA 0x0300, 3D 0x0302, other 0x0380) and processing accelerators (0x1200).
+		if !strings.HasPrefix(class, "0x03") && !strings.HasPrefix(class, "0x12") {
 			continue
 		}
 		var name string

@@ -105,6 +105,14 @@ func TestDetect(t *testing.T) {
 			wantNodes:  []string{"dri", "kfd"},
 		},
 		{
+			// AMD's Instinct accelerators are processing accelerators (class 0x1200), not display controllers.
+			name:       "AMD Instinct accelerators",
+			devs:       []pciDev{{"0000:c1:00.0", "0x1002", "0x120000", "0x740c", "amdgpu", ""}, {"0000:c2:00.0", "0x1002", "0x120000", "0x740c", "amdgpu", ""}},
+			nodes:      []string{"kfd", "dri"},
+			wantLabels: map[string]string{LabelPresent: "true", LabelVendor: "amd", LabelCount: "2"},
+			wantNodes:  []string{"dri", "kfd"},
+		},
+		{
 			name:       "mixed vendors",
 			devs:       []pciDev{{"0000:03:00.0", "0x1002", "0x038000", "0x740c", "amdgpu", ""}, {"0000:04:00.0", "0x10de", "0x030000", "0x2204", "nvidia", ""}},
 			nodes:      []string{"kfd", "nvidia0"},

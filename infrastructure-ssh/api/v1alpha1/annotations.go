@@ -38,4 +38,12 @@ const (
 	// NeedsCleanupAnnotation marks a YonderSSHHost released without cleanup; its value names the
 	// YonderSSHMachine that had it. Remove it once the host is clean to return the host to the pool.
 	NeedsCleanupAnnotation = "ssh.infrastructure.yonder.dev/needs-cleanup"
+	// GPUCountLabel is the number of GPUs (NVIDIA, AMD, Intel) the last probe found on a YonderSSHHost, set
+	// on hosts with at least one. A hostSelector cannot read status, so this label is how a
+	// MachineDeployment asks for (Exists, In) or avoids (DoesNotExist) hosts with GPUs. The host controller
+	// owns it: every successful probe sets or removes it.
+	GPUCountLabel = "ssh.infrastructure.yonder.dev/gpu-count"
+	// GPUVendorLabel is the vendor of the host's GPUs (nvidia, amd, intel) when they all have the same one;
+	// absent otherwise. Owned like GPUCountLabel.
+	GPUVendorLabel = "ssh.infrastructure.yonder.dev/gpu-vendor"
 )

@@ -153,7 +153,9 @@ type HostFacts struct {
 	// memoryBytes is MemTotal.
 	// +optional
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-	// gpus lists GPUs found (nvidia-smi, else PCI display controllers).
+	// gpus lists the GPUs on the PCI bus: NVIDIA, AMD and Intel display controllers and NVIDIA and AMD
+	// processing accelerators, named by nvidia-smi, else lspci, else vendor and PCI device ID. Their count
+	// and vendor are also the host's labels ssh.infrastructure.yonder.dev/gpu-count and gpu-vendor.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	GPUs []string `json:"gpus,omitempty"`

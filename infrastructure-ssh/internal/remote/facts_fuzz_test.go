@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,9 @@ func renderFacts(f remote.Facts) string {
 	}
 	for _, g := range f.GPUs {
 		fmt.Fprintf(&b, "gpu=%s\n", g)
+	}
+	for _, v := range f.GPUVendors {
+		fmt.Fprintf(&b, "gpuvendor=%s\n", v)
 	}
 	return b.String()
 }
@@ -127,10 +131,10 @@ func FuzzParseFactsHostOutput(f *testing.F) {
 			}
 			return
 		}
-		if got.CPUs < 0 || got.CPUs > math.MaxInt32 || got.MemoryBytes < 0 || got.MemoryBytes%1024 != 0 || len(got.GPUs) > remote.MaxGPUs {
+		if got.CPUs < 0 || got.CPUs > math.MaxInt32 || got.MemoryBytes < 0 || got.MemoryBytes%1024 != 0 || len(got.GPUs) > remote.MaxGPUs || len(got.GPUVendors) > remote.MaxGPUs {
 			t.Fatalf("%q: facts %+v are beyond what the API holds", out, got)
 		}
-		for _, s := range append([]string{got.Hostname, got.OS, got.Kernel, got.Arch}, got.GPUs...) {
+		for _, s := range slices.Concat([]string{got.Hostname, got.OS, got.Kernel, got.Arch}, got.GPUs, got.GPUVendors) {
 			if s != strings.TrimSpace(s) || strings.Contains(s, "\n") {
 				t.Fatalf("%q: value %q is not one trimmed line", out, s)
 			}
@@ -151,6 +155,15 @@ func TestParseFactsOfRealHosts(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(Equal(remote.Facts{Hostname: "gpu-node-07", OS: "Ubuntu 22.04.4 LTS", Kernel: "5.15.0-105-generic", Arch: "x86_64",
 		CPUs: 128, MemoryBytes: 1056375324 * 1024, Agent: true, GPUs: []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"}}))
+
+	// Printed on a VM with an NVIDIA H200 passed through (driver 580.159.04, 2026-12-04) by the facts
+	// command of that morning, which named GPUs through nvidia-smi alone and printed no gpuvendor= lines.
+	b, err = os.ReadFile(filepath.Join("testdata", "facts", "h200-vm.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err = remote.ParseFacts(string(b))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(remote.Facts{Hostname: "vm", OS: "Ubuntu 24.04.3 LTS", Kernel: "6.18.44-fc-v1252-gpu", Arch: "x86_64",
+		CPUs: 16, MemoryBytes: 131961976 * 1024, GPUs: []string{"NVIDIA H200"}}))
 
 	b, err = os.ReadFile(filepath.Join("testdata", "facts", "minimal-no-os-release.txt"))
 	g.Expect(err).NotTo(HaveOccurred())

@@ -193,8 +193,10 @@ type Facts struct {
 	Hostname, OS, Kernel, Arch string
 	CPUs                       int
 	MemoryBytes                int64
-	GPUs                       []string
-	Agent                      bool
+	// GPUs are the names of the host's GPUs; GPUVendors their vendors (nvidia, amd, intel, by PCI vendor
+	// ID), one per GPU in the same order when the host reported them.
+	GPUs, GPUVendors []string
+	Agent            bool
 }
 
 const factsCmd = `echo "hostname=$(hostname)"
@@ -204,9 +206,19 @@ echo "arch=$(uname -m)"
 echo "cpus=$(nproc 2>/dev/null || grep -c ^processor /proc/cpuinfo)"
 echo "memkb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)"
 if command -v yonder-agent >/dev/null 2>&1; then echo agent=true; fi
-if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/gpu=/'
-elif command -v lspci >/dev/null 2>&1; then lspci 2>/dev/null | grep -Ei 'vga|3d controller|display controller' | grep -Ei 'nvidia|amd|ati|intel' | sed 's/^[^ ]* [^:]*: /gpu=/'
-fi
+nv=""
+if command -v nvidia-smi >/dev/null 2>&1; then nv=$(nvidia-smi --query-gpu=pci.bus_id,name --format=csv,noheader 2>/dev/null); fi
+for d in /sys/bus/pci/devices/*; do
+  case "$(cat "$d/class" 2>/dev/null)" in 0x03*|0x12*) ;; *) continue ;; esac
+  case "$(cat "$d/vendor" 2>/dev/null):$(cat "$d/class")" in
+    0x10de:*) v=nvidia; V=NVIDIA ;; 0x1002:*) v=amd; V=AMD ;; 0x8086:0x03*) v=intel; V=Intel ;; *) continue ;;
+  esac
+  a=${d##*/}
+  n=$(printf '%s\n' "$nv" | awk -v a="$a" '{ i = index($0, ","); id = tolower(substr($0, 1, i - 1)); if (i > 1 && substr(id, length(id) - length(a) + 1) == a) { sub(/^[^,]*, */, ""); print; exit } }')
+  if [ -z "$n" ] && command -v lspci >/dev/null 2>&1; then n=$(lspci -s "$a" 2>/dev/null | head -n 1 | sed 's/^[^ ]* [^:]*: //'); fi
+  echo "gpuvendor=$v"
+  echo "gpu=${n:-$V GPU $(cat "$d/device" 2>/dev/null)}"
+done
 true`
 
 // Probe gathers facts.
@@ -263,6 +275,10 @@ func ParseFacts(out string) (Facts, error) {
 		case "gpu":
 			if v != "" && len(f.GPUs) < MaxGPUs {
 				f.GPUs = append(f.GPUs, v)
+			}
+		case "gpuvendor":
+			if v != "" && len(f.GPUVendors) < MaxGPUs {
+				f.GPUVendors = append(f.GPUVendors, v)
 			}
 		}
 	}

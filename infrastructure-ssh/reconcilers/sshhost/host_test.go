@@ -2,13 +2,20 @@ package sshhost_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
@@ -81,4 +88,71 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 		g.Expect(env.Get(ctx, client.ObjectKeyFromObject(dead), dead)).To(Succeed())
 		g.Expect(dead.Status.Phase).To(Equal(infrav1.HostPhaseUnreachable))
 	}).Should(Succeed())
+}
+
+// A host's GPUs become its facts and the labels a hostSelector can ask for, from what its PCI bus shows
+// (here a synthetic tree bound over /sys/bus/pci/devices in the host's own mount namespace, with the
+// host's nvidia-smi and lspci in its private /usr/local/bin): named by nvidia-smi, else lspci, else
+// vendor and device ID. The count stays with mixed vendors, the vendor goes; a host whose GPUs are gone
+// loses both labels; the Hyper-V virtual VGA, an Intel NPU and an NVIDIA GPU's audio function are no GPUs.
+// Labels the controller does not own stay.
+func TestProbeLabelsHostsWithGPUs(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "gpu").Name
+	hs, keyPEM := sshhosts.StartForTest(t, "gh", 1)
+	host := hs[0]
+	out, err := host.Output(ctx, `cat > /usr/local/bin/nvidia-smi <<'EOF'
+#!/bin/sh
+echo "00000000:3B:00.0, NVIDIA H200"
+echo "00000000:86:00.0, NVIDIA H200"
+EOF
+cat > /usr/local/bin/lspci <<'EOF'
+#!/bin/sh
+[ "$2" = 0000:c1:00.0 ] && echo "c1:00.0 Processing accelerators: Advanced Micro Devices, Inc. [AMD/ATI] Aldebaran/MI200 [Instinct MI250X/MI250]"
+true
+EOF
+chmod +x /usr/local/bin/nvidia-smi /usr/local/bin/lspci`)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	// pciBus binds a bus of these devices (address, vendor, class, device) over the host's own.
+	pciBus := func(devs ...[4]string) {
+		dir := t.TempDir()
+		for _, d := range devs {
+			p := filepath.Join(dir, d[0])
+			g.Expect(os.MkdirAll(p, 0o755)).To(Succeed())
+			for i, f := range []string{"vendor", "class", "device"} {
+				g.Expect(os.WriteFile(filepath.Join(p, f), []byte(d[i+1]+"\n"), 0o644)).To(Succeed())
+			}
+		}
+		out, err := host.Output(ctx, "mount --bind "+dir+" /sys/bus/pci/devices")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	}
+	nvidia := [][4]string{{"0000:3b:00.0", "0x10de", "0x030200", "0x2335"}, {"0000:86:00.0", "0x10de", "0x030200", "0x2335"}, {"0000:86:00.1", "0x10de", "0x040300", "0x22a3"}}
+	noGPU := [][4]string{{"0000:00:08.0", "0x1414", "0x030000", "0x5353"}, {"0000:00:0b.0", "0x8086", "0x120000", "0x7d1d"}}
+	pciBus(append(slices.Clone(nvidia), noGPU...)...)
+
+	g.Expect(env.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "key"}, Data: map[string][]byte{hostconn.PrivateKeyKey: keyPEM}})).To(Succeed())
+	h := &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gpu", Labels: map[string]string{"pool": "a"}},
+		Spec: infrav1.YonderSSHHostSpec{SSHEndpoint: infrav1.SSHEndpoint{Address: host.Address.String(), CredentialsSecretRef: infrav1.SecretReference{Name: "key"},
+			HostKey: sshexec.FormatHostKey(host.HostKey)}}}
+	g.Expect(env.Create(ctx, h)).To(Succeed())
+	expect := func(gpus []string, labels gstruct.Keys) {
+		t.Helper()
+		labels["pool"] = Equal("a")
+		labels[clusterctlv1.ClusterctlMoveLabel] = Equal("")
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Get(ctx, client.ObjectKeyFromObject(h), h)).To(Succeed())
+			g.Expect(h.Status.Facts).NotTo(BeNil())
+			g.Expect(h.Status.Facts.GPUs).To(Equal(gpus))
+			g.Expect(h.Labels).To(gstruct.MatchAllKeys(labels))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	}
+	expect([]string{"NVIDIA H200", "NVIDIA H200"}, gstruct.Keys{infrav1.GPUCountLabel: Equal("2"), infrav1.GPUVendorLabel: Equal("nvidia")})
+
+	pciBus(nvidia[0], [4]string{"0000:c1:00.0", "0x1002", "0x120000", "0x740c"}, [4]string{"0000:00:02.0", "0x8086", "0x030000", "0x3e92"})
+	expect([]string{"Intel GPU 0x3e92", "NVIDIA H200", "Advanced Micro Devices, Inc. [AMD/ATI] Aldebaran/MI200 [Instinct MI250X/MI250]"},
+		gstruct.Keys{infrav1.GPUCountLabel: Equal("3")})
+
+	pciBus(noGPU...)
+	expect(nil, gstruct.Keys{})
 }

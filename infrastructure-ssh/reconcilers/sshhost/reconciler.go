@@ -6,6 +6,7 @@ package sshhost
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -194,7 +196,34 @@ func (r *Reconciler) probe(ctx context.Context, h *infrav1.YonderSSHHost) {
 	mu.Unlock()
 	h.Status.Facts = &infrav1.HostFacts{Hostname: facts.Hostname, OS: facts.OS, Kernel: facts.Kernel, Arch: facts.Arch,
 		CPUs: int32(facts.CPUs), MemoryBytes: facts.MemoryBytes, GPUs: facts.GPUs, Agent: facts.Agent} //nolint:gosec // CPU counts fit
+	setGPULabels(h, facts)
 	conditions.Set(h, metav1.Condition{Type: infrav1.YonderSSHHostReachableCondition, Status: metav1.ConditionTrue, Reason: infrav1.YonderSSHHostProbedReason})
+}
+
+// setGPULabels sets GPUCountLabel and GPUVendorLabel from the probe's GPUs, removing them from a host that
+// has none (or, for the vendor, GPUs of several vendors or of unknown ones). The labels go out with the
+// pass's metadata patch; a claim racing it on the same host conflicts on the resourceVersion and retries.
+func setGPULabels(h *infrav1.YonderSSHHost, facts remote.Facts) {
+	if len(facts.GPUs) == 0 {
+		delete(h.Labels, infrav1.GPUCountLabel)
+		delete(h.Labels, infrav1.GPUVendorLabel)
+		return
+	}
+	h.Labels[infrav1.GPUCountLabel] = strconv.Itoa(len(facts.GPUs))
+	vendor := ""
+	if len(facts.GPUVendors) == len(facts.GPUs) {
+		vendor = facts.GPUVendors[0]
+		for _, v := range facts.GPUVendors[1:] {
+			if v != vendor {
+				vendor = ""
+			}
+		}
+	}
+	if errs := validation.IsValidLabelValue(vendor); vendor == "" || len(errs) > 0 {
+		delete(h.Labels, infrav1.GPUVendorLabel)
+		return
+	}
+	h.Labels[infrav1.GPUVendorLabel] = vendor
 }
 
 func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) error {

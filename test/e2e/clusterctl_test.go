@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/flavorcheck"
 	"github.com/yonder-dev/yonder/test/stack"
 )
@@ -41,6 +42,7 @@ func TestClusterctlRepository(t *testing.T) {
 		{"ssh", "yonder-ssh", nil},
 		{"ssh-clusterclass", "yonder-ssh", nil},
 		{"ssh-multi-site", "yonder-ssh", nil},
+		{"ssh-gpu", "yonder-ssh", nil},
 		{"ssh-kubeadm", "yonder-ssh", []string{"YONDER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=[SystemVerification]"}},
 		{"ssh-kubeadm-cluster", "yonder-ssh", []string{"CONTROL_PLANE_ENDPOINT_HOST=192.0.2.10", "CONTROL_PLANE_MACHINE_COUNT=3"}},
 		{"metal", "yonder-metal", metalEnv},
@@ -121,6 +123,28 @@ func checkFlavor(ctx context.Context, t *testing.T, flavor, infra string, env []
 		// The add-on's images are variables whose defaults the release repository pins by digest.
 		g.Expect(out).To(MatchRegexp(`image: ghcr.io/yonder-dev/yonder-net-node@sha256:[0-9a-f]{64}\n`))
 		g.Expect(out).To(MatchRegexp(`image: ghcr.io/yonder-dev/yonder-net-controller@sha256:[0-9a-f]{64}\n`))
+	case "ssh-gpu":
+		// The GPU pool on hosts the probe labelled with GPUs of the vendor; the general pool off them.
+		g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 2))
+		g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 2))
+		g.Expect(kinds).To(HaveKeyWithValue("YonderSSHMachineTemplate", 2))
+		for _, o := range objs {
+			if o.GetKind() != "YonderSSHMachineTemplate" {
+				continue
+			}
+			exprs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "hostSelector", "matchExpressions")
+			g.Expect(err).NotTo(HaveOccurred())
+			switch o.GetName() {
+			case "edge-md-0":
+				g.Expect(exprs).To(ConsistOf(map[string]any{"key": infrav1.GPUVendorLabel, "operator": "NotIn", "values": []any{"nvidia"}}))
+			case "edge-md-gpu":
+				g.Expect(exprs).To(ConsistOf(map[string]any{"key": infrav1.GPUCountLabel, "operator": "Exists"},
+					map[string]any{"key": infrav1.GPUVendorLabel, "operator": "In", "values": []any{"nvidia"}}))
+			default:
+				t.Fatalf("unexpected YonderSSHMachineTemplate %s", o.GetName())
+			}
+		}
+		g.Expect(out).To(ContainSubstring("key: nvidia.com/gpu\n"))
 	case "metal-gpu":
 		g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 2))
 		g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 2))

@@ -648,7 +648,7 @@ func List(ctx context.Context, o *cli.Options, all bool) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if o.Output == cli.OutputWide {
-		header = append(header, "USER", "PORT", "BASTION", "HOST KEY", "OS", "AGENT")
+		header = append(header, "USER", "PORT", "BASTION", "HOST KEY", "OS", "GPUS", "AGENT")
 	}
 	rows := make([][]string, 0, len(hosts.Items))
 	for _, h := range hosts.Items {
@@ -684,7 +684,7 @@ func Row(o *cli.Options, h *infrav1.YonderSSHHost, withNamespace bool) []string 
 		r = append([]string{h.Namespace}, r...)
 	}
 	if o.Output == cli.OutputWide {
-		bastion, fp, osName, agent := "", "", "", ""
+		bastion, fp, osName, gpus, agent := "", "", "", "", ""
 		if b := h.Spec.Bastion; b != nil {
 			bastion = b.User + "@" + b.Address
 		}
@@ -692,9 +692,27 @@ func Row(o *cli.Options, h *infrav1.YonderSSHHost, withNamespace bool) []string 
 			fp = ssh.FingerprintSHA256(k)
 		}
 		if f := h.Status.Facts; f != nil {
-			osName, agent = f.OS, strconv.FormatBool(f.Agent)
+			osName, gpus, agent = f.OS, GPUSummary(f.GPUs), strconv.FormatBool(f.Agent)
 		}
-		r = append(r, cli.Dash(h.Spec.User), strconv.Itoa(int(h.Spec.Port)), cli.Dash(bastion), cli.Dash(fp), cli.Dash(osName), cli.Dash(agent))
+		r = append(r, cli.Dash(h.Spec.User), strconv.Itoa(int(h.Spec.Port)), cli.Dash(bastion), cli.Dash(fp), cli.Dash(osName), cli.Dash(gpus), cli.Dash(agent))
 	}
 	return r
+}
+
+// GPUSummary shows a host's GPUs by name with their counts, in the order the probe found them
+// ("2x NVIDIA H200, 1x Intel GPU 0x3e92"); "" for none.
+func GPUSummary(names []string) string {
+	var order []string
+	count := map[string]int{}
+	for _, n := range names {
+		if count[n] == 0 {
+			order = append(order, n)
+		}
+		count[n]++
+	}
+	parts := make([]string, len(order))
+	for i, n := range order {
+		parts[i] = fmt.Sprintf("%dx %s", count[n], n)
+	}
+	return strings.Join(parts, ", ")
 }

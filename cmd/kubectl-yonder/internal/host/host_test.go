@@ -160,6 +160,7 @@ func TestListShowsClaimState(t *testing.T) {
 	g.Expect(env.Create(ctx, free)).To(Succeed())
 	g.Expect(env.Create(ctx, taken)).To(Succeed())
 	free.Status.Phase = infrav1.HostPhaseAvailable
+	free.Status.Facts = &infrav1.HostFacts{OS: "Ubuntu 24.04.3 LTS", GPUs: []string{"NVIDIA H200", "Intel GPU 0x3e92", "NVIDIA H200"}}
 	g.Expect(env.Status().Update(ctx, free)).To(Succeed())
 
 	o, out := options(ns)
@@ -174,6 +175,10 @@ func TestListShowsClaimState(t *testing.T) {
 	o.Output = cli.OutputWide
 	g.Expect(List(ctx, o, false)).To(Succeed())
 	g.Expect(out.String()).To(ContainSubstring(ssh.FingerprintSHA256(signer.PublicKey())))
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	g.Expect(lines[0]).To(MatchRegexp(`HOST KEY +OS +GPUS +AGENT$`))
+	g.Expect(lines[1]).To(MatchRegexp(`Ubuntu 24\.04\.3 LTS +2x NVIDIA H200, 1x Intel GPU 0x3e92 +false$`))
+	g.Expect(lines[2]).To(MatchRegexp(`- +- +-$`), "a host not probed yet has no OS, GPUs or agent to show")
 
 	out.Reset()
 	o.Output = cli.OutputYAML

@@ -20,6 +20,7 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
+	"github.com/yonder-dev/yonder/hostruntime/internal/gpu"
 	"github.com/yonder-dev/yonder/hostruntime/internal/preflight"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
@@ -482,4 +483,19 @@ func TestNodeReadyNeedsAHeartbeatFromTheKubeletJustStarted(t *testing.T) {
 	g.Expect(nodeReady(node(corev1.ConditionTrue, launched.Truncate(time.Second)), launched)).To(BeTrue(), "heartbeats have seconds only")
 	g.Expect(nodeReady(node(corev1.ConditionFalse, launched.Add(2*time.Second)), launched)).To(BeFalse())
 	g.Expect(nodeReady(&corev1.Node{}, time.Time{})).To(BeFalse())
+}
+
+// An upgrade's rollback starts the previous machine again with the GPUs it ran with (recorded in the
+// state when it started), not with the upgrade's own detection, which a new gpu.mode None leaves empty.
+func TestRollbackRestartsThePreviousMachineWithItsDeviceBinds(t *testing.T) {
+	g := NewWithT(t)
+	dev := t.TempDir()
+	active := Options{DevRoot: dev, MachineName: "yonder-n-a"}
+	g.Expect(active.defaults("n")).To(Succeed())
+	upgrade := &run{cfg: &agentv1.AgentConfig{GPU: agentv1.GPU{Mode: agentv1.GPUModeNone}}, st: &state.State{}, gpu: &gpu.Result{}}
+	rb := rollbackRun(rollbackInput{active: active, run: upgrade,
+		activeMachine: state.Machine{Name: "yonder-n-a", DeviceNodes: []string{"nvidia0", "nvidiactl", "nvidia-uvm"}}})
+	g.Expect(rb.nspawnConfig().DeviceBinds).To(Equal([]string{
+		filepath.Join(dev, "nvidia0") + ":/dev/nvidia0", filepath.Join(dev, "nvidiactl") + ":/dev/nvidiactl", filepath.Join(dev, "nvidia-uvm") + ":/dev/nvidia-uvm"}))
+	g.Expect(rb.o.MachineName).To(Equal("yonder-n-a"))
 }

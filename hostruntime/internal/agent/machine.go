@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -84,6 +85,9 @@ func (r *run) machine(ctx context.Context) (string, error) {
 		return "", withHint(err, "see "+c.LogFile)
 	}
 	r.st.Machine = &state.Machine{Name: c.Name, Base: r.o.baseMachine, Rootfs: c.Rootfs, LauncherPID: pid, Unit: unit, ConfigDigest: digest, StartedAt: r.o.Now()}
+	if r.gpu != nil {
+		r.st.Machine.DeviceNodes = slices.Clone(r.gpu.DeviceNodes)
+	}
 	if err := r.store.Save(r.st); err != nil {
 		return "", err
 	}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/yonder-dev/yonder/hostruntime/internal/gpu"
 	"github.com/yonder-dev/yonder/hostruntime/internal/render"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 )
@@ -126,7 +128,7 @@ func rollback(ctx context.Context, in rollbackInput, err error) error {
 	st, store, log := r.st, r.store, r.log
 	log.Error("New machine did not verify; rolling back", "machine", next.MachineName, "err", err.Error())
 	_ = stopMachine(ctx, &next, "")
-	rb := &run{o: &active, cfg: r.cfg, st: st, store: store, log: log, changed: true}
+	rb := rollbackRun(in)
 	st.Machine = &activeMachine
 	if _, rerr := rb.machine(ctx); rerr != nil {
 		return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("new machine failed (%w) and the rollback to %s failed too: %w", err, activeMachine.Name, rerr),
@@ -141,6 +143,14 @@ func rollback(ctx context.Context, in rollbackInput, err error) error {
 	}
 	return &PhaseError{Phase: PhaseUpgrade, Err: fmt.Errorf("the new machine %s did not verify, rolled back to %s (running, Node Ready): %w", next.MachineName, activeMachine.Name, err),
 		Hint: "check the new AgentConfig's artifacts and flags; the node runs the previous configuration"}
+}
+
+// rollbackRun is the run that starts the previous machine again: with the device binds it ran with (the
+// GPUs the upgrade's own detection found may differ, e.g. under a new gpu.mode).
+func rollbackRun(in rollbackInput) *run {
+	r := in.run
+	return &run{o: &in.active, cfg: r.cfg, st: r.st, store: r.store, log: r.log, changed: true,
+		gpu: &gpu.Result{DeviceNodes: slices.Clone(in.activeMachine.DeviceNodes)}}
 }
 
 // verifyKubelet waits for the machine's kubelet to be healthy (healthz on localhost, the machine shares

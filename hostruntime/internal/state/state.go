@@ -55,6 +55,9 @@ type Machine struct {
 	Unit string `json:"unit,omitempty"`
 	// ConfigDigest is the digest of the launch configuration (argv, binds); a change restarts it.
 	ConfigDigest string `json:"configDigest,omitempty"`
+	// DeviceNodes are the /dev entries (GPUs) bound into it, relative to /dev: an upgrade's rollback
+	// starts it again with the same ones.
+	DeviceNodes []string `json:"deviceNodes,omitempty"`
 	// StartedAt is when it was (last) launched.
 	StartedAt time.Time `json:"startedAt,omitzero"`
 }

@@ -183,11 +183,7 @@ func noGPUError(name, pciVendor, vendor string, unusable []gpu.Device) error {
 		if d.Vendor != vendor {
 			continue
 		}
-		drv := d.Driver
-		if drv == "" {
-			drv = "no driver"
-		}
-		held = append(held, d.Address+" ("+drv+")")
+		held = append(held, d.Address+" ("+d.BoundTo()+")")
 	}
 	if len(held) == 0 {
 		return withHint(fmt.Errorf("gpu.mode is %s but no %s GPU (PCI vendor %s) is on this host", name, name, pciVendor),

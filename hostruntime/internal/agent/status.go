@@ -152,11 +152,7 @@ func gpuCheck(o Options) preflight.Check {
 		used = append(used, strings.TrimSpace(d.Address+" "+d.Vendor+" "+d.Model))
 	}
 	for _, d := range res.Unusable {
-		drv := d.Driver
-		if drv == "" {
-			drv = "no driver"
-		}
-		left = append(left, d.Address+" "+d.Vendor+" ("+drv+")")
+		left = append(left, d.Address+" "+d.Vendor+" ("+d.BoundTo()+")")
 	}
 	var parts []string
 	if len(used) > 0 {

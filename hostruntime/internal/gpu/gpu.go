@@ -53,6 +53,14 @@ type Device struct {
 // ComputeDriver is the kernel driver through which containers use a vendor's GPUs ("nvidia", "amdgpu").
 func ComputeDriver(vendor string) string { return computeDriver[vendor] }
 
+// BoundTo names the driver bound to the device for messages: its name, or "no driver".
+func (d Device) BoundTo() string {
+	if d.Driver == "" {
+		return "no driver"
+	}
+	return d.Driver
+}
+
 // Usable reports whether containers can use the GPU: its vendor's compute driver is bound to it.
 func (d Device) Usable() bool { return d.Driver != "" && d.Driver == computeDriver[d.Vendor] }
 

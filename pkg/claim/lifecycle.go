@@ -157,12 +157,17 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		r.recent = recentClaims{}
 	}
 	name := m.GetAnnotations()[keys.ReservedHost]
+	// h is the host to claim as last read. A host this pass chose is taken as the cache showed it a moment
+	// ago: the claim's optimistic lock refuses a view the cache had not caught up with (a conflict, and
+	// the next pass reads the reserved host uncached), so reading it again first would buy nothing.
+	h := a.NewHost()
+	chosenNow := false
 	if name == "" {
-		chosen, err := r.choose(ctx, s)
-		if err != nil || chosen == "" {
+		chosen, ok, err := r.choose(ctx, s)
+		if err != nil || !ok {
 			return none, noHost, err
 		}
-		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen, s.pendingFinalizer)
+		written, err := reserve(ctx, r.Client, a.Spec().MachineKind, m, keys, chosen.GetName(), s.pendingFinalizer)
 		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Another replica is deciding for this machine right now.
@@ -174,15 +179,18 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		if err := s.rebase(written); err != nil {
 			return none, noHost, err
 		}
-		name = chosen
+		name, h, chosenNow = chosen.GetName(), chosen, true
 	}
-	h := a.NewHost()
 	exists := true
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.GetNamespace(), Name: name}, h); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return none, noHost, fmt.Errorf("failed to get %s %s: %w", a.HostKind(), klog.KRef(m.GetNamespace(), name), err)
+	if !chosenNow {
+		// Reserved by an earlier pass (or another replica): what became of the host since is read from
+		// the API server.
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.GetNamespace(), Name: name}, h); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return none, noHost, fmt.Errorf("failed to get %s %s: %w", a.HostKind(), klog.KRef(m.GetNamespace(), name), err)
+			}
+			exists = false
 		}
-		exists = false
 	}
 	if exists && HeldBy(a, h, m, keys.ClaimID) {
 		return h, claimed, nil
@@ -222,21 +230,22 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 }
 
 // choose picks the best candidate for m from the cached inventory (with this replica's recent claims
-// laid over it); "" when none qualifies, with the Claimed condition saying why.
-func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (string, error) {
+// laid over it), as the cache holds it; false when none qualifies, with the Claimed condition saying why.
+func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (H, bool, error) {
 	a := r.Adapter
 	conds := a.Spec().Conditions
 	m := s.Machine
+	var none H
 	hosts, err := List(ctx, r.Client, a.NewHost(), client.InNamespace(m.GetNamespace()))
 	if err != nil {
-		return "", fmt.Errorf("failed to list %ss in namespace %s: %w", a.HostKind(), m.GetNamespace(), err)
+		return none, false, fmt.Errorf("failed to list %ss in namespace %s: %w", a.HostKind(), m.GetNamespace(), err)
 	}
 	overlay(r.recent, a, hosts)
 	fd := s.CAPIMachine.Spec.FailureDomain
 	cands, err := Candidates(a, hosts, a.Facts(m).HostSelector, fd, Consumer{Name: m.GetName(), ID: ID(m, a.Spec().Keys.ClaimID), Cluster: s.Cluster.Name})
 	if err != nil {
 		SetCondition(m, conds.Claimed, metav1.ConditionFalse, InvalidHostSelectorReason, err.Error())
-		return "", nil
+		return none, false, nil
 	}
 	if len(cands) == 0 {
 		where := ""
@@ -245,9 +254,9 @@ func (r *Reconciler[M, H]) choose(ctx context.Context, s *Scope[M, H]) (string, 
 		}
 		SetCondition(m, conds.Claimed, metav1.ConditionFalse, NoHostAvailableReason,
 			fmt.Sprintf("None of the %d %ss in namespace %s is free and matches spec.hostSelector%s: %s", len(hosts), a.HostKind(), m.GetNamespace(), where, a.Spec().NoHostHint))
-		return "", nil
+		return none, false, nil
 	}
-	return cands[0].GetName(), nil
+	return cands[0], true, nil
 }
 
 // selects reports whether h still matches m's host selector.

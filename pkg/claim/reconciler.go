@@ -51,8 +51,10 @@ const ConflictRetry = 20 * time.Millisecond
 // Reconciler reconciles the infrastructure machines of one provider through its Adapter.
 type Reconciler[M Machine, H client.Object] struct {
 	Client client.Client
-	// APIReader reads uncached: a claim is decided on the host's latest resourceVersion, never on a
-	// cache that may lag behind another replica's (or this controller's own last) write.
+	// APIReader reads uncached: a reserved host, a machine's claim confirmation and a fence see the latest
+	// writes, never a cache that may lag behind another replica's (or this controller's own last) write. A
+	// host chosen from the cache is claimed at the resourceVersion it was chosen at: a claim on an
+	// outdated view conflicts instead of landing.
 	APIReader client.Reader
 	// WatchFilterValue limits reconciliation to Cluster API objects labelled
 	// cluster.x-k8s.io/watch-filter=<value>. Hosts are inventory and need no such label.

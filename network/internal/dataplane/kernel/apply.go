@@ -105,18 +105,19 @@ type OwnWireGuard struct {
 // dialling end open, and starts a handshake as soon as a peer is configured.
 const PersistentKeepalive = 25 * time.Second
 
-// Apply makes the kernel match st: devices (a VXLAN device only while a next hop uses it), addresses, the
-// underlay VXLAN filter, WireGuard peers (new and changed first), FDB and neighbour entries, routes, peers that
-// left (PeerRetireDelay after nothing points at them), the eBPF maps and, last, the VXLAN devices no next hop
-// uses any more. Each phase is a diff, so a retry after a failure repeats only what is still missing.
+// Apply makes the kernel match st: the underlay VXLAN filter (first, so that it is in force before the
+// underlay VXLAN device exists to decapsulate anyone's packets), devices (a VXLAN device only while a next
+// hop uses it), addresses, WireGuard peers (new and changed first), FDB and neighbour entries, routes, peers
+// that left (PeerRetireDelay after nothing points at them), the eBPF maps and, last, the VXLAN devices no
+// next hop uses any more. Each phase is a diff, so a retry after a failure repeats only what is still missing.
 func (a *Applier) Apply(st desired.State, own OwnWireGuard) error {
 	r := &applyRun{a: a, st: st, own: own}
 	for _, phase := range []struct {
 		name string
 		run  func() error
 	}{
-		{"devices", r.devices},
 		{"underlay VXLAN filter", r.filterVXLAN},
+		{"devices", r.devices},
 		{"WireGuard peers", r.upsertPeers},
 		{"FDB and neighbours", r.neighbours},
 		{"routes", r.routes},

@@ -43,30 +43,30 @@ func vxlanJump() []string {
 	return []string{"INPUT", "-p", "udp", "--dport", strconv.Itoa(desired.DefaultVXLANPort), "-j", VXLANFilterChain}
 }
 
-// filterVXLAN is Apply's phase that makes the chain admit exactly the planned peers. It reads the chain
-// first and writes only when it differs (a restarted daemon adopts the rules it finds; the periodic resync
-// repairs a chain edited behind its back); the replacement is one iptables-restore, so no packet ever sees
-// a half-written chain.
+// filterVXLAN is Apply's phase that makes the chain admit exactly the planned peers and sends the VXLAN
+// port through it. It reads both first and writes only when either differs (a restarted daemon adopts the
+// rules it finds; the periodic resync repairs a chain or jump edited behind its back). The chain and the
+// jump go in one iptables-restore, so no packet ever sees a half-written chain, nor a chain that is written
+// but not yet jumped to: whoever sees the chain sees it in force.
 func (r *applyRun) filterVXLAN() error {
 	want := vxlanFilterRules(r.st)
 	have, err := exec.Command("iptables", "-w", "-t", "filter", "-S", VXLANFilterChain).Output()
-	if err != nil || !slices.Equal(chainRules(have), want) {
-		var in bytes.Buffer
-		fmt.Fprintf(&in, "*filter\n:%s - [0:0]\n-F %s\n%s\nCOMMIT\n", VXLANFilterChain, VXLANFilterChain, strings.Join(want, "\n"))
-		cmd := exec.Command("iptables-restore", "-w", "--noflush")
-		cmd.Stdin = &in
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("failed to write iptables chain %s: %w: %s", VXLANFilterChain, err, out)
-		}
-		r.a.Writes.Filter++
-	}
-	jump := vxlanJump()
-	if exec.Command("iptables", append([]string{"-w", "-t", "filter", "-C"}, jump...)...).Run() == nil {
+	chainOK := err == nil && slices.Equal(chainRules(have), want)
+	jumpOK := exec.Command("iptables", append([]string{"-w", "-t", "filter", "-C"}, vxlanJump()...)...).Run() == nil
+	if chainOK && jumpOK {
 		return nil
 	}
-	// First in INPUT: a host rule accepting the port must not let strangers past the filter.
-	if out, err := exec.Command("iptables", append([]string{"-w", "-t", "filter", "-I"}, jump...)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("failed to send VXLAN port %d through %s: %w: %s", desired.DefaultVXLANPort, VXLANFilterChain, err, out)
+	var in bytes.Buffer
+	fmt.Fprintf(&in, "*filter\n:%s - [0:0]\n-F %s\n%s\n", VXLANFilterChain, VXLANFilterChain, strings.Join(want, "\n"))
+	if !jumpOK {
+		// First in INPUT: a host rule accepting the port must not let strangers past the filter.
+		fmt.Fprintf(&in, "-I %s\n", strings.Join(vxlanJump(), " "))
+	}
+	in.WriteString("COMMIT\n")
+	cmd := exec.Command("iptables-restore", "-w", "--noflush")
+	cmd.Stdin = &in
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("failed to write iptables chain %s and send VXLAN port %d through it: %w: %s", VXLANFilterChain, desired.DefaultVXLANPort, err, out)
 	}
 	r.a.Writes.Filter++
 	return nil

@@ -55,6 +55,11 @@ func TestUnderlayVXLANAdmitsOnlyPlannedPeers(t *testing.T) {
 		out, _ := s.Lab.Exec(v1.NS, "iptables", "-w", "-t", "filter", "-S", kernel.VXLANFilterChain)
 		return out
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal("-N YONDER-VXLAN\n-A YONDER-VXLAN -s 192.168.50.12/32 -j RETURN\n-A YONDER-VXLAN -j DROP\n"), v1.Log)
+	// The chain and INPUT's jump to it are written together: a chain that is there is in force (a jump
+	// inserted after the chain once let the first forged frames through on a loaded machine).
+	out, err := s.Lab.Exec(v1.NS, "iptables", "-w", "-t", "filter", "-S", "INPUT")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring("-A INPUT -p udp -m udp --dport 4789 -j YONDER-VXLAN"))
 
 	got := podReceiver(t, v1.Pod, 7777)
 	mac := vxlanMAC(g, s, v1)
@@ -75,7 +80,7 @@ func TestUnderlayVXLANAdmitsOnlyPlannedPeers(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond).Should(ContainElement("from-peer"))
 	// …the stranger's never did, and the chain counted them.
 	g.Consistently(got, 2*time.Second, 200*time.Millisecond).ShouldNot(ContainElement("from-stranger"))
-	out, err := s.Lab.Exec(v1.NS, "iptables", "-w", "-t", "filter", "-L", kernel.VXLANFilterChain, "-v", "-x", "-n")
+	out, err = s.Lab.Exec(v1.NS, "iptables", "-w", "-t", "filter", "-L", kernel.VXLANFilterChain, "-v", "-x", "-n")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(dropCount(out)).To(BeNumerically(">=", 5), out)
 

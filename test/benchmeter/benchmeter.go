@@ -3,6 +3,8 @@
 package benchmeter
 
 import (
+	"math"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -19,3 +21,14 @@ func CPU(who int) time.Duration {
 
 // SelfCPU is this process's user + system CPU time.
 func SelfCPU() time.Duration { return CPU(syscall.RUSAGE_SELF) }
+
+// Percentile is the p-th percentile of xs by the nearest-rank method (the value at rank ⌈p/100·n⌉), so a
+// figure is always one of the samples, never an interpolation between two; 0 for no samples.
+func Percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[max(rank, 1)-1]
+}

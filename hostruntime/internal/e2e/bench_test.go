@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/yonder-dev/yonder/hostruntime/internal/rootfs"
 	"github.com/yonder-dev/yonder/hostruntime/internal/state"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -74,7 +73,8 @@ func BenchmarkBootstrapToNodeReady(b *testing.B) {
 	}
 	b.StopTimer()
 	n := float64(len(joins))
-	p50, p95, base50 := percentile(joins, 50), percentile(joins, 95), percentile(boots, 50)
+	// Nearest rank: with 20 samples p95 is the second slowest join, never an interpolation between two.
+	p50, p95, base50 := benchmeter.Percentile(joins, 50), benchmeter.Percentile(joins, 95), benchmeter.Percentile(boots, 50)
 	b.ReportMetric(p50, "s-to-ready")
 	b.ReportMetric(p95, "p95-s-to-ready")
 	b.ReportMetric(base50, "s-baseline")
@@ -87,17 +87,6 @@ func BenchmarkBootstrapToNodeReady(b *testing.B) {
 	}
 	b.Logf("bootstrap → Node Ready over %d joins: p50 %.2fs, p95 %.2fs (bare nspawn boot p50 %.2fs, %.1fx); mean phases: %s",
 		len(joins), p50, p95, base50, p50/base50, strings.Join(parts, ", "))
-}
-
-// percentile is the p-th percentile of xs by the nearest-rank method (the value at rank ⌈p/100·n⌉), so
-// with 20 samples p95 is the second slowest and never an interpolation between two joins.
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	rank := int(math.Ceil(p / 100 * float64(len(s))))
-	return s[max(rank, 1)-1]
 }
 
 // bareMachineBoot extracts the rootfs archive and boots it as a bare nspawn machine (same flags, own

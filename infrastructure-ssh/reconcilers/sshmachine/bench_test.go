@@ -48,42 +48,41 @@ type usage struct {
 	requests, execs int64
 	// byRequest counts the provider's API requests by verb and resource ("PATCH yondersshmachines/status").
 	byRequest map[string]int64
-	// timeline is when the Machines reached each step, from the scale-up.
-	timeline []step
+	// timeline is when the Machines reached each step of their provisioning.
+	timeline timeline
 }
 
-// step is when the Machines reached one step of their provisioning, in seconds: the median and the
-// largest. The API's timestamps have a resolution of a second.
-type step struct {
-	name     string
-	p50, max float64
+// timeline is when the Machines were created, started their bootstrap and finished it, in seconds from
+// the scale-up, and each one's time from creation to provisioned: where a slow run spent its time (CAPI's
+// MachineSet creating the Machines one by one, or the provider). The API's timestamps have a resolution of
+// a second.
+type timeline struct {
+	created, started, finished, each []float64
 }
 
-// timeline reads from the YonderSSHMachines when they were created, started their bootstrap and finished
-// it, relative to t0, and each one's time from creation to provisioned: where a slow run spent its time
-// (CAPI's MachineSet creating the Machines one by one, or the provider).
-func timeline(ms []infrav1.YonderSSHMachine, t0 time.Time) []step {
-	var created, started, finished, each []float64
+// readTimeline reads the timeline from the YonderSSHMachines, relative to t0.
+func readTimeline(ms []infrav1.YonderSSHMachine, t0 time.Time) timeline {
+	var tl timeline
 	for _, m := range ms {
-		created = append(created, m.CreationTimestamp.Sub(t0).Seconds())
+		tl.created = append(tl.created, m.CreationTimestamp.Sub(t0).Seconds())
 		if b := m.Status.Bootstrap; b != nil && b.StartedTime != nil && b.FinishedTime != nil {
-			started = append(started, b.StartedTime.Sub(t0).Seconds())
-			finished = append(finished, b.FinishedTime.Sub(t0).Seconds())
-			each = append(each, b.FinishedTime.Sub(m.CreationTimestamp.Time).Seconds())
+			tl.started = append(tl.started, b.StartedTime.Sub(t0).Seconds())
+			tl.finished = append(tl.finished, b.FinishedTime.Sub(t0).Seconds())
+			tl.each = append(tl.each, b.FinishedTime.Sub(m.CreationTimestamp.Time).Seconds())
 		}
 	}
-	var out []step
-	for _, s := range []struct {
+	return tl
+}
+
+// print writes each step's median and largest figure.
+func (tl timeline) print() {
+	fmt.Printf("provider timeline (s from the scale-up)      median          max\n")
+	for _, st := range []struct {
 		name string
 		v    []float64
-	}{{"YonderSSHMachine created", created}, {"bootstrap started", started}, {"bootstrap finished", finished}, {"one Machine, created → provisioned", each}} {
-		if len(s.v) == 0 {
-			continue
-		}
-		slices.Sort(s.v)
-		out = append(out, step{name: s.name, p50: s.v[len(s.v)/2], max: s.v[len(s.v)-1]})
+	}{{"YonderSSHMachine created", tl.created}, {"bootstrap started", tl.started}, {"bootstrap finished", tl.finished}, {"one Machine, created → provisioned", tl.each}} {
+		fmt.Printf("  %-32s %12.0f %12.0f\n", st.name, benchmeter.Percentile(st.v, 50), benchmeter.Percentile(st.v, 100))
 	}
-	return out
 }
 
 // resetPeakRSS lets VmHWM measure one phase (Linux: writing 5 to clear_refs resets the peak).
@@ -142,12 +141,10 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 		b.ReportMetric(prov.wall.Seconds()/base.wall.Seconds(), "x-baseline")
 		b.ReportMetric(float64(prov.requests)/float64(count), "apireq/machine")
 		b.ReportMetric(float64(prov.peakRSSKiB)/1024, "peak-RSS-MiB")
-		if len(prov.timeline) == 4 {
-			// The MachineSet creates the Machines one by one; the provider's own share is how long one
-			// Machine takes once it exists.
-			b.ReportMetric(prov.timeline[0].max, "s-last-machine-created")
-			b.ReportMetric(prov.timeline[3].p50, "p50-s-machine-created-to-provisioned")
-		}
+		// The MachineSet creates the Machines one by one; the provider's own share is how long one Machine
+		// takes once it exists.
+		b.ReportMetric(benchmeter.Percentile(prov.timeline.created, 100), "s-last-machine-created")
+		b.ReportMetric(benchmeter.Percentile(prov.timeline.each, 50), "p50-s-machine-created-to-provisioned")
 		fmt.Printf("\nSSH provider, %d Machines on %d simulated hosts (run %d of %d), poll interval %s, %d workers\n", count, count, i+1, b.N, benchPoll, benchWorkers)
 		fmt.Printf("%-34s %12s %12s %12s\n", "", "baseline", "provider", "ratio")
 		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "time to all provisioned (s)", base.wall.Seconds(), prov.wall.Seconds(), prov.wall.Seconds()/base.wall.Seconds())
@@ -158,10 +155,7 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 		for _, k := range slices.Sorted(maps.Keys(prov.byRequest)) {
 			fmt.Printf("  %-32s %12s %12.2f\n", k, "", float64(prov.byRequest[k])/float64(count))
 		}
-		fmt.Printf("provider timeline (s from the scale-up)      median          max\n")
-		for _, st := range prov.timeline {
-			fmt.Printf("  %-32s %12.0f %12.0f\n", st.name, st.p50, st.max)
-		}
+		prov.timeline.print()
 		fmt.Printf("%-34s %12.1f %12.1f %11.2fx\n", "SSH execs per Machine", float64(base.execs)/float64(count), float64(prov.execs)/float64(count), float64(prov.execs)/float64(base.execs))
 	}
 }
@@ -278,7 +272,7 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 		}, 15*time.Minute, time.Second).Should(Equal(count))
 	})
 	prov.requests = requests.Load()
-	prov.timeline = timeline(sshMachines(g, ns), t0)
+	prov.timeline = readTimeline(sshMachines(g, ns), t0)
 	prov.byRequest = byRequest.snapshot()
 	prov.execs = simP.Execs - execs0
 	g.Expect(checkClaims(g, ns)).To(HaveLen(count))

@@ -16,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -138,10 +139,16 @@ func testScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := hostOf(before[0].Spec.ProviderID)
+	// The operator keeps the agent's caches on that host (docs/infrastructure-ssh.md, "Claim and release
+	// semantics"): its release leaves <state-dir>/cache and nothing else, a host without the setting
+	// leaves no state directory, and the host's next Machine uses the cache instead of fetching again.
+	setKeepAgentCache(ctx, t, first, true)
+	t.Cleanup(func() { setKeepAgentCache(context.Background(), t, first, false) })
 
 	scale(ctx, t, md, 0)
 	waitWorkers(ctx, t, quickCluster, 0, 3*time.Minute)
 	waitReleased(ctx, t, map[string]bool{}, 2*time.Minute)
+	cached := expectOnlyCacheKept(ctx, t, first)
 
 	for _, n := range []int{3, 5} {
 		t0 := time.Now()
@@ -156,6 +163,15 @@ func testScale(t *testing.T) {
 			t.Fatalf("host %s released by the scale to 0 was not reused: %v", first, used)
 		}
 		if n == 5 {
+			// A file fetched again would be a new file (written aside, then renamed into place).
+			now := cacheFiles(ctx, t, hostByName(first))
+			for f, inode := range cached {
+				if now[f] != inode {
+					t.Fatalf("host %s fetched %s again instead of using its kept cache (inode %s, now %q)", first, f, inode, now[f])
+				}
+			}
+		}
+		if n == 5 {
 			// Every host runs a Node now, the reused ones (all that ran one before the scale to 0) included.
 			expectPodsAnswer(ctx, t, ms)
 		}
@@ -166,6 +182,62 @@ func testScale(t *testing.T) {
 	waitReleased(ctx, t, usedHosts(ms), 3*time.Minute)
 	t.Logf("scaled down to 2 (3 hosts cleaned and released) in %s", time.Since(t0).Round(time.Second))
 	expectEventsTellTheStory(ctx, t)
+}
+
+// agentStateDir is the agent's default state directory on the hosts (a private /var/lib per host).
+const agentStateDir = "/var/lib/yonder"
+
+// setKeepAgentCache sets spec.cleanup.keepAgentCache on a host, with the merge patch the docs show for
+// `kubectl patch`.
+func setKeepAgentCache(ctx context.Context, t *testing.T, name string, keep bool) {
+	t.Helper()
+	h := &infrav1.YonderSSHHost{}
+	h.Namespace, h.Name = st.HostNamespace, name
+	body := fmt.Sprintf(`{"spec":{"cleanup":{"keepAgentCache":%t}}}`, keep)
+	if err := st.Client.Patch(ctx, h, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+		t.Fatalf("failed to set keepAgentCache=%t on host %s: %v", keep, name, err)
+	}
+}
+
+// expectOnlyCacheKept checks what the released hosts kept: the host that keeps the agent's caches has its
+// cache and nothing else in the state directory, every other host no state directory. It returns the
+// kept host's cached files with their inodes.
+func expectOnlyCacheKept(ctx context.Context, t *testing.T, keeper string) map[string]string {
+	t.Helper()
+	for _, h := range allHosts() {
+		out, err := h.Output(ctx, "ls -A "+agentStateDir+" 2>/dev/null; true")
+		if err != nil {
+			t.Fatalf("failed to list %s on host %s: %v", agentStateDir, h.Name, err)
+		}
+		want := ""
+		if h.Name == keeper {
+			want = "cache"
+		}
+		if got := strings.TrimSpace(out); got != want {
+			t.Fatalf("released host %s has %q in %s, want %q", h.Name, got, agentStateDir, want)
+		}
+	}
+	files := cacheFiles(ctx, t, hostByName(keeper))
+	if len(files) == 0 {
+		t.Fatalf("host %s kept an empty cache", keeper)
+	}
+	return files
+}
+
+// cacheFiles returns the agent's cached files on h with their inode numbers.
+func cacheFiles(ctx context.Context, t *testing.T, h *hosts.Host) map[string]string {
+	t.Helper()
+	out, err := h.Output(ctx, "find "+agentStateDir+"/cache -type f -printf '%i %p\\n'")
+	if err != nil {
+		t.Fatalf("failed to list the agent's cache on host %s: %v", h.Name, err)
+	}
+	files := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if inode, path, ok := strings.Cut(l, " "); ok {
+			files[path] = inode
+		}
+	}
+	return files
 }
 
 // kubeletPIDs returns the kubelet processes running in a host's network namespace (the node's nspawn

@@ -152,18 +152,29 @@ func ProviderIDPrelude(providerID string) string {
 		path.Dir(ProviderIDPath), sshexec.Quote(providerID), ProviderIDPath)
 }
 
+// CleanupSpec is how a host is reset: Commands when it has no agent; KeepAgentCache keeps the agent's
+// verified caches (`yonder-agent reset --keep-cache`).
+type CleanupSpec struct {
+	Commands       []string
+	KeepAgentCache bool
+}
+
 // Cleanup stops run runID if it still runs, resets the host (`yonder-agent reset` when the agent is on
-// the PATH, else the given commands, each of which must succeed), and removes the run, the sentinel and
+// the PATH, else the spec's commands, each of which must succeed), and removes the run, the sentinel and
 // the providerID file.
-func Cleanup(ctx context.Context, e sshexec.Executor, runID string, commands []string) error {
+func Cleanup(ctx context.Context, e sshexec.Executor, runID string, spec CleanupSpec) error {
 	d, err := runDir(runID)
 	if err != nil {
 		return err
 	}
+	reset := "yonder-agent reset"
+	if spec.KeepAgentCache {
+		reset += " --keep-cache"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "if [ -f %[1]s/pid ] && [ ! -f %[1]s/exit ]; then kill -TERM -- -\"$(cat %[1]s/pid)\" 2>/dev/null || true; fi\n", d)
-	b.WriteString("if command -v yonder-agent >/dev/null 2>&1; then\n  yonder-agent reset || exit $?\nelse\n  :\n")
-	for _, c := range commands {
+	fmt.Fprintf(&b, "if command -v yonder-agent >/dev/null 2>&1; then\n  %s || exit $?\nelse\n  :\n", reset)
+	for _, c := range spec.Commands {
 		fmt.Fprintf(&b, "  sh -c %s || { echo \"cleanup command failed: %s\" >&2; exit 1; }\n", sshexec.Quote(c), strings.ReplaceAll(firstLine(c), `"`, ""))
 	}
 	b.WriteString("fi\n")

@@ -73,11 +73,11 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g.Expect(f.MemoryBytes).To(BeNumerically(">", 0))
 	g.Expect(f.Arch).NotTo(BeEmpty())
 
-	g.Expect(remote.Cleanup(ctx, e, "run-1", []string{"rm -f /etc/kubernetes/x.conf"})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-1", remote.CleanupSpec{Commands: []string{"rm -f /etc/kubernetes/x.conf"}})).To(Succeed())
 	s, err := remote.State(ctx, e, "run-1")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(remote.RunState{}))
-	g.Expect(remote.Cleanup(ctx, e, "run-1", []string{"false"})).To(MatchError(ContainSubstring("cleanup command failed")))
+	g.Expect(remote.Cleanup(ctx, e, "run-1", remote.CleanupSpec{Commands: []string{"false"}})).To(MatchError(ContainSubstring("cleanup command failed")))
 
 	checkConnectionErrors(ctx, g, hs)
 }
@@ -216,7 +216,7 @@ func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
 	// An upload cut where the host is killed too is left behind; cleaning the run removes it.
 	_, err = hs[0].Output(ctx, "touch "+remote.RunsDir+"/.run-cut.AbC123")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(remote.Cleanup(ctx, e, "run-cut", nil)).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-cut", remote.CleanupSpec{})).To(Succeed())
 	g.Expect(runsDir(ctx, g, hs[0])).To(BeEmpty())
 }
 
@@ -260,4 +260,25 @@ func TestStartWithConnectionCutMidUploadLeavesNoRun(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = e.Close() }()
 	expectWholeRunOnce(ctx, g, e, hs[0])
+}
+
+// On a host with the agent, cleanup is the agent's reset (the cleanup commands are for hosts without it),
+// and keepAgentCache asks the agent to keep its caches. The agent here records what it was asked (the
+// real agent's reset, with and without --keep-cache, is tested in hostruntime and by test/e2e's scale).
+func TestCleanupRunsTheAgentsReset(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs, _ := sshhosts.StartForTest(t, "rst", 1)
+	e, err := sshexec.SSHDialer{}.Dial(ctx, target(hs[0]))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = e.Close() }()
+	// /usr/local/bin is the host's own (sshhosts.PrivateDirs).
+	_, err = hs[0].Output(ctx, "printf '#!/bin/sh\\necho \"$*\" >> /run/agent-calls\\n' > /usr/local/bin/yonder-agent && chmod 0755 /usr/local/bin/yonder-agent")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(remote.Cleanup(ctx, e, "run-a", remote.CleanupSpec{Commands: []string{"touch /run/command-ran"}})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-b", remote.CleanupSpec{KeepAgentCache: true})).To(Succeed())
+	out, err := hs[0].Output(ctx, "cat /run/agent-calls; test ! -e /run/command-ran && echo no-command")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("reset\nreset --keep-cache\nno-command\n"))
 }

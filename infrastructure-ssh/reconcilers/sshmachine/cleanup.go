@@ -59,8 +59,8 @@ func (a *Adapter) cleanup(ctx context.Context, s *scope) (ctrl.Result, bool) {
 	defer cancel()
 	e, _, msg := a.connect(sctx, m, host, infrav1.YonderSSHMachineHostCleanedCondition)
 	if e != nil {
-		ctrl.LoggerFrom(ctx).Info("Cleaning host")
-		err := remote.Cleanup(sctx, e, runID(m), host.Spec.Cleanup.Commands)
+		ctrl.LoggerFrom(ctx).Info("Cleaning host", "keepAgentCache", host.Spec.Cleanup.KeepAgentCache)
+		err := remote.Cleanup(sctx, e, runID(m), remote.CleanupSpec{Commands: host.Spec.Cleanup.Commands, KeepAgentCache: host.Spec.Cleanup.KeepAgentCache})
 		_ = e.Close()
 		if err == nil {
 			setCond(m, infrav1.YonderSSHMachineHostCleanedCondition, metav1.ConditionTrue, infrav1.YonderSSHMachineCleanedReason, "")

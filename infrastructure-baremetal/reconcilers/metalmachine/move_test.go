@@ -300,11 +300,15 @@ func startMove(t *testing.T, g *WithT, ns, cluster string) *clusterctlMove {
 	mv := &clusterctlMove{c: c, ns: ns, cluster: cluster, newUID: map[types.UID]types.UID{}}
 	mv.discover(g)
 
-	// checkProvisioningCompleted and checkClustersNotPaused.
+	// checkProvisioningCompleted and checkClustersNotPaused. CAPI's Cluster controller copies the control
+	// plane's initialization into the Cluster's status a moment after it is reported (on a loaded machine,
+	// after the test has moved on): waited for, as a user waits for the Cluster before a move.
 	cl := &clusterv1.Cluster{}
-	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, cl)).To(Succeed())
-	g.Expect(cl.Status.Initialization.InfrastructureProvisioned).To(HaveValue(BeTrue()))
-	g.Expect(cl.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, cl)).To(Succeed())
+		g.Expect(cl.Status.Initialization.InfrastructureProvisioned).To(HaveValue(BeTrue()))
+		g.Expect(cl.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
+	}).Should(Succeed())
 	g.Expect(ptr.Deref(cl.Spec.Paused, false)).To(BeFalse())
 	machines := &clusterv1.MachineList{}
 	g.Expect(c.List(ctx, machines, client.InNamespace(ns))).To(Succeed())

@@ -221,6 +221,7 @@ func expectOnlyCacheKept(ctx context.Context, t *testing.T, keeper string) map[s
 	if len(files) == 0 {
 		t.Fatalf("host %s kept an empty cache", keeper)
 	}
+	t.Logf("host %s kept %d cached files", keeper, len(files))
 	return files
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
 )
 
@@ -152,17 +153,10 @@ func ProviderIDPrelude(providerID string) string {
 		path.Dir(ProviderIDPath), sshexec.Quote(providerID), ProviderIDPath)
 }
 
-// CleanupSpec is how a host is reset: Commands when it has no agent; KeepAgentCache keeps the agent's
-// verified caches (`yonder-agent reset --keep-cache`).
-type CleanupSpec struct {
-	Commands       []string
-	KeepAgentCache bool
-}
-
-// Cleanup stops run runID if it still runs, resets the host (`yonder-agent reset` when the agent is on
-// the PATH, else the spec's commands, each of which must succeed), and removes the run, the sentinel and
-// the providerID file.
-func Cleanup(ctx context.Context, e sshexec.Executor, runID string, spec CleanupSpec) error {
+// Cleanup stops run runID if it still runs, resets the host as its spec.cleanup says (`yonder-agent
+// reset`, with --keep-cache for keepAgentCache, when the agent is on the PATH; else the commands, each of
+// which must succeed), and removes the run, the sentinel and the providerID file.
+func Cleanup(ctx context.Context, e sshexec.Executor, runID string, spec infrav1.CleanupSpec) error {
 	d, err := runDir(runID)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/crypto/ssh"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/cloudinit"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/remote"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/sshexec"
@@ -73,11 +74,11 @@ func TestRunLifecycleAndErrorsOnRealHosts(t *testing.T) {
 	g.Expect(f.MemoryBytes).To(BeNumerically(">", 0))
 	g.Expect(f.Arch).NotTo(BeEmpty())
 
-	g.Expect(remote.Cleanup(ctx, e, "run-1", remote.CleanupSpec{Commands: []string{"rm -f /etc/kubernetes/x.conf"}})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-1", infrav1.CleanupSpec{Commands: []string{"rm -f /etc/kubernetes/x.conf"}})).To(Succeed())
 	s, err := remote.State(ctx, e, "run-1")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(remote.RunState{}))
-	g.Expect(remote.Cleanup(ctx, e, "run-1", remote.CleanupSpec{Commands: []string{"false"}})).To(MatchError(ContainSubstring("cleanup command failed")))
+	g.Expect(remote.Cleanup(ctx, e, "run-1", infrav1.CleanupSpec{Commands: []string{"false"}})).To(MatchError(ContainSubstring("cleanup command failed")))
 
 	checkConnectionErrors(ctx, g, hs)
 }
@@ -216,7 +217,7 @@ func TestStartWithCutUploadLeavesNoRun(t *testing.T) {
 	// An upload cut where the host is killed too is left behind; cleaning the run removes it.
 	_, err = hs[0].Output(ctx, "touch "+remote.RunsDir+"/.run-cut.AbC123")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(remote.Cleanup(ctx, e, "run-cut", remote.CleanupSpec{})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-cut", infrav1.CleanupSpec{})).To(Succeed())
 	g.Expect(runsDir(ctx, g, hs[0])).To(BeEmpty())
 }
 
@@ -276,8 +277,8 @@ func TestCleanupRunsTheAgentsReset(t *testing.T) {
 	_, err = hs[0].Output(ctx, "printf '#!/bin/sh\\necho \"$*\" >> /run/agent-calls\\n' > /usr/local/bin/yonder-agent && chmod 0755 /usr/local/bin/yonder-agent")
 	g.Expect(err).NotTo(HaveOccurred())
 
-	g.Expect(remote.Cleanup(ctx, e, "run-a", remote.CleanupSpec{Commands: []string{"touch /run/command-ran"}})).To(Succeed())
-	g.Expect(remote.Cleanup(ctx, e, "run-b", remote.CleanupSpec{KeepAgentCache: true})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-a", infrav1.CleanupSpec{Commands: []string{"touch /run/command-ran"}})).To(Succeed())
+	g.Expect(remote.Cleanup(ctx, e, "run-b", infrav1.CleanupSpec{KeepAgentCache: true})).To(Succeed())
 	out, err := hs[0].Output(ctx, "cat /run/agent-calls; test ! -e /run/command-ran && echo no-command")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.Split(out, "\n")).To(Equal([]string{"reset", "reset --keep-cache", "no-command", ""}))

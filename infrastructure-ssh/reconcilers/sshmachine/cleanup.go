@@ -60,7 +60,7 @@ func (a *Adapter) cleanup(ctx context.Context, s *scope) (ctrl.Result, bool) {
 	e, _, msg := a.connect(sctx, m, host, infrav1.YonderSSHMachineHostCleanedCondition)
 	if e != nil {
 		ctrl.LoggerFrom(ctx).Info("Cleaning host", "keepAgentCache", host.Spec.Cleanup.KeepAgentCache)
-		err := remote.Cleanup(sctx, e, runID(m), remote.CleanupSpec{Commands: host.Spec.Cleanup.Commands, KeepAgentCache: host.Spec.Cleanup.KeepAgentCache})
+		err := remote.Cleanup(sctx, e, runID(m), host.Spec.Cleanup)
 		_ = e.Close()
 		if err == nil {
 			setCond(m, infrav1.YonderSSHMachineHostCleanedCondition, metav1.ConditionTrue, infrav1.YonderSSHMachineCleanedReason, "")

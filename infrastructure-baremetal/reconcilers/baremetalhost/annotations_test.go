@@ -197,17 +197,23 @@ func TestSoftRebootFallsBackToForceOff(t *testing.T) {
 	proc.Stop()
 	g.Expect(sim.State("s1").PoweredOn).To(BeTrue(), "the OS ignored the shutdown")
 	startController(t, newReconciler(), ns)
-	g.Eventually(condition(h, baremetalhost.BareMetalHostRebootRequestedCondition)).Should(HaveField("Reason", baremetalhost.BareMetalHostPoweringOffReason))
 
 	g.Eventually(func() bool { return sim.State("s1").PoweredOn }, 15*time.Second).Should(BeFalse())
 	// The controller may have been stopped between recording the soft power-off and sending it: then the
 	// new one waits out the same deadline. Either way it is never sent twice.
 	g.Expect(soft.Load()).To(BeNumerically("<=", 1), "the soft power-off is sent at most once, across the restart")
+	// The restarted controller's ForceOff is observed through its Events: the PoweringOff condition it
+	// passes through lasts only until the deadline (4 s after the first controller's record, which a slow
+	// stop and restart can outlast) and then one pass more, so a poll of the condition can miss it.
 	g.Eventually(func(g Gomega) []string { return hostEvents(g, h, baremetalhost.SoftPowerOffTimedOutEvent) }).ShouldNot(BeEmpty())
+	g.Eventually(func(g Gomega) []string { return hostEvents(g, h, baremetalhost.RebootPowerOffEvent) }).
+		Should(ContainElement(ContainSubstring("Powering off (ForceOff)")), "forced off by the restarted controller after the deadline")
 	g.Eventually(func(g Gomega) {
 		got := getHost(g, h)
 		g.Expect(got.Annotations).NotTo(HaveKey(baremetalhost.RebootPowerOffAnnotation))
 		g.Expect(got.Status.PoweredOn).To(BeFalse())
+		g.Expect(condition(h, baremetalhost.BareMetalHostRebootRequestedCondition)(g)).To(And(HaveField("Status", metav1.ConditionTrue),
+			HaveField("Reason", baremetalhost.BareMetalHostPoweredOffByAnnotationReason)), "held off by the keyed annotation")
 	}).Should(Succeed())
 	g.Consistently(func() bool { return sim.State("s1").PoweredOn }, 2*time.Second).Should(BeFalse())
 }

@@ -265,9 +265,16 @@ func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
 			HavePrefix("Warning "+baremetalhost.BareMetalHostImageWriteFailedReason+": "+baremetalhost.BareMetalHostProvisionedCondition+" is False: "),
 			ContainSubstring("checksum mismatch"))), "the ramdisk's reason is shown")
 	}).Should(Succeed())
-	g.Eventually(func() int { _, n := hosts.disk("s1"); return n }).Should(Equal(1))
+	// The host records what it received after its report returns, and the controller acts on the report
+	// as soon as it is stored: wait for the host's record, as TestProvisionAttestDeprovision waits for the data.
+	var actions []string
+	g.Eventually(func(g Gomega) {
+		var diskBoots int
+		actions, diskBoots = hosts.disk("s1")
+		g.Expect(diskBoots).To(Equal(1))
+		g.Expect(actions).To(HaveLen(2))
+	}).Should(Succeed())
 	boots, data, errs := hosts.snapshot("s1")
-	actions, _ := hosts.disk("s1")
 	g.Expect(errs).To(BeEmpty())
 	g.Expect(boots).To(Equal(2), "the failed write cost one more PXE boot")
 	g.Expect(sim.State("s1").BootMode).To(Equal("UEFI"), "spec.bootMode went with the boot overrides")
@@ -285,8 +292,8 @@ func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
 
 	release(g, h)
 	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateAvailable))
+	g.Eventually(func() []string { actions, _ = hosts.disk("s1"); return actions }).Should(HaveLen(3), "the cleaning boot's instructions, recorded after its report")
 	boots, _, errs = hosts.snapshot("s1")
-	actions, _ = hosts.disk("s1")
 	g.Expect(errs).To(BeEmpty())
 	g.Expect(boots).To(Equal(3), "one cleaning boot")
 	g.Expect(actions[len(actions)-1]).To(Equal(wire.ActionClean))

@@ -103,9 +103,12 @@ func TestRetriesExhaustedReplaceTheMachine(t *testing.T) {
 	cycles := r.power.history()[len(before):]
 	g.Expect(count(cycles, "off")).To(Equal(2), "two power cycles: %v", cycles)
 	g.Expect(cycles[:4]).To(Equal([]string{"off", "on", "off", "on"}))
-	evs, err := harness.Events(context.Background(), env.Client, rem)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(evs).To(ContainElement(HavePrefix("Warning " + metalremediation.RemediationFailedEvent + ": The Node was not healthy within 10s")))
+	// The Event is sent by the recorder's own goroutine, not with the status patch just seen: waited for.
+	g.Eventually(func(g Gomega) []string {
+		evs, err := harness.Events(context.Background(), env.Client, rem)
+		g.Expect(err).NotTo(HaveOccurred())
+		return evs
+	}).Should(ContainElement(HavePrefix("Warning " + metalremediation.RemediationFailedEvent + ": The Node was not healthy within 10s")))
 
 	// The MachineSet replaces the Machine; the host goes back to the pool and to the replacement.
 	g.Eventually(func(g Gomega) {

@@ -62,9 +62,15 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 		g.Expect(h.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.YonderSSHHostReachableCondition), HaveField("Reason", infrav1.HostKeyMismatchReason))))
 	}).Should(Succeed())
 
-	// A claimed host is not deleted until released.
-	h.Spec.ConsumerRef = &infrav1.ConsumerReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: "m", UID: "u"}
-	g.Expect(env.Update(ctx, h)).To(Succeed())
+	// A claimed host is not deleted until released. The controller probes every second and writes the
+	// status each time, so the claim is written from a fresh read, retried on a conflict with that write.
+	g.Eventually(func() error {
+		if err := env.Get(ctx, client.ObjectKeyFromObject(h), h); err != nil {
+			return err
+		}
+		h.Spec.ConsumerRef = &infrav1.ConsumerReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: "m", UID: "u"}
+		return env.Update(ctx, h)
+	}).Should(Succeed())
 	g.Expect(env.Delete(ctx, h)).To(Succeed())
 	g.Consistently(func() error { return env.Get(ctx, client.ObjectKeyFromObject(h), &infrav1.YonderSSHHost{}) }, "2s").Should(Succeed())
 	g.Eventually(func() error {

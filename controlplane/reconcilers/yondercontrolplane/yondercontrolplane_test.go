@@ -213,9 +213,12 @@ func TestRotatingTheSourceSecretUpdatesTheClusterKubeconfigUnlessPaused(t *testi
 	// Unpaused: the rotation lands in "<cluster>-kubeconfig" and still works.
 	setPaused(ctx, g, cluster, false)
 	g.Eventually(clusterKubeconfigToken).Should(Equal(token))
-	g.Expect(conditions.IsFalse(getCP(ctx, g, cp), clusterv1.PausedCondition)).To(BeTrue())
+	// Secrets are read from the API server, the YonderControlPlane from the manager's cache, which may
+	// not have the Paused=False patch yet when the Secret already shows the rewrite: waited for.
 	g.Eventually(func(g Gomega) {
-		g.Expect(conditions.IsTrue(getCP(ctx, g, cp), controlplanev1.YonderControlPlaneKubeconfigValidCondition)).To(BeTrue())
+		got := getCP(ctx, g, cp)
+		g.Expect(conditions.IsFalse(got, clusterv1.PausedCondition)).To(BeTrue())
+		g.Expect(conditions.IsTrue(got, controlplanev1.YonderControlPlaneKubeconfigValidCondition)).To(BeTrue())
 	}).Should(Succeed())
 	// The rewrite is an Event that names the Secret, never the new token.
 	g.Eventually(func(g Gomega) {

@@ -140,6 +140,9 @@ func startWatchingSyncer(ctx context.Context, t *testing.T, g Gomega, c client.C
 	return node, ca, input, applied
 }
 
+// watchTimeout bounds TestWatchesDriveSyncs' waits for a watch event to reach the input file or the status.
+const watchTimeout = 30 * time.Second
+
 // TestWatchesDriveSyncs: with a Cache and a resync interval of an hour, the node's view still follows the API
 // within a watch event: a new PeerSlice reaches the input file and an applied plan reaches the status.
 func TestWatchesDriveSyncs(t *testing.T) {
@@ -179,13 +182,15 @@ func TestWatchesDriveSyncs(t *testing.T) {
 		}
 		return out, nil
 	}
-	g.Eventually(readPeers, 5*time.Second, 50*time.Millisecond).Should(BeEmpty())
+	// The resync interval is an hour, so any wait well below it proves a watch drove the sync: the waits
+	// leave a loaded CI machine's apiserver and informers time (5 s did not always).
+	g.Eventually(readPeers, watchTimeout, 50*time.Millisecond).Should(BeEmpty())
 	ps := &netv1.PeerSlice{ObjectMeta: metav1.ObjectMeta{Name: "dws1-nodes-0", Labels: map[string]string{netv1.SiteLabel: "dws1", netv1.SliceRoleLabel: "nodes"}},
 		Spec: netv1.PeerSliceSpec{Site: "dws1", Role: netv1.SliceRoleNodes, Peers: []netv1.Peer{{Node: "dw-n2", PodCIDRs: []string{"10.71.2.0/24"}}}}}
 	start := time.Now()
 	g.Expect(c.Create(ctx, ps)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ps) })
-	g.Eventually(readPeers, 5*time.Second, 20*time.Millisecond).Should(ConsistOf("dw-n2"))
+	g.Eventually(readPeers, watchTimeout, 20*time.Millisecond).Should(ConsistOf("dw-n2"))
 	t.Logf("PeerSlice to input file: %v", time.Since(start))
 
 	// Not applied yet: Ready is False; once the daemon reports the plan applied, the status follows without
@@ -193,10 +198,10 @@ func TestWatchesDriveSyncs(t *testing.T) {
 	g.Eventually(func() bool {
 		_ = c.Get(ctx, client.ObjectKey{Name: node.Name}, nn)
 		return meta.IsStatusConditionFalse(nn.Status.Conditions, netv1.ReadyCondition)
-	}, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
+	}, watchTimeout, 50*time.Millisecond).Should(BeTrue())
 	close(applied)
 	g.Eventually(func() bool {
 		_ = c.Get(ctx, client.ObjectKey{Name: node.Name}, nn)
 		return meta.IsStatusConditionTrue(nn.Status.Conditions, netv1.ReadyCondition)
-	}, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
+	}, watchTimeout, 50*time.Millisecond).Should(BeTrue())
 }

@@ -23,6 +23,10 @@ func (r *run) nspawnConfig() nspawn.Config {
 		NetworkNamespacePath: r.o.NetworkNamespacePath,
 		LogFile:              filepath.Join(r.o.logDir(), "machine-"+r.o.MachineName+".log"),
 	}
+	// On an overlay root containerd's snapshots need a directory of the host's own filesystem.
+	if m := r.o.machineRoot(); m.Overlaid() {
+		c.Binds = append(c.Binds, m.ContainerdDir()+":/var/lib/containerd")
+	}
 	// nspawn's /sys is a read-only tmpfs whose fs/ holds only cgroup and selinux: without the host's
 	// /sys/fs/bpf there is no mount point for a bpffs, and a pod mounting it as a hostPath (the network
 	// add-on's yonder-net-node) never starts ("mkdir /sys/fs/bpf: read-only file system"). Bound only where

@@ -20,6 +20,7 @@ import (
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/hostruntime/internal/bootunit"
+	"github.com/yonder-dev/yonder/hostruntime/internal/rootfs"
 	"github.com/yonder-dev/yonder/pkg/hostprep"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
 )
@@ -181,7 +182,16 @@ func (o *Options) sysctlRegistry() hostprep.Registry {
 func (o *Options) machinesDir() string { return filepath.Join(o.StateDir, "machines") }
 func (o *Options) rootfsDir() string   { return filepath.Join(o.machinesDir(), o.MachineName) }
 func (o *Options) cacheDir() string    { return filepath.Join(o.StateDir, "cache") }
-func (o *Options) logDir() string      { return filepath.Join(o.StateDir, "log") }
+
+// machineRoot is the slot's root directory and its data beside it (package rootfs).
+func (o *Options) machineRoot() rootfs.Machine { return rootfs.NewMachine(o.rootfsDir()) }
+
+// rootfsTreeDir is where the tree of that digest is unpacked, once, for every machine on the host. The
+// digest's algorithm is joined with a dash: a colon would split an overlay's lowerdir option.
+func (o *Options) rootfsTreeDir(digest string) string {
+	return filepath.Join(o.cacheDir(), "rootfs", "trees", strings.ReplaceAll(digest, ":", "-"))
+}
+func (o *Options) logDir() string { return filepath.Join(o.StateDir, "log") }
 
 func (o *Options) logger() (*slog.Logger, func()) {
 	_ = os.MkdirAll(o.logDir(), 0o700)

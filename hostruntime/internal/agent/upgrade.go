@@ -58,7 +58,9 @@ func Upgrade(ctx context.Context, o Options) error {
 	}
 	prevRootfs := st.Phases[PhaseRootfs]
 	st.Phases[PhaseRootfs] = nil // the other slot's tree is not the recorded one
-	_ = os.RemoveAll(next.rootfsDir())
+	if err := next.machineRoot().Discard(); err != nil {
+		return &PhaseError{Phase: PhaseUpgrade, Err: err}
+	}
 	for _, s := range []struct {
 		name string
 		fn   func(context.Context) (string, error)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
+	"github.com/yonder-dev/yonder/hostruntime/internal/rootfs"
 	"github.com/yonder-dev/yonder/pkg/hostprep"
 	"github.com/yonder-dev/yonder/pkg/nspawn"
 	"github.com/yonder-dev/yonder/test/hosts"
@@ -244,6 +245,26 @@ func (c *cluster) expectBootstrapAgainChangesNothing(t testing.TB, nd *node, n *
 	p2, err := c.admin.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p2.Status.ContainerStatuses[0].RestartCount).To(BeZero())
+	expectOverlayRoot(t, nd)
+}
+
+// expectOverlayRoot checks the machine's root is the overlay docs/agent.md describes: the cached tree its
+// only lower layer and left unwritten (the machine's files are in its own layer), containerd's images and
+// snapshots in the bound directory beside it.
+func expectOverlayRoot(t testing.TB, nd *node) {
+	t.Helper()
+	g := NewWithT(t)
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	g.Expect(err).NotTo(HaveOccurred())
+	lower := rootfs.OverlayLowerDirs(string(info), filepath.Join(nd.stateDir, "machines"))
+	g.Expect(lower).To(HaveLen(1), "one overlay root, on one tree")
+	g.Expect(filepath.Dir(lower[0])).To(Equal(filepath.Join(nd.stateDir, "cache", "rootfs", "trees")))
+	g.Expect(filepath.Join(lower[0], "var/lib/kubelet/config.yaml")).NotTo(BeAnExistingFile(), "the machine wrote into the shared tree")
+	data := filepath.Join(nd.stateDir, "machines", nd.machine+".data")
+	g.Expect(filepath.Join(data, "upper", "var/lib/kubelet/config.yaml")).To(BeAnExistingFile())
+	snapshots, err := os.ReadDir(filepath.Join(data, "containerd", "io.containerd.snapshotter.v1.overlayfs", "snapshots"))
+	g.Expect(err).NotTo(HaveOccurred(), "containerd's overlayfs snapshotter works in the bound directory")
+	g.Expect(snapshots).NotTo(BeEmpty(), "the pod's image is unpacked there")
 }
 
 func ready(n *corev1.Node) bool {

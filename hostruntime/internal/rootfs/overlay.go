@@ -80,7 +80,11 @@ func OverlaySupported(dir string) error {
 	}
 	m := NewMachine(filepath.Join(probe, "root"))
 	if err := m.Mount(lower); err != nil {
-		return err
+		if errors.Is(err, ErrOverlayUnsupported) {
+			return err
+		}
+		// Whatever else refuses an empty overlay in a scratch directory refuses the machine's too.
+		return fmt.Errorf("%w: %w", ErrOverlayUnsupported, err)
 	}
 	return m.Discard()
 }

@@ -83,8 +83,9 @@ type CleanupSpec struct {
 	Commands []string `json:"commands,omitempty"`
 	// keepAgentCache keeps the agent's caches when the host is cleaned (`yonder-agent reset
 	// --keep-cache`): the verified artifacts (kubelet, containerd, CNI plugins, images; by sha256), the
-	// rootfs archive and the node images under <state-dir>/cache. The next Machine on the host skips their
-	// downloads; every cached file is hashed again and compared with its pinned sha256 before it is used.
+	// rootfs archive, the node images and the rootfs tree unpacked from them, under <state-dir>/cache. The
+	// next Machine on the host skips their downloads and the unpacking; every cached file is hashed again
+	// and compared with its pinned sha256 before it is used.
 	// Off by default: a released host is left as it was found, caches included. Without the agent on the
 	// host (commands run instead) it has no effect.
 	// +optional

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the test suite the way `make test` documents it (Makefile: target test), in two lanes at once:
-#   heavy: the heavy suites (each brings up whole clusters, QEMU hosts or site labs) one after another.
+#   heavy: the heavy suites (each brings up whole clusters, QEMU hosts or site labs) one after another,
+#          with each top-level test's time printed (hack/testtimes).
 #          Two heavy suites never run together: on a 2-core machine their stacks starved each other into
 #          timeouts (a host's agent waiting 5 minutes for its Node, a Machine's deletion outlasting its
 #          test's bound);
@@ -41,7 +42,13 @@ record() { tee "$logs/$1.log" | sed -u "s/^/[$1] /"; }
 # failed NAME notes that step NAME failed (the summary at the end lists them).
 failed() { echo "$1" >>"$logs/failed"; }
 
-heavy_lane() { go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "${heavy[@]}" 2>&1 | record heavy || failed heavy; }
+# The heavy suites' output goes through hack/testtimes: what plain go test prints, plus each top-level
+# test's time (`--- PASS: TestScenarios (512.34s)`), from which the suite's time budget is planned.
+testtimes="$logs/testtimes"
+heavy_lane() {
+  if ! go build -o "$testtimes" ./hack/testtimes 2>&1 | record heavy; then failed heavy; return; fi
+  go test -count=1 -p 1 -json -timeout "${TEST_TIMEOUT}" "${heavy[@]}" 2>&1 | "$testtimes" | record heavy || failed heavy
+}
 
 other_lane() {
   go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "${light[@]}" 2>&1 | record other || failed other

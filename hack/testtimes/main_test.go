@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// The real go test -json of a sample package, through testtimes: what plain go test prints for a
+// failure, plus a line with each top-level test's time.
+func TestPrintsTimesAndFailuresAsGoTestDoes(t *testing.T) {
+	g := NewWithT(t)
+	cmd := exec.Command("go", "test", "-count=1", "-json", "./testdata/sample")
+	cmd.Env = append(os.Environ(), "TESTTIMES_SAMPLE_FAIL=1")
+	raw, err := cmd.Output()
+	g.Expect(err).To(HaveOccurred(), "the sample fails when asked to")
+	var out bytes.Buffer
+	g.Expect(run(bytes.NewReader(raw), &out)).To(Succeed())
+	got := out.String()
+
+	g.Expect(got).To(MatchRegexp(`(?m)^--- PASS: TestPasses \(\d+\.\d\ds\)$`))
+	g.Expect(got).To(MatchRegexp(`(?m)^--- SKIP: TestSkips \(\d+\.\d\ds\)\n    sample_test.go:\d+: the reason$`))
+	g.Expect(got).To(MatchRegexp(`(?m)^--- FAIL: TestFails/inner \(\d+\.\d\ds\)\n    sample_test.go:\d+: --- a line that looks like a diff's header$`))
+	g.Expect(got).To(MatchRegexp(`(?m)^--- FAIL: TestFails \(\d+\.\d\ds\)\n    sample_test.go:\d+: said before failing$`))
+	g.Expect(got).To(MatchRegexp(`(?m)^FAIL\s+\S+/testdata/sample\s`))
+	g.Expect(got).NotTo(ContainSubstring("a passing test's log"))
+	g.Expect(got).NotTo(ContainSubstring("=== RUN"))
+	g.Expect(got).NotTo(ContainSubstring("TestPasses/sub"), "only top-level times")
+
+	// hack/test.sh's summary: a failing test and the indented lines under it.
+	summary := regexp.MustCompile(`(?m)^\s*--- FAIL: .*\n(\s+\S.*\n)+`).FindAllString(got, -1)
+	g.Expect(strings.Join(summary, "")).To(ContainSubstring("said before failing"))
+}
+
+// A package that dies (a timeout, a panic) never ends its running tests: their output is printed anyway.
+func TestUnfinishedTestsArePrinted(t *testing.T) {
+	g := NewWithT(t)
+	in := strings.Join([]string{
+		`{"Action":"run","Package":"p","Test":"TestSlow"}`,
+		`{"Action":"output","Package":"p","Test":"TestSlow","Output":"=== RUN   TestSlow\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestSlow","Output":"    slow_test.go:9: waiting for the Node\n"}`,
+		`{"Action":"output","Package":"p","Output":"panic: test timed out after 45m0s\n"}`,
+		`{"Action":"output","Package":"p","Output":"FAIL\tp\t2700.001s\n"}`,
+		`{"Action":"fail","Package":"p","Elapsed":2700}`,
+		`# a line that is not JSON`,
+	}, "\n")
+	var out bytes.Buffer
+	g.Expect(run(strings.NewReader(in), &out)).To(Succeed())
+	g.Expect(out.String()).To(Equal("panic: test timed out after 45m0s\nFAIL\tp\t2700.001s\n" +
+		"--- FAIL: TestSlow (unfinished)\n    slow_test.go:9: waiting for the Node\n# a line that is not JSON\n"))
+}

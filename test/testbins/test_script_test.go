@@ -2,6 +2,7 @@ package testbins_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,9 @@ case "$1 $2" in
 "list ./heavy") echo example.test/heavy; exit 0 ;;
 "list ./nope") echo "no Go files in ./nope" >&2; exit 1 ;;
 esac
+if [ "$1" = build ]; then # go build -o <out> ./hack/testtimes: the real one, built by the test
+  cp "$REAL_TESTTIMES" "$3"; exit 0
+fi
 case "$*" in
 *-bench*) step=bench ;;
 *./heavy*) step=heavy ;;
@@ -36,6 +40,31 @@ if [ "$step" = heavy ]; then
   i=0
   while [ ! -e "$STUB_STATE/other-started" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$(expr "$i" + 1); done
   [ -e "$STUB_STATE/other-started" ] && echo overlap >>"$STUB_STATE/seen"
+fi
+if [ "$step" = heavy ]; then # go test -json, as cmd/test2json writes it
+  p='"Package":"example.test/heavy"'
+  out() { printf '{"Action":"output",%s,%s"Output":"%s\\n"}\n' "$p" "$1" "$2"; }
+  t='"Test":"TestOf_heavy",'
+  printf '{"Action":"run",%s,"Test":"TestOf_heavy"}\n' "$p"
+  out "$t" "=== RUN   TestOf_heavy"
+  if [ -e "$STUB_STATE/fail-heavy" ]; then
+    out "$t" "    x_test.go:1: broken in heavy"
+    out "$t" "        "
+    out "$t" "        after a blank line"
+    out "$t" "--- FAIL: TestOf_heavy (1.00s)"
+    printf '{"Action":"fail",%s,"Test":"TestOf_heavy","Elapsed":1}\n' "$p"
+    out "" "FAIL"
+    out "" "FAIL\\texample.test/heavy\\t1.0s"
+    printf '{"Action":"fail",%s,"Elapsed":1}\n' "$p"
+    exit 1
+  fi
+  out "$t" "    x_test.go:1: a passing test's log"
+  out "$t" "--- PASS: TestOf_heavy (1.00s)"
+  printf '{"Action":"pass",%s,"Test":"TestOf_heavy","Elapsed":1}\n' "$p"
+  out "" "PASS"
+  out "" "ok  \\texample.test/heavy\\t1.0s"
+  printf '{"Action":"pass",%s,"Elapsed":1}\n' "$p"
+  exit 0
 fi
 if [ -e "$STUB_STATE/fail-$step" ]; then
   echo "--- FAIL: TestOf_$step (1.00s)"
@@ -57,6 +86,13 @@ echo "fuzzing done"
 `
 
 func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
+	// The heavy lane's formatter is the real one (the stand-in go copies it where the script builds it).
+	testtimes := filepath.Join(t.TempDir(), "testtimes")
+	build := exec.Command("go", "build", "-o", testtimes, "./hack/testtimes")
+	build.Dir = testbins.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./hack/testtimes: %v: %s", err, out)
+	}
 	for _, tc := range []struct {
 		name  string
 		heavy string
@@ -64,7 +100,7 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 		exit  int
 		want  []string
 	}{
-		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed"}},
+		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed", "[heavy] --- PASS: TestOf_heavy (1.00s)\n[heavy] ok  \texample.test/heavy\t1.0s\n"}},
 		{name: "a heavy suite fails", heavy: "./heavy", fail: []string{"heavy"}, exit: 1,
 			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\n    x_test.go:1: broken in heavy\n        \n        after a blank line\nFAIL\texample.test/heavy\t1.0s\n"}},
 		{name: "a light package and fuzzing fail", heavy: "./heavy", fail: []string{"other", "fuzz"}, exit: 1,
@@ -87,7 +123,7 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			}
 
 			out, code := runScript(t, filepath.Join(tree, "hack", "test.sh"),
-				"PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "HEAVY_PKGS="+tc.heavy, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m")
+				"PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "REAL_TESTTIMES="+testtimes, "HEAVY_PKGS="+tc.heavy, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m")
 			g.Expect(code).To(Equal(tc.exit))
 			calls, err := os.ReadFile(filepath.Join(state, "calls"))
 			g.Expect(err).NotTo(HaveOccurred())
@@ -102,7 +138,8 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			// Every step ran, whatever failed before it; the benchmarks at their tiny size, only in the
 			// packages that have benchmarks.
 			c := string(calls)
-			g.Expect(c).To(ContainSubstring(" go test -count=1 -p 1 -timeout 7m ./heavy\n"))
+			g.Expect(c).To(ContainSubstring(" go test -count=1 -p 1 -json -timeout 7m ./heavy\n"))
+			g.Expect(out).NotTo(ContainSubstring("a passing test's log"), "the heavy lane prints what plain go test would")
 			light := strings.Index(c, " go test -count=1 -p 1 -timeout 7m example.test/light example.test/benched\n")
 			bench := strings.Index(c, "1 go test -count=1 -run ^$ -bench . -benchtime 1x -timeout 7m ./benched\n")
 			fuzz := strings.Index(c, "fuzz\n")

@@ -24,7 +24,6 @@ func TestPrintsTimesAndFailuresAsGoTestDoes(t *testing.T) {
 	got := out.String()
 
 	g.Expect(got).To(MatchRegexp(`(?m)^--- PASS: TestPasses \(\d+\.\d\ds\)$`))
-	g.Expect(got).To(MatchRegexp(`(?m)^--- SKIP: TestSkips \(\d+\.\d\ds\)\n    sample_test.go:\d+: the reason$`))
 	g.Expect(got).To(MatchRegexp(`(?m)^--- FAIL: TestFails/inner \(\d+\.\d\ds\)\n    sample_test.go:\d+: --- a line that looks like a diff's header$`))
 	g.Expect(got).To(MatchRegexp(`(?m)^--- FAIL: TestFails \(\d+\.\d\ds\)\n    sample_test.go:\d+: said before failing$`))
 	g.Expect(got).To(MatchRegexp(`(?m)^FAIL\s+\S+/testdata/sample\s`))
@@ -37,7 +36,8 @@ func TestPrintsTimesAndFailuresAsGoTestDoes(t *testing.T) {
 	g.Expect(strings.Join(summary, "")).To(ContainSubstring("said before failing"))
 }
 
-// A package that dies (a timeout, a panic) never ends its running tests: their output is printed anyway.
+// A package that dies (a timeout, a panic) never ends its running tests: their output is printed anyway;
+// a skipped test is named with its reason (from synthetic events: no test of ours skips).
 func TestUnfinishedTestsArePrinted(t *testing.T) {
 	g := NewWithT(t)
 	in := strings.Join([]string{
@@ -46,11 +46,15 @@ func TestUnfinishedTestsArePrinted(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestSlow","Output":"    slow_test.go:9: waiting for the Node\n"}`,
 		`{"Action":"output","Package":"p","Output":"panic: test timed out after 45m0s\n"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t2700.001s\n"}`,
+		`{"Action":"run","Package":"p","Test":"TestSkipped"}`,
+		`{"Action":"output","Package":"p","Test":"TestSkipped","Output":"    x_test.go:3: the reason\n"}`,
+		`{"Action":"skip","Package":"p","Test":"TestSkipped","Elapsed":0}`,
 		`{"Action":"fail","Package":"p","Elapsed":2700}`,
 		`# a line that is not JSON`,
 	}, "\n")
 	var out bytes.Buffer
 	g.Expect(run(strings.NewReader(in), &out)).To(Succeed())
 	g.Expect(out.String()).To(Equal("panic: test timed out after 45m0s\nFAIL\tp\t2700.001s\n" +
+		"--- SKIP: TestSkipped (0.00s)\n    x_test.go:3: the reason\n" +
 		"--- FAIL: TestSlow (unfinished)\n    slow_test.go:9: waiting for the Node\n# a line that is not JSON\n"))
 }

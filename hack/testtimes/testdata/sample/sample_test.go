@@ -1,5 +1,5 @@
 // Package sample is what testtimes's test runs `go test -json` on: a passing test, a failing one (only
-// when TESTTIMES_SAMPLE_FAIL is set, so that nothing else ever sees it fail), subtests and a skip.
+// when TESTTIMES_SAMPLE_FAIL is set, so that nothing else ever sees it fail), and subtests.
 package sample
 
 import (
@@ -21,5 +21,3 @@ func TestFails(t *testing.T) {
 		t.Error("--- a line that looks like a diff's header")
 	})
 }
-
-func TestSkips(t *testing.T) { t.Skip("the reason") }

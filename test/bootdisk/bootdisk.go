@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/yonder-dev/yonder/test/cachedir"
 	"github.com/yonder-dev/yonder/test/metalboot"
 )
 
@@ -178,7 +179,7 @@ func Build(ctx context.Context, dir string, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("failed to create the build directory: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(work) }() //nolint:gosec // Build's own work directory
+	defer func() { _ = os.RemoveAll(work) }()
 
 	initrd := filepath.Join(work, "initrd.img")
 	if err := writeInitramfs(in, work, initrd); err != nil {
@@ -193,8 +194,8 @@ func Build(ctx context.Context, dir string, opts Options) (Image, error) {
 		return Image{}, err
 	}
 	qcow := filepath.Join(dir, QCOW2File)
-	_ = os.Remove(qcow)                                                                                                                  //nolint:gosec // a stale copy from an earlier build must not survive a failed conversion
-	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil { //nolint:gosec // fixed command; the paths are Build's own files
+	_ = os.Remove(qcow) // a stale copy from an earlier build must not survive a failed conversion
+	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
 		return Image{}, fmt.Errorf("failed to convert the boot disk to qcow2 (qemu-img from qemu-utils): %w: %s", err, out)
 	}
 	img := Image{Raw: raw, QCOW2: qcow}
@@ -271,12 +272,12 @@ func writeBootPartition(ctx context.Context, in inputs, o Options, work, part, i
 		cmd  *exec.Cmd
 	}{
 		// FAT16 whatever the size (mkfs would pick FAT12 for the smallest), hidden sectors = the partition start.
-		{"mkfs.vfat (dosfstools)", exec.CommandContext(ctx, "mkfs.vfat", "-C", "-F", "16", "-n", "YONDERBOOT", "-i", "59444b31", //nolint:gosec // fixed commands; the arguments are Build's own files
+		{"mkfs.vfat (dosfstools)", exec.CommandContext(ctx, "mkfs.vfat", "-C", "-F", "16", "-n", "YONDERBOOT", "-i", "59444b31",
 			"-h", strconv.Itoa(partitionStartSector), part, strconv.Itoa(kib))},
-		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, in.kernel, "::/vmlinuz")}, //nolint:gosec // fixed commands; the arguments are Build's own files
-		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, initrd, "::/initrd.img")}, //nolint:gosec // fixed commands; the arguments are Build's own files
-		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, cfg, "::/syslinux.cfg")},  //nolint:gosec // fixed commands; the arguments are Build's own files
-		{"syslinux --install (syslinux)", exec.CommandContext(ctx, "syslinux", "--install", part)}, //nolint:gosec // a fixed command on Build's own file
+		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, in.kernel, "::/vmlinuz")},
+		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, initrd, "::/initrd.img")},
+		{"mcopy (mtools)", exec.CommandContext(ctx, "mcopy", "-i", part, cfg, "::/syslinux.cfg")},
+		{"syslinux --install (syslinux)", exec.CommandContext(ctx, "syslinux", "--install", part)},
 	}
 	for _, s := range steps {
 		s.cmd.Env = env
@@ -299,13 +300,13 @@ func writeDisk(ctx context.Context, o Options, part, raw string) (rerr error) {
 	defer func() {
 		_ = f.Close()
 		if rerr != nil {
-			_ = os.Remove(tmp) //nolint:gosec // Build's own temporary file
+			_ = os.Remove(tmp)
 		}
 	}()
 	if err := f.Truncate(int64(o.SizeMiB) << 20); err != nil {
 		return fmt.Errorf("failed to size the boot disk: %w", err)
 	}
-	sf := exec.CommandContext(ctx, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", tmp) //nolint:gosec // a fixed command on Build's own file
+	sf := exec.CommandContext(ctx, "sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", tmp)
 	sf.Stdin = strings.NewReader(fmt.Sprintf("label: dos\nlabel-id: 0x59444b31\nstart=%d, type=e, bootable\n", partitionStartSector))
 	if out, err := sf.CombinedOutput(); err != nil {
 		return fmt.Errorf("failed to partition the boot disk (sfdisk from fdisk): %w: %s", err, out)
@@ -331,7 +332,7 @@ func writeDisk(ctx context.Context, o Options, part, raw string) (rerr error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("failed to write the boot disk: %w", err)
 	}
-	return os.Rename(tmp, raw) //nolint:gosec // paths Build composed under the caller's directory
+	return os.Rename(tmp, raw)
 }
 
 func copyFile(from, to string, mode os.FileMode) error {
@@ -376,13 +377,9 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	root := os.Getenv("YONDER_CACHE_DIR")
-	if root == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return Image{}, fmt.Errorf("failed to find the cache directory: %w", err)
-		}
-		root = filepath.Join(base, "yonder")
+	root, err := cachedir.Root()
+	if err != nil {
+		return Image{}, err
 	}
 	parent := filepath.Join(root, "bootdisk")
 	final := filepath.Join(parent, key)
@@ -396,7 +393,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("failed to create the boot disk cache: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(tmp) }() //nolint:gosec // the cache's own temporary directory
+	defer func() { _ = os.RemoveAll(tmp) }()
 	img, err := Build(ctx, tmp, o)
 	if err != nil {
 		return Image{}, err
@@ -409,7 +406,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil { //nolint:gosec // cache metadata
 		return Image{}, err
 	}
-	if err := os.Rename(tmp, final); err != nil { //nolint:gosec // the cache's own directories
+	if err := os.Rename(tmp, final); err != nil {
 		// Another process finished the same build first: use its (identical) image.
 		if img, rerr := readImage(final); rerr == nil {
 			return img, nil

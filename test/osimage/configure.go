@@ -77,7 +77,7 @@ func configure(root string, o Options, uuid string) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // directories of the image
 			return err
 		}
-		_ = os.Remove(p)                                                //nolint:gosec // a symlink must not redirect the write out of the tree
+		_ = os.Remove(p)                                                // a symlink must not redirect the write out of the tree
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil { //nolint:gosec // the image's configuration
 			return fmt.Errorf("failed to write %s into the image: %w", name, err)
 		}
@@ -95,11 +95,11 @@ func configure(root string, o Options, uuid string) error {
 	if err := lockRoot(root); err != nil {
 		return err
 	}
-	_ = os.Remove(filepath.Join(root, "var/lib/dbus/machine-id")) //nolint:gosec // inside the image's tree
+	_ = os.Remove(filepath.Join(root, "var/lib/dbus/machine-id"))
 	for _, pattern := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*_*", "var/log/*.log", "debootstrap"} {
 		matches, _ := filepath.Glob(filepath.Join(root, pattern))
 		for _, m := range matches {
-			if err := os.RemoveAll(m); err != nil { //nolint:gosec // inside the image's tree
+			if err := os.RemoveAll(m); err != nil {
 				return fmt.Errorf("failed to trim the image: %w", err)
 			}
 		}
@@ -133,7 +133,7 @@ func symlink(target, link string) error {
 	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil { //nolint:gosec // directories of the image
 		return err
 	}
-	_ = os.Remove(link) //nolint:gosec // inside the image's tree
+	_ = os.Remove(link)
 	if err := os.Symlink(target, link); err != nil {
 		return fmt.Errorf("failed to link %s in the image: %w", link, err)
 	}

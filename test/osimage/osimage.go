@@ -31,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/yonder-dev/yonder/test/cachedir"
 )
 
 // File names Build writes into its directory.
@@ -149,7 +151,7 @@ func build(ctx context.Context, dir string, opts Options, baseDir string) (Image
 	// Whatever a failed debootstrap left mounted in its tree (proc, sys, dev/pts) goes before the tree does.
 	defer func() {
 		unmountUnder(work)
-		_ = os.RemoveAll(work) //nolint:gosec // Build's own work directory
+		_ = os.RemoveAll(work)
 	}()
 
 	root := filepath.Join(work, "root")
@@ -188,7 +190,7 @@ func build(ctx context.Context, dir string, opts Options, baseDir string) (Image
 // configure; Build's deferred unmountUnder catches what a failure leaves.
 func bootstrap(ctx context.Context, o Options, root string) error {
 	args := []string{"--variant=minbase", "--arch=amd64", "--components=main", "--include=" + strings.Join(Packages, ","), Suite, root, o.Mirror}
-	cmd := exec.CommandContext(ctx, "debootstrap", args...) //nolint:gosec // fixed command; the arguments are Build's own
+	cmd := exec.CommandContext(ctx, "debootstrap", args...)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -210,11 +212,11 @@ func bootstrapCached(ctx context.Context, o Options, root, baseDir string) error
 		return err
 	}
 	tarball := filepath.Join(baseDir, key+".tar")
-	if _, err := os.Stat(tarball); err == nil { //nolint:gosec // the cache's own tarball
+	if _, err := os.Stat(tarball); err == nil {
 		if err := os.MkdirAll(root, 0o755); err != nil { //nolint:gosec // the image's root
 			return err
 		}
-		if out, err := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", tarball, "-C", root).CombinedOutput(); err != nil { //nolint:gosec // the cache's own tarball
+		if out, err := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", tarball, "-C", root).CombinedOutput(); err != nil {
 			return fmt.Errorf("failed to restore the debootstrapped tree from %s: %w: %s", tarball, err, tail(out, 2000))
 		}
 		return nil
@@ -226,11 +228,11 @@ func bootstrapCached(ctx context.Context, o Options, root, baseDir string) error
 		return err
 	}
 	tmp := fmt.Sprintf("%s.tmp-%d", tarball, os.Getpid())
-	defer func() { _ = os.Remove(tmp) }()                                                                                                                           //nolint:gosec // the cache's own temporary file
-	if out, err := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-cf", tmp, "-C", root, ".").CombinedOutput(); err != nil { //nolint:gosec // the cache's own tarball
+	defer func() { _ = os.Remove(tmp) }()
+	if out, err := exec.CommandContext(ctx, "tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-cf", tmp, "-C", root, ".").CombinedOutput(); err != nil {
 		return fmt.Errorf("failed to store the debootstrapped tree: %w: %s", err, tail(out, 2000))
 	}
-	return os.Rename(tmp, tarball) //nolint:gosec // the cache's own files
+	return os.Rename(tmp, tarball)
 }
 
 // baseKey hashes what debootstrap's tree depends on: suite, mirror, packages and debootstrap itself.
@@ -257,7 +259,7 @@ func rootUUID(o Options) string {
 }
 
 func writePackageList(ctx context.Context, root, dst string) error {
-	out, err := exec.CommandContext(ctx, "dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f", "${Package} ${Version}\n").Output() //nolint:gosec // a fixed query of Build's own tree
+	out, err := exec.CommandContext(ctx, "dpkg-query", "--admindir="+filepath.Join(root, "var/lib/dpkg"), "-W", "-f", "${Package} ${Version}\n").Output()
 	if err != nil {
 		return fmt.Errorf("failed to list the image's packages: %w", err)
 	}
@@ -290,7 +292,7 @@ func writeDisk(ctx context.Context, o Options, root, uuid, raw string) (rerr err
 		return fmt.Errorf("failed to partition the disk image (sfdisk from fdisk): %w: %s", err, out)
 	}
 	// 64bit off: extlinux reads the filesystem itself and Debian's syslinux 6.04 does not boot from a 64bit ext4.
-	mkfs := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", RootLabel, "-U", uuid, "-O", "^64bit", //nolint:gosec // a fixed command on Build's own files
+	mkfs := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", RootLabel, "-U", uuid, "-O", "^64bit",
 		"-E", fmt.Sprintf("offset=%d,root_owner=0:0", partitionStart), "-d", root, tmp, fmt.Sprintf("%dk", (size-partitionStart)>>10))
 	mkfs.Env = append(os.Environ(), "E2FSPROGS_FAKE_TIME="+strconv.FormatInt(time.Now().Unix(), 10))
 	if out, err := mkfs.CombinedOutput(); err != nil {
@@ -347,7 +349,7 @@ func installExtlinux(ctx context.Context, root, disk string, size int64) (rerr e
 		}
 	}()
 	ld := filepath.Join(root, "lib64", "ld-linux-x86-64.so.2")
-	cmd := exec.CommandContext(ctx, ld, "--library-path", filepath.Join(root, "lib", "x86_64-linux-gnu"), //nolint:gosec // the image's own extlinux on the image's partition
+	cmd := exec.CommandContext(ctx, ld, "--library-path", filepath.Join(root, "lib", "x86_64-linux-gnu"),
 		filepath.Join(root, "usr", "bin", "extlinux"), "--install", filepath.Join(mnt, "boot", "extlinux"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("failed to install extlinux into the root partition: %w: %s", err, out)
@@ -433,13 +435,9 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	root := os.Getenv("YONDER_CACHE_DIR")
-	if root == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return Image{}, fmt.Errorf("failed to find the cache directory: %w", err)
-		}
-		root = filepath.Join(base, "yonder")
+	root, err := cachedir.Root()
+	if err != nil {
+		return Image{}, err
 	}
 	parent := filepath.Join(root, "osimage")
 	final := filepath.Join(parent, key)
@@ -451,7 +449,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	}
 	// One build per key at a time: on a machine without the image, the image's own test and the bare-metal
 	// e2e (two lanes of make test) would otherwise each run a debootstrap of minutes, starving each other.
-	unlock, err := lockBuild(ctx, filepath.Join(parent, key+".lock"))
+	unlock, err := cachedir.Lock(ctx, filepath.Join(parent, key+".lock"))
 	if err != nil {
 		return Image{}, err
 	}
@@ -463,7 +461,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("failed to create the OS image cache: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()     //nolint:gosec // the cache's own temporary directory
+	defer func() { _ = os.RemoveAll(tmp) }()
 	if err := os.Chmod(tmp, 0o755); err != nil { //nolint:gosec // a cache of test images
 		return Image{}, err
 	}
@@ -479,7 +477,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o644); err != nil { //nolint:gosec // cache metadata
 		return Image{}, err
 	}
-	if err := os.Rename(tmp, final); err != nil { //nolint:gosec // the cache's own directories
+	if err := os.Rename(tmp, final); err != nil {
 		// Another process finished the same build first: use its image.
 		if img, rerr := readImage(final); rerr == nil {
 			return img, nil
@@ -487,30 +485,6 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 		return Image{}, fmt.Errorf("failed to store the OS image in its cache: %w", err)
 	}
 	return img, nil
-}
-
-// lockBuild takes the exclusive lock on path, waiting while another process holds it (until ctx ends).
-func lockBuild(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644) //nolint:gosec // the cache's own lock file
-	if err != nil {
-		return nil, fmt.Errorf("failed to open the OS image build lock: %w", err)
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); _ = f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("failed to lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("waiting for another build of the OS image (%s): %w", path, ctx.Err())
-		case <-time.After(2 * time.Second):
-		}
-	}
 }
 
 func readImage(dir string) (Image, error) {

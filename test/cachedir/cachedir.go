@@ -1,0 +1,54 @@
+// Package cachedir is where the tests' builds that outlive one run are kept on this machine (OS images,
+// boot disks, linked binaries), and the lock that lets one process build an entry while the others wait.
+// It is the same root hack/test-bins.sh uses: $YONDER_CACHE_DIR, else $XDG_CACHE_HOME/yonder, else
+// ~/.cache/yonder.
+package cachedir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Root returns the cache root (not created).
+func Root() (string, error) {
+	if root := os.Getenv("YONDER_CACHE_DIR"); root != "" {
+		return root, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("failed to find the cache directory: %w", err)
+	}
+	return filepath.Join(base, "yonder"), nil
+}
+
+// Lock takes an exclusive lock on the file at path (created if missing) and returns its release. It waits
+// while another process holds it: two lanes of make test reaching the same entry at once build it once,
+// instead of starving each other with the same build (or writing one file twice). A cancelled ctx stops
+// the wait.
+func Lock(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644) //nolint:gosec // the cache's own lock file
+	if err != nil {
+		return nil, fmt.Errorf("failed to open the cache lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); _ = f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("failed to lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("waiting for another build holding %s: %w", path, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

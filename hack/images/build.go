@@ -1,11 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -14,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/yonder-dev/yonder/pkg/ociimage"
+	"github.com/yonder-dev/yonder/test/gobuild"
 )
 
 // buildOptions say what to build.
@@ -124,7 +125,8 @@ func build(o buildOptions) ([]built, error) {
 	return out, writeLists(o.Out, out)
 }
 
-// buildBinaries builds every selected binary in one go command (shared packages compile once).
+// buildBinaries builds every selected binary in one go command (shared packages compile once; a binary
+// whose sources did not change since the last build on this machine is not linked again: test/gobuild).
 func buildBinaries(dir string, want func(string) bool) error {
 	var pkgs []string
 	names := map[string]string{}
@@ -140,10 +142,8 @@ func buildBinaries(dir string, want func(string) bool) error {
 	if len(pkgs) == 0 {
 		return nil
 	}
-	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", dir + "/"}, pkgs...)...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("failed to build %s: %s: %w", strings.Join(pkgs, " "), out, err)
+	if err := gobuild.Build(context.Background(), dir+"/", gobuild.Options{Static: true, TrimPath: true}, pkgs...); err != nil {
+		return err
 	}
 	// go build names a binary after its package directory.
 	for base, name := range names {

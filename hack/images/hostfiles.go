@@ -49,15 +49,27 @@ func iptablesFiles() ([]ociimage.File, error) {
 	}
 	elfs = append(elfs, exts...)
 	libs := map[string]bool{}
+	// resolved maps each shared object name ldd resolved to its path. ldd prints a whole closure, so an
+	// ELF file whose every DT_NEEDED name is resolved already adds nothing; the ~120 extensions mostly need
+	// only libc and libxtables, and asking ldd about each took 10 s of every image build.
+	resolved := map[string]string{}
 	for _, e := range elfs {
 		if err := c.add(e); err != nil {
 			return nil, err
+		}
+		needed, err := neededLibraries(e)
+		if err != nil {
+			return nil, err
+		}
+		if len(resolved) > 0 && allResolved(needed, resolved) {
+			continue
 		}
 		deps, err := lddDeps(e)
 		if err != nil {
 			return nil, err
 		}
-		for _, d := range deps {
+		for name, d := range deps {
+			resolved[name] = d
 			libs[d] = true
 		}
 	}
@@ -91,26 +103,46 @@ func iptablesFiles() ([]ociimage.File, error) {
 	return out, nil
 }
 
-// lddDeps lists the absolute paths of the shared objects an ELF file loads, the dynamic loader included.
-func lddDeps(path string) ([]string, error) {
+// neededLibraries lists the shared object names an ELF file names in its dynamic section (DT_NEEDED).
+func neededLibraries(path string) ([]string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read ELF file %s: %w", path, err)
 	}
-	_ = f.Close()
+	defer func() { _ = f.Close() }()
+	needed, err := f.ImportedLibraries()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the libraries %s needs: %w", path, err)
+	}
+	return needed, nil
+}
+
+// allResolved says whether ldd resolved every name already.
+func allResolved(names []string, resolved map[string]string) bool {
+	for _, n := range names {
+		if _, ok := resolved[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// lddDeps maps the names of the shared objects an ELF file loads (its whole closure, the dynamic loader
+// included, under its path) to their absolute paths.
+func lddDeps(path string) (map[string]string, error) {
 	out, err := exec.Command("ldd", path).Output()
 	if err != nil {
 		return nil, fmt.Errorf("failed to run ldd %s: %w", path, err)
 	}
-	var deps []string
+	deps := map[string]string{}
 	s := bufio.NewScanner(bytes.NewReader(out))
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
 		switch {
 		case len(fields) >= 3 && fields[1] == "=>" && strings.HasPrefix(fields[2], "/"):
-			deps = append(deps, fields[2]) // libfoo.so.1 => /lib/…/libfoo.so.1 (0x…)
+			deps[fields[0]] = fields[2] // libfoo.so.1 => /lib/…/libfoo.so.1 (0x…)
 		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
-			deps = append(deps, fields[0]) // /lib64/ld-linux-x86-64.so.2 (0x…)
+			deps[fields[0]] = fields[0] // /lib64/ld-linux-x86-64.so.2 (0x…)
 		case len(fields) >= 3 && fields[1] == "=>" && fields[2] == "not":
 			return nil, fmt.Errorf("failed to resolve %s for %s: not found on the build host", fields[0], path)
 		}

@@ -24,6 +24,7 @@ import (
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
 	"github.com/yonder-dev/yonder/pkg/ociimage"
 	"github.com/yonder-dev/yonder/test/controlplane"
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -63,12 +64,7 @@ func agentBinary(t testing.TB) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "yonder-agent")
-		cmd := exec.Command("go", "build", "-o", agentBin, "./hostruntime/cmd/yonder-agent")
-		cmd.Dir = testbins.RepoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("go build yonder-agent: %s: %w", out, err)
-		}
+		agentErr = gobuild.Build(context.Background(), agentBin, gobuild.Options{Static: true}, "./hostruntime/cmd/yonder-agent")
 	})
 	if agentErr != nil {
 		t.Fatalf("cannot build yonder-agent: %v", agentErr)

@@ -23,6 +23,7 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -135,11 +136,7 @@ func diff(before, after map[string]bool, ignore func(string) bool) (added, remov
 // compares the machine before and after.
 func TestLabDownLeavesTheMachineAsItFoundIt(t *testing.T) {
 	g := NewWithT(t)
-	bin := filepath.Join(t.TempDir(), "kubectl-yonder")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-yonder")
-	build.Dir = testbins.RepoRoot()
-	out, err := build.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	bin := gobuild.ForTest(t, "./cmd/kubectl-yonder", gobuild.Options{})
 	lab := labUnderTest{bin: bin, dir: t.TempDir(), withCluster: os.Getenv("YONDER_LAB_TEST_NO_CLUSTER") == "", metal: os.Getenv("YONDER_LAB_TEST_METAL") != ""}
 	bys := startBystanders(t)
 	before := take(t)

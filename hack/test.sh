@@ -41,6 +41,9 @@ trap 'rm -rf "$logs"' EXIT
 record() { tee "$logs/$1.log" | sed -u "s/^/[$1] /"; }
 # failed NAME notes that step NAME failed (the summary at the end lists them).
 failed() { echo "$1" >>"$logs/failed"; }
+# done_at NAME prints when step NAME ended, in seconds since make test started, so a CI log shows which
+# lane is the critical path (not through record: its log file is the step's, for the failure summary).
+done_at() { echo "[$1] == $1 done at +${SECONDS}s"; }
 
 # The heavy suites' output goes through hack/testtimes: what plain go test prints, plus each top-level
 # test's time (`--- PASS: TestScenarios (512.34s)`), from which the suite's time budget is planned.
@@ -48,15 +51,19 @@ testtimes="$logs/testtimes"
 heavy_lane() {
   if ! go build -o "$testtimes" ./hack/testtimes 2>&1 | record heavy; then failed heavy; return; fi
   go test -count=1 -p 1 -json -timeout "${TEST_TIMEOUT}" "${heavy[@]}" 2>&1 | "$testtimes" | record heavy || failed heavy
+  done_at heavy
 }
 
 other_lane() {
   go test -count=1 -p 1 -timeout "${TEST_TIMEOUT}" "${light[@]}" 2>&1 | record other || failed other
+  done_at other
   if [ "${#bench[@]}" -gt 0 ]; then
     YONDER_BENCH_TINY=1 go test -count=1 -run '^$' -bench . -benchtime 1x -timeout "${TEST_TIMEOUT}" "${bench[@]}" 2>&1 |
       record bench || failed bench
+    done_at bench
   fi
   hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
+  done_at fuzz
 }
 
 heavy_lane &

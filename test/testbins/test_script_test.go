@@ -153,6 +153,10 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			g.Expect(out).To(ContainSubstring("[heavy] "))
 			g.Expect(out).To(ContainSubstring("[other] "))
 			g.Expect(out).To(ContainSubstring("[fuzz] "))
+			// Each step says when it ended, so a CI log shows which lane is the critical path.
+			for _, step := range []string{"heavy", "other", "bench", "fuzz"} {
+				g.Expect(out).To(MatchRegexp(`(?m)^\[%s\] == %s done at \+\d+s$`, step, step))
+			}
 		})
 	}
 }

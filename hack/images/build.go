@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,32 +158,45 @@ func buildBinaries(dir string, want func(string) bool) error {
 	return nil
 }
 
-// write builds spec and writes its archive <out>/<name>[-<tag>].oci.tar.
+// write builds spec and writes its archive <out>/<name>[-<tag>].oci.tar (the kept one when nothing it is
+// made from changed: cache.go).
 func write(o buildOptions, name, tag string, spec ociimage.Image) (built, error) {
-	img, err := ociimage.Build(spec)
-	if err != nil {
-		return built{}, fmt.Errorf("failed to build %s: %w", name, err)
-	}
-	return writeImage(o, name, tag, img)
+	inputs := func(h io.Writer) error { return specInputs(h, spec) }
+	return cachedImage(o, name, tag, inputs, func() (v1.Image, error) {
+		img, err := ociimage.Build(spec)
+		if err != nil {
+			return nil, fmt.Errorf("failed to build %s: %w", name, err)
+		}
+		return img, nil
+	})
 }
 
+// archivePath is where image name:tag's archive goes: <out>/<name>.oci.tar, a node image's with its tag.
+func archivePath(o buildOptions, name, tag string) string {
+	if name == nodeImage {
+		return filepath.Join(o.Out, name+"-"+tag+".oci.tar")
+	}
+	return filepath.Join(o.Out, name+".oci.tar")
+}
+
+// writeImage writes img's archive through a temporary file renamed into place (an archive already there
+// may be a hard link of a kept one, which must not be written through).
 func writeImage(o buildOptions, name, tag string, img v1.Image) (built, error) {
 	repo := o.Registry + "/" + name
 	ref := repo + ":" + tag
-	file := name + ".oci.tar"
-	if name == nodeImage {
-		file = name + "-" + tag + ".oci.tar"
-	}
-	archive := filepath.Join(o.Out, file)
-	f, err := os.Create(archive) //nolint:gosec // below the output directory
+	archive := archivePath(o, name, tag)
+	tmp := archive + ".tmp"
+	f, err := os.Create(tmp) //nolint:gosec // below the output directory
 	if err != nil {
 		return built{}, err
 	}
 	if err := ociimage.WriteArchive(f, ref, img); err != nil {
 		_ = f.Close()
+		_ = os.Remove(tmp)
 		return built{}, fmt.Errorf("failed to write %s: %w", archive, err)
 	}
-	if err := f.Close(); err != nil {
+	if err := errors.Join(f.Close(), os.Rename(tmp, archive)); err != nil {
+		_ = os.Remove(tmp)
 		return built{}, err
 	}
 	d, err := img.Digest()
@@ -213,10 +228,14 @@ func writeLists(out string, imgs []built) error {
 
 // sha256File is the hex sha256 of a file.
 func sha256File(p string) (string, error) {
-	data, err := os.ReadFile(p) //nolint:gosec // a binary this program built
+	f, err := os.Open(p) //nolint:gosec // a file this program builds an image from
 	if err != nil {
 		return "", err
 	}
-	s := sha256.Sum256(data)
-	return hex.EncodeToString(s[:]), nil
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

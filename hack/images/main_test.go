@@ -29,6 +29,7 @@ func TestNetNodeImageRunsIptables(t *testing.T) {
 
 	var digests []string
 	for _, d := range []string{t.TempDir(), t.TempDir()} {
+		t.Setenv("YONDER_CACHE_DIR", t.TempDir()) // each build its own: the kept archive would make it trivially the same
 		imgs, err := build(buildOptions{Out: d, Registry: "ghcr.io/yonder-dev", Tag: "test", Only: []string{"yonder-net-node"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(imgs).To(HaveLen(1))
@@ -125,4 +126,58 @@ func unpack(archive, dir string) error {
 		}
 	}
 	return nil
+}
+
+// The last archive of each reference is kept: a build from the same inputs takes it (a hard link of the
+// kept file, nothing written anew), another input builds and replaces it, and going back builds again
+// the same digest.
+func TestAnImageIsBuiltAgainOnlyWhenWhatItIsMadeFromChanged(t *testing.T) {
+	g := NewWithT(t)
+	cache := t.TempDir()
+	t.Setenv("YONDER_CACHE_DIR", cache)
+	spec := func(content string) ociimage.Image {
+		return ociimage.Image{Files: []ociimage.File{{Path: "hello", Content: []byte(content)}}, Entrypoint: []string{"/hello"}}
+	}
+	build := func(content string) (built, string) {
+		o := buildOptions{Out: t.TempDir(), Registry: "example.test/yonder", Tag: "t"}
+		b, err := write(o, "hello", o.Tag, spec(content))
+		g.Expect(err).NotTo(HaveOccurred())
+		archive := filepath.Join(o.Out, "hello.oci.tar")
+		g.Expect(archive).To(BeARegularFile())
+		return b, archive
+	}
+	kept := func() os.FileInfo {
+		m, err := filepath.Glob(filepath.Join(cache, "images", "*", "image.oci.tar"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(m).To(HaveLen(1), "one slot per reference")
+		fi, err := os.Stat(m[0])
+		g.Expect(err).NotTo(HaveOccurred())
+		return fi
+	}
+	sameFile := func(archive string, kept os.FileInfo) bool {
+		fi, err := os.Stat(archive)
+		g.Expect(err).NotTo(HaveOccurred())
+		return os.SameFile(fi, kept)
+	}
+
+	first, _ := build("a")
+	again, archive := build("a")
+	g.Expect(again.digest).To(Equal(first.digest))
+	g.Expect(sameFile(archive, kept())).To(BeTrue(), "the same inputs take the kept archive")
+
+	other, archive := build("b")
+	g.Expect(other.digest).NotTo(Equal(first.digest))
+	g.Expect(sameFile(archive, kept())).To(BeTrue(), "the new archive is the one kept now")
+
+	back, archive := build("a")
+	g.Expect(back.digest).To(Equal(first.digest), "built again, the same image")
+	imgs, done, err := ociimage.ReadArchive(archive)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer done()
+	g.Expect(imgs).To(HaveLen(1))
+	for _, img := range imgs {
+		d, err := img.Digest()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(d).To(Equal(first.digest), "the archive holds the image its digest names")
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,24 +28,6 @@ const sandboxImage = "registry.k8s.io/pause:3.10"
 // writeAgent writes the agent artifact: a manifest whose one layer is the binary, so the layer digest is
 // the sha256 the bootstrap data pins (written to <out>/agent.sha256 too).
 func writeAgent(o buildOptions, binary string) (built, error) {
-	data, err := os.ReadFile(binary) //nolint:gosec // the agent just built
-	if err != nil {
-		return built{}, err
-	}
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, static.NewLayer(data, AgentMediaType))
-	if err != nil {
-		return built{}, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return built{}, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", goarch()
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return built{}, err
-	}
 	sum, err := sha256File(binary)
 	if err != nil {
 		return built{}, err
@@ -52,7 +35,29 @@ func writeAgent(o buildOptions, binary string) (built, error) {
 	if err := os.WriteFile(filepath.Join(o.Out, "agent.sha256"), []byte(sum+"\n"), 0o600); err != nil {
 		return built{}, err
 	}
-	return writeImage(o, agentImage, o.Tag, img)
+	arch := goarch()
+	inputs := func(h io.Writer) error {
+		_, err := fmt.Fprintf(h, "agent artifact %s arch=%q\n", sum, arch)
+		return err
+	}
+	return cachedImage(o, agentImage, o.Tag, inputs, func() (v1.Image, error) {
+		data, err := os.ReadFile(binary) //nolint:gosec // the agent just built
+		if err != nil {
+			return nil, err
+		}
+		base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+		img, err := mutate.AppendLayers(base, static.NewLayer(data, AgentMediaType))
+		if err != nil {
+			return nil, err
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture = "linux", arch
+		return mutate.ConfigFile(img, cf)
+	})
 }
 
 // goarch is the architecture the binaries were built for.

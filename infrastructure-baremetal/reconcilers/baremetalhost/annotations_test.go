@@ -72,6 +72,7 @@ func hostEvents(g Gomega, h *metal3v1.BareMetalHost, reason string) []string {
 // reboot.metal3.io reboots it once and is removed; reboot.metal3.io/<key> keep it off (across a controller
 // restart) until the last one is removed, and the hard mode of one wins.
 func TestMetal3StatusAndRebootAnnotations(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-reboot").Name
@@ -169,6 +170,7 @@ func (d deafOS) Power(ctx context.Context, a redfish.PowerAction) error {
 // A soft reboot request whose OS does not shut down is forced off after SoftPowerOffTimeout; the deadline
 // is on the host, so a controller restarted in between neither sends the shutdown again nor waits anew.
 func TestSoftRebootFallsBackToForceOff(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-softoff").Name
@@ -223,6 +225,7 @@ func TestSoftRebootFallsBackToForceOff(t *testing.T) {
 // annotation's "disabled"), inspect.metal3.io/hardwaredetails gives status.hardware; an invalid one is
 // reported and kept.
 func TestMetal3InspectAnnotations(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-inspect").Name
@@ -292,6 +295,7 @@ func TestMetal3InspectAnnotations(t *testing.T) {
 // annotation goes. Deleting a detached host completes without powering it off; with deleteAction delay the
 // deletion waits for the annotation's removal and then runs as for any host.
 func TestDetachedHost(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-detached").Name

@@ -46,6 +46,7 @@ func events(g Gomega, cm types.NamespacedName, reason string) []corev1.Event {
 // the hosts' condition, and never quotes the PEM; deleting the ConfigMap withdraws its roots, and roots
 // from --ek-roots files stay in the union throughout.
 func TestEKRootsConfigMapIsAppliedWithoutRestart(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-ekroots").Name
@@ -154,6 +155,7 @@ func (p *pxeHosts) addWithoutEKCertificate(id, mac string) {
 // says so. The same kind of TPM on a host that only has an enrolment window is refused
 // (EKCertificateMissing, from the host's own DHCP lease a real failure: not pinned, powered off).
 func TestRegisteredEKWithoutCertificateProvisions(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-regek").Name

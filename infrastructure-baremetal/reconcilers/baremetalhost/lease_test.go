@@ -26,6 +26,7 @@ import (
 // manager, whose table starts empty, puts it back on the host's first pass, even while the BMC refuses
 // the controller. Deprovisioning takes it out of the table for good.
 func TestProvisionedHostKeepsItsLease(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-lease").Name
@@ -105,6 +106,7 @@ func TestProvisionedHostKeepsItsLease(t *testing.T) {
 // earlier host boots from never replaces that host's boot entry with its lease: it shows DuplicateBootMAC
 // (and stays provisioned, not in error), and gets its lease once the other host is gone.
 func TestLeaseOnlyNeverReplacesAnotherHostsEntry(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	nsA := env.CreateNamespace(ctx, t, "bmh-lease-a").Name

@@ -22,6 +22,7 @@ import (
 // rebuilt from its annotations — still provisioned with its image, the BMC pin and TPM pin kept, the
 // inventory read again over Redfish — and is not PXE-booted again.
 func TestStatusRebuiltAfterMove(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-move").Name
@@ -79,6 +80,7 @@ func TestStatusRebuiltAfterMove(t *testing.T) {
 // host go without touching it — no power off (the target's manager owns the running host now), no PXE
 // boot — and forget its boot table entry (its lease is the target manager's to serve).
 func TestClusterctlMoveDeleteLeavesTheHostRunning(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-move-del").Name

@@ -142,6 +142,7 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 // DHCP server leases the addresses), no bootstrap data, an AttestationFailed condition and a provisioning
 // error (so no machine controller picks it), powered off.
 func TestAttestationFailure(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-att").Name
@@ -192,6 +193,7 @@ func TestAttestationFailure(t *testing.T) {
 // with backoff, and after MaxProvisionAttempts the host is powered off with a provisioning error that
 // says what to check.
 func TestPXEBootTimeout(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-pxe").Name
@@ -231,6 +233,7 @@ func mustMAC(s string) net.HardwareAddr {
 // (a persistent override) and provisioned. Released with automatedCleaningMode metadata, the host
 // PXE-boots once more to clean its disks before it is available; with cleaning disabled it is not booted.
 func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-disk").Name

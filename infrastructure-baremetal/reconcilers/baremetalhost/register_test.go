@@ -29,6 +29,7 @@ import (
 // one Redfish session serves every pass (kept between them), logged out when the host is deleted. A host
 // without the opt-in label is never touched.
 func TestRegisterInspectAvailable(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-reg").Name
@@ -97,15 +98,16 @@ func TestRegisterInspectAvailable(t *testing.T) {
 	g.Expect(sim.SessionsOpened()).To(Equal(1), "the power changes used the kept session too")
 }
 
-// availableHost starts the controller for a new namespace with one host on a fresh emulator and waits
-// until the host is available.
-func availableHost(t *testing.T, g *WithT, prefix string) (*redfishsim.Server, *metal3v1.BareMetalHost) {
+// availableHost starts the controller for a new namespace with one host (boot MAC mac: each test its own,
+// as tests run in parallel and the controller compares boot MACs across namespaces) on a fresh emulator
+// and waits until the host is available.
+func availableHost(t *testing.T, g *WithT, prefix, mac string) (*redfishsim.Server, *metal3v1.BareMetalHost) {
 	t.Helper()
 	ns := env.CreateNamespace(context.Background(), t, prefix).Name
 	sim := startSim(t, nil)
-	sim.AddSystem(redfishsim.DefaultSystem("s1", "52:54:00:12:00:01"))
+	sim.AddSystem(redfishsim.DefaultSystem("s1", mac))
 	startController(t, testReconciler(nil), ns)
-	h := newHost(g, ns, "h1", sim, "s1", "52:54:00:12:00:01", bmcPass)
+	h := newHost(g, ns, "h1", sim, "s1", mac, bmcPass)
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
 	return sim, h
 }
@@ -114,8 +116,9 @@ func availableHost(t *testing.T, g *WithT, prefix string) (*redfishsim.Server, *
 // credentials: the next pass opens a new session and the host carries on with it. A host opted out of
 // Yonder has its session logged out.
 func TestExpiredBMCSession(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	sim, h := availableHost(t, g, "bmh-sess")
+	sim, h := availableHost(t, g, "bmh-sess", "52:54:00:12:00:01")
 	g.Expect(sim.SessionsOpened()).To(Equal(1))
 
 	sim.ExpireSessions()
@@ -172,6 +175,7 @@ func (c systemHook) System(ctx context.Context) (*redfish.System, error) {
 // pass on a new session — never an InspectionError and a retry interval lost (one hour here); when the
 // BMC is gone, the host has the registration error it had before the read was skipped.
 func TestSessionEndedBeforeInspection(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		end  func(*redfishsim.Server) func()
@@ -224,6 +228,7 @@ func TestSessionEndedBeforeInspection(t *testing.T) {
 // again (seen on a loaded machine: an event the cache delivers after the settling pass) adds power reads,
 // and only those; the benchmark's average at 2,000 hosts is 14.01.
 func TestRegisterInspectRequests(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ns := env.CreateNamespace(context.Background(), t, "bmh-req").Name
 	sim := startSim(t, nil)
@@ -264,6 +269,7 @@ func TestRegisterInspectRequests(t *testing.T) {
 // Wrong credentials: the host stays registering with a registration error that names the Secret; fixing
 // the Secret registers it without any other intervention.
 func TestWrongCredentials(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-cred").Name
@@ -294,8 +300,9 @@ func TestWrongCredentials(t *testing.T) {
 // A BMC whose certificate changes after registration is refused with a clear error until an operator
 // removes the pin; then the new certificate is pinned and the host recovers.
 func TestChangedBMCCertificate(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	sim, h := availableHost(t, g, "bmh-cert")
+	sim, h := availableHost(t, g, "bmh-cert", "52:54:00:12:00:04")
 	oldPin := getHost(g, h).Annotations[baremetalhost.CertPinAnnotation]
 
 	g.Expect(sim.RotateCertificate()).To(Succeed())
@@ -314,6 +321,7 @@ func TestChangedBMCCertificate(t *testing.T) {
 
 // Fields Yonder does not implement are refused with a condition naming them, and the BMC is not touched.
 func TestUnsupportedFieldsRejected(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-unsup").Name

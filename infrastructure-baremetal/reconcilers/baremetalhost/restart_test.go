@@ -29,6 +29,7 @@ func transitionKey(h *metal3v1.BareMetalHost) string {
 // and a fresh controller is started each time. The host must end each phase right: one PXE boot per
 // attempt that was recorded, bootstrap data released once, provisioned, then available and off.
 func TestRestartAtEveryTransition(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-restart").Name

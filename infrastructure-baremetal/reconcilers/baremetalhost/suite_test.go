@@ -40,6 +40,13 @@ import (
 
 var env *envtest.Environment
 
+// Most tests here wait (on power polls, provisioning timeouts, Consistently windows) in a namespace, an
+// emulator, a boot lab and a controller of their own, so they run in parallel (t.Parallel). Each uses boot
+// MACs no other test uses, since the controller checks a boot MAC against every namespace. The tests that
+// read process-wide metrics as deltas (TestHostAndBMCMetrics, TestProvisionAttestDeprovision) stay serial:
+// Go runs the serial tests first, alone, so no other test's hosts move those counters meanwhile. So does
+// TestEnrolmentIsExplicit, whose 6 s provisioning timeout leaves no room for a loaded neighbour (beside
+// other tests its one-shot read of a refused host's power found the attempt already timed out).
 func TestMain(m *testing.M) {
 	harness.Main(m, 60*time.Second, 100*time.Millisecond, harness.Metal3Only(), func(e *envtest.Environment) { env = e })
 }

@@ -137,6 +137,7 @@ func TestEnrolmentIsExplicit(t *testing.T) {
 // fetches its script twice, sends a start request whose EK does not decode with the first ticket, then
 // attests with the second ticket, and is provisioned by that one PXE boot.
 func TestRefusedRequestsNeverPowerOff(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-malformed").Name
@@ -202,6 +203,7 @@ func awaitRefusalRecorded(ns, name, reason string) error {
 // (so it cannot take over the other host's script, ticket or data) and is never PXE-booted; deleting it
 // leaves the first host's boot entry alone.
 func TestDuplicateBootMACAcrossNamespaces(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	nsA := env.CreateNamespace(ctx, t, "bmh-mac-a").Name
@@ -243,6 +245,7 @@ func TestDuplicateBootMACAcrossNamespaces(t *testing.T) {
 // script, which it could inject commands into, but it would fail in the ramdisk): the host gets
 // InvalidBootParameter and never enters the boot table.
 func TestImageURLInjectionRefused(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-inject").Name

@@ -61,6 +61,7 @@ func hostEventsOf(h *metal3v1.BareMetalHost) func(Gomega) []string {
 // stranger's address, the host is neither failed nor powered off, and the real host, with its registered
 // TPM from its own address, then attests and is provisioned by the same PXE boot.
 func TestStrangersRefusalDoesNotStopTheHost(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-stranger").Name
@@ -176,6 +177,7 @@ func startMalformed(ctx context.Context, hc *http.Client, server, ticket string)
 // runs to its timeout — across a restart of the controller, the refusal being kept on the host — and is
 // retried, and the last attempt's error names the refusal and how to re-enrol the host.
 func TestFatalRefusalCountsOnlyFromTheHostsLease(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, "bmh-lease-evidence").Name

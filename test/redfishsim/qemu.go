@@ -22,6 +22,9 @@ type QEMUSystem struct {
 	Tap, MAC string
 	// MemoryMiB of the VM (default 512: the agent's initramfs runs in RAM).
 	MemoryMiB int
+	// CPUs of the VM (default 1). TCG runs each virtual CPU on its own host thread, so a guest that runs
+	// a whole node (containerd, the kubelet, cloud-init) gets a second host core where there is one.
+	CPUs int
 	// Disk is the raw file that is the system's disk, attached as virtio-blk-pci ("": no disk, a host
 	// that can only boot from the network). Add creates it, sparse, of DiskSizeBytes when it does not exist;
 	// an existing file is used as it is (a test may have written an image into it).
@@ -83,6 +86,9 @@ func (d *QEMUDriver) Add(ctx context.Context, id string, s QEMUSystem) error {
 		"--pcr-banks", "sha256", "--logfile", filepath.Join(d.Dir, id, "swtpm-setup.log")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("failed to manufacture the TPM of %s: %w: %s", id, err, out)
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 1
 	}
 	if s.MemoryMiB == 0 {
 		s.MemoryMiB = 512
@@ -194,7 +200,7 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 	case "Cd":
 		boot = "d" // no optical drive is emulated: the firmware finds nothing, as on a server without one
 	}
-	args := []string{"-machine", "pc,accel=tcg", "-m", fmt.Sprint(s.MemoryMiB), "-smp", "1",
+	args := []string{"-machine", "pc,accel=tcg", "-m", fmt.Sprint(s.MemoryMiB), "-smp", fmt.Sprint(s.CPUs),
 		"-display", "none", "-nodefaults", "-no-reboot", "-boot", boot,
 		"-netdev", "tap,id=n0,ifname=" + s.Tap + ",script=no,downscript=no",
 		"-device", "virtio-net-pci,disable-legacy=on,netdev=n0,mac=" + s.MAC + ",romfile=" + d.IPXEROM,

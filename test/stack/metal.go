@@ -79,10 +79,12 @@ type metal struct {
 // cloud-init grows into the disk, the agent's state (node image, rootfs, containers: ≥ 2 GiB free, its
 // preflight checks) and the config drive at the end. The memory: the provisioning ramdisk spools the qcow2
 // in its tmpfs (half the memory) before converting it, and the node runs systemd, containerd, the kubelet
-// and pods; QEMU allocates it only as the guest uses it.
+// and pods; QEMU allocates it only as the guest uses it. The CPUs: a node's boot, cloud-init, the agent
+// and the kubelet run in parallel, and TCG gives each virtual CPU its own host thread.
 const (
 	MetalDiskBytes     = 8 << 30
 	MetalNodeMemoryMiB = 3072
+	metalNodeCPUs      = 2
 	metalLiveMemoryMiB = 512
 )
 
@@ -258,7 +260,7 @@ func (s *Stack) startMetal(ctx context.Context) error {
 		}
 		sys := redfishsim.QEMUSystem{Tap: h.Tap, MAC: h.MAC, MemoryMiB: metalLiveMemoryMiB}
 		if m.image != nil {
-			sys.MemoryMiB, sys.Disk, sys.DiskSizeBytes = MetalNodeMemoryMiB, filepath.Join(s.Dir, h.Name+"-disk.raw"), MetalDiskBytes
+			sys.MemoryMiB, sys.CPUs, sys.Disk, sys.DiskSizeBytes = MetalNodeMemoryMiB, metalNodeCPUs, filepath.Join(s.Dir, h.Name+"-disk.raw"), MetalDiskBytes
 		}
 		if err := m.driver.Add(ctx, h.Name, sys); err != nil {
 			return err

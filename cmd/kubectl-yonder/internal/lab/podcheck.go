@@ -2,11 +2,13 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +82,7 @@ func printPodNext(out io.Writer, st *State) {
 // over HTTP, then, for one pair of sites per kind of link (Direct between two reachable sites,
 // NAT-initiated between a reachable and a NATed one, Relayed between two NATed ones), fetches each pod's
 // answer from the other with nc (TCP through the tunnels, both directions) and pings it (ICMP). Each
-// direction runs in a client pod on the sender's Node; the lab reads its log. A check pod left from an
+// direction runs in a client pod on the sender's Node, every direction at once; the lab reads its log. A check pod left from an
 // earlier check stays where it is while its Node is still one of its site's; one whose Node is gone, not
 // Ready or at another site is replaced by one on the first Node of its site (by name). The result holds
 // what passed so far, also when the check fails.
@@ -123,14 +125,40 @@ func podCheck(ctx context.Context, c client.Client, cfg *rest.Config, nodes map[
 	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("default"), client.MatchingLabels{"app.kubernetes.io/name": clientPodApp}, client.GracePeriodSeconds(0)); err != nil {
 		return res, fmt.Errorf("failed to delete the pod check's old client pods: %w", err)
 	}
+	// Every direction at once: each starts a client pod (seconds), and the directions share nothing but
+	// the check pods they talk to. Their lines are printed as they finish and recorded in pair order.
+	type direction struct {
+		from, to *checkPod
+		kind     string
+		lines    []string
+		err      error
+	}
+	var dirs []*direction
 	for _, pair := range checkPairs(sites, natSites) {
-		for _, dir := range [][2]*checkPod{{pods[pair[0]], pods[pair[1]]}, {pods[pair[1]], pods[pair[0]]}} {
-			lines, err := exchange(ctx, c, cs, dir[0], dir[1], kinds[pairKey(pair[0], pair[1])], timeout, step)
-			if err != nil {
-				return res, err
-			}
-			res.Lines = append(res.Lines, lines...)
+		kind := kinds[pairKey(pair[0], pair[1])]
+		dirs = append(dirs, &direction{from: pods[pair[0]], to: pods[pair[1]], kind: kind}, &direction{from: pods[pair[1]], to: pods[pair[0]], kind: kind})
+	}
+	var mu sync.Mutex
+	lockedStep := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		step(format, args...)
+	}
+	var wg sync.WaitGroup
+	for _, d := range dirs {
+		wg.Go(func() { d.lines, d.err = exchange(ctx, c, cs, d.from, d.to, d.kind, timeout, lockedStep) })
+	}
+	wg.Wait()
+	var errs []error
+	for _, d := range dirs {
+		if d.err != nil {
+			errs = append(errs, d.err)
+			continue
 		}
+		res.Lines = append(res.Lines, d.lines...)
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
 	}
 	step("pod check passed in %.1fs", time.Since(t0).Seconds())
 	return res, nil

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"sigs.k8s.io/cluster-api/feature"
+
 	"github.com/yonder-dev/yonder/test/envtest"
 )
 
@@ -29,6 +31,22 @@ var providerEnvironments = map[string]providerEnvironment{
 		scheme: sshScheme, webhooks: sshWebhooks},
 	"metal": {crds: []string{"infrastructure-baremetal/config/crd/bases", "infrastructure-baremetal/config/crd/metal3"},
 		webhookManifest: "infrastructure-baremetal/config/webhook/manifests.yaml", scheme: metalScheme, webhooks: metalWebhooks},
+}
+
+// UnlimitedCAPIReconcilers turns CAPI's ReconcilerRateLimiting gate off (a CAPI manager flag, on by
+// default) for the CAPI controllers the environment runs. With it the MachineHealthCheck controller
+// reconciles an MHC at most once every 15 s and the other CAPI controllers an object at most once a
+// second, so every step a test waits for CAPI to take (a Node going NotReady, a Machine created or
+// replaced, a Cluster deleted) waits out those intervals; CAPI's own MHC tests shorten that interval for the
+// same reason. A suite calls it first in its TestMain when none of its assertions depends on the rate limit
+// (every wait is for the state the controllers reach). Not for a suite that creates Machines before their
+// workload cluster answers: without the gate CAPI's Machine controller backs off exponentially on "the
+// connection to the workload cluster is down" and ends up waiting tens of seconds after it is up
+// (yonderconfig's attached-cluster test went 6 s → 33 s).
+func UnlimitedCAPIReconcilers() {
+	if err := feature.MutableGates.Set("ReconcilerRateLimiting=false"); err != nil {
+		panic(err)
+	}
 }
 
 // Main is the body of a suite's TestMain: with Gomega's Eventually defaults (timeout, polling) it runs

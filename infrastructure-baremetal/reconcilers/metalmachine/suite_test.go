@@ -15,7 +15,6 @@ import (
 	"github.com/yonder-dev/yonder/pkg/manager"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/feature"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
@@ -31,15 +30,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// CAPI's controllers run without their ReconcilerRateLimiting gate (a CAPI manager flag, on by
-	// default): with it the MachineHealthCheck controller reconciles an MHC at most once every 15 s and the
-	// other CAPI controllers an object at most once a second, so every step a test waits for CAPI to take
-	// (a Node going NotReady, a Machine replaced, a Cluster deleted) waited out those intervals. CAPI's own
-	// MHC tests shorten that interval for the same reason. No assertion here depends on the rate limit:
-	// every wait is for the state the controllers reach.
-	if err := feature.MutableGates.Set("ReconcilerRateLimiting=false"); err != nil {
-		panic(err)
-	}
+	harness.UnlimitedCAPIReconcilers()
 	harness.Main(m, 90*time.Second, 100*time.Millisecond, harness.Providers("metal"), func(e *envtest.Environment) { env = e }, wl)
 }
 

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/feature"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
@@ -39,14 +38,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// CAPI's controllers run without their ReconcilerRateLimiting gate (a CAPI manager flag, on by
-	// default): with it the MachineHealthCheck controller reconciles an MHC at most once every 15 s, so each
-	// Node transition a test writes waited up to 15 s to be noticed (two per test, most of this package's
-	// time). CAPI's own MHC tests shorten that interval for the same reason. No assertion here depends on
-	// the rate limit: every wait is for the state the controllers reach.
-	if err := feature.MutableGates.Set("ReconcilerRateLimiting=false"); err != nil {
-		panic(err)
-	}
+	harness.UnlimitedCAPIReconcilers() // the MHC's 15 s interval was most of this package's time (two Node transitions per test)
 	harness.Main(m, 90*time.Second, 100*time.Millisecond, harness.Providers("metal"), func(e *envtest.Environment) { env = e }, wl)
 }
 

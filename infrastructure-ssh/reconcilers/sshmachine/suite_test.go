@@ -16,7 +16,6 @@ import (
 	"github.com/yonder-dev/yonder/pkg/manager"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/feature"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-ssh/internal/hostconn"
@@ -33,14 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// CAPI's controllers run without their ReconcilerRateLimiting gate (a CAPI manager flag, on by
-	// default): with it each CAPI controller reconciles an object at most once a second, so every step a
-	// test waits for CAPI to take (a MachineDeployment's Machines, their replacement) waited out that
-	// interval. No assertion here depends on the rate limit: every wait is for the state the controllers
-	// reach.
-	if err := feature.MutableGates.Set("ReconcilerRateLimiting=false"); err != nil {
-		panic(err)
-	}
+	harness.UnlimitedCAPIReconcilers()
 	harness.Main(m, 90*time.Second, 200*time.Millisecond, harness.Providers("ssh"), func(e *envtest.Environment) { env = e }, wl)
 }
 

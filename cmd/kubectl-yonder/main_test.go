@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -39,10 +40,7 @@ func TestReleasedPluginHasNoTestCode(t *testing.T) {
 	for _, p := range strings.Fields(string(deps)) {
 		g.Expect(p).NotTo(HavePrefix("github.com/yonder-dev/yonder/test/"), "the released plugin imports %s", p)
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kubectl-yonder")
-	out, err := exec.Command("go", "build", "-tags", "release", "-trimpath", "-o", bin, ".").CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	bin := gobuild.ForTest(t, "./cmd/kubectl-yonder", gobuild.Options{TrimPath: true, Tags: []string{"release"}})
 	empty := t.TempDir()
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)

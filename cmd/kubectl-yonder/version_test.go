@@ -18,6 +18,7 @@ import (
 
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/cli"
 	"github.com/yonder-dev/yonder/cmd/kubectl-yonder/internal/version"
+	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -97,22 +98,13 @@ func pluginBinary(t *testing.T) string {
 			return
 		}
 		pluginBin = filepath.Join(dir, "kubectl-yonder")
-		if out, err := exec.Command("go", "build", "-o", pluginBin, ".").CombinedOutput(); err != nil {
-			buildErr = &buildError{err: err, out: string(out)}
-		}
+		buildErr = gobuild.Build(context.Background(), pluginBin, gobuild.Options{}, "./cmd/kubectl-yonder")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return pluginBin
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
 // Shell completion: `completion bash|zsh|fish|powershell` print cobra's scripts, and the real kubectl
 // completes `kubectl yonder …` through kubectl_complete-yonder (a link to the plugin): subcommands, and

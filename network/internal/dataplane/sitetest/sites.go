@@ -26,6 +26,7 @@ import (
 	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
 	"github.com/yonder-dev/yonder/network/internal/plan"
+	"github.com/yonder-dev/yonder/test/gobuild"
 )
 
 var (
@@ -44,10 +45,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "yonder-net-node")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/yonder-dev/yonder/network/cmd/yonder-net-node").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("failed to build yonder-net-node: %w: %s", err, out)
-		}
+		buildErr = gobuild.Build(context.Background(), binPath, gobuild.Options{}, "./network/cmd/yonder-net-node")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

@@ -153,23 +153,31 @@ func (s *Simulator) step(ctx context.Context) {
 		if _, ok := h.Annotations[metal3v1.PausedAnnotation]; ok {
 			continue
 		}
-		if s.advance(h) {
-			_ = s.c.Status().Update(ctx, h)
+		changed, started := s.advance(h)
+		if !changed {
+			continue
 		}
+		// A provisioning counts once it is stored: an update refused (a conflict with the provider's own
+		// write, a stale read) is tried again from a fresh read, and counting it at the first try would
+		// record two provisionings for one.
+		if err := s.c.Status().Update(ctx, h); err != nil || !started {
+			continue
+		}
+		if s.provisioned[h.Name] == nil {
+			s.provisioned[h.Name] = map[string]int{}
+		}
+		s.provisioned[h.Name][string(h.Spec.ConsumerRef.UID)]++
 	}
 }
 
-// advance moves h one state on; it reports whether anything changed.
-func (s *Simulator) advance(h *metal3v1.BareMetalHost) bool {
+// advance moves h one state on; it reports whether anything changed and whether that starts provisioning.
+func (s *Simulator) advance(h *metal3v1.BareMetalHost) (changed, started bool) {
 	st := &h.Status
 	deploy := h.Spec.Image != nil || h.Spec.CustomDeploy != nil
 	switch {
 	case st.Provisioning.State == metal3v1.StateAvailable && deploy && h.Spec.Online && h.Spec.ConsumerRef != nil && st.ErrorType == "":
 		st.Provisioning.State = metal3v1.StateProvisioning
-		if s.provisioned[h.Name] == nil {
-			s.provisioned[h.Name] = map[string]int{}
-		}
-		s.provisioned[h.Name][string(h.Spec.ConsumerRef.UID)]++
+		return true, true
 	case st.Provisioning.State == metal3v1.StateProvisioning && deploy && s.fail[h.Name] != "":
 		st.ErrorType, st.ErrorMessage, st.OperationalStatus = metal3v1.ProvisioningError, s.fail[h.Name], metal3v1.OperationalStatusError
 	case st.Provisioning.State == metal3v1.StateProvisioning && deploy && !s.hold:
@@ -183,7 +191,7 @@ func (s *Simulator) advance(h *metal3v1.BareMetalHost) bool {
 	case st.Provisioning.State == metal3v1.StateDeprovisioning && !s.holdDeprovision:
 		st.Provisioning.State, st.PoweredOn, st.Provisioning.Image = metal3v1.StateAvailable, h.Spec.Online, metal3v1.Image{}
 	default:
-		return false
+		return false, false
 	}
-	return true
+	return true, false
 }

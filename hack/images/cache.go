@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -102,7 +101,7 @@ func cachedImage(o buildOptions, name, tag string, inputs func(io.Writer) error,
 	kept, keptDigest, keyFile := filepath.Join(slot, "image.oci.tar"), filepath.Join(slot, "digest"), filepath.Join(slot, "key")
 	if k, err := os.ReadFile(keyFile); err == nil && string(k) == key { //nolint:gosec // the cache's own file
 		if d, err := os.ReadFile(keptDigest); err == nil { //nolint:gosec // the cache's own file
-			if digest, err := v1.NewHash(strings.TrimSpace(string(d))); err == nil && placeFile(kept, archive) == nil {
+			if digest, err := v1.NewHash(strings.TrimSpace(string(d))); err == nil && cachedir.Place(kept, archive, true) == nil {
 				fmt.Println(archive, digest)
 				return built{ref: ref, repo: o.Registry + "/" + name, digest: digest}, nil
 			}
@@ -119,36 +118,8 @@ func cachedImage(o buildOptions, name, tag string, inputs func(io.Writer) error,
 	// Refresh the slot, its key last: a slot whose refresh was cut off never matches. A slot that cannot be
 	// refreshed only costs the next build its time.
 	_ = os.Remove(keyFile)
-	if placeFile(archive, kept) == nil && os.WriteFile(keptDigest, []byte(b.digest.String()+"\n"), 0o600) == nil {
+	if cachedir.Place(archive, kept, true) == nil && os.WriteFile(keptDigest, []byte(b.digest.String()+"\n"), 0o600) == nil {
 		_ = os.WriteFile(keyFile, []byte(key), 0o600)
 	}
 	return b, nil
-}
-
-// placeFile puts a copy of src at dst, replacing dst by rename (never writing through an existing dst,
-// which may be a hard link of a kept archive): a hard link where both are on one filesystem, else a copy.
-func placeFile(src, dst string) error {
-	tmp := dst + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		if err := copyFile(src, tmp); err != nil {
-			_ = os.Remove(tmp)
-			return err
-		}
-	}
-	return os.Rename(tmp, dst)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src) //nolint:gosec // an archive this program wrote
-	if err != nil {
-		return err
-	}
-	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644) //nolint:gosec // an image archive, readable as make release ships it
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	return errors.Join(err, out.Close())
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -51,4 +52,43 @@ func Lock(ctx context.Context, path string) (func(), error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Place puts the file src at dst for a caller to use while the cache keeps src: a hard link where link is
+// set and both are on one filesystem, else a copy, with src's permissions. dst is replaced by a rename,
+// never written through, so a process still reading the old dst (or a hard link of it elsewhere) keeps
+// its file, and dst is never half-written. Hard links suit files nobody writes in place (archives, disk
+// images); a binary that `go build` may write again in place is copied.
+func Place(src, dst string, link bool) (err error) {
+	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".place")
+	_ = os.Remove(tmp)
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if !link || os.Link(src, tmp) != nil {
+		if err := copyFile(src, tmp); err != nil {
+			return fmt.Errorf("failed to copy %s to %s: %w", src, dst, err)
+		}
+	}
+	return os.Rename(tmp, dst)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src) //nolint:gosec // a file of the cache
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, st.Mode().Perm()) //nolint:gosec // the caller's destination
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
 }

@@ -2,6 +2,7 @@ package cachedir
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,4 +34,36 @@ func TestBuildLockWaitsForTheHolder(t *testing.T) {
 	g.Consistently(got, time.Second).ShouldNot(Receive())
 	unlock()
 	g.Eventually(got, 10*time.Second).Should(Receive(BeNil()))
+}
+
+// Place links or copies, with the source's permissions, and replaces the destination by a rename: a hard
+// link of the old destination elsewhere keeps its content.
+func TestPlaceReplacesWithoutWritingThrough(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	src, dst, other := filepath.Join(dir, "src"), filepath.Join(dir, "dst"), filepath.Join(dir, "other")
+	g.Expect(os.WriteFile(src, []byte("new"), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(other, []byte("old"), 0o644)).To(Succeed())
+	g.Expect(os.Link(other, dst)).To(Succeed())
+
+	g.Expect(Place(src, dst, true)).To(Succeed())
+	s, err := os.Stat(src)
+	g.Expect(err).NotTo(HaveOccurred())
+	d, err := os.Stat(dst)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.SameFile(s, d)).To(BeTrue(), "linked")
+	g.Expect(os.ReadFile(other)).To(Equal([]byte("old")), "the old destination's other link is untouched")
+
+	copied := filepath.Join(dir, "copied")
+	g.Expect(Place(src, copied, false)).To(Succeed())
+	c, err := os.Stat(copied)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.SameFile(s, c)).To(BeFalse(), "copied")
+	g.Expect(c.Mode().Perm()).To(Equal(os.FileMode(0o755)))
+	g.Expect(os.ReadFile(copied)).To(Equal([]byte("new")))
+
+	g.Expect(Place(filepath.Join(dir, "missing"), filepath.Join(dir, "x"), true)).NotTo(Succeed())
+	left, err := filepath.Glob(filepath.Join(dir, ".*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty(), "no temporary file left")
 }

@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -78,7 +77,8 @@ func Build(ctx context.Context, out string, o Options, pkgs ...string) error {
 		if strings.HasSuffix(out, "/") {
 			dst = filepath.Join(out, binaryName(pkg))
 		}
-		if err := copyBinary(filepath.Join(linked, binaryName(pkg)), dst); err != nil {
+		// A copy, not a link: the next go build may write the linked binary in place.
+		if err := cachedir.Place(filepath.Join(linked, binaryName(pkg)), dst, false); err != nil {
 			return fmt.Errorf("failed to build %s: %w", pkg, err)
 		}
 	}
@@ -108,40 +108,6 @@ func linkDir(ctx context.Context, args []string, static bool, pkgs []string) (st
 // version suffix such as /v2 is not one of ours).
 func binaryName(pkg string) string {
 	return path.Base(filepath.ToSlash(pkg))
-}
-
-// copyBinary copies the linked binary src to dst through a temporary file renamed into place, so that
-// dst is never a half-written binary and a process still running the old dst keeps its file.
-func copyBinary(src, dst string) (err error) {
-	in, err := os.Open(src) //nolint:gosec // a binary go build just wrote into the link directory
-	if err != nil {
-		return err
-	}
-	defer func() { _ = in.Close() }()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := io.Copy(tmp, in); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
 }
 
 // ForTest builds package pkg into a directory of the test and returns the binary's path; it fails the

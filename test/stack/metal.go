@@ -29,6 +29,7 @@ import (
 	"github.com/yonder-dev/yonder/hostruntime/attest/swtpm"
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
+	"github.com/yonder-dev/yonder/test/cachedir"
 	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/osimage"
 	"github.com/yonder-dev/yonder/test/redfishsim"
@@ -127,33 +128,12 @@ func (s *Stack) prepareMetal(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := linkOrCopy(img.QCOW2, filepath.Join(s.metal.bootDir, MetalImageName)); err != nil {
+		if err := cachedir.Place(img.QCOW2, filepath.Join(s.metal.bootDir, MetalImageName), true); err != nil {
 			return fmt.Errorf("failed to serve the cloud OS image: %w", err)
 		}
 		s.metal.image = &img
 	}
 	return metalboot.Build(ctx, s.metal.bootDir)
-}
-
-// linkOrCopy puts src at dst: a hard link where both are on one filesystem, else a copy.
-func linkOrCopy(src, dst string) error {
-	if err := os.Link(src, dst); err == nil {
-		return nil
-	}
-	in, err := os.Open(src) //nolint:gosec // the image cache's own file
-	if err != nil {
-		return err
-	}
-	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) //nolint:gosec // a public OS image the boot server serves
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // MetalImageEnv returns the clusterctl variables that make the metal flavors write the served cloud OS

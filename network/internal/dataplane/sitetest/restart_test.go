@@ -26,8 +26,21 @@ func TestRestartKeepsFlows(t *testing.T) {
 	to := net.JoinHostPort(b2.PodIP.String(), "7000")
 	g.Eventually(func() error { return udpRoundTrip(a1.Pod, to, 100) }, 20*time.Second, 100*time.Millisecond).Should(Succeed())
 
-	conn, err := Dial(a1.Pod, "tcp4", to, 2*time.Second)
-	g.Expect(err).NotTo(HaveOccurred())
+	// The first connection is retried like the datagram above: the sites may still be settling (a gateway's
+	// first probes on a loaded machine) and one lost SYN costs a second. What this test proves starts once it
+	// is open; every failed try is logged, and a failure prints each daemon's state and log.
+	var conn net.Conn
+	tries := 0
+	g.Eventually(func() error {
+		tries++
+		c, err := Dial(a1.Pod, "tcp4", to, 2*time.Second)
+		if err != nil {
+			t.Logf("TCP connect try %d: %v", tries, err)
+			return err
+		}
+		conn = c
+		return nil
+	}, 20*time.Second, 100*time.Millisecond).Should(Succeed(), s.diag)
 	defer func() { _ = conn.Close() }()
 	exchange := func() error {
 		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))

@@ -41,6 +41,16 @@ func udpRoundTrip(ns, addr string, size int) error {
 	return nil
 }
 
+// diag is every daemon's state and log, for a failure message.
+func (s *Sites) diag() string {
+	var b strings.Builder
+	for _, n := range s.Nodes {
+		st, err := s.Debug(n)
+		fmt.Fprintf(&b, "--- %s: %+v %v\n%s\n", n.Name, st, err, n.Log())
+	}
+	return b.String()
+}
+
 // tcpTransfer sends size bytes over TCP and reads them back (segments larger than the tunnel MTU exercise MSS
 // clamping and path MTU).
 func tcpTransfer(ns, addr string, size int) error {
@@ -93,14 +103,7 @@ func TestPodToPodAcrossSites(t *testing.T) {
 			for _, n := range []*Node{a1, b2, ga1} {
 				Echo(t, n.Pod, 7000)
 			}
-			diag := func() string {
-				out := ""
-				for _, n := range s.Nodes {
-					st, err := s.Debug(n)
-					out += fmt.Sprintf("--- %s: %+v %v\n%s\n", n.Name, st, err, n.Log())
-				}
-				return out
-			}
+			diag := s.diag
 			to := func(n *Node) string { return net.JoinHostPort(n.PodIP.String(), "7000") }
 			// a1 and b2 reach each other only through the gateways of both sites.
 			g.Eventually(func() error { return udpRoundTrip(a1.Pod, to(b2), 100) }, 20*time.Second, 100*time.Millisecond).Should(Succeed(), diag)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -143,8 +145,14 @@ func restartCycles(t *testing.T, p provider) {
 	g.Expect(err).NotTo(HaveOccurred())
 	md := newMachineDeployment(g, p, ns, "rs", cluster, dataSecret(g, ns, "rs-join", cluster.Name), 0, "rs")
 
+	// The seed chooses the kill points; YONDER_CLAIMS_SEED replays the ones a logged run chose.
 	seed := time.Now().UnixNano()
-	t.Logf("random seed %d", seed)
+	if v := os.Getenv("YONDER_CLAIMS_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseInt(v, 10, 64)
+		g.Expect(err).NotTo(HaveOccurred(), "YONDER_CLAIMS_SEED")
+	}
+	t.Logf("random seed %d (replay with YONDER_CLAIMS_SEED=%d)", seed, seed)
 	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
 	replicas := []int32{3, 1, 4, 0, 2, 5, 1, 3}
 	const cycles = 24

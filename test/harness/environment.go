@@ -42,9 +42,11 @@ var providerEnvironments = map[string]providerEnvironment{
 // (every wait is for the state the controllers reach). Not for a suite that creates Machines before their
 // workload cluster answers: without the gate CAPI's Machine controller backs off exponentially on "the
 // connection to the workload cluster is down" and ends up waiting tens of seconds after it is up
-// (yonderconfig's attached-cluster test went 6 s → 33 s). Nor for a suite that counts a provider's
-// writes: sshmachine's TestProvisioningWritesEachObjectOncePerStep saw twice the host status patches it
-// allows with the gate off (in a CI run; a follow-up to find which pass wrote them).
+// (yonderconfig's attached-cluster test went 6 s → 33 s). A suite that counts a provider's writes may
+// use it: CAPI at full pace loads the API server, so watch events reach the provider's cache late more
+// often, and a count holds only if the provider never writes from a cache behind its own last write
+// (sshmachine's TestProvisioningWritesEachObjectOncePerStep found the YonderSSHHost controller doing so:
+// see infrastructure-ssh/reconcilers/sshhost/written.go).
 func UnlimitedCAPIReconcilers() {
 	if err := feature.MutableGates.Set("ReconcilerRateLimiting=false"); err != nil {
 		panic(err)

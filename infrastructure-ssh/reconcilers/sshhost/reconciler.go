@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -48,6 +49,9 @@ type Reconciler struct {
 	WatchFilterValue string
 	// ProbeInterval is how often a host is probed over SSH (default 5m).
 	ProbeInterval time.Duration
+
+	// written is the resourceVersion of this controller's last write of each host (written.go).
+	written writtenVersions
 }
 
 // SetupWithManager registers the reconciler.
@@ -75,10 +79,19 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
 	h := &infrav1.YonderSSHHost{}
 	if err := r.Client.Get(ctx, req.NamespacedName, h); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if annotations.HasPaused(h) {
 		return ctrl.Result{}, nil
+	}
+	if r.written.stale(h) {
+		// The watch event of this controller's last write is on its way and wakes the host again; this
+		// cache would have the pass probe again and rewrite status from an older base (written.go).
+		ctrl.LoggerFrom(ctx).V(4).Info("Waiting for the cache to show this controller's last write")
+		return ctrl.Result{RequeueAfter: claim.StaleRetry}, nil
 	}
 	// base is the host as read; the deferred write sends what this pass changed, status with its
 	// conditions in one request (only this controller writes a host's status).
@@ -88,7 +101,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			conditions.IgnoreTypesIfMissing{infrav1.YonderSSHHostReachableCondition}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
-		if err := claim.PatchObject(ctx, r.Client, base, h, []string{infrav1.YonderSSHHostReachableCondition, clusterv1.ReadyCondition}); err != nil {
+		if err := claim.PatchObject(ctx, hostWriter{Client: r.Client, w: &r.written}, base, h, []string{infrav1.YonderSSHHostReachableCondition, clusterv1.ReadyCondition}); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, fmt.Errorf("failed to patch YonderSSHHost %s: %w", klog.KObj(h), err)})
 		}
 	}()

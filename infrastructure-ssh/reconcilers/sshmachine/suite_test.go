@@ -32,6 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	harness.UnlimitedCAPIReconcilers()
 	harness.Main(m, 90*time.Second, 200*time.Millisecond, harness.Providers("ssh"), func(e *envtest.Environment) { env = e }, wl)
 }
 

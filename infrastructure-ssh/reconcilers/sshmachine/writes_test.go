@@ -32,7 +32,9 @@ import (
 //   - its metadata and spec 3 times (the reservation carrying the finalizer, the claimed host, the
 //     providerID; the finalizer had a write and a pass of its own: 4);
 //   - the YonderSSHHost's status 3 times (Claimed, Provisioning, Provisioned, the first with the
-//     conditions' new observedGeneration in the same request: 4).
+//     conditions' new observedGeneration in the same request: 4; a pass on a cache that did not show the
+//     host controller's own last write probed again and rewrote status from it, refused then sent again:
+//     up to 8, seen when watch events came late beside CAPI at full pace).
 //
 // The claim and its Events stay as they were: the finalizer is on the machine before the host records
 // the claim, and the claim is recorded on both, once.

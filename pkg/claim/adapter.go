@@ -156,4 +156,8 @@ type Adapter[M Machine, H client.Object] interface {
 	// Withdraw takes back, on deletion, what Provision handed to the host; called on every reconcile
 	// until it reports Done.
 	Withdraw(ctx context.Context, s *Scope[M, H]) (Withdrawal[H], ctrl.Result, error)
+	// ReleaseOrphan changes h, in the update that clears it, when the claim of the machine named machine
+	// is released without that machine (orphan.go): its Withdraw never ran, so whatever it handed to the
+	// host must not reach the next claim as it is.
+	ReleaseOrphan(h H, machine string)
 }

@@ -104,8 +104,10 @@ func TestTwoConcurrentControllersNeverDoubleClaim(t *testing.T) {
 // The provider is stopped at chosen and random points while a MachineDeployment scales up and down (24
 // cycles): right after it claims a host, while a host provisions, while a machine is being deleted, or at
 // once after starting. Stopping cancels its context, so in-flight writes (and SSH commands) are cut off
-// mid-way, as when the process dies. After every stop the inventory holds no double claim and no claim of
-// a machine that no longer exists, and no host was provisioned twice for one machine; at the end every
+// mid-way, as when the process dies. After every stop the inventory holds no double claim and no host was
+// provisioned twice for one machine. A claim of a machine that no longer exists can be left by a stop right
+// after the claim (kube-apiserver may delete a machine whose finalizer was added a moment before: see
+// pkg/claim/orphan.go); the next controller releases it. At the end every
 // Machine is Running, each on its own host provisioned once for it, and every other host is free and
 // clean.
 func TestControllerRestartsNeverDoubleClaimOrLeak(t *testing.T) {
@@ -157,10 +159,12 @@ func restartCycles(t *testing.T, p provider) {
 	replicas := []int32{3, 1, 4, 0, 2, 5, 1, 3}
 	const cycles = 24
 	prev := int32(0)
+	orphans := map[string]hostView{}
 	for i := range cycles {
 		want := replicas[i%len(replicas)]
 		harness.Scale(g, env, md, want)
 		pr := p.start(t, startOptions{})
+		expectOrphansReleased(g, p, inv, ns, orphans)
 		// Scaling up can be stopped while claiming or provisioning, scaling down while deleting.
 		choices := []int{0, 1, 3}
 		if want < prev {
@@ -177,11 +181,15 @@ func restartCycles(t *testing.T, p provider) {
 		}
 		pr.Stop()
 		t.Logf("cycle %d: replicas %d, stopped %s", i, want, kp.name)
-		checkClaims(g, p, ns, false)
+		checkClaims(g, p, ns, true)
+		if orphans = orphanClaims(g, p, ns); len(orphans) > 0 {
+			t.Logf("cycle %d: claims that outlived their machines: %v", i, orphans)
+		}
 		checkProvisionedOnce(g, inv)
 	}
 
 	p.start(t, startOptions{})
+	expectOrphansReleased(g, p, inv, ns, orphans)
 	harness.Scale(g, env, md, 3)
 	g.Eventually(func(g Gomega) {
 		ensureNodes(g, wlc, p, ns)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -208,4 +209,77 @@ func (c *holdingClient) send(obj client.Object, opts ...client.UpdateOption) err
 		obj.SetResourceVersion(cur.GetResourceVersion())
 		return c.Client.Update(ctx, obj, opts...)
 	})
+}
+
+// A machine vanishes while it holds a host, without its deletion releasing it: kube-apiserver deleted it
+// although its finalizer had been added a moment before (kubernetes/kubernetes#77988), or an operator
+// removed the finalizer by hand. The next controller releases the host, as the provider leaves a host
+// whose cleanup never ran, with a Warning Event on the host; the host then serves the next Machine.
+func TestClaimThatOutlivedItsMachineIsReleased(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name(), func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			ns := env.CreateNamespace(ctx, t, "orphan-"+p.name()).Name
+			inv := p.newInventory(t, ns)
+			inv.add(t, g, "or", "orphan", 1)
+			cluster := provisionedCluster(t, g, p, ns, "orphan")
+			data := dataSecret(g, ns, "orphan-join", cluster.Name)
+			pr := p.start(t, startOptions{})
+			newMachine(g, p, ns, "gone", cluster, data, "orphan")
+			var m machineView
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(1))
+				m = ms[0]
+				g.Expect(m.Provisioned).To(BeTrue())
+			}, 2*time.Minute).Should(Succeed())
+			pr.Stop()
+
+			// The Machine is deleted while no controller runs, and the operator removes the provider's
+			// finalizer: the infrastructure machine is gone, its host still claimed.
+			g.Expect(env.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}})).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(1))
+				g.Expect(ms[0].Deleting).To(BeTrue())
+			}).Should(Succeed())
+			removeFinalizers(g, p, ns, m.Name)
+			g.Eventually(func(g Gomega) { g.Expect(p.machines(g, ns)).To(BeEmpty()) }).Should(Succeed())
+			orphans := orphanClaims(g, p, ns)
+			g.Expect(orphans).To(HaveKey(m.HostRef))
+
+			pr = p.start(t, startOptions{})
+			expectOrphansReleased(g, p, inv, ns, orphans)
+			g.Eventually(func(g Gomega) {
+				events := &corev1.EventList{}
+				g.Expect(env.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+				g.Expect(events.Items).To(ContainElement(And(
+					HaveField("Reason", claim.HostOrphanReleasedEvent), HaveField("Type", corev1.EventTypeWarning),
+					HaveField("InvolvedObject.Name", m.HostRef), HaveField("Message", ContainSubstring(m.Name)))))
+			}).Should(Succeed())
+
+			newMachine(g, p, ns, "next", cluster, data, "orphan")
+			g.Eventually(func(g Gomega) {
+				ms := p.machines(g, ns)
+				g.Expect(ms).To(HaveLen(1))
+				g.Expect(ms[0].Provisioned).To(BeTrue())
+				g.Expect(ms[0].HostRef).To(Equal(m.HostRef))
+			}, 2*time.Minute).Should(Succeed())
+			pr.Stop()
+			checkHolders(g, p, inv, ns)
+		})
+	}
+}
+
+// removeFinalizers removes every finalizer of the infrastructure machine name, as an operator would.
+func removeFinalizers(g Gomega, p provider, ns, name string) {
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		o := p.newMachineObject()
+		if err := env.GetAPIReader().Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o); err != nil {
+			return err
+		}
+		o.SetFinalizers(nil)
+		return env.Update(context.Background(), o)
+	})).To(Succeed())
 }

@@ -90,6 +90,8 @@ func (*metalProvider) hosts(g Gomega, ns string) []hostView {
 	return out
 }
 
+func (*metalProvider) newMachineObject() client.Object { return &infrav1.YonderMetalMachine{} }
+
 func (*metalProvider) recreate(g Gomega, ns, name string) {
 	recreate(g, &infrav1.YonderMetalMachine{}, ns, name, func(old client.Object) client.Object {
 		m := old.(*infrav1.YonderMetalMachine) //nolint:forcetypeassert // read as one
@@ -144,6 +146,12 @@ func (m *metalInventory) provisionings(Gomega) map[string]map[string]int {
 }
 
 func (m *metalInventory) holdProvisioning(hold bool) { m.sim.SetHold(hold) }
+
+// releasedOrphan implements inventory: the release withdrew the image and user data, and the host
+// controller deprovisions (cleans) the host back to available by itself.
+func (m *metalInventory) releasedOrphan(g Gomega, name, _ string) {
+	g.Eventually(func(g Gomega) { m.checkFree(g, name) }).Should(Succeed())
+}
 
 func (m *metalInventory) checkFree(g Gomega, name string) {
 	h := &metal3v1.BareMetalHost{}

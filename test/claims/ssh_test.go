@@ -10,6 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,6 +94,8 @@ func (*sshProvider) hosts(g Gomega, ns string) []hostView {
 	}
 	return out
 }
+
+func (*sshProvider) newMachineObject() client.Object { return &infrav1.YonderSSHMachine{} }
 
 func (p *sshProvider) recreate(g Gomega, ns, name string) {
 	recreate(g, &infrav1.YonderSSHMachine{}, ns, name, func(old client.Object) client.Object {
@@ -214,6 +217,25 @@ func (s *sshInventory) checkFree(g Gomega, name string) {
 	h := &infrav1.YonderSSHHost{}
 	g.Expect(env.GetAPIReader().Get(context.Background(), client.ObjectKey{Namespace: s.ns, Name: name}, h)).To(Succeed())
 	g.Expect(h.Annotations).NotTo(HaveKey(infrav1.NeedsCleanupAnnotation))
+}
+
+// releasedOrphan implements inventory: the host is marked for cleanup by an operator, naming the machine,
+// and not claimable; the operator then cleans it (what the provider's cleanup removes) and removes the mark.
+func (s *sshInventory) releasedOrphan(g Gomega, name, machine string) {
+	ctx := context.Background()
+	k := client.ObjectKey{Namespace: s.ns, Name: name}
+	h := &infrav1.YonderSSHHost{}
+	g.Expect(env.GetAPIReader().Get(ctx, k, h)).To(Succeed())
+	g.Expect(h.Annotations).To(HaveKeyWithValue(infrav1.NeedsCleanupAnnotation, machine), "host %s released without its machine waits for an operator", name)
+	_, err := s.hosts[name].Output(ctx, "rm -rf /var/lib/yonder-ssh/runs /var/lib/yonder-ssh/joined")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.GetAPIReader().Get(ctx, k, h); err != nil {
+			return err
+		}
+		delete(h.Annotations, infrav1.NeedsCleanupAnnotation)
+		return env.Update(ctx, h)
+	})).To(Succeed())
 }
 
 // sshhostsKey is h's host key in authorized_keys format, as spec.hostKey pins it.

@@ -54,6 +54,8 @@ type provider interface {
 	machineTemplate(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference
 	// machine creates an infrastructure machine selecting pool and returns its reference.
 	machine(g Gomega, ns, name, pool string) clusterv1.ContractVersionedObjectReference
+	// newMachineObject returns an empty infrastructure machine to read into.
+	newMachineObject() client.Object
 	// machines lists the infrastructure machines of ns, uncached.
 	machines(g Gomega, ns string) []machineView
 	// hosts lists the hosts of ns, uncached.
@@ -79,6 +81,10 @@ type inventory interface {
 	holdProvisioning(hold bool)
 	// checkFree asserts that a released host is clean.
 	checkFree(g Gomega, host string)
+	// releasedOrphan asserts how host was left when its claim was released without the machine named
+	// machine (which vanished without its deletion releasing it), and returns it to the pool as an
+	// operator would where the provider leaves that to one.
+	releasedOrphan(g Gomega, host, machine string)
 }
 
 // startOptions tune a started provider.
@@ -133,6 +139,36 @@ func checkClaims(g Gomega, p provider, ns string, allowGone bool) map[string]str
 		}
 	}
 	return byConsumer
+}
+
+// orphanClaims returns the hosts claimed by a machine that no longer exists, by name.
+func orphanClaims(g Gomega, p provider, ns string) map[string]hostView {
+	live := map[string]bool{}
+	for _, m := range p.machines(g, ns) {
+		live[m.ClaimID] = true
+	}
+	out := map[string]hostView{}
+	for _, h := range p.hosts(g, ns) {
+		if h.ConsumerID != "" && !live[h.ConsumerID] {
+			out[h.Name] = h
+		}
+	}
+	return out
+}
+
+// expectOrphansReleased waits until a running provider has released every claim of orphans (as
+// orphanClaims returned them) and checks each host as the provider leaves it.
+func expectOrphansReleased(g Gomega, p provider, inv inventory, ns string, orphans map[string]hostView) {
+	for name, o := range orphans {
+		g.Eventually(func(g Gomega) {
+			for _, h := range p.hosts(g, ns) {
+				if h.Name == name {
+					g.Expect(h.ConsumerID).NotTo(Equal(o.ConsumerID), "host %s is still claimed by %s, which no longer exists", name, o.ConsumerName)
+				}
+			}
+		}).Should(Succeed())
+		inv.releasedOrphan(g, name, o.ConsumerName)
+	}
 }
 
 // checkProvisionedOnce asserts that no host was provisioned twice for one machine.

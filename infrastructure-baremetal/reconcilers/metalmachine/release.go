@@ -55,3 +55,9 @@ func cleaningMode(h *metal3v1.BareMetalHost) string {
 	}
 	return string(h.Spec.AutomatedCleaningMode)
 }
+
+// ReleaseOrphan implements claim.Adapter: nothing beyond the release itself, which withdraws the image
+// and user data and powers the host off (hostpool.Pool.ClearConsumer); the host controller then
+// deprovisions it, cleaning it as its automatedCleaningMode says, and it is claimable only once
+// available again.
+func (a *Adapter) ReleaseOrphan(*metal3v1.BareMetalHost, string) {}

@@ -95,3 +95,14 @@ func (a *Adapter) backoff(attempt int32) time.Duration {
 	}
 	return min(d, 5*time.Minute)
 }
+
+// ReleaseOrphan implements claim.Adapter: a host whose machine vanished without its cleanup (its finalizer
+// did not hold, or was removed by hand) may still run what that machine started, so it is released as
+// SkipCleanupAnnotation releases one, marked NeedsCleanupAnnotation (naming the machine) and out of the
+// pool until an operator removes the mark.
+func (a *Adapter) ReleaseOrphan(h *infrav1.YonderSSHHost, machine string) {
+	if h.Annotations == nil {
+		h.Annotations = map[string]string{}
+	}
+	h.Annotations[infrav1.NeedsCleanupAnnotation] = machine
+}

@@ -175,7 +175,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 			}
 			return none, noHost, err
 		}
-		r.written.record(written)
+		r.written.Record(written)
 		if err := s.rebase(written); err != nil {
 			return none, noHost, err
 		}
@@ -203,7 +203,7 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 			return none, noHost, err
 		}
 		if err == nil {
-			r.written.record(written)
+			r.written.Record(written)
 			if err := s.rebase(written); err != nil {
 				return none, noHost, err
 			}

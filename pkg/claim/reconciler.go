@@ -68,7 +68,7 @@ type Reconciler[M Machine, H client.Object] struct {
 	claimMu sync.Mutex
 	recent  recentClaims
 	// written is the resourceVersion of this replica's last write of each machine (written.go).
-	written writtenVersions
+	written WrittenVersions
 }
 
 // Scope is one reconcile of one machine.
@@ -204,12 +204,12 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	m := a.NewMachine()
 	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.written.forget(req.NamespacedName)
+			r.written.Forget(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphans(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
-	if r.written.stale(m) {
+	if r.written.Stale(m) {
 		// The watch event of this replica's last write is on its way and wakes the machine again.
 		log.V(4).Info("Waiting for the cache to show this controller's last write")
 		return ctrl.Result{RequeueAfter: StaleRetry}, nil
@@ -233,7 +233,7 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KObj(cluster)))
 	// The machine's writes go through writer, which remembers the versions written (written.go).
-	writer := recordingClient{Client: r.Client, w: &r.written}
+	writer := RecordingClient{Client: r.Client, Written: &r.written}
 	isPaused := ptr.Deref(cluster.Spec.Paused, false) || annotations.HasPaused(m)
 	deferFinalizer := false
 	if m.GetDeletionTimestamp().IsZero() {

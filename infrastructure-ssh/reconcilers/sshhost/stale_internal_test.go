@@ -112,17 +112,3 @@ func TestPassOnCacheBehindOwnWriteWritesNothing(t *testing.T) {
 	g.Expect(api.Get(ctx, req.NamespacedName, got)).To(Succeed())
 	g.Expect(got.Status.Phase).To(Equal(infrav1.HostPhaseProvisioned))
 }
-
-// A host that is gone is forgotten: one registered again under its name starts afresh.
-func TestWrittenVersionsForgetsDeletedHost(t *testing.T) {
-	g := NewWithT(t)
-	w := &writtenVersions{}
-	host := func(rv string) *infrav1.YonderSSHHost {
-		return &infrav1.YonderSSHHost{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h", ResourceVersion: rv}}
-	}
-	w.recordHost(host("9"))
-	g.Expect(w.stale(host("8"))).To(BeTrue())
-	g.Expect(w.stale(host("10"))).To(BeFalse())
-	w.forget(client.ObjectKey{Namespace: "ns", Name: "h"})
-	g.Expect(w.stale(host("8"))).To(BeFalse())
-}

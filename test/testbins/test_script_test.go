@@ -99,8 +99,12 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 		fail  []string
 		exit  int
 		want  []string
+		// wantHeavy are in the heavy lane's lines alone: the lanes run at once, so another lane's line
+		// may come between two of them in the whole output.
+		wantHeavy []string
 	}{
-		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed", "[heavy] --- PASS: TestOf_heavy (1.00s)\n[heavy] ok  \texample.test/heavy\t1.0s\n"}},
+		{name: "all pass", heavy: "./heavy", exit: 0, want: []string{"make test: every step passed"},
+			wantHeavy: []string{"[heavy] --- PASS: TestOf_heavy (1.00s)\n[heavy] ok  \texample.test/heavy\t1.0s\n"}},
 		{name: "a heavy suite fails", heavy: "./heavy", fail: []string{"heavy"}, exit: 1,
 			want: []string{"make test: FAILED: heavy", "== what failed in step heavy:\n--- FAIL: TestOf_heavy (1.00s)\n    x_test.go:1: broken in heavy\n        \n        after a blank line\nFAIL\texample.test/heavy\t1.0s\n"}},
 		{name: "a light package and fuzzing fail", heavy: "./heavy", fail: []string{"other", "fuzz"}, exit: 1,
@@ -134,6 +138,15 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			}
 			for _, w := range tc.want {
 				g.Expect(out).To(ContainSubstring(w))
+			}
+			var heavy strings.Builder
+			for line := range strings.Lines(out) {
+				if strings.HasPrefix(line, "[heavy] ") {
+					heavy.WriteString(line)
+				}
+			}
+			for _, w := range tc.wantHeavy {
+				g.Expect(heavy.String()).To(ContainSubstring(w))
 			}
 			// Every step ran, whatever failed before it; the benchmarks at their tiny size, only in the
 			// packages that have benchmarks.

@@ -26,6 +26,9 @@ const (
 	// HostReleasedEvent: the machine released its host back to the inventory, after the provider's
 	// withdrawal (SSH cleanup, deprovisioning).
 	HostReleasedEvent = "HostReleased"
+	// HostOrphanReleasedEvent (Warning, on the host only): a claim that outlived its machine was released
+	// without that machine's withdrawal (orphan.go).
+	HostOrphanReleasedEvent = "HostOrphanReleased"
 )
 
 // Claim attempt outcomes (the outcome label of yonder_claim_attempts_total).
@@ -160,6 +163,15 @@ func (r *Reconciler[M, H]) recordReleased(m M, h H) {
 	releases.WithLabelValues(kind).Inc()
 	r.recorder().Eventf(m, corev1.EventTypeNormal, HostReleasedEvent, "Released %s %s", a.HostKind(), h.GetName())
 	r.recorder().Eventf(h, corev1.EventTypeNormal, HostReleasedEvent, "Released by %s %s: free for the next claim", kind, m.GetName())
+}
+
+// recordOrphanReleased records the release of a claim that outlived its machine (orphan.go): a Warning
+// Event on the host, as there is no machine to record it on.
+func (r *Reconciler[M, H]) recordOrphanReleased(h H, machine string) {
+	kind := r.Adapter.Spec().MachineKind
+	releases.WithLabelValues(kind).Inc()
+	r.recorder().Eventf(h, corev1.EventTypeWarning, HostOrphanReleasedEvent,
+		"Released: its claim by %s %s outlived that machine, whose deletion never released it", kind, machine)
 }
 
 // conditionEvents is which changes of a machine's conditions are recorded: the claim's and the provider's

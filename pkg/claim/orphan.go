@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -13,9 +12,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
 )
-
-// HostOrphanReleasedEvent is the reason of the Event recorded on a host whose claim outlived its machine.
-const HostOrphanReleasedEvent = "HostOrphanReleased"
 
 // A machine's finalizer is what makes its deletion release its host, and the finalizer can fail to hold:
 // kube-apiserver (through at least 1.36) lets a DELETE that read the object before a finalizer was added
@@ -91,9 +87,7 @@ func (r *Reconciler[M, H]) releaseOrphans(ctx context.Context, key client.Object
 		if err := Release(ctx, r.Client, r.APIReader, a, h, key.Name, c.ID, func(h H) { a.ReleaseOrphan(h, key.Name) }); err != nil {
 			return err
 		}
-		releases.WithLabelValues(a.Spec().MachineKind).Inc()
-		r.recorder().Eventf(h, corev1.EventTypeWarning, HostOrphanReleasedEvent,
-			"Released: its claim by %s %s outlived that machine, whose deletion never released it", a.Spec().MachineKind, key.Name)
+		r.recordOrphanReleased(h, key.Name)
 	}
 	return nil
 }

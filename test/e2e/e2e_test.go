@@ -25,7 +25,9 @@ var st *stack.Stack
 func TestMain(m *testing.M) {
 	os.Exit(stack.RunTests(m, stack.Options{
 		// The spare hosts are registered by TestReleasedPlugin's `kubectl yonder host add` or joined by hand.
-		Sites:              []stack.Site{{Name: "east", Hosts: 5}, {Name: "spare", Hosts: 2, Unregistered: true}},
+		// TestQuickstartAsWritten registers the quickstart site's hosts as docs/quickstart.md shows.
+		Sites: []stack.Site{{Name: "east", Hosts: 5}, {Name: "spare", Hosts: 2, Unregistered: true},
+			{Name: quickstartSite, Hosts: 2, Unregistered: true}},
 		FastNodeMonitoring: true,
 		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
@@ -177,7 +179,6 @@ func TestScenarios(t *testing.T) {
 		{"4-remediation", testRemediation},
 		{"7-chaos", testChaos},
 		{"3-rollout", testRollout},
-		{"8-version-bump", testVersionBump},
 	} {
 		t0 := time.Now()
 		ok := t.Run(sc.name, sc.f)

@@ -360,9 +360,15 @@ func (s *Stack) stopMetal() error {
 // management cluster has that CRD already, as an operator without Metal3 does before `clusterctl init
 // --infrastructure yonder-metal`, and waits until it is established.
 func (s *Stack) InstallMetal3CRDs(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
+	return s.applyCRDs(ctx, filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
+}
+
+// applyCRDs creates the CRDs of a YAML file the release wrote (keeping those that exist) and waits until
+// each is established.
+func (s *Stack) applyCRDs(ctx context.Context, file string) error {
+	data, err := os.ReadFile(filepath.Clean(file))
 	if err != nil {
-		return fmt.Errorf("failed to read the release's Metal3 CRDs (make release-manifests writes them): %w", err)
+		return fmt.Errorf("failed to read the release's CRDs (make release-manifests writes them): %w", err)
 	}
 	objs, err := decodeYAML(data)
 	if err != nil {

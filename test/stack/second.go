@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/controlplane"
 )
 
@@ -25,6 +26,89 @@ import (
 // its Stop stops only what StartManagement started (the managers and the control plane), never the
 // shared hosts, workload cluster or network. The stack's own Stop does not stop it.
 func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rerr error) {
+	t0 := time.Now()
+	t, err := s.newManagement(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr != nil {
+			_ = t.Stop()
+		}
+	}()
+	if err := t.clusterctlInit(ctx); err != nil {
+		return nil, err
+	}
+	// Its own cert-manager, as a user's second management cluster has (clusterctl init installs only CRDs).
+	if err := t.startCertManager(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.startManagers(ctx); err != nil {
+		return nil, err
+	}
+	// clusterctl move creates objects in the namespaces they had; it does not create namespaces.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.HostNamespace}}
+	if err := t.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("failed to create namespace %s in management cluster %s: %w", t.HostNamespace, name, err)
+	}
+	t.opts.Log("management cluster %s up (clusterctl init, managers ready) in %s", name, time.Since(t0).Round(time.Millisecond))
+	return t, nil
+}
+
+// StartUserManagement brings up a second management cluster as a user has one before following
+// docs/quickstart.md: its control plane, and cert-manager installed and running — cert-manager's CRDs
+// applied from the release's local repository (the ones `clusterctl init` would install) and its real
+// controller and cainjector (test/certmanager) — but no provider. The caller installs the providers with
+// the real `clusterctl init` against Management.AdminKubeconfigPath, which finds cert-manager's API ready
+// and installs none of its own, and then calls RunProviders. Stop as for StartManagement.
+func (s *Stack) StartUserManagement(ctx context.Context, name string) (_ *Stack, rerr error) {
+	t0 := time.Now()
+	t, err := s.newManagement(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr != nil {
+			_ = t.Stop()
+		}
+	}()
+	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "cert-manager", "*", "cert-manager.yaml"))
+	if err != nil || len(files) != 1 {
+		return nil, fmt.Errorf("failed to find the one cert-manager version of the release's repository (make release-manifests lays it out): %v %v", files, err)
+	}
+	if err := t.applyCRDs(ctx, files[0]); err != nil {
+		return nil, err
+	}
+	cm, err := certmanager.Start(ctx, t.Management.AdminKubeconfigPath, t.logDir)
+	if err != nil {
+		return nil, fmt.Errorf("failed to start cert-manager in management cluster %s: %w", name, err)
+	}
+	t.certManager = cm
+	t.opts.Log("management cluster %s up with cert-manager, no providers, in %s", name, time.Since(t0).Round(time.Millisecond))
+	return t, nil
+}
+
+// RunProviders runs the provider Deployments that `clusterctl init` installed into a management cluster of
+// StartUserManagement as processes (see the package comment: what the kubelet would do, nothing more), once
+// cert-manager has issued their certificates and injected their CAs.
+func (s *Stack) RunProviders(ctx context.Context) error {
+	if s.certManager == nil {
+		return fmt.Errorf("management cluster %s runs no cert-manager: start it with StartUserManagement", s.Management.Name)
+	}
+	t0 := time.Now()
+	if err := s.waitForCertificates(ctx); err != nil {
+		return err
+	}
+	if err := s.startManagers(ctx); err != nil {
+		return err
+	}
+	s.opts.Log("management cluster %s: providers running in %s", s.Management.Name, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// newManagement starts the control plane of a second management cluster and its client (see
+// StartManagement for what it shares with s). On error it stops what it started.
+func (s *Stack) newManagement(ctx context.Context, name string) (_ *Stack, rerr error) {
 	if name == "" || name == "management" || name == "workload" {
 		return nil, fmt.Errorf("failed to start management cluster %q: the name must be non-empty and not management or workload", name)
 	}
@@ -46,7 +130,6 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	if err := EnsureInotifyInstances(minInotifyInstances, s.opts.Log); err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
 	var err error
 	// The same control plane options as the first management cluster (see Start).
 	if t.Management, err = controlplane.Start(ctx, controlplane.Options{
@@ -64,22 +147,6 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 	if t.Client, err = client.New(t.Management.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("failed to create the client of management cluster %s: %w", name, err)
 	}
-	if err := t.clusterctlInit(ctx); err != nil {
-		return nil, err
-	}
-	// Its own cert-manager, as a user's second management cluster has (clusterctl init installs only CRDs).
-	if err := t.startCertManager(ctx); err != nil {
-		return nil, err
-	}
-	if err := t.startManagers(ctx); err != nil {
-		return nil, err
-	}
-	// clusterctl move creates objects in the namespaces they had; it does not create namespaces.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.HostNamespace}}
-	if err := t.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("failed to create namespace %s in management cluster %s: %w", t.HostNamespace, name, err)
-	}
-	t.opts.Log("management cluster %s up (clusterctl init, managers ready) in %s", name, time.Since(t0).Round(time.Millisecond))
 	return t, nil
 }
 

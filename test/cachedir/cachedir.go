@@ -72,7 +72,15 @@ func Place(src, dst string, link bool) (err error) {
 			return fmt.Errorf("failed to copy %s to %s: %w", src, dst, err)
 		}
 	}
-	return os.Rename(tmp, dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	// rename(2) of a hard link onto another link of the same file does nothing and leaves tmp: dst was
+	// already src (placed before), so the extra link goes.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("failed to remove %s: %w", tmp, err)
+	}
+	return nil
 }
 
 func copyFile(src, dst string) error {

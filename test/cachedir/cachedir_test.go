@@ -67,3 +67,24 @@ func TestPlaceReplacesWithoutWritingThrough(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(left).To(BeEmpty(), "no temporary file left")
 }
+
+// A second Place of the same cached file (a second `make images` over the same out/) leaves nothing
+// behind: rename(2) of one hard link onto another of the same file does nothing, which once left the
+// temporary link beside every archive.
+func TestPlaceAgainLeavesNoTemporaryLink(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	g.Expect(os.WriteFile(src, []byte("kept"), 0o644)).To(Succeed())
+	for range 2 {
+		g.Expect(Place(src, dst, true)).To(Succeed())
+	}
+	s, err := os.Stat(src)
+	g.Expect(err).NotTo(HaveOccurred())
+	d, err := os.Stat(dst)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.SameFile(s, d)).To(BeTrue())
+	left, err := filepath.Glob(filepath.Join(dir, ".*"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(left).To(BeEmpty(), "no temporary link left")
+}

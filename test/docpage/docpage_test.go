@@ -40,12 +40,12 @@ func TestShellRunsBlocksInOneSessionWithOnlyTheGivenVariables(t *testing.T) {
 	export, _ := p.Section("1. Export")
 	use, _ := p.Section("2. Use")
 
-	sh.Run(ctx, t, export.Blocks[0], nil)
-	g.Expect(sh.Run(ctx, t, use.Blocks[0], map[string]string{"PLACE": "home"})).To(Equal("hello, it's me at home; test env: unset\n"))
+	sh.RunBlock(ctx, t, export.Blocks[0], nil)
+	g.Expect(sh.RunBlock(ctx, t, use.Blocks[0], map[string]string{"PLACE": "home"})).To(Equal("hello, it's me at home; test env: unset\n"))
 
-	_, _, err = sh.Exec(ctx, use.Blocks[0], map[string]string{"UNDOCUMENTED": "x"})
+	_, _, err = sh.ExecBlock(ctx, use.Blocks[0], map[string]string{"UNDOCUMENTED": "x"})
 	g.Expect(err).To(MatchError(ContainSubstring("does not document [UNDOCUMENTED]")))
-	out, _, err := sh.Exec(ctx, use.Blocks[1], nil)
+	out, _, err := sh.ExecBlock(ctx, use.Blocks[1], nil)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).NotTo(ContainSubstring("never"))
 }

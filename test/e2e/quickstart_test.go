@@ -94,26 +94,26 @@ func TestQuickstartAsWritten(t *testing.T) {
 	}{
 		{"1. Build the local repository and push the images", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 		}},
 		{"2. Install the providers into the management cluster", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 			NewWithT(t).Expect(mgmt.RunProviders(ctx)).To(Succeed())
 		}},
 		{"3. Register the registry's CA, the existing control plane and the hosts", 3, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
-			sh.Run(ctx, t, b[1], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[1], nil)
 			for _, h := range hs {
-				sh.Run(ctx, t, b[2], perHost(h))
+				sh.RunBlock(ctx, t, b[2], perHost(h))
 			}
 		}},
 		{"4. Generate and apply the Cluster", 2, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 			first = waitQuickstartWorkers(ctx, t, mgmt, 1)
-			out := sh.Run(ctx, t, b[1], nil)
+			out := sh.RunBlock(ctx, t, b[1], nil)
 			for _, want := range []string{"YonderControlPlane default/" + quickstartCluster, "YonderSSHCluster default/" + quickstartCluster,
 				"MachineDeployment default/" + quickstartMD, "Machine default/" + first[0].Name} {
 				NewWithT(t).Expect(out).To(ContainSubstring(want))
@@ -121,7 +121,7 @@ func TestQuickstartAsWritten(t *testing.T) {
 		}},
 		{"5. Upgrade the workers' Kubernetes", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 			ms := waitQuickstartWorkers(ctx, t, mgmt, 1)
 			g := NewWithT(t)
 			g.Expect(ms[0].Name).NotTo(Equal(first[0].Name), "the version patch replaces the Machine")
@@ -131,13 +131,13 @@ func TestQuickstartAsWritten(t *testing.T) {
 		}},
 		{"6. Scale", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 			ms := waitQuickstartWorkers(ctx, t, mgmt, 2)
 			NewWithT(t).Expect(usedHosts(ms)).To(HaveLen(2), "the host the roll freed serves the second worker")
 		}},
 		{"7. Delete the Cluster", 1, func(t *testing.T, b []string) {
 			t.Helper()
-			sh.Run(ctx, t, b[0], nil)
+			sh.RunBlock(ctx, t, b[0], nil)
 			waitQuickstartDeleted(ctx, t, mgmt, hs)
 		}},
 		// Not run here: test/e2e/metal runs it on its bare-metal stack (Redfish emulator, QEMU host).

@@ -172,10 +172,10 @@ func (l *metalLife) apply(t *testing.T) time.Time {
 		vars[k] = stackEnv[k]
 	}
 	sh := docpage.NewShell(t, page, vars)
-	sh.Run(l.ctx, t, blocks[0], nil)
-	sh.Run(l.ctx, t, blocks[1], nil)
+	sh.RunBlock(l.ctx, t, blocks[0], nil)
+	sh.RunBlock(l.ctx, t, blocks[1], nil)
 	t0 := time.Now()
-	sh.Run(l.ctx, t, blocks[2], nil)
+	sh.RunBlock(l.ctx, t, blocks[2], nil)
 	return t0
 }
 

@@ -92,13 +92,18 @@ func waitReleased(ctx context.Context, t *testing.T, used map[string]bool, timeo
 		t.Fatalf("hosts not released as expected (in use: %v): claims %v", used, last)
 	}
 	for _, h := range allHosts() {
-		if used[h.Name] {
-			continue
+		if !used[h.Name] {
+			expectCleaned(ctx, t, h)
 		}
-		out, err := h.Output(ctx, "test ! -e "+sentinel+" && echo clean")
-		if err != nil || !strings.Contains(out, "clean") {
-			t.Fatalf("released host %s was not cleaned (bootstrap sentinel still there): %v %s", h.Name, err, out)
-		}
+	}
+}
+
+// expectCleaned checks that a released host was cleaned: the bootstrap's sentinel is gone.
+func expectCleaned(ctx context.Context, t *testing.T, h *hosts.Host) {
+	t.Helper()
+	out, err := h.Output(ctx, "test ! -e "+sentinel+" && echo clean")
+	if err != nil || !strings.Contains(out, "clean") {
+		t.Fatalf("released host %s was not cleaned (bootstrap sentinel still there): %v %s", h.Name, err, out)
 	}
 }
 

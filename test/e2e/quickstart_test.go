@@ -288,12 +288,8 @@ func waitQuickstartHostsFree(ctx context.Context, t *testing.T, mgmt *stack.Stac
 		t.Fatalf("hosts not released as expected (in use: %v): %v", used, last)
 	}
 	for _, h := range hs {
-		if used[h.Name] {
-			continue
-		}
-		out, err := h.Output(ctx, "test ! -e "+sentinel+" && echo clean")
-		if err != nil || !strings.Contains(out, "clean") {
-			t.Fatalf("released host %s was not cleaned (bootstrap sentinel still there): %v %s", h.Name, err, out)
+		if !used[h.Name] {
+			expectCleaned(ctx, t, h)
 		}
 	}
 }

@@ -16,6 +16,13 @@ func (r *run) host(ctx context.Context) (string, error) {
 	if err := r.recordNetwork(); err != nil {
 		return "", withHint(err, "reset restores the network namespace from this record; run the agent as root")
 	}
+	bridged, err := r.enableBridgeNetfilter(ctx)
+	if err != nil {
+		return "", withHint(err, "load br_netfilter on the host (modprobe br_netfilter), or use a kernel built with it, as kubeadm's install guide asks")
+	}
+	if len(bridged) > 0 {
+		r.log.Info("Set the node namespace's bridge netfilter sysctls (originals saved for reset)", "sysctls", bridged)
+	}
 	changed, orig, err := r.o.sysctlRegistry().Acquire(r.o.baseMachine, hostprep.KubeletSysctls)
 	r.st.Sysctls = orig
 	if serr := r.store.Save(r.st); serr != nil && err == nil {

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -26,10 +28,22 @@ import (
 // they live in, and IP forwarding turned on. The host phase records what the namespace held before the
 // machine first ran; reset removes what the node added and restores the recorded sysctls.
 
-// netnsSysctls are the per-namespace sysctls the node's CNI plugins change (the bridge plugin turns on
-// forwarding for its gateway; the kernel then also changes the interfaces' forwarding and redirects,
-// and restoring these restores those).
-var netnsSysctls = []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"}
+// netnsSysctls are the per-namespace sysctls the node changes: the CNI bridge plugin turns on forwarding for
+// its gateway (the kernel then also changes the interfaces' forwarding and redirects, and restoring these
+// restores those), the host phase turns on bridgeSysctls, and the network add-on's yonder-net-node turns
+// off reverse-path filtering and makes conntrack liberal about TCP windows (docs/network-dataplane.md). A
+// sysctl the namespace does not have when it is recorded (no IPv6, conntrack not loaded yet) is not restored.
+var netnsSysctls = append([]string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding",
+	"net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter", "net.netfilter.nf_conntrack_tcp_be_liberal"},
+	bridgeSysctls...)
+
+// bridgeSysctls pass the frames of the node's pod bridge through the namespace's iptables (br_netfilter).
+// The cluster's kube-proxy (or any Service proxy built on netfilter) sends a pod's connection to a
+// Service's ClusterIP to one of its endpoints with DNAT; when that endpoint is a pod on the same bridge,
+// its replies go straight across the bridge and, without these, never meet the conntrack entry that would
+// undo the DNAT, so the client gets answers from an address it never called and the connection fails.
+// kubeadm's install guide asks for the same. Per network namespace since Linux 5.3.
+var bridgeSysctls = []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables"}
 
 // nodeChainPrefixes name the netfilter chains that belong to a Kubernetes node: the kubelet's
 // (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT), kube-proxy's (KUBE-*), the CNI plugins'
@@ -100,7 +114,7 @@ func (r *run) recordNetwork() error {
 		for _, k := range netnsSysctls {
 			v, err := os.ReadFile(sysctlPath(k))
 			if errors.Is(err, os.ErrNotExist) {
-				continue // no IPv6 in this namespace
+				continue // no IPv6 in this namespace, no conntrack loaded
 			}
 			if err != nil {
 				return fmt.Errorf("failed to read sysctl %s: %w", k, err)
@@ -124,6 +138,42 @@ func (r *run) recordNetwork() error {
 	}
 	r.st.Network = n
 	return r.store.Save(r.st)
+}
+
+// enableBridgeNetfilter turns bridgeSysctls on in the node's namespace, loading br_netfilter first where the
+// host has not (its sysctls exist only with the module). recordNetwork ran before, so reset restores the
+// values a host had; a module this loaded stays loaded after reset, as kubeadm's hosts keep it (a kernel
+// module is shared with everything else on the host, and unloading it could break whatever uses it since).
+func (r *run) enableBridgeNetfilter(ctx context.Context) ([]string, error) {
+	var changed []string
+	err := inNetns(r.o.NetworkNamespacePath, func() error {
+		if !fileExists(sysctlPath(bridgeSysctls[0])) {
+			if out, err := exec.CommandContext(ctx, "modprobe", "br_netfilter").CombinedOutput(); err != nil {
+				return fmt.Errorf("failed to load br_netfilter (modprobe br_netfilter: %w: %s): pods would not reach Services whose endpoints are pods on their own Node", err, strings.TrimSpace(string(out)))
+			}
+			if !fileExists(sysctlPath(bridgeSysctls[0])) {
+				return fmt.Errorf("br_netfilter is loaded but %s does not exist", sysctlPath(bridgeSysctls[0]))
+			}
+		}
+		for _, k := range bridgeSysctls {
+			have, err := os.ReadFile(sysctlPath(k))
+			if errors.Is(err, os.ErrNotExist) {
+				continue // no IPv6
+			}
+			if err != nil {
+				return fmt.Errorf("failed to read sysctl %s: %w", k, err)
+			}
+			if strings.TrimSpace(string(have)) == "1" {
+				continue
+			}
+			if err := os.WriteFile(sysctlPath(k), []byte("1\n"), 0o644); err != nil { //nolint:gosec // a sysctl, not a file
+				return fmt.Errorf("failed to set sysctl %s=1: %w", k, err)
+			}
+			changed = append(changed, k+"=1")
+		}
+		return nil
+	})
+	return changed, err
 }
 
 func sysctlPath(name string) string {

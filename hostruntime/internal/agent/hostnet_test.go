@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
@@ -160,5 +162,52 @@ func TestResetRemovesTheNetworkAddonsLinksAndChain(t *testing.T) {
 		} else {
 			g.Expect(rep.Removed).To(BeEmpty(), "a second run finds nothing")
 		}
+	}
+}
+
+// A host whose namespace had the bridge netfilter sysctls off gets them on for the node (kube-proxy's
+// rules then see replies that cross the pod bridge), recorded first; a second run changes nothing; reset
+// puts the host's values back.
+func TestBridgeNetfilterIsOnForTheNodeAndResetRestoresIt(t *testing.T) {
+	g := NewWithT(t)
+	ns := testNetns(t)
+	read := func(k string) string {
+		var v string
+		g.Expect(inNetns(ns, func() error {
+			b, err := os.ReadFile(sysctlPath(k))
+			v = strings.TrimSpace(string(b))
+			return err
+		})).To(Succeed())
+		return v
+	}
+	g.Expect(inNetns(ns, func() error {
+		for _, k := range bridgeSysctls {
+			if err := os.WriteFile(sysctlPath(k), []byte("0\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})).To(Succeed())
+	r := &run{o: &Options{NetworkNamespacePath: ns}, st: &state.State{}, store: state.Store{Dir: t.TempDir()}}
+	g.Expect(r.recordNetwork()).To(Succeed())
+	for _, k := range bridgeSysctls {
+		g.Expect(r.st.Network.Sysctls).To(HaveKeyWithValue(k, "0"), "recorded as the host had it")
+	}
+
+	changed, err := r.enableBridgeNetfilter(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(ConsistOf("net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"))
+	for _, k := range bridgeSysctls {
+		g.Expect(read(k)).To(Equal("1"), k)
+	}
+	changed, err = r.enableBridgeNetfilter(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeEmpty(), "already on")
+
+	rep := &ResetReport{}
+	g.Expect(rep.resetNetwork(Options{NetworkNamespacePath: ns}, r.st)).To(BeEmpty())
+	for _, k := range bridgeSysctls {
+		g.Expect(read(k)).To(Equal("0"), k)
+		g.Expect(rep.Removed).To(ContainElement("sysctl restored: " + k + "=0"))
 	}
 }

@@ -172,10 +172,10 @@ func (d *Datapath) Sync(want Desired) (Stats, error) {
 }
 
 // Counters returns the program's counters summed over CPUs: redirected, miss, no healthy member, oversize,
-// TCP SYN left to the kernel.
-func (d *Datapath) Counters() ([5]uint64, error) {
-	var out [5]uint64
-	for i := range uint32(5) {
+// TCP SYN left to the kernel, ICMP left to the kernel.
+func (d *Datapath) Counters() ([6]uint64, error) {
+	var out [6]uint64
+	for i := range uint32(len(out)) {
 		var per []uint64
 		if err := d.objs.Stats.Lookup(i, &per); err != nil {
 			return out, fmt.Errorf("failed to read counter %d: %w", i, err)

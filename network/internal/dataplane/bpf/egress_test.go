@@ -94,10 +94,12 @@ func TestProgramLogic(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c[0]).To(BeNumerically(">", 600))
 	g.Expect(c[4]).To(BeEquivalentTo(1))
+	g.Expect(c[5]).To(BeEquivalentTo(1), "the ICMP packet")
 }
 
 // expectVerdicts checks the program's decisions for single packets of TestProgramLogic's maps: misses and
-// non-IPv4 to the kernel, longest prefix, TCP SYNs to the kernel, drop on a down link, oversize to the kernel.
+// non-IPv4 to the kernel, longest prefix, TCP SYNs and ICMP to the kernel, drop on a down link, oversize to the
+// kernel.
 func expectVerdicts(g *WithT, d *Datapath, src netip.Addr) {
 	// Miss → kernel path; not IPv4 → kernel path.
 	ret, _ := run(g, d.Program(), frame(src, netip.MustParseAddr("192.168.1.1"), 1, 2, 10))
@@ -125,6 +127,13 @@ func expectVerdicts(g *WithT, d *Datapath, src netip.Addr) {
 	g.Expect(ret).To(BeEquivalentTo(tcActOK))
 	ret, _ = run(g, d.Program(), tcp(0x10))
 	g.Expect(ret).To(BeEquivalentTo(tcActRedirect))
+
+	// ICMP goes to the kernel: the sender's conntrack must see the request its reply answers (an unmatched
+	// reply is INVALID, which kube-proxy drops).
+	icmp := frame(src, netip.MustParseAddr("10.2.7.9"), 0x0800, 0, 20)
+	icmp[14+9] = 1
+	ret, _ = run(g, d.Program(), icmp)
+	g.Expect(ret).To(BeEquivalentTo(tcActOK))
 
 	// A down link drops (never leaks unencrypted onto the underlay).
 	ret, _ = run(g, d.Program(), frame(src, netip.MustParseAddr("10.3.0.9"), 1, 2, 10))

@@ -29,7 +29,7 @@ type Status struct {
 	Writes            kernel.Writes              `json:"writes"`
 	MapPrefixes       int                        `json:"mapPrefixes"`
 	MapGroups         int                        `json:"mapGroups"`
-	Counters          [5]uint64                  `json:"ebpfCounters"`
+	Counters          [6]uint64                  `json:"ebpfCounters"`
 	Applied           int64                      `json:"applied"`
 	LastError         string                     `json:"lastError,omitempty"`
 	// ApplyFailures counts applies that failed (each is retried with backoff).

@@ -1,9 +1,11 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 
 	"github.com/yonder-dev/yonder/network/internal/dataplane/desired"
@@ -11,10 +13,30 @@ import (
 
 // Setup sets the sysctls forwarding needs (idempotent); Clamp adds the MSS clamping rules.
 func Setup() error {
+	return setup("/proc/sys")
+}
+
+// conntrackLiberal is the sysctl that keeps conntrack from marking a TCP segment INVALID for falling outside the
+// window it tracked. The eBPF program redirects every segment of a cross-site flow after its handshake past
+// the sending node's netfilter, so each node's conntrack sees one direction of the flow and only the
+// handshake of the other: without it, once one side has sent more than conntrack allows for unseen data
+// (about 64 KiB), the other side's ACKs are INVALID there, and kube-proxy's KUBE-FORWARD chain (the
+// cluster's, on every Node) drops INVALID packets, which stalls the connection. It exists once the
+// nf_conntrack module is loaded; without conntrack nothing is marked INVALID.
+const conntrackLiberal = "net/netfilter/nf_conntrack_tcp_be_liberal"
+
+func setup(root string) error {
 	for k, v := range map[string]string{
 		"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
+		conntrackLiberal: "1",
 	} {
-		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil { //nolint:gosec // sysctl files
+		p := filepath.Join(root, k)
+		if k == conntrackLiberal {
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil { //nolint:gosec // sysctl files
 			return fmt.Errorf("failed to set sysctl %s: %w", k, err)
 		}
 	}

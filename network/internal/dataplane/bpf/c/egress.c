@@ -4,7 +4,7 @@
 // Longest-prefix lookup of the destination in `prefixes` gives a gateway group; the flow hash picks one healthy
 // member by rendezvous hashing (losing a member moves only its flows); the frame is rewritten to the member's
 // tunnel MAC and redirected to its tunnel device. Misses, oversize packets (the kernel path then sends ICMP
-// "fragmentation needed") and anything that is not IPv4 go on to the kernel's routing.
+// "fragmentation needed"), TCP SYNs, ICMP and anything that is not IPv4 go on to the kernel's routing.
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -53,12 +53,13 @@ struct {
 	__uint(max_entries, 4096);
 } groups SEC(".maps");
 
-// counters: 0 redirected, 1 miss, 2 no healthy member, 3 oversize, 4 TCP SYN left to the kernel
+// counters: 0 redirected, 1 miss, 2 no healthy member, 3 oversize, 4 TCP SYN left to the kernel, 5 ICMP left
+// to the kernel
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 5);
+	__uint(max_entries, 6);
 } stats SEC(".maps");
 
 static __always_inline void count(__u32 i)
@@ -92,8 +93,18 @@ int pod_egress(struct __sk_buff *skb)
 	if ((void *)(ip + 1) > data_end)
 		return TC_ACT_OK;
 
+	// ICMP takes the kernel path, so that the sender's conntrack sees the request its reply answers. A reply
+	// (echo reply, or an error about a flow) that arrives through the tunnel for a request conntrack never
+	// saw is INVALID, and kube-proxy's KUBE-FORWARD chain drops INVALID packets unless
+	// nf_conntrack_tcp_be_liberal is set. ICMP is a trickle; the fast path is for the bulk.
+	if (ip->protocol == IPPROTO_ICMP) {
+		count(5);
+		return TC_ACT_OK;
+	}
 	// TCP SYNs take the kernel path, whose MSS clamping (to the route's path MTU) then covers every flow,
-	// also at gateways where later packets are redirected from one tunnel to the next.
+	// also at gateways where later packets are redirected from one tunnel to the next. Conntrack sees each
+	// connection's handshake at both ends; the segments redirected after it are not seen on the sending
+	// node, which is why the node daemon sets nf_conntrack_tcp_be_liberal (kernel.Setup).
 	if (ip->protocol == IPPROTO_TCP && ip->ihl == 5) {
 		struct tcphdr *tcp = (void *)(ip + 1);
 		if ((void *)(tcp + 1) > data_end)

@@ -42,7 +42,7 @@ CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(awk '$1 == "github.com/cert-manag
 [ -n "$CERT_MANAGER_VERSION" ] || { echo "hack/certmanager/go.mod requires no github.com/cert-manager/cert-manager" >&2; exit 1; }
 CERT_MANAGER_SOURCES=$(cd "$CERT_MANAGER_MOD" && cat go.mod go.sum ./*/*.go | sha256sum | cut -c1-8)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
-KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}_kubeadm"
+KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}_kubeadm_kube-proxy"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"
 BUILD_ROOT="${CACHE_ROOT}/build"
 LOG_DIR="${CACHE_ROOT}/logs"
@@ -224,6 +224,13 @@ build_kubeadm() {
   k8s_build "$1" "$2" k8s.io/kubernetes/cmd/kubeadm
 }
 
+# build_kube_proxy BIN VERSION: kube-proxy, which the lab's workload cluster runs on every Node as a DaemonSet
+# (as kubeadm's clusters do), so that ClusterIP Services work on Yonder's nodes the way they do on a user's.
+build_kube_proxy() {
+  k8s_module "$2" yonder.local/kubeproxybin
+  k8s_build "$1" "$2" k8s.io/kubernetes/cmd/kube-proxy
+}
+
 # k8s_module VERSION NAME: a scratch module requiring k8s.io/kubernetes at VERSION.
 k8s_module() {
   local v=$1 staging=${1/v1./v0.}
@@ -324,7 +331,7 @@ build_certmanager() {
 # BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
 BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
   containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}"
-  cert-manager-controller cert-manager-cainjector kubeadm capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager)
+  cert-manager-controller cert-manager-cainjector kubeadm capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager kube-proxy)
 
 build_binaries() {
   if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi
@@ -337,12 +344,13 @@ build_binaries() {
   build_component certmanager "${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}" build_certmanager
   build_component capi-kubeadm "${CAPI_VERSION}" build_capi_kubeadm
   build_component kubeadm "${KUBERNETES_VERSION}" build_kubeadm
+  build_component kube-proxy "${KUBERNETES_VERSION}" build_kube_proxy
   STEP=assemble
   mkdir -p "${BIN_DIR}"
   local c f
   for c in "kubernetes-${KUBERNETES_VERSION}" "etcd-${ETCD_VERSION}" "capi-${CAPI_VERSION}" "containerd-${CONTAINERD_VERSION}" \
     "registry-${REGISTRY_VERSION}" "kubelet-${KUBELET_PREVIOUS_VERSION}" "certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}" \
-    "capi-kubeadm-${CAPI_VERSION}" "kubeadm-${KUBERNETES_VERSION}"; do
+    "capi-kubeadm-${CAPI_VERSION}" "kubeadm-${KUBERNETES_VERSION}" "kube-proxy-${KUBERNETES_VERSION}"; do
     for f in "${BUILD_ROOT}/${c}/bin/"*; do ln -sf "$f" "${BIN_DIR}/$(basename "$f")"; done
   done
   for f in "${BUILT_BINARIES[@]}"; do

@@ -43,7 +43,7 @@ var binaryImages = []binaryImage{
 	{"yonder-metal-manager", "./infrastructure-baremetal", nil},
 	{"yonder-net-controller", "./network/cmd/yonder-net-controller", nil},
 	// The node daemon installs MSS clamping and the inner-VXLAN port rule with iptables (docs/network-dataplane.md).
-	{"yonder-net-node", "./network/cmd/yonder-net-node", iptablesFiles},
+	{"yonder-net-node", "./network/cmd/yonder-net-node", ociimage.IptablesFiles},
 }
 
 // Names of the agent artifact and the node images.

@@ -1,7 +1,7 @@
 // Command images builds and pushes Yonder's OCI images with go-containerregistry, without Docker:
 //
 //   - every manager and the network add-on: a static binary (CGO_ENABLED=0) as entrypoint, plus the host
-//     tools a binary executes (yonder-net-node runs iptables: see iptablesFiles);
+//     tools a binary executes (yonder-net-node runs iptables: see ociimage.IptablesFiles);
 //   - yonder-agent as an OCI artifact whose one blob is the static binary itself, so a host downloads it by
 //     digest from any registry or mirror that holds it (`/v2/<repository>/blobs/sha256:<sha256 of the binary>`);
 //   - a node image per Kubernetes version (yonder-node:<version>): the node root filesystem

@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"bufio"
@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/yonder-dev/yonder/pkg/ociimage"
 )
 
 // xtablesDir holds iptables' match and target extensions (libxt_tcp.so, libxt_TCPMSS.so …), loaded at run
@@ -29,13 +27,13 @@ var iptablesTools = map[string]string{
 	"iptables-legacy-restore": "xtables-legacy-multi", "ip6tables-legacy": "xtables-legacy-multi",
 }
 
-// iptablesFiles returns the image files that make `iptables` work: Debian's xtables multi-call binaries from
+// IptablesFiles returns the image files that make `iptables` work: Debian's xtables multi-call binaries from
 // the build host (package iptables), their extensions, the shared libraries all of them load (their ldd
 // closure, with the dynamic loader) and the symlinks of the merged /usr layout they are reached through.
 // Copying the host's files keeps the build offline; the digest then depends on the host's iptables and
 // libc packages, which is why the archive's digest is stable on one build host, not across distributions.
-func iptablesFiles() ([]ociimage.File, error) {
-	c := hostCopier{files: map[string]ociimage.File{}}
+func IptablesFiles() ([]File, error) {
+	c := hostCopier{files: map[string]File{}}
 	var elfs []string
 	for _, b := range []string{"/usr/sbin/xtables-nft-multi", "/usr/sbin/xtables-legacy-multi"} {
 		if _, err := os.Stat(b); err != nil {
@@ -90,12 +88,12 @@ func iptablesFiles() ([]ociimage.File, error) {
 		}
 	}
 	for name, target := range iptablesTools {
-		c.files["usr/sbin/"+name] = ociimage.File{Path: "usr/sbin/" + name, Symlink: target}
+		c.files["usr/sbin/"+name] = File{Path: "usr/sbin/" + name, Symlink: target}
 	}
 	// iptables -w takes /run/xtables.lock (the DaemonSet mounts the host's there); /tmp for the libraries.
-	c.files["run"] = ociimage.File{Path: "run", Dir: true}
-	c.files["tmp"] = ociimage.File{Path: "tmp", Dir: true, Mode: 0o1777}
-	out := make([]ociimage.File, 0, len(c.files))
+	c.files["run"] = File{Path: "run", Dir: true}
+	c.files["tmp"] = File{Path: "tmp", Dir: true, Mode: 0o1777}
+	out := make([]File, 0, len(c.files))
 	for _, f := range c.files {
 		out = append(out, f)
 	}
@@ -154,7 +152,7 @@ func lddDeps(path string) (map[string]string, error) {
 // /lib64/ld-linux-x86-64.so.2 → /lib/x86_64-linux-gnu/…) so the paths baked into binaries resolve the same
 // way inside the image.
 type hostCopier struct {
-	files map[string]ociimage.File
+	files map[string]File
 }
 
 // add copies the host path p (absolute) and the directories and symlinks leading to it.
@@ -181,7 +179,7 @@ func (c *hostCopier) addDepth(p string, depth int) error {
 			if err != nil {
 				return fmt.Errorf("failed to read symlink %s: %w", next, err)
 			}
-			c.files[rel] = ociimage.File{Path: rel, Symlink: target}
+			c.files[rel] = File{Path: rel, Symlink: target}
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(cur, target)
 			}
@@ -189,17 +187,17 @@ func (c *hostCopier) addDepth(p string, depth int) error {
 			return c.addDepth(filepath.Join(append([]string{target}, parts[i+1:]...)...), depth+1)
 		case fi.IsDir():
 			if _, ok := c.files[rel]; !ok {
-				c.files[rel] = ociimage.File{Path: rel, Dir: true, Mode: int64(fi.Mode().Perm())}
+				c.files[rel] = File{Path: rel, Dir: true, Mode: int64(fi.Mode().Perm())}
 			}
 		case fi.Mode().IsRegular():
 			if i != len(parts)-1 {
 				return fmt.Errorf("failed to copy %s: %s is not a directory", p, next)
 			}
-			data, err := os.ReadFile(next) //nolint:gosec // a host file chosen by iptablesFiles
+			data, err := os.ReadFile(next) //nolint:gosec // a host file chosen by IptablesFiles
 			if err != nil {
 				return fmt.Errorf("failed to read %s: %w", next, err)
 			}
-			c.files[rel] = ociimage.File{Path: rel, Content: data, Mode: int64(fi.Mode().Perm())}
+			c.files[rel] = File{Path: rel, Content: data, Mode: int64(fi.Mode().Perm())}
 		default:
 			return fmt.Errorf("failed to copy %s: %s is neither a file, a directory nor a symlink", p, next)
 		}

@@ -80,7 +80,7 @@ func podAnswers(ctx context.Context, cs kubernetes.Interface, machine, node stri
 	if a, err := netip.ParseAddr(ip); err != nil || !cidr.Contains(a) {
 		return fmt.Errorf("node %s: pod %s got address %s, outside the Node's pod CIDR %s", node, name, ip, cidr)
 	}
-	out, err := stack.FetchAnswer(ctx, c, cs, name+"-client", node, ip, podCheckLabels, 3*time.Minute)
+	out, err := stack.FetchAnswer(ctx, c, cs, name+"-client", node, stack.Fetch{IP: ip}, podCheckLabels, 3*time.Minute)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}

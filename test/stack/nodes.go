@@ -75,6 +75,13 @@ func (s *Stack) startRegistry(ctx context.Context) error {
 		return err
 	}
 	archives = append(archives, busybox)
+	if s.opts.KubeProxy {
+		kp, err := s.kubeProxyArchive()
+		if err != nil {
+			return err
+		}
+		archives = append(archives, kp)
+	}
 	for _, a := range archives {
 		if err := s.pushArchive(ctx, a); err != nil {
 			return err
@@ -113,7 +120,9 @@ func (s *Stack) busyboxArchive() (string, error) {
 	p := filepath.Join(s.binDir, "busybox.oci.tar")
 	spec := ociimage.Image{Files: ociimage.Busybox(bb, "sh", "sleep", "echo", "cat", "ls", "hostname", "wget", "ip",
 		// The lab's cross-site pod check: an HTTP server and client, ping, nc.
-		"httpd", "ping", "nc", "mkdir", "timeout"), Cmd: []string{"/bin/sh"}}
+		"httpd", "ping", "nc", "mkdir", "timeout",
+		// The lab's bulk transfer: the client counts the bytes of /big.
+		"wc"), Cmd: []string{"/bin/sh"}}
 	return p, ociimage.WriteArchiveFile(p, BusyboxImage, spec)
 }
 
@@ -162,6 +171,11 @@ func (s *Stack) startWorkload(ctx context.Context) error {
 	}
 	if err := s.Client.Create(ctx, sec); err != nil {
 		return fmt.Errorf("failed to store the workload kubeconfig: %w", err)
+	}
+	if s.opts.KubeProxy {
+		if err := s.installKubeProxy(ctx); err != nil {
+			return err
+		}
 	}
 	return s.createRegistryCASecret(ctx)
 }

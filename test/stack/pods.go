@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +22,11 @@ import (
 // AnswerPort is the port of an answer pod's HTTP server.
 const AnswerPort = "8080"
 
-// AnswerPod is a pod on node, in namespace default, that serves answer over HTTP on AnswerPort.
+// writeBig writes /www/big, BigFileBytes long, with the shell alone (the image has no dd).
+var writeBig = fmt.Sprintf(`s=0123456789abcdef; i=0; while [ $i -lt %d ]; do s=$s$s; i=$((i+1)); done; printf %%s "$s" > /www/big`, bits.Len(BigFileBytes/16)-1)
+
+// AnswerPod is a pod on node, in namespace default, that serves answer over HTTP on AnswerPort, and /big
+// (BigFileBytes).
 func AnswerPod(name, node, answer string, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
@@ -32,7 +37,7 @@ func AnswerPod(name, node, answer string, labels map[string]string) *corev1.Pod 
 				Name: "busybox", Image: BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				// sh stays PID 1 with a TERM trap: httpd as PID 1 would ignore SIGTERM, and every node's
 				// shutdown (the lab's `lab down`, a Machine's drain) waited for the stop grace period.
-				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && httpd -f -p %s -h /www & wait $!", answer, AnswerPort)},
+				Command: []string{"/bin/sh", "-c", fmt.Sprintf("trap 'exit 0' TERM INT; mkdir -p /www && echo %q > /www/index.html && %s && httpd -f -p %s -h /www & wait $!", answer, writeBig, AnswerPort)},
 			}},
 		},
 	}
@@ -71,19 +76,54 @@ func PodWaiting(pod *corev1.Pod) string {
 	return "no container waiting"
 }
 
-// FetchAnswer runs a client pod default/name on node that fetches the answer of the answer pod at ip over
-// HTTP (retrying for up to a minute while a handshake or a route is still missing), then pings ip, and
-// returns the client's log: "TCP response:", the HTTP response, then ping's summary. The client is deleted
-// afterwards.
-func FetchAnswer(ctx context.Context, c client.Client, cs kubernetes.Interface, name, node, ip string, labels map[string]string, timeout time.Duration) (string, error) {
-	// busybox's wget crashes in these images (static glibc without NSS), so the HTTP request is nc's.
-	script := fmt.Sprintf(`i=0
-until resp=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 %[1]s %[2]s) && case "$resp" in *"200 OK"*) true;; *) false;; esac; do
-  i=$((i+1)); case $i in 60) echo "no answer from %[1]s:%[2]s: $resp"; exit 1;; esac; sleep 1
-done
+// BigFileBytes is the size of /big, which every answer pod serves beside its answer: a transfer of many
+// segments, where the answer is one.
+const BigFileBytes = 1 << 20
+
+// Fetch says what a client pod fetches from an answer pod.
+type Fetch struct {
+	// IP is the answer pod's address: the client fetches its answer there over TCP, then pings it.
+	IP string
+	// ServiceIP is the ClusterIP of a Service in front of the answer pod (port AnswerPort): when set, the
+	// client fetches the answer through it too.
+	ServiceIP string
+	// Download makes the client also fetch /big at each address and count the bytes.
+	Download bool
+}
+
+// FetchAnswer runs a client pod default/name on node that fetches the answer of the answer pod at f.IP over
+// HTTP (retrying for up to a minute while a handshake or a route is still missing), and /big with
+// f.Download; then the same through f.ServiceIP when set; then pings f.IP. It returns the client's log:
+// "TCP response:" and the HTTP response, "Download <address>: <n> bytes" (n counts the headers too),
+// "Service response:" and its HTTP response, then ping's summary. The client is deleted afterwards.
+func FetchAnswer(ctx context.Context, c client.Client, cs kubernetes.Interface, name, node string, f Fetch, labels map[string]string, timeout time.Duration) (string, error) {
+	// busybox's wget crashes in these images (static glibc without NSS), so the HTTP requests are nc's.
+	download := ""
+	if f.Download {
+		download = "yes"
+	}
+	script := fmt.Sprintf(`fetch() {
+  i=0
+  until resp=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 "$1" %[2]s) && case "$resp" in *"200 OK"*) true;; *) false;; esac; do
+    i=$((i+1)); case $i in 60) echo "no answer from $1:%[2]s: $resp"; exit 1;; esac; sleep 1
+  done
+}
+download() {
+  [ -n "%[4]s" ] || return 0
+  n=$(printf 'GET /big HTTP/1.0\r\n\r\n' | nc -w 10 "$1" %[2]s | wc -c)
+  echo "Download $1: $n bytes"
+}
+fetch %[1]s
 echo "TCP response:"
 echo "$resp"
-ping -c 3 -W 2 %[1]s`, ip, AnswerPort)
+download %[1]s
+if [ -n "%[3]s" ]; then
+  fetch %[3]s
+  echo "Service response:"
+  echo "$resp"
+  download %[3]s
+fi
+ping -c 3 -W 2 %[1]s`, f.IP, AnswerPort, f.ServiceIP, download)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: corev1.PodSpec{

@@ -151,6 +151,10 @@ type Options struct {
 	// authenticated metrics endpoint as a ServiceAccount bound to the shipped metrics-reader role. Off by
 	// default: suites that do not assert metrics do not pay for it.
 	Prometheus bool
+	// KubeProxy runs kube-proxy on the workload cluster's Nodes, installed as kubeadm's addon phase does
+	// (a DaemonSet, kubeproxy.go): ClusterIP Services work on them as on a user's cluster. Off by default:
+	// suites that reach pods by their addresses do not pay for it.
+	KubeProxy bool
 	// StartTimeout bounds Start after its builds (0: only ctx bounds it). The builds are left out: how long
 	// they take depends on the Go build cache and on what else compiles at the same time (go test runs
 	// several packages at once, and each suite builds the managers), not on the stack.

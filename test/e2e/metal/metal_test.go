@@ -246,7 +246,7 @@ func (l *metalLife) nodeReady(t *testing.T, t0 time.Time) (ready, podRan time.Du
 	defer func() { _ = st.WorkloadClient.Delete(context.WithoutCancel(l.ctx), server) }()
 	ip, err := stack.WaitPodIP(l.ctx, st.WorkloadClient, name, 10*time.Minute)
 	g.Expect(err).NotTo(HaveOccurred(), l.nodeDiag)
-	out, err := stack.FetchAnswer(l.ctx, st.WorkloadClient, cs, name+"-client", n.Name, ip, nil, 10*time.Minute)
+	out, err := stack.FetchAnswer(l.ctx, st.WorkloadClient, cs, name+"-client", n.Name, stack.Fetch{IP: ip}, nil, 10*time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 	_, resp, _ := strings.Cut(out, "TCP response:\n")
 	g.Expect(strings.Split(resp, "\n")).To(ContainElement(answer), "the client pod on the metal Node fetched the answer over the pod network: %s", out)

@@ -248,7 +248,8 @@ func (l labUnderTest) up(t *testing.T) *State {
 }
 
 // expectPodCheck: in the output of `lab up` or `lab check`, each pod's answer crossed to the other site
-// over TCP, pings came back, over the three kinds of link, each crossed both ways: Direct (site-a,
+// over TCP, at the pod's address and through its ClusterIP Service (the workload cluster's kube-proxy on
+// Yonder's nodes), with a 1 MiB download at each, pings came back, over the three kinds of link, each crossed both ways: Direct (site-a,
 // site-b), NAT-initiated (site-a, site-c behind NAT) and relayed (site-c, site-d, both behind NAT) through
 // the relay the controller chose (equal MTUs: the first by name); st is the state recorded afterwards.
 func expectPodCheck(g Gomega, out string, st *State) {
@@ -257,17 +258,28 @@ func expectPodCheck(g Gomega, out string, st *State) {
 	g.Expect(st.PodCheck.Pods).To(HaveKeyWithValue("site-a", "lab-net-site-a"))
 	g.Expect(st.PodCheck.Pods).To(HaveKeyWithValue("site-b", "lab-net-site-b"))
 	g.Expect(st.PodCheck.Nodes).To(HaveLen(4), "a check pod's Node at every site")
-	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b"`))
-	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a"`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b", /big: \d+ bytes`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a", /big: \d+ bytes`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-b\) ICMP: [1-3]/3 echo replies`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-b \(site-b\) -> \S+ \(site-a\) ICMP: [1-3]/3 echo replies`))
-	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b" \[Direct\]`))
-	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a" \[NATInitiated \(site-c behind NAT\)\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b", /big: \d+ bytes \[Direct\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a", /big: \d+ bytes \[NATInitiated \(site-c behind NAT\)\]`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-a \(site-a\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[NATInitiated`))
-	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d" \[Relayed via site-a\]`))
+	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-c \(site-c\) -> \S+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d", /big: \d+ bytes \[Relayed via site-a\]`))
 	g.Expect(out).To(MatchRegexp(`pod check: lab-net-site-d \(site-d\) -> \S+ \(site-c\) ICMP: [1-3]/3 echo replies \[Relayed via site-a\]`))
+	for _, svc := range []string{
+		`lab-net-site-a \(site-a\) -> Service lab-net-site-b 10\.96\.\d+\.\d+:8080 \(site-b\) TCP: "hello from lab-net-site-b at site-b", /big: \d+ bytes \[Direct\]`,
+		`lab-net-site-b \(site-b\) -> Service lab-net-site-a 10\.96\.\d+\.\d+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a", /big: \d+ bytes \[Direct\]`,
+		`lab-net-site-c \(site-c\) -> Service lab-net-site-a 10\.96\.\d+\.\d+:8080 \(site-a\) TCP: "hello from lab-net-site-a at site-a", /big: \d+ bytes \[NATInitiated`,
+		`lab-net-site-a \(site-a\) -> Service lab-net-site-c 10\.96\.\d+\.\d+:8080 \(site-c\) TCP: "hello from lab-net-site-c at site-c", /big: \d+ bytes \[NATInitiated`,
+		`lab-net-site-c \(site-c\) -> Service lab-net-site-d 10\.96\.\d+\.\d+:8080 \(site-d\) TCP: "hello from lab-net-site-d at site-d", /big: \d+ bytes \[Relayed via site-a\]`,
+		`lab-net-site-d \(site-d\) -> Service lab-net-site-c 10\.96\.\d+\.\d+:8080 \(site-c\) TCP: "hello from lab-net-site-c at site-c", /big: \d+ bytes \[Relayed via site-a\]`,
+	} {
+		g.Expect(out).To(MatchRegexp(`pod check: `+svc), "through the ClusterIP Service")
+	}
+	g.Expect(st.PodCheck.ServiceIPs).To(HaveLen(4))
 	g.Expect(out).To(ContainSubstring("pod check passed"))
-	g.Expect(st.PodCheck.Lines).To(HaveLen(12))
+	g.Expect(st.PodCheck.Lines).To(HaveLen(18))
 	for _, l := range st.PodCheck.Lines {
 		g.Expect(out).To(ContainSubstring(l), "the recorded exchanges are the ones printed")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,42 +139,6 @@ func labelNodes(ctx context.Context, c client.Client, sites map[string]string) e
 	return nil
 }
 
-// addonObjects are the embedded add-on manifests (what `kubectl yonder site init` applies) with one lab
-// change: the pods reach the API server at its address rather than through the kubernetes Service, whose
-// ClusterIP nothing routes (the lab's nodes run no kube-proxy).
-func addonObjects(apiserver string) ([]*unstructured.Unstructured, error) {
-	u, err := url.Parse(apiserver)
-	if err != nil {
-		return nil, fmt.Errorf("failed to parse the workload API server URL %q: %w", apiserver, err)
-	}
-	objs, err := site.Objects()
-	if err != nil {
-		return nil, err
-	}
-	env := []any{
-		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": u.Hostname()},
-		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": u.Port()},
-	}
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
-			continue
-		}
-		cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		if err != nil {
-			return nil, fmt.Errorf("failed to read the containers of %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
-		for i := range cs {
-			c := cs[i].(map[string]any)
-			old, _, _ := unstructured.NestedSlice(c, "env")
-			c["env"] = append(slices.Clone(env), old...)
-		}
-		if err := unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers"); err != nil {
-			return nil, err
-		}
-	}
-	return objs, nil
-}
-
 // installNetwork installs the network add-on into the workload cluster and configures one Site per lab
 // site (selected by SiteLabel), every Node of a site a gateway candidate that may relay, and a
 // Gateway-topology peering of all sites; it waits until the controller runs, every Node's daemon publishes
@@ -186,7 +149,9 @@ func installNetwork(ctx context.Context, s *stack.Stack, nodes map[string]string
 	if err != nil {
 		return fmt.Errorf("failed to create the workload client: %w", err)
 	}
-	objs, err := addonObjects(s.Workload.Endpoint)
+	// The manifests as they are embedded: the pods reach the API server through the kubernetes Service,
+	// which the workload cluster's kube-proxy routes on every Node (stack.Options.KubeProxy).
+	objs, err := site.Objects()
 	if err != nil {
 		return err
 	}

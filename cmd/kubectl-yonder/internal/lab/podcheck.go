@@ -7,12 +7,15 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,9 +25,10 @@ import (
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
-// checkPod is one of the pod check's pods: a busybox httpd answering with a text naming the pod and its site.
+// checkPod is one of the pod check's pods: a busybox httpd answering with a text naming the pod and its site,
+// behind a ClusterIP Service of the same name (serviceIP).
 type checkPod struct {
-	name, site, node, ip string
+	name, site, node, ip, serviceIP string
 }
 
 // answer is what the pod's HTTP server returns; the check asserts it arrived verbatim at the other site.
@@ -38,6 +42,8 @@ type PodCheck struct {
 	Pods map[string]string `json:"pods,omitempty"`
 	// IPs are the check pods' addresses by site.
 	IPs map[string]string `json:"ips,omitempty"`
+	// ServiceIPs are the ClusterIPs of the check pods' Services (named as the pods) by site.
+	ServiceIPs map[string]string `json:"serviceIPs,omitempty"`
 	// Nodes are the Nodes the check pods ran on, by site.
 	Nodes map[string]string `json:"nodes,omitempty"`
 	// At is when the check ended; Source is the command that ran it (SourceUp or SourceCheck).
@@ -65,17 +71,18 @@ func printPodNext(out io.Writer, st *State) {
 		return
 	}
 	a, b := st.PodCheck.Pods["site-a"], st.PodCheck.Pods["site-b"]
-	ipA, ipB := st.PodCheck.IPs["site-a"], st.PodCheck.IPs["site-b"]
+	ipA, ipB, svcA := st.PodCheck.IPs["site-a"], st.PodCheck.IPs["site-b"], st.PodCheck.ServiceIPs["site-a"]
 	_, _ = fmt.Fprintf(out, `Pods across sites (the pod check's: %[2]s at site-a %[4]s, %[3]s at site-b %[5]s; namespace default):
   export KUBECONFIG=%[1]s
   kubectl get sites,gatewaypools,sitepeerings,nodenetworks          # the network add-on's view
   kubectl -n yonder-network get pods -o wide
   kubectl exec %[2]s -- ping -c 3 %[5]s
   kubectl exec %[3]s -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 3 %[4]s %[6]s'
+  kubectl exec %[3]s -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 3 %[7]s %[6]s'   # through Service %[2]s (kube-proxy)
   kubectl exec -it %[2]s -- sh
   kubectl -n yonder-network exec <yonder-net-node pod> -- /yonder-net-node debug   # WireGuard peers, routes, eBPF counters
 
-`, st.WorkloadKubeconfig, a, b, ipA, ipB, stack.AnswerPort)
+`, st.WorkloadKubeconfig, a, b, ipA, ipB, stack.AnswerPort, svcA)
 }
 
 // podCheck places a busybox pod on one Node of every site (nodes: Node → site), each serving its answer
@@ -87,7 +94,7 @@ func printPodNext(out io.Writer, st *State) {
 // Ready or at another site is replaced by one on the first Node of its site (by name). The result holds
 // what passed so far, also when the check fails.
 func podCheck(ctx context.Context, c client.Client, cfg *rest.Config, nodes map[string]string, natSites map[string]bool, timeout time.Duration, step func(string, ...any)) (*PodCheck, error) {
-	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}, Nodes: map[string]string{}}
+	res := &PodCheck{Pods: map[string]string{}, IPs: map[string]string{}, ServiceIPs: map[string]string{}, Nodes: map[string]string{}}
 	bySite := map[string][]string{}
 	for n, st := range nodes {
 		bySite[st] = append(bySite[st], n)
@@ -113,8 +120,8 @@ func podCheck(ctx context.Context, c client.Client, cfg *rest.Config, nodes map[
 	var running []string
 	for _, st := range sites {
 		p := pods[st]
-		res.Pods[st], res.IPs[st], res.Nodes[st] = p.name, p.ip, p.node
-		running = append(running, fmt.Sprintf("%s on %s (%s, %s)", p.name, p.node, p.site, p.ip))
+		res.Pods[st], res.IPs[st], res.ServiceIPs[st], res.Nodes[st] = p.name, p.ip, p.serviceIP, p.node
+		running = append(running, fmt.Sprintf("%s on %s (%s, %s, Service %s)", p.name, p.node, p.site, p.ip, p.serviceIP))
 	}
 	step("pod check: %s running (%.1fs)", strings.Join(running, ", "), time.Since(t0).Seconds())
 	kinds, err := linkKinds(ctx, cfg)
@@ -185,6 +192,9 @@ func startCheckPods(ctx context.Context, c client.Client, sites []string, candid
 			}
 		}
 		if err := startCheckPod(ctx, c, p); err != nil {
+			return nil, err
+		}
+		if err := ensureCheckService(ctx, c, p); err != nil {
 			return nil, err
 		}
 		pods[st] = p
@@ -320,15 +330,8 @@ func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, fro
 	if err != nil {
 		return nil, err
 	}
-	tcp := ""
-	if _, resp, ok := strings.Cut(out, "TCP response:\n"); ok {
-		for _, l := range strings.Split(resp, "\n") {
-			if strings.TrimSpace(l) == to.answer() {
-				tcp = to.answer()
-			}
-		}
-	}
-	if tcp != to.answer() {
+	direct, throughService, _ := strings.Cut(out, "Service response:\n")
+	if !answered(direct, "TCP response:\n", to.answer()) {
 		return nil, fmt.Errorf("pod-to-pod check failed: %s (%s, %s) got no answer from %s:%s (%s, %s) over TCP (output %q); `kubectl yonder describe cluster %s` shows the tunnels",
 			from.name, from.site, from.node, to.ip, stack.AnswerPort, to.name, to.site, out, ClusterName)
 	}
@@ -336,20 +339,96 @@ func exchange(ctx context.Context, c client.Client, cs kubernetes.Interface, fro
 	if kind != "" {
 		suffix = " [" + kind + "]"
 	}
-	tcpLine := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q%s", from.name, from.site, to.ip, stack.AnswerPort, to.site, tcp, suffix)
+	got, err := downloaded(out, from, to, to.ip)
+	if err != nil {
+		return nil, err
+	}
+	tcpLine := fmt.Sprintf("%s (%s) -> %s:%s (%s) TCP: %q, /big: %d bytes%s", from.name, from.site, to.ip, stack.AnswerPort, to.site, to.answer(), got, suffix)
 	step("pod check: %s", tcpLine)
+	if !answered(throughService, "", to.answer()) {
+		return nil, fmt.Errorf("pod-to-Service check failed: %s (%s, %s) got no answer through Service %s %s:%s (its pod %s at %s) over TCP (output %q); the workload cluster's kube-proxy routes ClusterIPs on each Node (kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide)",
+			from.name, from.site, from.node, to.name, to.serviceIP, stack.AnswerPort, to.ip, to.site, out)
+	}
+	if got, err = downloaded(out, from, to, to.serviceIP); err != nil {
+		return nil, err
+	}
+	svcLine := fmt.Sprintf("%s (%s) -> Service %s %s:%s (%s) TCP: %q, /big: %d bytes%s", from.name, from.site, to.name, to.serviceIP, stack.AnswerPort, to.site, to.answer(), got, suffix)
+	step("pod check: %s", svcLine)
 	m := received.FindStringSubmatch(out)
 	if m == nil || m[2] == "0" {
 		return nil, fmt.Errorf("pod-to-pod check failed: %s (%s) pinging %s (%s): %q", from.name, from.site, to.ip, to.site, out)
 	}
 	icmpLine := fmt.Sprintf("%s (%s) -> %s (%s) ICMP: %s/%s echo replies%s", from.name, from.site, to.ip, to.site, m[2], m[1], suffix)
-	step("pod check: %s (both in %.1fs incl. the client pod's start)", icmpLine, time.Since(t1).Seconds())
-	return []string{tcpLine, icmpLine}, nil
+	step("pod check: %s (all in %.1fs incl. the client pod's start)", icmpLine, time.Since(t1).Seconds())
+	return []string{tcpLine, svcLine, icmpLine}, nil
+}
+
+// downloaded returns how many bytes the client's download of /big from addr (to's pod address or its
+// Service's) received, headers included, and fails unless that covers the whole file: a bulk transfer
+// across the link, where the answer is one segment each way.
+func downloaded(log string, from, to *checkPod, addr string) (int, error) {
+	m := regexp.MustCompile(`(?m)^Download ` + regexp.QuoteMeta(addr) + `: *(\d+) bytes$`).FindStringSubmatch(log)
+	if m == nil {
+		return 0, fmt.Errorf("bulk transfer check failed: %s (%s, %s) reported no download of /big from %s (%s); output %q", from.name, from.site, from.node, addr, to.site, log)
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < stack.BigFileBytes {
+		return 0, fmt.Errorf("bulk transfer check failed: %s (%s, %s) received %s bytes of /big (%d) from %s (%s, %s); a transfer that stalls after its first window points at conntrack on a Node (INVALID packets dropped by kube-proxy's KUBE-FORWARD)",
+			from.name, from.site, from.node, m[1], stack.BigFileBytes, addr, to.name, to.site)
+	}
+	return n, nil
+}
+
+// answered says whether the part of a client's log after marker ("" : all of it) has a line that is
+// answer.
+func answered(log, marker, answer string) bool {
+	if marker != "" {
+		var ok bool
+		if _, log, ok = strings.Cut(log, marker); !ok {
+			return false
+		}
+	}
+	for _, l := range strings.Split(log, "\n") {
+		if strings.TrimSpace(l) == answer {
+			return true
+		}
+	}
+	return false
 }
 
 // startCheckPod creates p's pod on its Node (keeping one left from an earlier run of the same lab).
 func startCheckPod(ctx context.Context, c client.Client, p *checkPod) error {
 	return stack.StartAnswerPod(ctx, c, stack.AnswerPod(p.name, p.node, p.answer(), map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: p.site}))
+}
+
+// ensureCheckService creates the ClusterIP Service in front of p's pod (keeping one left from an earlier
+// run of the same lab) and records its ClusterIP: the check fetches each answer through it too, which the
+// workload cluster's kube-proxy routes on every Node.
+func ensureCheckService(ctx context.Context, c client.Client, p *checkPod) error {
+	port, err := strconv.ParseInt(stack.AnswerPort, 10, 32)
+	if err != nil {
+		return fmt.Errorf("failed to parse the answer port %q: %w", stack.AnswerPort, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default", Labels: map[string]string{"app.kubernetes.io/name": checkPodApp}},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app.kubernetes.io/name": checkPodApp, SiteLabel: p.site},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: int32(port), TargetPort: intstr.FromInt32(int32(port))}},
+		},
+	}
+	if err := c.Create(ctx, svc); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("failed to create the check Service %s: %w", p.name, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+			return fmt.Errorf("failed to get the check Service %s: %w", p.name, err)
+		}
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return fmt.Errorf("the check Service %s has no ClusterIP (%q)", p.name, svc.Spec.ClusterIP)
+	}
+	p.serviceIP = svc.Spec.ClusterIP
+	return nil
 }
 
 // waitPodIP waits until p's pod runs and records its IP; a pod that does not run is reported with its
@@ -391,7 +470,8 @@ func warnings(ctx context.Context, c client.Client, name string) string {
 // runClient runs a client pod next to from (same Node, same site) that fetches to's answer over HTTP and
 // pings it, and returns the client's log.
 func runClient(ctx context.Context, c client.Client, cs kubernetes.Interface, from, to *checkPod, timeout time.Duration) (string, error) {
-	out, err := stack.FetchAnswer(ctx, c, cs, from.name+"-to-"+to.site, from.node, to.ip, map[string]string{"app.kubernetes.io/name": clientPodApp}, timeout)
+	out, err := stack.FetchAnswer(ctx, c, cs, from.name+"-to-"+to.site, from.node, stack.Fetch{IP: to.ip, ServiceIP: to.serviceIP, Download: true},
+		map[string]string{"app.kubernetes.io/name": clientPodApp}, timeout)
 	if err != nil {
 		return "", fmt.Errorf("pod-to-pod check failed: %w", err)
 	}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -136,7 +138,10 @@ func (r *labRun) startStack(ctx context.Context) error {
 	s, err := stack.Start(ctx, stack.Options{Dir: r.st.StackDir, Sites: r.sites, HostNamespace: r.st.Namespace, FastNodeMonitoring: true,
 		ExtraImages: r.images, MetalHosts: metalHosts(r.l), MetalDiskImage: r.l.Metal, Log: r.step,
 		// The real Prometheus, scraping every manager; the network nodes are added once they run (cluster).
-		Prometheus: true})
+		Prometheus: true,
+		// The workload cluster runs kube-proxy on every Node, as a kubeadm cluster does: the network
+		// add-on's pods and the pod check reach ClusterIP Services through it.
+		KubeProxy: true})
 	if err != nil {
 		return fmt.Errorf("failed to start the lab stack (logs in %s): %w", filepath.Join(r.st.StackDir, "logs"), err)
 	}
@@ -244,6 +249,11 @@ func (r *labRun) cluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	t1 := time.Now()
+	if err := s.WaitKubeProxy(ctx, slices.Sorted(maps.Keys(nodes)), netTimeout); err != nil {
+		return err
+	}
+	r.step("kube-proxy Ready on the %d Nodes (the workload cluster's DaemonSet, as kubeadm installs it) in %.1fs", len(nodes), time.Since(t1).Seconds())
 	r.step("installing the network add-on into the workload cluster: yonder-net-controller, yonder-net-node on every Node, one Site per lab site")
 	natSites := map[string]bool{}
 	for _, rs := range r.remotes {

@@ -19,10 +19,11 @@ func Setup() error {
 // conntrackLiberal is the sysctl that keeps conntrack from marking a TCP segment INVALID for falling outside the
 // window it tracked. The eBPF program redirects every segment of a cross-site flow after its handshake past
 // the sending node's netfilter, so each node's conntrack sees one direction of the flow and only the
-// handshake of the other: without it, once one side has sent more than conntrack allows for unseen data
-// (about 64 KiB), the other side's ACKs are INVALID there, and kube-proxy's KUBE-FORWARD chain (the
-// cluster's, on every Node) drops INVALID packets, which stalls the connection. It exists once the
-// nf_conntrack module is loaded; without conntrack nothing is marked INVALID.
+// handshake of the other. A kernel whose conntrack accepts no ACK beyond the data it saw (Linux 5.15's
+// tcp_in_window, for one) then marks the ACKs at the receiving end INVALID, and kube-proxy's KUBE-FORWARD
+// chain (the cluster's, on every Node) drops INVALID packets: the connection stalls. Recent kernels (the
+// 6.18 of the development machine) let those ACKs pass, and the lab's transfers succeed there without it.
+// It exists once the nf_conntrack module is loaded; without conntrack nothing is marked INVALID.
 const conntrackLiberal = "net/netfilter/nf_conntrack_tcp_be_liberal"
 
 func setup(root string) error {

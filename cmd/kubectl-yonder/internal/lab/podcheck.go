@@ -373,7 +373,7 @@ func downloaded(log string, from, to *checkPod, addr string) (int, error) {
 	}
 	n, err := strconv.Atoi(m[1])
 	if err != nil || n < stack.BigFileBytes {
-		return 0, fmt.Errorf("bulk transfer check failed: %s (%s, %s) received %s bytes of /big (%d) from %s (%s, %s); a transfer that stalls after its first window points at conntrack on a Node (INVALID packets dropped by kube-proxy's KUBE-FORWARD)",
+		return 0, fmt.Errorf("bulk transfer check failed: %s (%s, %s) received %s bytes of /big (%d) from %s (%s, %s); a transfer cut short after its handshake points at conntrack on a Node: INVALID packets, which kube-proxy's KUBE-FORWARD chain drops (docs/network-dataplane.md)",
 			from.name, from.site, from.node, m[1], stack.BigFileBytes, addr, to.name, to.site)
 	}
 	return n, nil

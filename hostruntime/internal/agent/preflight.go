@@ -23,7 +23,7 @@ const (
 var requiredArtifacts = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr"}
 
 func (r *run) preflight(_ context.Context) (string, error) {
-	in := preflight.Input{StateDir: r.o.StateDir, MinFreeBytes: 2 << 30, Tools: []string{"systemd-nspawn", "tar", "nsenter"}}
+	in := preflight.Input{StateDir: r.o.StateDir, MinFreeBytes: 2 << 30, Tools: []string{"systemd-nspawn", "tar", "nsenter"}, BridgeNetfilter: true}
 	if r.nspawnConfig().Running() == 0 {
 		in.Ports = []int{10250} // the kubelet's; ours once the machine runs
 	}

@@ -128,7 +128,7 @@ func Preflight(o Options) *preflight.Report {
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir
 	}
-	in := preflight.Input{StateDir: o.StateDir, MinFreeBytes: 2 << 30, Tools: []string{"systemd-nspawn", "tar", "nsenter"}, Ports: []int{10250}}
+	in := preflight.Input{StateDir: o.StateDir, MinFreeBytes: 2 << 30, Tools: []string{"systemd-nspawn", "tar", "nsenter"}, Ports: []int{10250}, BridgeNetfilter: true}
 	if _, err := os.Stat(filepath.Join(o.StateDir, state.FileName)); err == nil {
 		in.Ports = nil // a node may already run here; its kubelet owns the port
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,6 +73,12 @@ type Input struct {
 	Tools []string
 	// MountInfo is the mountinfo to read cgroup hierarchies from (default /proc/self/mountinfo).
 	MountInfo string
+	// BridgeNetfilter checks that the bridge netfilter is there or loadable: the host phase turns it on,
+	// so that pods reach Services whose endpoints share their Node (docs/agent.md).
+	BridgeNetfilter bool
+	// ProcSys, ModulesDir and Modprobe are where that check looks and what it looks for (defaults /proc/sys,
+	// /lib/modules/<release>, modprobe on PATH).
+	ProcSys, ModulesDir, Modprobe string
 }
 
 // Run performs every check.
@@ -142,6 +149,9 @@ func Run(in Input) *Report {
 			}
 		}
 	}
+	if in.BridgeNetfilter {
+		bridgeNetfilter(r, in, utsString(uts.Release[:]))
+	}
 	for _, t := range in.Tools {
 		if _, err := exec.LookPath(t); err != nil {
 			r.add("tool "+t, Fail, t+" is not installed", "install it ("+packageOf(t)+")")
@@ -150,6 +160,39 @@ func Run(in Input) *Report {
 		}
 	}
 	return r
+}
+
+// bridgeNetfilter reports whether br_netfilter is there (built in or loaded: its sysctls exist) or can be
+// loaded (modprobe and a module its kernel lists). What it cannot tell is a warning, not a failure: the
+// host phase loads the module itself and fails with modprobe's own reason if that does not work.
+func bridgeNetfilter(r *Report, in Input, release string) {
+	procSys, modules, modprobe := in.ProcSys, in.ModulesDir, in.Modprobe
+	if modprobe == "" {
+		modprobe = "modprobe"
+	}
+	if procSys == "" {
+		procSys = "/proc/sys"
+	}
+	if modules == "" {
+		modules = filepath.Join("/lib/modules", release)
+	}
+	if _, err := os.Stat(filepath.Join(procSys, "net/bridge/bridge-nf-call-iptables")); err == nil {
+		r.add("bridge netfilter", OK, "br_netfilter is there (its sysctls exist)", "")
+		return
+	}
+	_, modprobeErr := exec.LookPath(modprobe)
+	dep, depErr := os.ReadFile(filepath.Join(modules, "modules.dep")) //nolint:gosec // the kernel's own module index
+	listed := depErr == nil && strings.Contains(string(dep), "/br_netfilter.ko")
+	switch {
+	case modprobeErr == nil && listed:
+		r.add("bridge netfilter", OK, "br_netfilter is not loaded; the host phase loads it (modprobe br_netfilter)", "")
+	case modprobeErr != nil:
+		r.add("bridge netfilter", Warn, "br_netfilter is not loaded and modprobe is not installed",
+			"install kmod, or load br_netfilter before the bootstrap: pods reach Services whose endpoints share their Node only with it")
+	default:
+		r.add("bridge netfilter", Warn, "br_netfilter is not loaded and "+filepath.Join(modules, "modules.dep")+" does not list it",
+			"use a kernel with br_netfilter (CONFIG_BRIDGE_NETFILTER), or load it before the bootstrap: pods reach Services whose endpoints share their Node only with it")
+	}
 }
 
 func packageOf(tool string) string {

@@ -3,6 +3,7 @@ package preflight
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -43,4 +44,41 @@ func TestKernelVersion(t *testing.T) {
 	g.Expect([]int{maj, minor}).To(Equal([]int{6, 18}))
 	maj, minor = kernelVersion("4.19rc1")
 	g.Expect([]int{maj, minor}).To(Equal([]int{4, 19}))
+}
+
+// The bridge netfilter check: its sysctls there is OK; not loaded but listed in the kernel's module index
+// with modprobe installed is OK (the host phase loads it); not listed is a warning with the fix, never a
+// failure (the host phase's own modprobe then says why).
+func TestBridgeNetfilterIsThereOrLoadable(t *testing.T) {
+	g := NewWithT(t)
+	check := func(in Input) Check {
+		in.BridgeNetfilter = true
+		for _, c := range Run(in).Checks {
+			if c.Name == "bridge netfilter" {
+				return c
+			}
+		}
+		t.Fatal("no bridge netfilter check")
+		return Check{}
+	}
+	loaded := t.TempDir()
+	g.Expect(os.MkdirAll(filepath.Join(loaded, "net/bridge"), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(loaded, "net/bridge/bridge-nf-call-iptables"), []byte("1\n"), 0o644)).To(Succeed())
+	g.Expect(check(Input{ProcSys: loaded}).Severity).To(Equal(OK))
+
+	notLoaded, modules := t.TempDir(), t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(modules, "modules.dep"), []byte("kernel/net/bridge/br_netfilter.ko.xz: kernel/net/bridge/bridge.ko.xz\n"), 0o644)).To(Succeed())
+	sh, err := exec.LookPath("sh") // any executable stands for modprobe: the check only looks for it
+	g.Expect(err).NotTo(HaveOccurred())
+	c := check(Input{ProcSys: notLoaded, ModulesDir: modules, Modprobe: sh})
+	g.Expect(c.Severity).To(Equal(OK), c.Message)
+	g.Expect(c.Message).To(ContainSubstring("the host phase loads it"))
+	c = check(Input{ProcSys: notLoaded, ModulesDir: modules, Modprobe: "no-such-modprobe-yonder"})
+	g.Expect(c.Severity).To(Equal(Warn), c.Message)
+	g.Expect(c.Fix).To(ContainSubstring("install kmod"))
+
+	g.Expect(os.WriteFile(filepath.Join(modules, "modules.dep"), []byte("kernel/net/bridge/bridge.ko.xz:\n"), 0o644)).To(Succeed())
+	c = check(Input{ProcSys: notLoaded, ModulesDir: modules, Modprobe: sh})
+	g.Expect(c.Severity).To(Equal(Warn), c.Message)
+	g.Expect(c.Fix).To(ContainSubstring("CONFIG_BRIDGE_NETFILTER"))
 }

@@ -33,7 +33,7 @@ REGISTRY_VERSION=${REGISTRY_VERSION:-v3.1.2}
 KUBELET_PREVIOUS_VERSION=${KUBELET_PREVIOUS_VERSION:-v1.36.2}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# cert-manager's controller and cainjector, which the tests run as real peers (test/certmanager): our own
+# cert-manager's controller, cainjector and webhook, which the tests run as real peers (test/certmanager): our own
 # mains in the nested module hack/certmanager, whose go.mod is the one place the version is written
 # (hack/release-repo.sh reads it there too, for the CRDs). CERT_MANAGER_SOURCES keys the build on those
 # mains as well, so that a change to them rebuilds the binaries.
@@ -326,12 +326,13 @@ build_certmanager() {
   local ld="-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=${v}"
   go build -trimpath -ldflags "$ld" -o "$bin/cert-manager-controller" ./controller
   go build -trimpath -ldflags "$ld" -o "$bin/cert-manager-cainjector" ./cainjector
+  go build -trimpath -ldflags "$ld" -o "$bin/cert-manager-webhook" ./webhook
 }
 
 # BUILT_BINARIES: what build_binaries puts into BIN_DIR (test/testbins checks commands against it).
 BUILT_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd clusterctl capi-manager
   containerd ctr containerd-shim-runc-v2 registry "kubelet-${KUBELET_PREVIOUS_VERSION}"
-  cert-manager-controller cert-manager-cainjector kubeadm capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager kube-proxy)
+  cert-manager-controller cert-manager-cainjector cert-manager-webhook kubeadm capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager kube-proxy)
 
 build_binaries() {
   if [ -f "${BIN_DIR}/.complete" ]; then return 0; fi

@@ -1,8 +1,15 @@
-// The cert-manager controller and cainjector that the tests run as real peers (test/certmanager), built by
-// hack/test-bins.sh. A module of its own so that the root module keeps its own Kubernetes versions while
-// these binaries take cert-manager's; the cert-manager version required here is the one source of truth
-// for hack/test-bins.sh and hack/release-repo.sh (whose CRDs must match the controller that serves them).
-module github.com/yonder-dev/yonder/hack/certmanager
+// The cert-manager controller, cainjector and webhook that the tests run as real peers (test/certmanager),
+// built by hack/test-bins.sh. A module of its own so that the root module keeps its own Kubernetes versions
+// while these binaries take cert-manager's; the cert-manager version required here is the one source of
+// truth for hack/test-bins.sh and hack/release-repo.sh (whose CRDs must match the controller that serves
+// them).
+//
+// The module path lies under github.com/cert-manager/cert-manager so that the webhook's main may import
+// cert-manager's internal/webhook (Go allows an internal package to be imported from any path under its
+// parent, whichever module holds it): upstream's webhook server and admission chain live there, and its
+// own cmd/webhook module is not served by the Go module proxy. Nothing here is published under that path;
+// it is only built locally.
+module github.com/cert-manager/cert-manager/yonder-test-peers
 
 go 1.26.0
 

@@ -6,13 +6,12 @@
 // wrong cert-manager wiring in our manifests (an issuerRef, an inject-ca-from annotation, a Service name)
 // fails the tests instead of being papered over by a harness that signs whatever it finds.
 //
-// cert-manager's webhook (validation and defaulting of cert-manager's own resources) is not run: it would
-// have to serve TLS to the apiserver from a Service of a cluster whose pods do not run (the apiserver
-// reaches a Service only through a URL the harness routes), and it checks cert-manager's objects, not the
-// issuance our components depend on. The CRDs' own OpenAPI schemas still validate every object.
+// cert-manager's webhook (validation of cert-manager's own resources, and the identity and approval checks
+// of CertificateRequests) runs as a third process when asked (StartWebhook), serving the configurations
+// WebhookConfigurations returns with a CA it keeps in a Secret, as upstream's chart deploys it.
 //
-// The processes do no leader election: each apiserver gets exactly one controller and one injector, whose
-// lifetime the harness owns (Stop).
+// The processes do no leader election: each apiserver gets exactly one controller, one injector and at most
+// one webhook, whose lifetime the harness owns (Stop).
 package certmanager
 
 import (
@@ -42,10 +41,15 @@ import (
 // InjectCAAnnotation is the cainjector's annotation: <namespace>/<Certificate name>.
 const InjectCAAnnotation = "cert-manager.io/inject-ca-from"
 
+// InjectCAFromSecretAnnotation is the cainjector's annotation that names the Secret itself:
+// <namespace>/<Secret name> (the Secret must carry cert-manager.io/allow-direct-injection: "true").
+const InjectCAFromSecretAnnotation = "cert-manager.io/inject-ca-from-secret" //nolint:gosec // an annotation key, not a credential
+
 // Binary names in the test-bins directory (hack/test-bins.sh's BUILT_BINARIES).
 const (
 	ControllerBinary = "cert-manager-controller"
 	CAInjectorBinary = "cert-manager-cainjector"
+	WebhookBinary    = "cert-manager-webhook"
 )
 
 // CertificateGVK is cert-manager's Certificate; the harness reads it unstructured so that the root module does
@@ -58,10 +62,22 @@ var CertificateRequestGVK = schema.GroupVersionKind{Group: "cert-manager.io", Ve
 // stopGrace is how long each process gets to end after SIGTERM before SIGKILL.
 const stopGrace = 10 * time.Second
 
-// CertManager is a running controller and cainjector.
+// CertManager is a running controller and cainjector, and the webhook once StartWebhook started it.
 type CertManager struct {
 	controller *proc.Process
 	cainjector *proc.Process
+	webhook    *proc.Process
+}
+
+// processes are the running processes, in the order they started.
+func (cm *CertManager) processes() []*proc.Process {
+	var ps []*proc.Process
+	for _, p := range []*proc.Process{cm.controller, cm.cainjector, cm.webhook} {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // Start starts cert-manager's controller and cainjector against the apiserver of kubeconfig (a file with
@@ -109,21 +125,21 @@ func Start(ctx context.Context, kubeconfig, logDir string) (_ *CertManager, rerr
 
 // exited returns an error with the log tail of a process that has ended.
 func (cm *CertManager) exited() error {
-	for _, p := range []*proc.Process{cm.controller, cm.cainjector} {
-		if p != nil && p.Exited() {
+	for _, p := range cm.processes() {
+		if p.Exited() {
 			return fmt.Errorf("%s exited; last log lines from %s:\n%s", p.Name, p.LogPath, p.Tail(20))
 		}
 	}
 	return nil
 }
 
-// Stop ends both processes (SIGTERM, then SIGKILL after a grace period). Safe to call more than once.
+// Stop ends every process (SIGTERM, then SIGKILL after a grace period), the last started first. Safe to
+// call more than once.
 func (cm *CertManager) Stop() error {
-	for _, p := range []*proc.Process{cm.cainjector, cm.controller} {
-		if p != nil {
-			if err := p.Stop(stopGrace); err != nil {
-				return fmt.Errorf("failed to stop %s: %w", p.Name, err)
-			}
+	ps := cm.processes()
+	for i := len(ps) - 1; i >= 0; i-- {
+		if err := ps[i].Stop(stopGrace); err != nil {
+			return fmt.Errorf("failed to stop %s: %w", ps[i].Name, err)
 		}
 	}
 	return nil
@@ -132,10 +148,8 @@ func (cm *CertManager) Stop() error {
 // Logs returns the last n lines of each process's log, for a failure message.
 func (cm *CertManager) Logs(n int) string {
 	var b strings.Builder
-	for _, p := range []*proc.Process{cm.controller, cm.cainjector} {
-		if p != nil {
-			fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.Name, p.LogPath, p.Tail(n))
-		}
+	for _, p := range cm.processes() {
+		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.Name, p.LogPath, p.Tail(n))
 	}
 	return b.String()
 }
@@ -185,17 +199,21 @@ func Pending(ctx context.Context, c client.Client) ([]string, error) {
 		return nil, err
 	}
 	for _, t := range targets {
-		ca, err := CertificateCA(ctx, c, t.From)
+		source, caOf := "Certificate", CertificateCA
+		if t.FromSecret {
+			source, caOf = "Secret", SecretCA
+		}
+		ca, err := caOf(ctx, c, t.From)
 		if err != nil {
 			return nil, err
 		}
 		if ca == nil {
-			pending = append(pending, fmt.Sprintf("%s: the Secret of Certificate %s has no ca.crt yet", t.Name, t.From))
+			pending = append(pending, fmt.Sprintf("%s: %s %s has no ca.crt yet", t.Name, source, t.From))
 			continue
 		}
 		for i, b := range t.CABundles {
 			if !bytes.Equal(b, ca) {
-				pending = append(pending, fmt.Sprintf("%s: caBundle %d is not the CA of Certificate %s", t.Name, i, t.From))
+				pending = append(pending, fmt.Sprintf("%s: caBundle %d is not the CA of %s %s", t.Name, i, source, t.From))
 			}
 		}
 	}
@@ -237,25 +255,32 @@ func ConditionMessage(obj *unstructured.Unstructured, typ string) string {
 type InjectionTarget struct {
 	// Name says which object, e.g. "ValidatingWebhookConfiguration bootstrap-yonder-validating-webhook-configuration".
 	Name string
-	// From is the annotation's <namespace>/<Certificate name>.
+	// From is the annotation's <namespace>/<Certificate name>, or <namespace>/<Secret name> when FromSecret.
 	From types.NamespacedName
+	// FromSecret says that the annotation is inject-ca-from-secret: the CA is the Secret's own ca.crt.
+	FromSecret bool
 	// CABundles are the object's current caBundles: one per webhook, or the CRD's conversion webhook's.
 	CABundles [][]byte
 }
 
-// InjectionTargets lists every webhook configuration and CRD annotated with cert-manager.io/inject-ca-from.
+// InjectionTargets lists every webhook configuration and CRD annotated with cert-manager.io/inject-ca-from
+// or cert-manager.io/inject-ca-from-secret.
 func InjectionTargets(ctx context.Context, c client.Client) ([]InjectionTarget, error) {
 	var out []InjectionTarget
 	add := func(kind, name string, ann map[string]string, bundles [][]byte) error {
-		from, ok := ann[InjectCAAnnotation]
+		annotation, fromSecret := InjectCAAnnotation, false
+		from, ok := ann[annotation]
 		if !ok {
-			return nil
+			annotation, fromSecret = InjectCAFromSecretAnnotation, true
+			if from, ok = ann[annotation]; !ok {
+				return nil
+			}
 		}
 		ns, n, found := strings.Cut(from, "/")
 		if !found || ns == "" || n == "" {
-			return fmt.Errorf("%s %s: annotation %s=%q is not <namespace>/<Certificate name>", kind, name, InjectCAAnnotation, from)
+			return fmt.Errorf("%s %s: annotation %s=%q is not <namespace>/<name>", kind, name, annotation, from)
 		}
-		out = append(out, InjectionTarget{Name: kind + " " + name, From: types.NamespacedName{Namespace: ns, Name: n}, CABundles: bundles})
+		out = append(out, InjectionTarget{Name: kind + " " + name, From: types.NamespacedName{Namespace: ns, Name: n}, FromSecret: fromSecret, CABundles: bundles})
 		return nil
 	}
 	vwcs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
@@ -325,6 +350,18 @@ func CertificateCA(ctx context.Context, c client.Client, key types.NamespacedNam
 			return nil, nil
 		}
 		return nil, fmt.Errorf("failed to read Secret %s/%s of Certificate %s: %w", key.Namespace, secretName, key, err)
+	}
+	return sec.Data["ca.crt"], nil
+}
+
+// SecretCA returns the ca.crt of Secret key, nil while the Secret or its ca.crt is missing.
+func SecretCA(ctx context.Context, c client.Client, key types.NamespacedName) ([]byte, error) {
+	sec := &corev1.Secret{}
+	if err := c.Get(ctx, key, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("failed to read Secret %s: %w", key, err)
 	}
 	return sec.Data["ca.crt"], nil
 }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,16 +130,7 @@ func WebhookManifest() (*corev1.Service, *admissionregistrationv1.ValidatingWebh
 		}
 	}
 	if len(byKind) > 0 {
-		return nil, nil, nil, fmt.Errorf("%s: missing %v", path, sortedKeys(byKind))
+		return nil, nil, nil, fmt.Errorf("%s: missing %v", path, slices.Sorted(maps.Keys(byKind)))
 	}
 	return svc, vwc, mwc, nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -38,10 +38,8 @@ FUZZTIME ?= 10s
 # cluster or VM) run in the second lane, as their benchmarks always did: the heavy lane is the critical path.
 # The heavy suites run in this order (go test -p 1 runs them as listed). The QEMU suites come last: TCG
 # emulation is CPU-bound and the most sensitive to load (test/e2e/metal took 992 s alone and 1397 s beside
-# the second lane), and by then the second lane is fuzzing with one worker and leaves them a core.
-# test/claims (one apiserver and the providers' controllers, no hosts, ~4.5 min) runs in the second lane:
-# that lane ended ~14 min before this one, which is the suite's critical path.
-SLOW_TEST_PKGS := ./test/e2e/ ./hostruntime/internal/e2e/ ./cmd/kubectl-yonder/internal/lab/ \
+# the second lane), and by then the second lane has finished and left them a core.
+SLOW_TEST_PKGS := ./test/e2e/ ./test/claims/ ./hostruntime/internal/e2e/ ./cmd/kubectl-yonder/internal/lab/ \
 	./infrastructure-baremetal/e2e/ ./test/e2e/metal/
 test: test-bins ## Run the whole test suite: unit, envtest (real apiserver + CAPI), host tests (netns + sshd), every benchmark at a tiny size, fuzzing
 	HEAVY_PKGS="$(SLOW_TEST_PKGS)" BENCH_PKGS="$(BENCH_PKGS)" TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME) hack/test.sh

@@ -62,9 +62,7 @@ other_lane() {
       record bench || failed bench
     done_at bench
   fi
-  # One fuzz worker: fuzzing is bounded by time, not work, so a second worker would not end it sooner, and
-  # by now the heavy lane runs its QEMU suites, whose emulation is the most sensitive to a busy CPU.
-  FUZZPARALLEL=1 hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
+  hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
   done_at fuzz
 }
 

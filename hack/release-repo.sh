@@ -68,7 +68,10 @@ capi_provider bootstrap-kubeadm bootstrap/kubeadm/config kubeadm-bootstrap-contr
 capi_provider control-plane-kubeadm controlplane/kubeadm/config kubeadm-control-plane-controller control-plane-components.yaml
 core=$REPO/cluster-api/$capi_version
 
-# cert-manager: its real CRDs (clusterctl installs them and checks the API with its test resources).
+# cert-manager: its namespace, its real CRDs, and its webhook's Service and webhook configurations as its
+# chart deploys them (hack/certmanager/webhook.yaml). clusterctl installs them and checks the API with its
+# test resources, which pass only once the webhook serves: the test stack runs cert-manager's controller,
+# cainjector and webhook as processes (test/certmanager) where its Deployments would run.
 cm_dir=$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION
 if [[ ! -d $cm_dir/deploy/crds ]]; then
   (cd "$kdir" && go mod download github.com/cert-manager/cert-manager@"$CERT_MANAGER_VERSION" >/dev/null)
@@ -76,8 +79,12 @@ fi
 cm=$REPO/cert-manager/$CERT_MANAGER_VERSION
 mkdir -p "$cm"
 {
-  echo "# cert-manager $CERT_MANAGER_VERSION CRDs (deploy/crds of github.com/cert-manager/cert-manager)."
+  echo "# cert-manager $CERT_MANAGER_VERSION: namespace, CRDs (deploy/crds of github.com/cert-manager/cert-manager),"
+  echo "# and the webhook's Service and configurations (hack/certmanager/webhook.yaml)."
+  printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n'
   for f in "$cm_dir"/deploy/crds/*.yaml; do echo "---"; cat "$f"; done
+  echo "---"
+  cat "$ROOT/hack/certmanager/webhook.yaml"
 } > "$cm/cert-manager.yaml"
 
 # Pin our images by digest where `go run ./hack/images` built them (make release-manifests does), and the

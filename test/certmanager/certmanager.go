@@ -56,6 +56,9 @@ const (
 // not take cert-manager's dependencies.
 var CertificateGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"}
 
+// IssuerGVK is cert-manager's Issuer.
+var IssuerGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Issuer"}
+
 // CertificateRequestGVK is cert-manager's CertificateRequest.
 var CertificateRequestGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "CertificateRequest"}
 

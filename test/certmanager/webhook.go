@@ -17,8 +17,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -133,4 +136,31 @@ func WebhookManifest() (*corev1.Service, *admissionregistrationv1.ValidatingWebh
 		return nil, nil, nil, fmt.Errorf("%s: missing %v", path, slices.Sorted(maps.Keys(byKind)))
 	}
 	return svc, vwc, mwc, nil
+}
+
+// WaitForWebhook waits until the apiserver admits a cert-manager object through the webhook: a dry-run
+// create of a SelfSigned Issuer in Namespace, which calls the validating webhook once its configuration
+// exists (with dry run nothing is stored). It returns early with the log tails when a cert-manager process
+// exits, and at the timeout with the apiserver's last answer.
+func (cm *CertManager) WaitForWebhook(ctx context.Context, c client.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		issuer := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"selfSigned": map[string]any{}}}}
+		issuer.SetGroupVersionKind(IssuerGVK)
+		issuer.SetNamespace(Namespace)
+		issuer.SetName("yonder-webhook-probe")
+		err := c.Create(ctx, issuer, client.DryRunAll)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if perr := cm.exited(); perr != nil {
+			return perr
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the apiserver did not admit a cert-manager Issuer through the webhook within %s: %w\n%s", timeout, err, cm.Logs(10))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

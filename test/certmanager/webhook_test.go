@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 )
-
-var issuerGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Issuer"}
 
 // TestWebhookChecksCertManagersObjects runs cert-manager's real webhook beside its controller and cainjector
 // and checks what it does on a user's cluster: it creates its CA Secret, the cainjector copies that CA into
@@ -78,19 +75,20 @@ func TestWebhookChecksCertManagersObjects(t *testing.T) {
 	}
 	g.Expect(vwc.Webhooks[0].ClientConfig.CABundle).To(Equal(ca.Data["ca.crt"]))
 	g.Expect(mwc.Webhooks[0].ClientConfig.CABundle).To(Equal(ca.Data["ca.crt"]))
+	// The apiserver picks up a new caBundle on its own time.
+	g.Expect(cm.WaitForWebhook(ctx, c, time.Minute)).To(Succeed())
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cm-webhook-"}}
 	g.Expect(c.Create(ctx, ns)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
 
 	// An Issuer of no type: its CRD schema has no required field, cert-manager's validation does.
-	empty := certManagerObject(issuerGVK, ns.Name, "no-type", map[string]any{})
-	err = createSoon(ctx, c, empty)
-	g.Expect(err).To(MatchError(And(ContainSubstring(`admission webhook "webhook.cert-manager.io" denied the request`),
+	empty := certManagerObject(certmanager.IssuerGVK, ns.Name, "no-type", map[string]any{})
+	g.Expect(c.Create(ctx, empty)).To(MatchError(And(ContainSubstring(`admission webhook "webhook.cert-manager.io" denied the request`),
 		ContainSubstring("at least one issuer must be configured"))))
 
-	issuer := certManagerObject(issuerGVK, ns.Name, "self", map[string]any{"selfSigned": map[string]any{}})
-	g.Expect(createSoon(ctx, c, issuer)).To(Succeed())
+	issuer := certManagerObject(certmanager.IssuerGVK, ns.Name, "self", map[string]any{"selfSigned": map[string]any{}})
+	g.Expect(c.Create(ctx, issuer)).To(Succeed())
 
 	// An RSA key of 1024 bits: an integer the schema accepts, a size cert-manager refuses.
 	weak := certManagerObject(certmanager.CertificateGVK, ns.Name, "weak", map[string]any{
@@ -129,23 +127,4 @@ func certManagerObject(gvk schema.GroupVersionKind, namespace, name string, spec
 	o.SetNamespace(namespace)
 	o.SetName(name)
 	return o
-}
-
-// createSoon creates o, retrying for a few seconds while the apiserver cannot yet call the webhook: its
-// client picks up a changed caBundle asynchronously. A refusal by the webhook itself ends it at once.
-func createSoon(ctx context.Context, c client.Client, o client.Object) error {
-	var err error
-	for range 50 {
-		if err = c.Create(ctx, o.DeepCopyObject().(client.Object)); err == nil || !isWebhookCallFailure(err) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return err
-}
-
-// isWebhookCallFailure reports whether the apiserver failed to call a webhook (TLS or connection), as
-// opposed to a webhook's answer.
-func isWebhookCallFailure(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "failed calling webhook")
 }

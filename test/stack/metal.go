@@ -360,15 +360,15 @@ func (s *Stack) stopMetal() error {
 // management cluster has that CRD already, as an operator without Metal3 does before `clusterctl init
 // --infrastructure yonder-metal`, and waits until it is established.
 func (s *Stack) InstallMetal3CRDs(ctx context.Context) error {
-	return s.applyCRDs(ctx, filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
+	return s.applyManifest(ctx, filepath.Join(s.releaseDir(), "infrastructure-baremetal", "metal3-crds.yaml"))
 }
 
-// applyCRDs creates the CRDs of a YAML file the release wrote (keeping those that exist) and waits until
-// each is established.
-func (s *Stack) applyCRDs(ctx context.Context, file string) error {
+// applyManifest creates the objects of a YAML file the release wrote, in the file's order (keeping those
+// that exist), and waits until each CRD among them is established.
+func (s *Stack) applyManifest(ctx context.Context, file string) error {
 	data, err := os.ReadFile(filepath.Clean(file))
 	if err != nil {
-		return fmt.Errorf("failed to read the release's CRDs (make release-manifests writes them): %w", err)
+		return fmt.Errorf("failed to read the release's manifest (make release-manifests writes it): %w", err)
 	}
 	objs, err := decodeYAML(data)
 	if err != nil {
@@ -376,7 +376,10 @@ func (s *Stack) applyCRDs(ctx context.Context, file string) error {
 	}
 	for _, o := range objs {
 		if err := s.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("failed to apply CRD %s: %w", o.GetName(), err)
+			return fmt.Errorf("failed to apply %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
 		}
 		if err := WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 			crd := &unstructured.Unstructured{}

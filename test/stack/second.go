@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/controlplane"
 )
 
@@ -36,11 +35,8 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 			_ = t.Stop()
 		}
 	}()
-	if err := t.clusterctlInit(ctx); err != nil {
-		return nil, err
-	}
-	// Its own cert-manager, as a user's second management cluster has (clusterctl init installs only CRDs).
-	if err := t.startCertManager(ctx); err != nil {
+	// Its own cert-manager, as a user's second management cluster has (installed by clusterctl init).
+	if err := t.initProviders(ctx); err != nil {
 		return nil, err
 	}
 	if err := t.startManagers(ctx); err != nil {
@@ -56,9 +52,9 @@ func (s *Stack) StartManagement(ctx context.Context, name string) (_ *Stack, rer
 }
 
 // StartUserManagement brings up a second management cluster as a user has one before following
-// docs/quickstart.md: its control plane, and cert-manager installed and running — cert-manager's CRDs
-// applied from the release's local repository (the ones `clusterctl init` would install) and its real
-// controller and cainjector (test/certmanager) — but no provider. The caller installs the providers with
+// docs/quickstart.md: its control plane, and cert-manager installed and running — the cert-manager
+// manifest of the release's local repository (the one `clusterctl init` would install) applied, and its
+// real controller, cainjector and webhook (test/certmanager) — but no provider. The caller installs the providers with
 // the real `clusterctl init` against Management.AdminKubeconfigPath, which finds cert-manager's API ready
 // and installs none of its own, and then calls RunProviders. Stop as for StartManagement.
 func (s *Stack) StartUserManagement(ctx context.Context, name string) (_ *Stack, rerr error) {
@@ -76,14 +72,19 @@ func (s *Stack) StartUserManagement(ctx context.Context, name string) (_ *Stack,
 	if err != nil || len(files) != 1 {
 		return nil, fmt.Errorf("failed to find the one cert-manager version of the release's repository (make release-manifests lays it out): %v %v", files, err)
 	}
-	if err := t.applyCRDs(ctx, files[0]); err != nil {
+	// The whole manifest, as a user installs cert-manager: namespace, CRDs, the webhook's Service and
+	// configurations; then cert-manager's processes where its Deployments would run.
+	if err := t.applyManifest(ctx, files[0]); err != nil {
 		return nil, err
 	}
-	cm, err := certmanager.Start(ctx, t.Management.AdminKubeconfigPath, t.logDir)
-	if err != nil {
-		return nil, fmt.Errorf("failed to start cert-manager in management cluster %s: %w", name, err)
+	if err := t.runCertManager(ctx); err != nil {
+		return nil, err
 	}
-	t.certManager = cm
+	// The webhook configurations' caBundles: clusterctl init must find cert-manager's API ready, or it
+	// installs a cert-manager of its own.
+	if err := t.waitForCertificates(ctx); err != nil {
+		return nil, err
+	}
 	t.opts.Log("management cluster %s up with cert-manager, no providers, in %s", name, time.Since(t0).Round(time.Millisecond))
 	return t, nil
 }

@@ -35,11 +35,14 @@
 //     authenticated HTTPS metrics endpoint, CAPI's included, as a ServiceAccount bound to the shipped
 //     metrics-reader role (see prometheus.go).
 //
-// cert-manager: clusterctl init installs the real cert-manager CRDs from the local repository and checks
-// its API with its own test resources; then the stack starts the REAL cert-manager controller and cainjector
-// as processes (test/certmanager) and waits until every Certificate of the installed components is Ready
-// through the Issuer it names and every webhook configuration and CRD annotated with
-// cert-manager.io/inject-ca-from carries that Certificate's CA — what a user's cert-manager does.
+// cert-manager: clusterctl init installs cert-manager from the local repository (its namespace, real CRDs,
+// and its webhook's Service and fail-closed webhook configurations as its chart has them) and checks its API
+// with its own test resources. While init waits for that, the stack starts the REAL cert-manager
+// controller, cainjector and webhook as processes (test/certmanager) where the Deployments would run, and
+// routes the webhook's Service to the webhook; init's test resources then pass through it. After init the
+// stack waits until every Certificate of the installed components is Ready through the Issuer it names and
+// every webhook configuration and CRD annotated with cert-manager.io/inject-ca-from(-secret) carries that
+// CA — what a user's cert-manager does.
 //
 // Usage:
 //
@@ -196,7 +199,7 @@ type Stack struct {
 	clusterctl string
 	binDir     string
 	logDir     string
-	// certManager is the real cert-manager serving this management cluster (startCertManager).
+	// certManager is the real cert-manager serving this management cluster (runCertManager).
 	certManager *certmanager.CertManager
 	// scrapeToken is Prometheus's bearer token (ScrapeToken).
 	scrapeToken string
@@ -262,8 +265,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 		{s.prepare, "built the managers, the agent and the release manifests"},
 		{s.startNetwork, ""},
 		{s.startManagementPlane, "management control plane up"},
-		{s.clusterctlInit, "clusterctl init done"},
-		{s.startCertManager, ""},
+		{s.initProviders, ""},
 		{s.startManagers, "managers ready"},
 		{s.startPrometheus, ""},
 		{s.startWorkload, "workload control plane up"},
@@ -521,7 +523,8 @@ func (s *Stack) build(ctx context.Context) error {
 	return nil
 }
 
-// clusterctlInit installs cert-manager's CRDs, CAPI and our providers with the real clusterctl.
+// clusterctlInit installs cert-manager's manifest, CAPI and our providers with the real clusterctl (which
+// waits for cert-manager's API: see initProviders).
 func (s *Stack) clusterctlInit(ctx context.Context) error {
 	env := s.InitEnv()
 	infra := "yonder-ssh"

@@ -80,21 +80,8 @@ func (cm *CertManager) StartWebhook(ctx context.Context, kubeconfig, logDir stri
 	}
 	cm.webhook = p
 	healthz := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(w.HealthzPort)) + "/healthz"
-	return p.WaitFor(ctx, webhookReadyTimeout, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s answered %s", healthz, resp.Status)
-		}
-		return nil
-	})
+	hc := &http.Client{Timeout: 2 * time.Second}
+	return p.WaitFor(ctx, webhookReadyTimeout, func(ctx context.Context) error { return proc.HTTPOK(ctx, hc, healthz) })
 }
 
 // WebhookManifest returns the objects of upstream's chart that route the apiserver to cert-manager's webhook

@@ -257,7 +257,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin, logDir string) error
 	}
 	cp.etcdURL = clientURL
 	return p.WaitFor(ctx, 60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, http.DefaultClient, clientURL+"/health")
+		return proc.HTTPOK(ctx, http.DefaultClient, clientURL+"/health")
 	})
 }
 
@@ -296,7 +296,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin, logDir, pkiDir 
 		return err
 	}
 	return p.WaitFor(ctx, 90*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, hc, cp.Endpoint+"/readyz")
+		return proc.HTTPOK(ctx, hc, cp.Endpoint+"/readyz")
 	})
 }
 
@@ -405,22 +405,6 @@ func (cp *ControlPlane) Stop() error {
 	cp.procs = nil
 	if cp.ownsDir && os.Getenv("YONDER_KEEP_TEST_DIRS") == "" {
 		return os.RemoveAll(cp.Dir)
-	}
-	return nil
-}
-
-func httpOK(ctx context.Context, c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s returned %s", url, resp.Status)
 	}
 	return nil
 }

@@ -327,19 +327,7 @@ func (s *Stack) StartManager(ctx context.Context, name string) error {
 	s.mu.Unlock()
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}
 	return p.WaitFor(ctx, 2*time.Minute, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.healthAddr+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %s", resp.Status)
-		}
-		return nil
+		return proc.HTTPOK(ctx, hc, "http://"+m.healthAddr+"/readyz")
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,4 +171,22 @@ func LookPath(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found in PATH or sbin directories", name)
+}
+
+// HTTPOK GETs url with c and returns nil when it answers 200 OK: the readiness check of a process's health
+// endpoint, for WaitFor.
+func HTTPOK(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s returned %s", url, resp.Status)
+	}
+	return nil
 }

@@ -75,7 +75,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		SetupWithManager(ctx, mgr, o.Options(o.HostConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHHost reconciler: %w", err)
 	}
-	machines := sshmachine.New(c, mgr.GetAPIReader(), o.WatchFilterValue, &sshmachine.Adapter{Name: o.Name, Dialer: o.Dialer,
+	machines := sshmachine.New(c, mgr.GetAPIReader(), o.WatchFilterValue, &sshmachine.Adapter{Name: o.Name, Dialer: o.Dialer, SecretCache: mgr.GetCache(),
 		PollInterval: o.PollInterval, RetryInterval: o.RetryInterval, CleanupRetries: o.CleanupRetries})
 	if err := machines.SetupWithManager(ctx, mgr, o.Options(o.MachineConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHMachine reconciler: %w", err)

@@ -90,14 +90,7 @@ func (r *Reconciler[M, H]) reconcileNormal(ctx context.Context, s *Scope[M, H]) 
 			return ctrl.Result{RequeueAfter: ConflictRetry}, nil
 		}
 	}
-	ann := m.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[keys.Host] = host.GetName()
-	ann[keys.ClaimID] = string(ID(m, keys.ClaimID))
-	delete(ann, keys.ReservedHost)
-	m.SetAnnotations(ann)
+	r.annotateClaimed(m, host.GetName())
 	a.RecordHost(m, host)
 	SetCondition(m, conds.Claimed, metav1.ConditionTrue, ClaimedReason, "")
 	s.Host = host
@@ -221,8 +214,13 @@ func (r *Reconciler[M, H]) claim(ctx context.Context, s *Scope[M, H]) (H, outcom
 		}
 		return none, noHost, err
 	}
-	if ok, err := r.confirmClaim(ctx, m, h); err != nil || !ok {
-		return none, raceLost, err
+	// The machine must still be the one that reserved the host, and not deleting (confirmClaim). A
+	// reservation this pass wrote is confirmed by recording the claim on the machine under the
+	// reservation's resourceVersion: the write the machine needs anyway, instead of a read of its own.
+	if !chosenNow || !r.recordClaimUnchanged(ctx, s, h.GetName()) {
+		if ok, err := r.confirmClaim(ctx, m, h); err != nil || !ok {
+			return none, raceLost, err
+		}
 	}
 	r.recent.remember(h, readVersion, s.Cluster.Name)
 	r.recordClaimed(m, h, s.Cluster.Name)

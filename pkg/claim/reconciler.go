@@ -280,8 +280,10 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		if !ok {
 			return fmt.Errorf("%s %s was written as %T", a.Spec().MachineKind, klog.KObj(m), o)
 		}
-		// m stands for o plus this pass's changes: at o's version, so no patch carries a stale one.
+		// m stands for o plus this pass's changes: at o's version, and with the managed fields the server
+		// recorded for that write, so no patch carries a stale version or sends the old managed fields back.
 		m.SetResourceVersion(o.GetResourceVersion())
+		m.SetManagedFields(o.GetManagedFields())
 		base = written
 		s.pendingFinalizer = ""
 		return nil
@@ -300,23 +302,12 @@ func (r *Reconciler[M, H]) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	return r.reconcileNormal(ctx, s)
 }
 
-// patch writes m: clusterctl's block-move annotation while a hand-off or withdrawal is in flight
-// (reserved or claimed and not provisioned, or deleting with a claim), the Ready summary, and the
+// patch writes m: clusterctl's block-move annotation (setBlockMove), the Ready summary, and the
 // conditions this controller owns (PatchObject: status and conditions in one request).
 func (r *Reconciler[M, H]) patch(ctx context.Context, c client.Client, base, m M) error {
 	a := r.Adapter
-	keys, conds := a.Spec().Keys, a.Spec().Conditions
-	ann := m.GetAnnotations()
-	claimed := ann[keys.Host] != "" || ann[keys.ReservedHost] != ""
-	if claimed && (!a.Facts(m).Provisioned || !m.GetDeletionTimestamp().IsZero()) {
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[clusterctlv1.BlockMoveAnnotation] = "true"
-	} else {
-		delete(ann, clusterctlv1.BlockMoveAnnotation)
-	}
-	m.SetAnnotations(ann)
+	conds := a.Spec().Conditions
+	r.setBlockMove(m)
 	// A pass that lost a claim race sets no condition yet; summarising nothing is an error in CAPI's
 	// conditions package, and returning it would put the machine on an ever longer error backoff while
 	// controllers race.
@@ -332,6 +323,24 @@ func (r *Reconciler[M, H]) patch(ctx context.Context, c client.Client, base, m M
 		return fmt.Errorf("failed to patch %s %s: %w", a.Spec().MachineKind, klog.KObj(m), err)
 	}
 	return nil
+}
+
+// setBlockMove sets clusterctl's block-move annotation on m while a hand-off or withdrawal is in flight
+// (reserved or claimed and not provisioned, or deleting with a claim), and removes it otherwise.
+func (r *Reconciler[M, H]) setBlockMove(m M) {
+	a := r.Adapter
+	keys := a.Spec().Keys
+	ann := m.GetAnnotations()
+	claimed := ann[keys.Host] != "" || ann[keys.ReservedHost] != ""
+	if claimed && (!a.Facts(m).Provisioned || !m.GetDeletionTimestamp().IsZero()) {
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[clusterctlv1.BlockMoveAnnotation] = "true"
+	} else {
+		delete(ann, clusterctlv1.BlockMoveAnnotation)
+	}
+	m.SetAnnotations(ann)
 }
 
 // SetCondition sets a condition on m.

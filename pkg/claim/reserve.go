@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -37,4 +38,39 @@ func reserve(ctx context.Context, w client.Writer, kind string, m client.Object,
 		return nil, fmt.Errorf("failed to record the host reservation of %s %s: %w", kind, klog.KObj(m), err)
 	}
 	return latest, nil
+}
+
+// recordClaimUnchanged writes the claim of host onto the machine (annotateClaimed) under the
+// resourceVersion this pass's reservation left it at, and reports whether it landed. A write that lands
+// shows the machine unchanged since its reservation: the same object (no other of its name), not being
+// deleted, still reserving host. When the machine changed (a deletion, someone's label) the write is
+// refused, m is left as it was, and the caller reads the machine to decide (confirmClaim).
+func (r *Reconciler[M, H]) recordClaimUnchanged(ctx context.Context, s *Scope[M, H], host string) bool {
+	m := s.Machine
+	before := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
+	r.annotateClaimed(m, host)
+	latest := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
+	if err := r.Client.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil || !latest.GetDeletionTimestamp().IsZero() {
+		ctrl.LoggerFrom(ctx).V(4).Info("The machine changed since its reservation, reading it", "err", err)
+		m.SetAnnotations(before.GetAnnotations())
+		return false
+	}
+	r.written.Record(latest)
+	// The annotations are written: the deferred patch sends only what changes after this.
+	return s.rebase(latest) == nil
+}
+
+// annotateClaimed records on m (in memory) that it holds host: the host and the claim identity, no
+// reservation, and clusterctl's block-move annotation as the deferred patch sets it.
+func (r *Reconciler[M, H]) annotateClaimed(m M, host string) {
+	keys := r.Adapter.Spec().Keys
+	ann := m.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[keys.Host] = host
+	ann[keys.ClaimID] = string(ID(m, keys.ClaimID))
+	delete(ann, keys.ReservedHost)
+	m.SetAnnotations(ann)
+	r.setBlockMove(m)
 }

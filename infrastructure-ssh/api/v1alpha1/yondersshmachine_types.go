@@ -29,12 +29,13 @@ type BootstrapPhase string
 
 // Bootstrap phases.
 const (
-	// BootstrapPhaseStarting: the controller recorded that it is about to start the run and has not
-	// seen the host accept it yet. A controller that died in between starts it then (runs are named by
-	// the claim identity, so a start is never doubled).
+	// BootstrapPhaseStarting: the controller recorded that it is about to start the run, and no check of
+	// the host has found the run yet (the first comes a tenth of the poll interval after the start). A
+	// controller that died before the start starts it then (runs are named by the claim identity, so a
+	// start is never doubled).
 	BootstrapPhaseStarting BootstrapPhase = "Starting"
-	// BootstrapPhaseRunning: the host accepted the run; should its record vanish, the host was cleaned or
-	// reinstalled under the Machine, and the bootstrap fails.
+	// BootstrapPhaseRunning: a check found the run on the host; should its record vanish, the host was
+	// cleaned or reinstalled under the Machine, and the bootstrap fails.
 	BootstrapPhaseRunning   BootstrapPhase = "Running"
 	BootstrapPhaseSucceeded BootstrapPhase = "Succeeded"
 	BootstrapPhaseFailed    BootstrapPhase = "Failed"

@@ -98,6 +98,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		ctrl.LoggerFrom(ctx).V(4).Info("Waiting for the cache to show this controller's last write")
 		return ctrl.Result{RequeueAfter: claim.StaleRetry}, nil
 	}
+	if r.claimUnrecorded(ctx, h) {
+		// The machine's pass that claimed h is still handing it off; its status write at the end of that
+		// pass wakes h. The phase written now (Claimed) would be replaced by Provisioning a moment later.
+		return ctrl.Result{RequeueAfter: HandOffWait}, nil
+	}
 	// base is the host as read; the deferred write sends what this pass changed, status with its
 	// conditions in one request (only this controller writes a host's status).
 	base := h.DeepCopy()
@@ -242,6 +247,27 @@ func setGPULabels(h *infrav1.YonderSSHHost, facts remote.Facts) {
 		return
 	}
 	h.Labels[infrav1.GPUVendorLabel] = vendor
+}
+
+// HandOffWait is how long a host's status may lag a claim its machine has not recorded in its status
+// yet (claimUnrecorded), should the machine's write not wake the host first (it normally does).
+const HandOffWait = 10 * time.Second
+
+// claimUnrecorded reports whether h's consumer is new to h's status while the claiming machine's status
+// does not name h yet: its pass is between the claim and its status write. Nothing of this host's own
+// pass is due then (a claimed host has its finalizer and was probed before it was free), so the pass
+// waits for that write instead of writing status twice for one hand-off.
+func (r *Reconciler) claimUnrecorded(ctx context.Context, h *infrav1.YonderSSHHost) bool {
+	ref := h.Spec.ConsumerRef
+	if ref == nil || !h.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(h, infrav1.HostFinalizer) ||
+		(h.Status.ConsumerRef != nil && *h.Status.ConsumerRef == *ref) {
+		return false
+	}
+	m := &infrav1.YonderSSHMachine{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, m); err != nil {
+		return false
+	}
+	return m.Status.HostRef != h.Name && m.DeletionTimestamp.IsZero()
 }
 
 func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) error {

@@ -57,7 +57,7 @@ func TestPassOnCacheBehindOwnWriteWritesNothing(t *testing.T) {
 	scheme := runtime.NewScheme()
 	g.Expect(infrav1.AddToScheme(scheme)).To(Succeed())
 	m := &infrav1.YonderSSHMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m", UID: "u"},
-		Status: infrav1.YonderSSHMachineStatus{Bootstrap: &infrav1.BootstrapStatus{RunID: "u", Phase: infrav1.BootstrapPhaseRunning}}}
+		Status: infrav1.YonderSSHMachineStatus{HostRef: "h", Bootstrap: &infrav1.BootstrapStatus{RunID: "u", Phase: infrav1.BootstrapPhaseRunning}}}
 	h := &infrav1.YonderSSHHost{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h", Finalizers: []string{infrav1.HostFinalizer}, Labels: map[string]string{clusterctlv1.ClusterctlMoveLabel: ""}},
 		Spec:       infrav1.YonderSSHHostSpec{ConsumerRef: &infrav1.ConsumerReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: "m", UID: "u"}},
@@ -111,4 +111,62 @@ func TestPassOnCacheBehindOwnWriteWritesNothing(t *testing.T) {
 	g.Expect(res.RequeueAfter).NotTo(Equal(claim.StaleRetry))
 	g.Expect(api.Get(ctx, req.NamespacedName, got)).To(Succeed())
 	g.Expect(got.Status.Phase).To(Equal(infrav1.HostPhaseProvisioned))
+}
+
+// A host whose claim its machine has not recorded yet (the machine's pass is between the claim and its
+// status write) writes nothing: the machine's write wakes it, and it writes the phase the hand-off has
+// reached then, once. Before, it wrote Claimed and then Provisioning a moment later.
+func TestClaimNotYetRecordedByItsMachineWaitsForIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	g.Expect(infrav1.AddToScheme(scheme)).To(Succeed())
+	m := &infrav1.YonderSSHMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m", UID: "u"}}
+	ref := &infrav1.ConsumerReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderSSHMachine", Name: "m", UID: "u"}
+	h := &infrav1.YonderSSHHost{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h", Finalizers: []string{infrav1.HostFinalizer}, Labels: map[string]string{clusterctlv1.ClusterctlMoveLabel: ""}},
+		Spec:       infrav1.YonderSSHHostSpec{ConsumerRef: ref},
+		Status: infrav1.YonderSSHHostStatus{Phase: infrav1.HostPhaseAvailable, LastProbeTime: ptr.To(metav1.Now()),
+			Conditions: []metav1.Condition{{Type: infrav1.YonderSSHHostReachableCondition, Status: metav1.ConditionTrue, Reason: infrav1.YonderSSHHostProbedReason, LastTransitionTime: metav1.Now()}}},
+	}
+	writes := 0
+	count := interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes++
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	}
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(m, h).WithStatusSubresource(m, h).WithInterceptorFuncs(count).Build()
+	r := &Reconciler{Client: api, Dialer: noDialer{t}, ProbeInterval: time.Hour}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(h)}
+
+	res, err := r.Reconcile(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes).To(BeZero(), "nothing written while the machine has not recorded the claim")
+	g.Expect(res.RequeueAfter).To(Equal(HandOffWait), "the host looks again should the machine's write not wake it")
+
+	// The machine's pass records the claim with the bootstrap's start; that write wakes the host.
+	m.Status.HostRef = "h"
+	m.Status.Bootstrap = &infrav1.BootstrapStatus{RunID: "u", Phase: infrav1.BootstrapPhaseStarting}
+	g.Expect(api.Status().Update(ctx, m)).To(Succeed())
+	writes = 0
+	_, err = r.Reconcile(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes).To(Equal(1))
+	got := &infrav1.YonderSSHHost{}
+	g.Expect(api.Get(ctx, req.NamespacedName, got)).To(Succeed())
+	g.Expect(got.Status.Phase).To(Equal(infrav1.HostPhaseProvisioning))
+	g.Expect(got.Status.ConsumerRef).To(Equal(ref))
+
+	// A machine that records the claim without handing off (its host unreachable, say) shows as Claimed.
+	got.Spec.ConsumerRef = &infrav1.ConsumerReference{APIGroup: ref.APIGroup, Kind: ref.Kind, Name: "m2", UID: "u2"}
+	g.Expect(api.Update(ctx, got)).To(Succeed())
+	m2 := &infrav1.YonderSSHMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m2", UID: "u2"}}
+	g.Expect(api.Create(ctx, m2)).To(Succeed())
+	m2.Status.HostRef = "h"
+	g.Expect(api.Status().Update(ctx, m2)).To(Succeed())
+	_, err = r.Reconcile(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(api.Get(ctx, req.NamespacedName, got)).To(Succeed())
+	g.Expect(got.Status.Phase).To(Equal(infrav1.HostPhaseClaimed))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -162,7 +163,9 @@ func (a *Adapter) startBootstrap(ctx context.Context, s *scope, e sshexec.Execut
 		setCond(m, infrav1.YonderSSHMachineBootstrapExecutedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: a.RetryInterval}, nil
 	}
-	m.Status.Bootstrap.Phase = infrav1.BootstrapPhaseRunning
+	// The phase stays Starting: the first check (a tenth of the poll interval from now) finds the run on
+	// the host and records Running, or, for a short bootstrap, its result. Writing Running now would be
+	// a status write (and a wake-up of the host and of this machine) that the check replaces a moment later.
 	return ctrl.Result{RequeueAfter: a.polls.next(m.UID, PollDelay(a.PollInterval, 0))}, nil
 }
 
@@ -172,7 +175,7 @@ func (a *Adapter) bootstrapScript(ctx context.Context, s *scope, e sshexec.Execu
 	m := s.Machine
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: m.Namespace, Name: s.DataSecretName()}
-	if err := a.Client.Get(ctx, key, secret); err != nil {
+	if err := a.getDataSecret(ctx, key, secret); err != nil {
 		return "", false, fmt.Errorf("failed to get bootstrap data Secret %s: %w", klog.KRef(key.Namespace, key.Name), err)
 	}
 	if f, ok := secret.Data["format"]; ok && string(f) != "cloud-config" {
@@ -198,6 +201,20 @@ func (a *Adapter) bootstrapScript(ctx context.Context, s *scope, e sshexec.Execu
 		return "", false, nil
 	}
 	return remote.ProviderIDPrelude(providerID(m, s.Host)) + cfg.Script(), true, nil
+}
+
+// getDataSecret reads the bootstrap data Secret at key from SecretCache, which holds the Secrets that
+// carry a cluster name (bootstrap providers label their data Secrets so, as CABPK and ours do), and
+// from the API server when the cache does not have it (an unlabelled Secret, or one created a moment
+// ago).
+func (a *Adapter) getDataSecret(ctx context.Context, key client.ObjectKey, secret *corev1.Secret) error {
+	if a.SecretCache != nil {
+		err := a.SecretCache.Get(ctx, key, secret)
+		if err == nil || !apierrors.IsNotFound(err) {
+			return err //nolint:wrapcheck // wrapped by the caller
+		}
+	}
+	return a.Client.Get(ctx, key, secret) //nolint:wrapcheck // wrapped by the caller
 }
 
 // connect opens an SSH session to host; on failure it sets condType with the reason and returns nil.

@@ -36,6 +36,9 @@ type Adapter struct {
 	Client client.Client
 	// Name is the manager's name (user agent towards workload clusters).
 	Name string
+	// SecretCache reads the Secrets the manager caches (those with a cluster name: bootstrap data); nil
+	// reads every Secret from Client.
+	SecretCache client.Reader
 	// Dialer opens SSH connections.
 	Dialer sshexec.Dialer
 	// PollInterval is the longest wait between checks of a running bootstrap (default 10s): the first

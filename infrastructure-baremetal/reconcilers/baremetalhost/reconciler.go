@@ -106,6 +106,8 @@ type Reconciler struct {
 	sessions bmcSessions
 	// writes remembers the host versions the controller's own writes replaced (ownwrites.go).
 	writes ownWrites
+	// settled remembers the hosts whose power a pass found settled, until their next poll (settled.go).
+	settled settledHosts
 }
 
 // SetupWithManager registers the reconciler. Called from yonder-metal-manager's main.go (setup package).
@@ -191,6 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if apierrors.IsNotFound(err) {
 			r.sessions.drop(req.NamespacedName)
 			r.writes.start(req.NamespacedName)
+			r.settled.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -258,11 +261,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	s := &scope{host: h, state: st, orig: h.DeepCopy()}
 	was := seenAtStart(h, st)
 	restoreStatus(h, st)
+	readVersion := h.ResourceVersion
 	defer func() {
 		err := r.persist(ctx, s)
 		switch {
 		case err == nil:
 			r.recordChanges(s, was)
+			if s.powerSettled && rerr == nil && h.ResourceVersion == readVersion {
+				r.settled.record(req.NamespacedName, readVersion, time.Now().Add(res.RequeueAfter))
+			} else if !s.powerSettled {
+				r.settled.forget(req.NamespacedName)
+			}
 		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err) && rerr == nil:
 			// This pass read an outdated host; the newer version is on its way through the watch.
@@ -392,6 +401,9 @@ type scope struct {
 	bmcKey string
 	// bmcProvenAt is when a request through bmc last succeeded (kept with it: keptSessionTrust).
 	bmcProvenAt time.Time
+	// powerSettled is set by a pass that found the power as wanted and did nothing but read it; with
+	// nothing written, the host is settled at the version read until the power poll (settledHosts).
+	powerSettled bool
 	// trustKept lets connect hand out a recently proven kept client without reading the system first;
 	// set only for a pass whose first BMC call retries through reprove (the inspecting pass).
 	trustKept bool
@@ -500,6 +512,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	// after a failed inspection: there the BMC's inventory is the likelier culprit than the session, and
 	// reprove would log out and open a new session on every retry.
 	s.trustKept = s.state.State == metal3v1.StateInspecting && !h.InspectionDisabled() && h.Status.ErrorType != metal3v1.InspectionError
+	if wait := r.settled.wait(client.ObjectKeyFromObject(h), h.ResourceVersion); wait > 0 {
+		// The last pass found this very version settled and the power poll is not due: another read of
+		// the BMC would tell nothing new.
+		s.powerSettled = true
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if res, err := r.connect(ctx, s); err != nil || s.bmc == nil {
 		return res, err
 	}
@@ -754,6 +772,8 @@ func (r *Reconciler) ensurePower(ctx context.Context, s *scope, on bool) (ctrl.R
 		s.setError(metal3v1.PowerManagementError, err.Error(), false)
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 	}
+	// Settled when the BMC already had the power as wanted; after a power action the next poll checks it.
+	s.powerSettled = sys.PoweredOn == on
 	if sys.PoweredOn != on {
 		action := redfish.PowerOff
 		if on {

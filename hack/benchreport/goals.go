@@ -35,7 +35,7 @@ var goals = map[string]Goal{
 	"BootstrapToNodeReady": {Text: "Machine → Node Ready, warm host, 20 samples: p50 ≤ 5 s, p95 ≤ 10 s", Figure: "s-to-ready",
 		Baseline: "s-baseline", Ratio: "x-baseline",
 		Checks: []Check{{Unit: "s-to-ready", AtMost: true, Limit: 5}, {Unit: "p95-s-to-ready", AtMost: true, Limit: 10}}},
-	"RegisterInspect": {Text: "≤ 14 Redfish requests per host; time, CPU and RSS reported; no host starves",
+	"RegisterInspect": {Text: "10,000 BareMetalHosts registered + inspected: ≤ 14 Redfish requests per host; time, CPU and RSS reported; no host starves",
 		Figure: "s-to-available", Baseline: "s-baseline",
 		Checks: []Check{{Unit: "redfish-req/host", AtMost: true, Limit: 14}}},
 	"DataplaneThroughput": {Text: "pod-to-pod over WireGuard ≥ 0.3× veth (iperf3)",

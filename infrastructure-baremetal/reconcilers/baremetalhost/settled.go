@@ -12,10 +12,10 @@ import (
 // nothing, and when its next power poll is due. A host is often reconciled twice at one version: the
 // informer updates its cache before it queues the update's event, so a pass already woken by an earlier
 // event reads the new version, and the new version's own event runs another pass after it (1.2 % of the
-// hosts in BenchmarkRegisterInspect1000). That pass, and any other before the poll is due at a version
-// that changed nothing since, would only read the system from the BMC again. It is a memo of this
-// controller's own last look: a restarted controller starts without it and reads the BMC, and any change
-// of the host (spec, annotations, status) is a new version and a full pass.
+// hosts in BenchmarkRegisterInspectHosts at 1,000). That pass, and any other before the poll is due at
+// a version that changed nothing since, would only read the system from the BMC again. It is a memo of
+// this controller's own last look: a restarted controller starts without it and reads the BMC, and any
+// change of the host (spec, annotations, status) is a new version and a full pass.
 type settledHosts struct {
 	mu    sync.Mutex
 	hosts map[types.NamespacedName]settledAt

@@ -22,9 +22,9 @@ import (
 
 // A settled host reconciled again at the same version, before its power poll is due, costs its BMC
 // nothing: the informer runs such a pass whenever a pass already woken by an earlier event read the newer
-// version (1.2 % of the hosts in BenchmarkRegisterInspect1000, one power read each). The poll, once due,
-// reads the power again, and any change of the host is a new version and a full pass. The API server is
-// a fake here: the same-version pass cannot be made to happen on demand through a real cache.
+// version (1.2 % of the hosts in BenchmarkRegisterInspectHosts at 1,000, one power read each). The poll,
+// once due, reads the power again, and any change of the host is a new version and a full pass. The API
+// server is a fake here: the same-version pass cannot be made to happen on demand through a real cache.
 func TestSettledHostIsNotReadAgainBeforeItsPoll(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -75,7 +79,11 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		SetupWithManager(ctx, mgr, o.Options(o.HostConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHHost reconciler: %w", err)
 	}
-	machines := sshmachine.New(c, mgr.GetAPIReader(), o.WatchFilterValue, &sshmachine.Adapter{Name: o.Name, Dialer: o.Dialer, SecretCache: mgr.GetCache(),
+	credentials, err := credentialsCache(mgr, o.WatchNamespace)
+	if err != nil {
+		return err
+	}
+	machines := sshmachine.New(c, mgr.GetAPIReader(), o.WatchFilterValue, &sshmachine.Adapter{Name: o.Name, Dialer: o.Dialer, SecretCache: mgr.GetCache(), CredentialsCache: credentials,
 		PollInterval: o.PollInterval, RetryInterval: o.RetryInterval, CleanupRetries: o.CleanupRetries})
 	if err := machines.SetupWithManager(ctx, mgr, o.Options(o.MachineConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderSSHMachine reconciler: %w", err)
@@ -84,6 +92,31 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("failed to set up the YonderSSHCluster reconciler: %w", err)
 	}
 	return nil
+}
+
+// credentialsCache watches the Secrets labelled infrav1.CredentialsLabel (the host controller labels
+// the ones hosts name), and no other Secret: the machine controller reads SSH credentials from it
+// instead of from the API server at every connection. The manager's own cache holds only Secrets that
+// carry a cluster name (pkg/managercache), and a cache has one label selector per kind, hence a cache of
+// its own; the manager starts it with the other caches.
+func credentialsCache(mgr ctrl.Manager, namespace string) (cache.Cache, error) {
+	req, err := labels.NewRequirement(infrav1.CredentialsLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("failed to select credentials Secrets: %w", err)
+	}
+	o := cache.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*req)}}}
+	if namespace != "" {
+		o.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	c, err := cache.New(mgr.GetConfig(), o)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the credentials Secret cache: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("failed to add the credentials Secret cache: %w", err)
+	}
+	return c, nil
 }
 
 // Reconcilers returns SetupReconcilers bound to o, for manager.Setup.

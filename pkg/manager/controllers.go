@@ -11,13 +11,15 @@ type Controllers struct {
 	Name string
 	// WatchFilterValue limits reconciliation to objects labelled cluster.x-k8s.io/watch-filter=<value>.
 	WatchFilterValue string
+	// WatchNamespace is the one namespace the manager watches ("" all): a provider's own caches follow it.
+	WatchNamespace string
 	// SkipNameValidation lets tests register the same controllers in several managers of one process.
 	SkipNameValidation bool
 }
 
 // Controllers returns the settings of the reconcilers of a manager built with o.
 func (o *Options) Controllers() Controllers {
-	return Controllers{Name: o.Name, WatchFilterValue: o.WatchFilter}
+	return Controllers{Name: o.Name, WatchFilterValue: o.WatchFilter, WatchNamespace: o.WatchNamespace}
 }
 
 // Options returns controller options with concurrency parallel reconciles (10 when not positive).

@@ -38,6 +38,11 @@ const (
 	// NeedsCleanupAnnotation marks a YonderSSHHost released without cleanup; its value names the
 	// YonderSSHMachine that had it. Remove it once the host is clean to return the host to the pool.
 	NeedsCleanupAnnotation = "ssh.infrastructure.yonder.dev/needs-cleanup"
+	// CredentialsLabel marks a Secret that a YonderSSHHost (or its bastion) names as its SSH credentials.
+	// The host controller sets it, with clusterctl's move label, when it probes the host; the machine
+	// controller watches the Secrets so labelled (and no other Secret) to read credentials without a
+	// request to the API server per connection, and sees a rotated key as soon as it is written.
+	CredentialsLabel = "ssh.infrastructure.yonder.dev/credentials" //nolint:gosec // a label key, not a credential
 	// GPUCountLabel is the number of GPUs (NVIDIA, AMD, Intel) the last probe found on a YonderSSHHost, set
 	// on hosts with at least one. A hostSelector cannot read status, so this label is how a
 	// MachineDeployment asks for (Exists, In) or avoids (DoesNotExist) hosts with GPUs. The host controller

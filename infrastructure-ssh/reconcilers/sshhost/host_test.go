@@ -24,8 +24,8 @@ import (
 )
 
 // A host registered with trust-on-first-use gets the key its real sshd presents recorded into
-// spec.hostKey at the first probe, its facts gathered, the move label on itself and its Secret, and
-// phase Available. A claimed host cannot be deleted until released; an unreachable one says so.
+// spec.hostKey at the first probe, its facts gathered, the move label on itself and its Secret (with the
+// credentials label), and phase Available. A claimed host cannot be deleted until released; an unreachable one says so.
 func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -50,6 +50,7 @@ func TestHostInventoryProbeTOFUAndDeletionGuard(t *testing.T) {
 		s := &corev1.Secret{}
 		g.Expect(env.Get(ctx, client.ObjectKey{Namespace: ns, Name: "key"}, s)).To(Succeed())
 		g.Expect(s.Labels).To(HaveKey("clusterctl.cluster.x-k8s.io/move"))
+		g.Expect(s.Labels).To(HaveKey(infrav1.CredentialsLabel), "the machine controller watches the credentials it connects with")
 	}).Should(Succeed())
 
 	// Recorded, the key is enforced: sshd now presents another key (a reinstalled or impostor host).

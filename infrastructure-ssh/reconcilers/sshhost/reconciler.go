@@ -162,7 +162,9 @@ func (r *Reconciler) labelSecrets(ctx context.Context, h *infrav1.YonderSSHHost)
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: name}, s); err != nil {
 			continue // reported by the probe
 		}
-		if _, ok := s.Labels[clusterctlv1.ClusterctlMoveLabel]; ok {
+		_, move := s.Labels[clusterctlv1.ClusterctlMoveLabel]
+		_, creds := s.Labels[infrav1.CredentialsLabel]
+		if move && creds {
 			continue
 		}
 		p := client.MergeFrom(s.DeepCopy())
@@ -170,8 +172,9 @@ func (r *Reconciler) labelSecrets(ctx context.Context, h *infrav1.YonderSSHHost)
 			s.Labels = map[string]string{}
 		}
 		s.Labels[clusterctlv1.ClusterctlMoveLabel] = ""
+		s.Labels[infrav1.CredentialsLabel] = ""
 		if err := r.Client.Patch(ctx, s, p); err != nil {
-			return fmt.Errorf("failed to add the move label to Secret %s: %w", klog.KObj(s), err)
+			return fmt.Errorf("failed to label Secret %s as moved with its host and as SSH credentials: %w", klog.KObj(s), err)
 		}
 	}
 	return nil

@@ -15,9 +15,11 @@ import (
 )
 
 // CredentialsTTL is how long a credentials Secret read from the API server is reused for further SSH
-// connections. Credentials Secrets are not in the manager's cache (they carry no cluster name), and
-// every host of a pool usually shares one: without reuse each connection (the bootstrap's start, each
-// check of it, a cleanup) read the same Secret again. A rotated key is picked up after the TTL at the
+// connections. Credentials Secrets are not in the manager's cache (they carry no cluster name); the host
+// controller labels them (infrav1.CredentialsLabel) and the machine controller watches those
+// (Adapter.CredentialsCache), so the memo serves a Secret only until its label arrives. Every host of a
+// pool usually shares one: without reuse each connection (the bootstrap's start, each check of it, a
+// cleanup) read the same Secret again. A rotated key is picked up after the TTL at the
 // latest, and at once where the host refuses the remembered key (connect reads the Secret again).
 const CredentialsTTL = 10 * time.Second
 
@@ -77,22 +79,28 @@ func (c *credentialsMemo) forget() {
 	clear(c.secrets)
 }
 
-// reader reads Secrets through the memo and everything else through r; *hit is set when the memo
-// answered.
-func (c *credentialsMemo) reader(r client.Reader, hit *bool) client.Reader {
-	return memoReader{Reader: r, memo: c, hit: hit}
+// reader reads Secrets from watched (when not nil: the Secrets labelled infrav1.CredentialsLabel), else
+// through the memo, and everything else through r; *hit is set when watched or the memo answered.
+func (c *credentialsMemo) reader(watched, r client.Reader, hit *bool) client.Reader {
+	return memoReader{Reader: r, watched: watched, memo: c, hit: hit}
 }
 
 type memoReader struct {
 	client.Reader
-	memo *credentialsMemo
-	hit  *bool
+	watched client.Reader
+	memo    *credentialsMemo
+	hit     *bool
 }
 
 func (r memoReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
 		return r.Reader.Get(ctx, key, obj, opts...) //nolint:wrapcheck // a reader's error, wrapped by its caller
+	}
+	if r.watched != nil && r.watched.Get(ctx, key, s) == nil {
+		// A labelled Secret, as the watch last delivered it.
+		*r.hit = true
+		return nil
 	}
 	if m, ok := r.memo.get(key); ok {
 		m.DeepCopyInto(s)
@@ -106,24 +114,24 @@ func (r memoReader) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 	return nil
 }
 
-// dial connects to host, reading its credentials through the memo. Credentials the host refuses, or
-// that no longer parse, may be a rotation the memo has not seen yet: when the memo supplied them, the
-// connection is tried once more with the Secrets read again, so a rotated key never shows as a failed
-// connection.
+// dial connects to host, reading its credentials from the watched Secrets (CredentialsCache) or through
+// the memo. Credentials the host refuses, or that no longer parse, may be a rotation the watch or the
+// memo has not delivered yet: when either supplied them, the connection is tried once more with the
+// Secrets read from the API server, so a rotated key never shows as a failed connection.
 func (a *Adapter) dial(ctx context.Context, host *infrav1.YonderSSHHost) (sshexec.Executor, error) {
-	e, memoized, err := a.dialOnce(ctx, host)
+	e, remembered, err := a.dialOnce(ctx, host, a.CredentialsCache)
 	var auth *sshexec.AuthError
 	var cred *hostconn.CredentialsError
-	if err != nil && memoized && (errors.As(err, &auth) || errors.As(err, &cred)) {
+	if err != nil && remembered && (errors.As(err, &auth) || errors.As(err, &cred)) {
 		a.credentials.forget()
-		e, _, err = a.dialOnce(ctx, host)
+		e, _, err = a.dialOnce(ctx, host, nil)
 	}
 	return e, err
 }
 
-func (a *Adapter) dialOnce(ctx context.Context, host *infrav1.YonderSSHHost) (sshexec.Executor, bool, error) {
+func (a *Adapter) dialOnce(ctx context.Context, host *infrav1.YonderSSHHost, watched client.Reader) (sshexec.Executor, bool, error) {
 	memoized := false
-	t, err := hostconn.Target(ctx, a.credentials.reader(a.Client, &memoized), host, nil)
+	t, err := hostconn.Target(ctx, a.credentials.reader(watched, a.Client, &memoized), host, nil)
 	if err != nil {
 		return nil, memoized, err //nolint:wrapcheck // hostconn's errors are mapped by hostconn.Reason
 	}

@@ -44,7 +44,7 @@ func TestCredentialsMemo(t *testing.T) {
 			for i := range 2 {
 				hit := false
 				got := &corev1.Secret{}
-				g.Expect(c.reader(api, &hit).Get(context.Background(), key, got)).To(Succeed())
+				g.Expect(c.reader(nil, api, &hit).Get(context.Background(), key, got)).To(Succeed())
 				g.Expect(got.Data).To(Equal(secret.Data))
 				// What a caller does with its copy never reaches the memo.
 				got.Data["ssh-privatekey"] = []byte("changed")
@@ -65,11 +65,11 @@ func TestCredentialsMemoKeepsOnlySecrets(t *testing.T) {
 	c := &credentialsMemo{}
 	hit := false
 	for range 2 {
-		g.Expect(c.reader(api, &hit).Get(context.Background(), client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})).To(Succeed())
+		g.Expect(c.reader(nil, api, &hit).Get(context.Background(), client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})).To(Succeed())
 	}
 	g.Expect(api.gets).To(Equal(2))
 	g.Expect(hit).To(BeFalse())
 	// A Secret that is not there is not remembered either.
-	g.Expect(c.reader(api, &hit).Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "missing"}, &corev1.Secret{})).NotTo(Succeed())
+	g.Expect(c.reader(nil, api, &hit).Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "missing"}, &corev1.Secret{})).NotTo(Succeed())
 	g.Expect(c.secrets).To(BeEmpty())
 }

@@ -39,6 +39,9 @@ type Adapter struct {
 	// SecretCache reads the Secrets the manager caches (those with a cluster name: bootstrap data); nil
 	// reads every Secret from Client.
 	SecretCache client.Reader
+	// CredentialsCache reads the Secrets labelled infrav1.CredentialsLabel from a watch (setup builds it);
+	// nil reads credentials through the memo.
+	CredentialsCache client.Reader
 	// Dialer opens SSH connections.
 	Dialer sshexec.Dialer
 	// PollInterval is the longest wait between checks of a running bootstrap (default 10s): the first

@@ -50,14 +50,16 @@ func (r *Reconciler[M, H]) recordClaimUnchanged(ctx context.Context, s *Scope[M,
 	before := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
 	r.annotateClaimed(m, host)
 	latest := m.DeepCopyObject().(client.Object) //nolint:forcetypeassert // a copy of m has m's type
-	if err := r.Client.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil || !latest.GetDeletionTimestamp().IsZero() {
+	if err := r.Client.Patch(ctx, latest, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		ctrl.LoggerFrom(ctx).V(4).Info("The machine changed since its reservation, reading it", "err", err)
 		m.SetAnnotations(before.GetAnnotations())
 		return false
 	}
 	r.written.Record(latest)
-	// The annotations are written: the deferred patch sends only what changes after this.
-	return s.rebase(latest) == nil
+	// The annotations are written: the deferred patch sends only what changes after this. (A deletion
+	// changes the resourceVersion, so a machine written here is not deleting; should it show one anyway,
+	// the caller's read decides.)
+	return s.rebase(latest) == nil && latest.GetDeletionTimestamp().IsZero()
 }
 
 // annotateClaimed records on m (in memory) that it holds host: the host and the claim identity, no

@@ -57,6 +57,9 @@ type Reconciler struct {
 	// helper's fallback, an older phase included), three to eight status writes for one step. It is
 	// skipped instead.
 	written claim.WrittenVersions
+	// handOffs is when each host was first found waiting for its machine to record a new claim
+	// (claimUnrecorded): the wait ends after HandOffWait even if that record never comes.
+	handOffs sync.Map
 }
 
 // SetupWithManager registers the reconciler.
@@ -253,24 +256,34 @@ func setGPULabels(h *infrav1.YonderSSHHost, facts remote.Facts) {
 }
 
 // HandOffWait is how long a host's status may lag a claim its machine has not recorded in its status
-// yet (claimUnrecorded), should the machine's write not wake the host first (it normally does).
+// yet (claimUnrecorded): the machine's write normally wakes the host within its pass; a machine that
+// does not write (paused, failing) leaves the host to write its status after this.
 const HandOffWait = 10 * time.Second
 
 // claimUnrecorded reports whether h's consumer is new to h's status while the claiming machine's status
 // does not name h yet: its pass is between the claim and its status write. Nothing of this host's own
 // pass is due then (a claimed host has its finalizer and was probed before it was free), so the pass
-// waits for that write instead of writing status twice for one hand-off.
+// waits for that write instead of writing status twice for one hand-off, for HandOffWait at most.
 func (r *Reconciler) claimUnrecorded(ctx context.Context, h *infrav1.YonderSSHHost) bool {
+	key := client.ObjectKeyFromObject(h)
 	ref := h.Spec.ConsumerRef
-	if ref == nil || !h.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(h, infrav1.HostFinalizer) ||
-		(h.Status.ConsumerRef != nil && *h.Status.ConsumerRef == *ref) {
+	waiting := ref != nil && h.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(h, infrav1.HostFinalizer) &&
+		(h.Status.ConsumerRef == nil || *h.Status.ConsumerRef != *ref)
+	if waiting {
+		m := &infrav1.YonderSSHMachine{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, m)
+		waiting = err == nil && m.Status.HostRef != h.Name && m.DeletionTimestamp.IsZero()
+	}
+	if !waiting {
+		r.handOffs.Delete(key)
 		return false
 	}
-	m := &infrav1.YonderSSHMachine{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: ref.Name}, m); err != nil {
+	since, _ := r.handOffs.LoadOrStore(key, time.Now())
+	if time.Since(since.(time.Time)) >= HandOffWait { //nolint:forcetypeassert // only times are stored
+		r.handOffs.Delete(key)
 		return false
 	}
-	return m.Status.HostRef != h.Name && m.DeletionTimestamp.IsZero()
+	return true
 }
 
 func (r *Reconciler) setPhase(ctx context.Context, h *infrav1.YonderSSHHost) error {

@@ -115,7 +115,8 @@ func TestPassOnCacheBehindOwnWriteWritesNothing(t *testing.T) {
 
 // A host whose claim its machine has not recorded yet (the machine's pass is between the claim and its
 // status write) writes nothing: the machine's write wakes it, and it writes the phase the hand-off has
-// reached then, once. Before, it wrote Claimed and then Provisioning a moment later.
+// reached then, once. Before, it wrote Claimed and then Provisioning a moment later. A machine that
+// never writes holds the host's status back for HandOffWait at most.
 func TestClaimNotYetRecordedByItsMachineWaitsForIt(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -144,6 +145,16 @@ func TestClaimNotYetRecordedByItsMachineWaitsForIt(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(writes).To(BeZero(), "nothing written while the machine has not recorded the claim")
 	g.Expect(res.RequeueAfter).To(Equal(HandOffWait), "the host looks again should the machine's write not wake it")
+
+	// A machine that never records the claim (paused, failing) holds the host's status back for
+	// HandOffWait at most: then the host writes Claimed.
+	r.handOffs.Store(req.NamespacedName, time.Now().Add(-HandOffWait))
+	_, err = r.Reconcile(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes).To(Equal(1))
+	claimed := &infrav1.YonderSSHHost{}
+	g.Expect(api.Get(ctx, req.NamespacedName, claimed)).To(Succeed())
+	g.Expect(claimed.Status.Phase).To(Equal(infrav1.HostPhaseClaimed))
 
 	// The machine's pass records the claim with the bootstrap's start; that write wakes the host.
 	m.Status.HostRef = "h"

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -125,15 +126,58 @@ func (p *Process) WaitFor(ctx context.Context, timeout time.Duration, ready func
 	}
 }
 
-// FreePort asks the kernel for a free TCP port on host. Another process may take it before the caller
-// binds it; callers that bind late report "address already in use" from the child's log.
+// FreePort asks the kernel for a free TCP port on host, never one it returned in this process during the
+// last handedOutFor: the kernel may hand out a port it has just freed again, and two ports asked for one
+// after the other (etcd's client and peer ports) once came back equal, so etcd failed to bind its second
+// listener. Another process may still take the port before the caller binds it; callers that bind late
+// report "address already in use" from the child's log.
 func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("failed to find a free port on %s: %w", host, err)
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range 64 {
+		// Every port tried stays bound until the end, so the kernel offers another one each time.
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("failed to find a free port on %s: %w", host, err)
+		}
+		held = append(held, l)
+		if port := l.Addr().(*net.TCPAddr).Port; handedOut.claim(port) { //nolint:forcetypeassert // a TCP listener's address
+			return port, nil
+		}
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("failed to find a free port on %s that was not handed out a moment ago", host)
+}
+
+// handedOutFor is how long FreePort does not return a port again: long enough for the caller to bind it.
+const handedOutFor = time.Minute
+
+// handedOut is the ports FreePort returned, and when.
+var handedOut = portLedger{at: map[int]time.Time{}}
+
+type portLedger struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+// claim records port as handed out now, unless it was handed out during the last handedOutFor.
+func (p *portLedger) claim(port int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for k, t := range p.at {
+		if now.Sub(t) >= handedOutFor {
+			delete(p.at, k)
+		}
+	}
+	if _, ok := p.at[port]; ok {
+		return false
+	}
+	p.at[port] = now
+	return true
 }
 
 // CheckPortFree returns a clear error when host:port is already bound.

@@ -9,6 +9,11 @@ FUZZTIME=${FUZZTIME:-10s}
 # whose inputs cost milliseconds (a whole Redfish read, a kubeconfig in a binary that links envtest) then
 # spend their whole slot minimizing instead of fuzzing.
 FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
+# How many fuzzing workers a target runs (go test -parallel; default: one per CPU). make test sets 1: its
+# fuzzing runs beside the QEMU suites, whose emulation needs a core of its own.
+FUZZPARALLEL=${FUZZPARALLEL:-}
+parallel=()
+if [ -n "$FUZZPARALLEL" ]; then parallel=(-parallel "$FUZZPARALLEL"); fi
 
 # Go 1.26's fuzz coordinator can end a duration-bounded run with a bare "context deadline exceeded" and a
 # failing status although nothing failed (go.dev/issue/75804, fixed in Go 1.27): the -fuzztime deadline
@@ -19,7 +24,7 @@ corpus_listing() { find "$1" -type f 2>/dev/null | sort; }
 # A failing input or a panic can print raw bytes: `cat -v` keeps the log text, so the summary's grep
 # still names the failure (a CI run once printed only "binary file matches" for it).
 fuzz_once() { # pkg name log
-  go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" "$1" 2>&1 | cat -v | tee "$3"
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "${FUZZTIME}" -fuzzminimizetime "${FUZZMINIMIZETIME}" "${parallel[@]}" "$1" 2>&1 | cat -v | tee "$3"
 }
 
 # The inputs a failed run wrote, printed into the log: CI's clone is gone by the time anyone reads it.

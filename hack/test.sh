@@ -5,20 +5,23 @@
 #          Two heavy suites never run together: on a 2-core machine their stacks starved each other into
 #          timeouts (a host's agent waiting 5 minutes for its Node, a Machine's deletion outlasting its
 #          test's bound);
-#   other: every other package one after another, then every benchmark once at its tiny size in only the
+#   other: the early suites (EARLY_PKGS) first, beside the heavy lane's first suite, then every other
+#          package one after another, then every benchmark once at its tiny size in only the
 #          packages that have benchmarks (a go test of its own: with -bench set, cmd/go runs packages one at
 #          a time), then fuzzing (hack/fuzz.sh). The heavy lane is the longer one, so the benchmarks and the
 #          fuzzing cost no wall time of their own.
 # Every step runs even when an earlier one failed, and the script ends with a summary of what failed (the
 # failing packages and tests of every step, with what each failing test said): a CI log that keeps only its
 # last lines still says what broke and why.
-# Environment: HEAVY_PKGS (the heavy suites, ./paths), BENCH_PKGS, TEST_TIMEOUT, FUZZTIME; the Makefile
+# Environment: HEAVY_PKGS (the heavy suites, ./paths), EARLY_PKGS (./paths), BENCH_PKGS, TEST_TIMEOUT,
+# FUZZTIME; the Makefile
 # sets them. Each step's output is printed as it comes, every line prefixed with the step's name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEST_TIMEOUT=${TEST_TIMEOUT:-45m}
 if [ -z "${HEAVY_PKGS:-}" ]; then echo "hack/test.sh: HEAVY_PKGS must name the heavy suites" >&2; exit 2; fi
 read -r -a heavy <<<"${HEAVY_PKGS}"
+read -r -a early <<<"${EARLY_PKGS:-}"
 read -r -a bench <<<"${BENCH_PKGS:-}"
 
 # Every package of the module that is not a heavy suite, as import paths.
@@ -32,6 +35,15 @@ mapfile -t light < <(grep -vxF -f <(printf '%s\n' "$heavy_imports") <<<"$all")
 if [ "${#light[@]}" -eq 0 ] || [ "$(grep -cxF -f <(printf '%s\n' "$heavy_imports") <<<"$all")" -ne "${#heavy[@]}" ]; then
   echo "make test: the heavy suites (${heavy[*]}) are not all packages of ${module}, or nothing else is" >&2
   exit 1
+fi
+# The early suites lead the second lane (go test -p 1 runs packages in the order given).
+if [ "${#early[@]}" -gt 0 ]; then
+  if ! early_imports=$(go list "${early[@]}") ||
+    [ "$(grep -cxF -f <(printf '%s\n' "$early_imports") <<<"$(printf '%s\n' "${light[@]}")")" -ne "${#early[@]}" ]; then
+    echo "make test: the early suites (${early[*]}) are not all packages of ${module} outside the heavy suites" >&2
+    exit 1
+  fi
+  mapfile -t light < <(printf '%s\n' "$early_imports"; grep -vxF -f <(printf '%s\n' "$early_imports") < <(printf '%s\n' "${light[@]}"))
 fi
 
 logs=$(mktemp -d)
@@ -62,7 +74,7 @@ other_lane() {
       record bench || failed bench
     done_at bench
   fi
-  hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
+  FUZZPARALLEL=1 hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
   done_at fuzz
 }
 

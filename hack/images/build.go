@@ -26,6 +26,10 @@ type buildOptions struct {
 	Only []string
 	// NodeVersions are the Kubernetes versions of the node images.
 	NodeVersions []string
+	// Binaries, when set, is a directory that keeps the binaries the images carry, each named after its
+	// image (yonder-agent for the agent): a caller that runs them as processes (the test stack, the lab)
+	// then runs exactly what the images hold, without building them a second time in another shape.
+	Binaries string
 }
 
 // binaryImage is an image holding one of our binaries: its name (and the binary's), the binary's main
@@ -74,11 +78,17 @@ func build(o buildOptions) ([]built, error) {
 	if err := os.MkdirAll(o.Out, 0o750); err != nil {
 		return nil, fmt.Errorf("failed to create %s: %w", o.Out, err)
 	}
-	bin, err := os.MkdirTemp("", "yonder-images-")
-	if err != nil {
-		return nil, err
+	bin := o.Binaries
+	if bin == "" {
+		tmp, err := os.MkdirTemp("", "yonder-images-")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = os.RemoveAll(tmp) }()
+		bin = tmp
+	} else if err := os.MkdirAll(bin, 0o750); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", bin, err)
 	}
-	defer func() { _ = os.RemoveAll(bin) }()
 	var out []built
 	add := func(name, tag string, spec ociimage.Image) error {
 		b, err := write(o, name, tag, spec)

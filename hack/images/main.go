@@ -16,7 +16,7 @@
 //
 // Usage:
 //
-//	go run ./hack/images build -out out/images -registry ghcr.io/yonder-dev -tag v0.1.0 [-only a,b] [-node-versions v1.36.3,v1.36.2]
+//	go run ./hack/images build -out out/images -registry ghcr.io/yonder-dev -tag v0.1.0 [-only a,b] [-node-versions v1.36.3,v1.36.2] [-binaries out/images/bin]
 //	go run ./hack/images push -out out/images -registry ghcr.io/yonder-dev -to registry.example:5000/yonder [-ca ca.crt]
 package main
 
@@ -45,6 +45,7 @@ func run(args []string) error {
 	fs.StringVar(&o.Registry, "registry", "ghcr.io/yonder-dev", "repository prefix the images are named under")
 	fs.StringVar(&o.Tag, "tag", "dev", "tag of the manager, add-on and agent images")
 	only := fs.String("only", "", "comma-separated image names to build (default: all)")
+	fs.StringVar(&o.Binaries, "binaries", "", "build: a directory to keep the binaries the images carry in, named after their images (default: none kept)")
 	nodes := fs.String("node-versions", "", "comma-separated Kubernetes versions to build node images for (default: none)")
 	to := fs.String("to", "", "push: the repository prefix to push to (replaces -registry in every name)")
 	ca := fs.String("ca", "", "push: a PEM file of the target registry's CA (default: the system roots)")

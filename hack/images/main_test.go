@@ -28,19 +28,29 @@ func TestNetNodeImageRunsIptables(t *testing.T) {
 	t.Chdir(root) // run builds packages by their path relative to the repository root
 
 	var digests []string
-	for _, d := range []string{t.TempDir(), t.TempDir()} {
+	rootfs, kept := t.TempDir(), filepath.Join(t.TempDir(), "bin")
+	for i, d := range []string{t.TempDir(), t.TempDir()} {
 		t.Setenv("YONDER_CACHE_DIR", t.TempDir()) // each build its own: the kept archive would make it trivially the same
-		imgs, err := build(buildOptions{Out: d, Registry: "ghcr.io/yonder-dev", Tag: "test", Only: []string{"yonder-net-node"}})
+		o := buildOptions{Out: d, Registry: "ghcr.io/yonder-dev", Tag: "test", Only: []string{"yonder-net-node"}}
+		if i == 1 {
+			o.Binaries = kept // the second build also keeps its binary (-binaries)
+		}
+		imgs, err := build(o)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(imgs).To(HaveLen(1))
 		digests = append(digests, imgs[0].digest.String())
-		if len(digests) == 1 {
-			rootfs := t.TempDir()
+		if i == 0 {
 			g.Expect(unpack(filepath.Join(d, "yonder-net-node.oci.tar"), rootfs)).To(Succeed())
 			checkIptables(t, rootfs)
 		}
 	}
 	g.Expect(digests[1]).To(Equal(digests[0]), "the image is reproducible")
+	inImage, err := os.ReadFile(filepath.Join(rootfs, "yonder-net-node"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.ReadFile(filepath.Join(kept, "yonder-net-node"))).To(Equal(inImage), "-binaries keeps the very binary the image carries, under the image's name")
+	entries, err := os.ReadDir(kept)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(HaveLen(1), "only the selected image's binary is kept")
 	_, err = build(buildOptions{Out: t.TempDir(), Registry: "r", Tag: "t", Only: []string{"nope"}})
 	g.Expect(err).To(MatchError(ContainSubstring(`"nope"`)))
 }

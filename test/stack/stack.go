@@ -11,7 +11,7 @@
 //     `make release-manifests` lays out (the stack runs that target into its own directory), with CAPI's
 //     kubeadm bootstrap and control-plane providers beside Yonder's when Options.KubeadmProviders is set;
 //   - each provider's Deployment then run as a PROCESS: the same binary (capi-manager for the core
-//     provider, capi-kubeadm-*-manager for CAPI's kubeadm providers, our managers built from this tree), the Deployment's own command-line arguments and
+//     provider, capi-kubeadm-*-manager for CAPI's kubeadm providers, for ours the binaries the release's images carry), the Deployment's own command-line arguments and
 //     POD_NAMESPACE, authenticated as the Deployment's ServiceAccount (a TokenRequest token, so the
 //     components' RBAC is exercised), serving webhooks with the certificate from the Secret the
 //     Deployment mounts, on the lab bridge address that the stack writes into an EndpointSlice of the
@@ -84,7 +84,6 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-ssh/api/v1alpha1"
 	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/controlplane"
-	"github.com/yonder-dev/yonder/test/gobuild"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/internal/proc"
 	"github.com/yonder-dev/yonder/test/labnet"
@@ -262,7 +261,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, rerr error) {
 	}{
 		// Builds run while nothing else is up yet: they are the slow part of a cold start. They stay first:
 		// StartTimeout starts counting after them.
-		{s.prepare, "built the managers, the agent and the release manifests"},
+		{s.prepare, "built the release (manifests, images and the binaries they carry)"},
 		{s.startNetwork, ""},
 		{s.startManagementPlane, "management control plane up"},
 		{s.initProviders, ""},
@@ -318,8 +317,8 @@ func (opts *Options) complete() error {
 	return nil
 }
 
-// prepare creates the stack's directories, finds clusterctl and builds the
-// managers, the agent and the release manifests.
+// prepare creates the stack's directories, finds clusterctl and builds the release (manifests, images and
+// the managers' binaries).
 func (s *Stack) prepare(ctx context.Context) error {
 	s.binDir, s.logDir = filepath.Join(s.Dir, "bin"), filepath.Join(s.Dir, "logs")
 	for _, d := range []string{s.binDir, s.logDir} {
@@ -460,64 +459,32 @@ func (s *Stack) clusterctlRun(ctx context.Context, env []string, args ...string)
 	return stdout.String(), nil
 }
 
-// build runs `make release-manifests` into the stack directory and builds our managers and the agent.
+// build runs `make release-manifests` into the stack directory and takes our managers from it: the
+// binaries its images carry (`make images` keeps them in images/bin), so the stack's processes are what a
+// user's cluster runs from the images, and no second build in another shape (cgo, paths kept) compiles
+// and links them again — on a fresh clone that second build cost a minute of every make test.
 func (s *Stack) build(ctx context.Context) error {
 	root := testbins.RepoRoot()
 	rel := filepath.Join(s.Dir, "release")
-	if _, err := proc.Run(ctx, "make", "-C", root, "release-manifests", "OUT="+rel); err != nil {
-		return fmt.Errorf("failed to build the release manifests: %w", err)
-	}
-	s.ClusterctlConfig = filepath.Join(rel, "clusterctl.yaml")
-	var errs []error
-	var errMu sync.Mutex
-	addErr := func(err error) {
-		errMu.Lock()
-		defer errMu.Unlock()
-		errs = append(errs, err)
-	}
-	var wg sync.WaitGroup
-	// The managers and the agent are built in one go command each: packages shared by them compile once.
-	for _, b := range []struct{ out, env string }{
-		{out: s.binDir + "/", env: ""},
-		{out: filepath.Join(s.binDir, "yonder-agent"), env: "CGO_ENABLED=0"},
-	} {
-		pkgs := []string{"./bootstrap", "./controlplane", "./infrastructure-ssh"}
-		if s.opts.MetalHosts > 0 {
-			pkgs = append(pkgs, "./infrastructure-baremetal")
-		}
-		if b.env != "" {
-			pkgs = []string{"./hostruntime/cmd/yonder-agent"}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := gobuild.Build(ctx, b.out, gobuild.Options{Static: b.env != ""}, pkgs...); err != nil {
-				addErr(err)
-			}
-		}()
-	}
+	built := make(chan error, 1)
 	if s.opts.MetalHosts > 0 {
-		// The initramfs's agent is its own static, stripped build; it runs beside the others.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.prepareMetal(ctx); err != nil {
-				addErr(err)
-			}
-		}()
+		// The initramfs's agent is its own static, stripped build; it runs beside the release's.
+		go func() { built <- s.prepareMetal(ctx) }()
+	} else {
+		built <- nil
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	_, err := proc.Run(ctx, "make", "-C", root, "release-manifests", "OUT="+rel)
+	if err != nil {
+		err = fmt.Errorf("failed to build the release manifests: %w", err)
+	}
+	if err := errors.Join(err, <-built); err != nil {
 		return err
 	}
-	// go build names a main package after its directory; the Deployments call the binaries by name.
-	for dir, name := range map[string]string{"bootstrap": "yonder-bootstrap-manager", "controlplane": "yonder-controlplane-manager",
-		"infrastructure-ssh": "yonder-ssh-manager", "infrastructure-baremetal": "yonder-metal-manager"} {
-		if dir == "infrastructure-baremetal" && s.opts.MetalHosts == 0 {
-			continue
-		}
-		if err := os.Rename(filepath.Join(s.binDir, dir), filepath.Join(s.binDir, name)); err != nil {
-			return fmt.Errorf("failed to name the %s manager: %w", dir, err)
+	s.ClusterctlConfig = filepath.Join(rel, "clusterctl.yaml")
+	for _, name := range []string{"yonder-bootstrap-manager", "yonder-controlplane-manager", "yonder-ssh-manager", "yonder-metal-manager"} {
+		// A hard link: the release and bin directories are both in the stack's directory.
+		if err := os.Link(filepath.Join(rel, "images", "bin", name), filepath.Join(s.binDir, name)); err != nil {
+			return fmt.Errorf("failed to take the %s binary from the release's images: %w", name, err)
 		}
 	}
 	return nil

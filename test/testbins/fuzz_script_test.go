@@ -43,8 +43,10 @@ func TestFuzzScriptRetriesOnlyGosDeadlineRace(t *testing.T) {
 		outcomes []string
 		calls    int
 		exit     int
+		parallel string // FUZZPARALLEL
 	}{
 		{name: "passes", outcomes: []string{"pass"}, calls: 1, exit: 0},
+		{name: "passes with one worker (make test's FUZZPARALLEL=1)", outcomes: []string{"pass"}, calls: 1, exit: 0, parallel: "1"},
 		{name: "deadline race, then passes", outcomes: []string{"deadline", "pass"}, calls: 2, exit: 0},
 		{name: "deadline race twice", outcomes: []string{"deadline", "deadline"}, calls: 2, exit: 1},
 		{name: "a failing input is never retried", outcomes: []string{"crash", "pass"}, calls: 1, exit: 1},
@@ -66,13 +68,17 @@ func TestFuzzScriptRetriesOnlyGosDeadlineRace(t *testing.T) {
 			g.Expect(os.WriteFile(filepath.Join(bin, "go"), []byte(fuzzGoStandIn), 0o755)).To(Succeed())
 			g.Expect(os.WriteFile(filepath.Join(state, "outcomes"), []byte(strings.Join(tc.outcomes, "\n")+"\n"), 0o600)).To(Succeed())
 
-			out, code := runScript(t, filepath.Join(tree, "hack", "fuzz.sh"), "PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "FUZZTIME=10s")
+			out, code := runScript(t, filepath.Join(tree, "hack", "fuzz.sh"), "PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "FUZZTIME=10s", "FUZZPARALLEL="+tc.parallel)
 			g.Expect(code).To(Equal(tc.exit))
 			calls, err := os.ReadFile(filepath.Join(state, "calls"))
 			g.Expect(err).NotTo(HaveOccurred())
 			lines := strings.Split(strings.TrimSpace(string(calls)), "\n")
 			g.Expect(lines).To(HaveLen(tc.calls))
-			g.Expect(lines[0]).To(Equal("go test -run ^$ -fuzz ^FuzzParse$ -fuzztime 10s -fuzzminimizetime 2s ./pkg"))
+			want := "go test -run ^$ -fuzz ^FuzzParse$ -fuzztime 10s -fuzzminimizetime 2s ./pkg"
+			if tc.parallel != "" {
+				want = "go test -run ^$ -fuzz ^FuzzParse$ -fuzztime 10s -fuzzminimizetime 2s -parallel " + tc.parallel + " ./pkg"
+			}
+			g.Expect(lines[0]).To(Equal(want))
 			if tc.exit != 0 {
 				g.Expect(out).To(ContainSubstring("FAIL: fuzz target FuzzParse in ./pkg"))
 				if tc.outcomes[0] == "crash" { // the failing input is in the log itself: CI's clone is gone afterwards

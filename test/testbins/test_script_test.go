@@ -25,6 +25,7 @@ case "$1 $2" in
 "list -m") echo example.test; exit 0 ;;
 "list ./...") printf 'example.test/heavy\nexample.test/light\nexample.test/benched\n'; exit 0 ;;
 "list ./heavy") echo example.test/heavy; exit 0 ;;
+"list ./benched") echo example.test/benched; exit 0 ;;
 "list ./nope") echo "no Go files in ./nope" >&2; exit 1 ;;
 esac
 if [ "$1" = build ]; then # go build -o <out> ./hack/testtimes: the real one, built by the test
@@ -96,6 +97,7 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		heavy string
+		early string // EARLY_PKGS
 		fail  []string
 		exit  int
 		want  []string
@@ -110,7 +112,10 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 		{name: "a light package and fuzzing fail", heavy: "./heavy", fail: []string{"other", "fuzz"}, exit: 1,
 			want: []string{"make test: FAILED: fuzz other", "--- FAIL: TestOf_other", "== what failed in step fuzz:\nFAIL: fuzz target FuzzParse in ./light"}},
 		{name: "a benchmark fails", heavy: "./heavy", fail: []string{"bench"}, exit: 1, want: []string{"make test: FAILED: bench", "--- FAIL: TestOf_bench"}},
+		{name: "an early suite leads the other lane", heavy: "./heavy", early: "./benched", exit: 0, want: []string{"make test: every step passed"}},
 		{name: "a heavy list that names no package", heavy: "./nope", exit: 1},
+		{name: "an early list that names no package", heavy: "./heavy", early: "./nope", exit: 1},
+		{name: "an early suite that is a heavy one", heavy: "./heavy", early: "./heavy", exit: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -127,13 +132,18 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			}
 
 			out, code := runScript(t, filepath.Join(tree, "hack", "test.sh"),
-				"PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "REAL_TESTTIMES="+testtimes, "HEAVY_PKGS="+tc.heavy, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m")
+				"PATH="+bin+":/usr/bin:/bin", "STUB_STATE="+state, "REAL_TESTTIMES="+testtimes, "HEAVY_PKGS="+tc.heavy, "EARLY_PKGS="+tc.early, "BENCH_PKGS=./benched", "TEST_TIMEOUT=7m")
 			g.Expect(code).To(Equal(tc.exit))
 			calls, err := os.ReadFile(filepath.Join(state, "calls"))
 			g.Expect(err).NotTo(HaveOccurred())
 			if tc.heavy == "./nope" {
 				g.Expect(out).To(ContainSubstring("make test: the heavy suites (./nope) are not all packages of example.test\n"))
 				g.Expect(string(calls)).NotTo(ContainSubstring("go test"), "nothing runs when the heavy list is wrong")
+				return
+			}
+			if tc.exit != 0 && tc.early != "" {
+				g.Expect(out).To(ContainSubstring("make test: the early suites (" + tc.early + ") are not all packages of example.test outside the heavy suites\n"))
+				g.Expect(string(calls)).NotTo(ContainSubstring("go test"), "nothing runs when the early list is wrong")
 				return
 			}
 			for _, w := range tc.want {
@@ -153,7 +163,11 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			c := string(calls)
 			g.Expect(c).To(ContainSubstring(" go test -count=1 -p 1 -json -timeout 7m ./heavy\n"))
 			g.Expect(out).NotTo(ContainSubstring("a passing test's log"), "the heavy lane prints what plain go test would")
-			light := strings.Index(c, " go test -count=1 -p 1 -timeout 7m example.test/light example.test/benched\n")
+			lightPkgs := "example.test/light example.test/benched"
+			if tc.early != "" {
+				lightPkgs = "example.test/benched example.test/light" // the early suite first, then the rest in order
+			}
+			light := strings.Index(c, " go test -count=1 -p 1 -timeout 7m "+lightPkgs+"\n")
 			bench := strings.Index(c, "1 go test -count=1 -run ^$ -bench . -benchtime 1x -timeout 7m ./benched\n")
 			fuzz := strings.Index(c, "fuzz\n")
 			g.Expect(light).To(BeNumerically(">=", 0))

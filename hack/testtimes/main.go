@@ -1,6 +1,8 @@
 // Command testtimes turns `go test -json` into what plain `go test` prints (a failing test's output under
 // its `--- FAIL` line, the packages' `ok`/`FAIL` lines), and adds one `--- PASS: TestX (12.34s)` line for
-// every top-level test that passed. hack/test.sh runs the heavy suites through it, so a CI log tells how
+// every top-level test that passed, followed by a line for each of its subtests that passed and took a
+// second or more, indented as `go test -v` indents them (`    --- PASS: TestX/scale (50.12s)`): where a
+// scenario's time goes, without the noise of quick table cases. hack/test.sh runs the heavy suites through it, so a CI log tells how
 // long each scenario took (the suite's budget is planned from those lines), while a failure still reads
 // as it always did (hack/test.sh's summary looks for `--- FAIL:` and the indented lines under it).
 //
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -38,6 +41,11 @@ func run(in io.Reader, out io.Writer) error {
 	w := bufio.NewWriter(out)
 	// Output of tests still running, by package and test: printed only if the test fails (or never ends).
 	running := map[string]map[string][]string{}
+	// The passed subtests worth a time line, by package and top-level test: printed under the top-level
+	// test's own line when it passes (its end comes after theirs), in the order they started (a parent
+	// before its own subtests, as go test -v prints them).
+	subtests := map[string]map[string][]subtest{}
+	order, started := map[string]int{}, 0 // the order tests started in, by package and test
 	s := bufio.NewScanner(in)
 	s.Buffer(make([]byte, 1<<20), 16<<20)
 	for s.Scan() {
@@ -64,9 +72,27 @@ func run(in io.Reader, out io.Writer) error {
 			if !isProgress(e.Output) && !result.MatchString(e.Output) {
 				tests[e.Test] = append(tests[e.Test], e.Output)
 			}
+		case e.Action == "run" && e.Test != "":
+			started++
+			order[e.Package+"\x00"+e.Test] = started
 		case e.Action == "pass" && e.Test != "":
-			if !strings.Contains(e.Test, "/") {
+			top, _, sub := strings.Cut(e.Test, "/")
+			if subtests[e.Package] == nil {
+				subtests[e.Package] = map[string][]subtest{}
+			}
+			switch {
+			case !sub:
 				_, _ = fmt.Fprintf(w, "--- PASS: %s (%.2fs)\n", e.Test, e.Elapsed)
+				subs := subtests[e.Package][top]
+				slices.SortFunc(subs, func(a, b subtest) int { return a.started - b.started })
+				for _, st := range subs {
+					_, _ = fmt.Fprint(w, st.line)
+				}
+				delete(subtests[e.Package], top)
+			case e.Elapsed >= minSubtestSeconds:
+				indent := strings.Repeat("    ", strings.Count(e.Test, "/"))
+				subtests[e.Package][top] = append(subtests[e.Package][top], subtest{
+					started: order[e.Package+"\x00"+e.Test], line: fmt.Sprintf("%s--- PASS: %s (%.2fs)\n", indent, e.Test, e.Elapsed)})
 			}
 			delete(tests, e.Test)
 		case (e.Action == "fail" || e.Action == "skip") && e.Test != "":
@@ -76,6 +102,9 @@ func run(in io.Reader, out io.Writer) error {
 				for _, o := range tests[e.Test] {
 					_, _ = fmt.Fprint(w, o)
 				}
+			}
+			if !strings.Contains(e.Test, "/") {
+				delete(subtests[e.Package], e.Test) // a failure's output is what counts, not its parts' times
 			}
 			delete(tests, e.Test)
 		case e.Action == "fail" && e.Test == "":
@@ -103,6 +132,15 @@ func unfinished(w *bufio.Writer, tests map[string][]string) {
 			_, _ = fmt.Fprint(w, o)
 		}
 	}
+}
+
+// minSubtestSeconds is the shortest passed subtest that gets a time line.
+const minSubtestSeconds = 1.0
+
+// subtest is a passed subtest's time line and when it started.
+type subtest struct {
+	started int
+	line    string
 }
 
 // result is go test's own line for a test's end, which testtimes prints itself.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -57,4 +58,29 @@ func TestUnfinishedTestsArePrinted(t *testing.T) {
 	g.Expect(out.String()).To(Equal("panic: test timed out after 45m0s\nFAIL\tp\t2700.001s\n" +
 		"--- SKIP: TestSkipped (0.00s)\n    x_test.go:3: the reason\n" +
 		"--- FAIL: TestSlow (unfinished)\n    slow_test.go:9: waiting for the Node\n# a line that is not JSON\n"))
+}
+
+// Each subtest that passed and took a second or more gets a time line under its top-level test's, in the
+// order the subtests started and indented by depth, as go test -v prints them; quick ones and those of a
+// failed test get none (synthetic events: the times are the point).
+func TestSlowSubtestsGetTimeLinesUnderTheirTest(t *testing.T) {
+	g := NewWithT(t)
+	ev := func(action, test string, elapsed float64) string {
+		return fmt.Sprintf(`{"Action":%q,"Package":"p","Test":%q,"Elapsed":%g}`, action, test, elapsed)
+	}
+	in := strings.Join([]string{
+		ev("run", "TestScenarios", 0), ev("run", "TestScenarios/scale", 0), ev("run", "TestScenarios/scale/to-5", 0),
+		ev("pass", "TestScenarios/scale/to-5", 22.5), ev("pass", "TestScenarios/scale", 50), ev("run", "TestScenarios/quick", 0),
+		ev("pass", "TestScenarios/quick", 0.4), ev("run", "TestScenarios/remediation", 0), ev("pass", "TestScenarios/remediation", 70.25),
+		ev("pass", "TestScenarios", 121),
+		ev("run", "TestBroken", 0), ev("run", "TestBroken/slow", 0), ev("pass", "TestBroken/slow", 3), ev("fail", "TestBroken", 4),
+		`{"Action":"fail","Package":"p","Elapsed":125}`,
+	}, "\n")
+	var out bytes.Buffer
+	g.Expect(run(strings.NewReader(in), &out)).To(Succeed())
+	g.Expect(out.String()).To(Equal("--- PASS: TestScenarios (121.00s)\n" +
+		"    --- PASS: TestScenarios/scale (50.00s)\n" +
+		"        --- PASS: TestScenarios/scale/to-5 (22.50s)\n" +
+		"    --- PASS: TestScenarios/remediation (70.25s)\n" +
+		"--- FAIL: TestBroken (4.00s)\n"))
 }

@@ -52,7 +52,7 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
-	m.Status.Addresses = Addresses(host, a.inventory(ctx, host))
+	m.Status.Addresses = Addresses(host, a.inventory(ctx, m, host))
 	if m.Spec.ProviderID == "" {
 		m.Spec.ProviderID = ProviderID(m.Namespace, host.Name)
 		ctrl.LoggerFrom(ctx).Info("Host provisioned", "providerID", m.Spec.ProviderID)
@@ -62,13 +62,24 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 	return ctrl.Result{}, nil
 }
 
-// inventory reads what host's networkData and metaData Secrets say about its addresses and hostname. They
-// were read and checked when the host received its config drive; one that is gone or unreadable now only
-// leaves its part out of the Machine's addresses (logged), it does not hold the Machine up.
-func (a *Adapter) inventory(ctx context.Context, host *metal3v1.BareMetalHost) Inventory {
+// inventory returns what host's networkData and metaData Secrets say about its addresses and hostname.
+// They were read and checked when the host received its config drive; one that is gone or unreadable now
+// only leaves its part out of the Machine's addresses (logged), it does not hold the Machine up.
+//
+// The config drive was written once, when this claim provisioned the host: a Secret's later content
+// never reaches the host. So a complete read is kept (provisionedData) and later passes of the same claim
+// with the same Secret references read nothing; they come often for a provisioned Machine (every change
+// of its host or its Machine) and both Secrets are uncached reads. A restarted manager reads once again.
+func (a *Adapter) inventory(ctx context.Context, m *infrav1.YonderMetalMachine, host *metal3v1.BareMetalHost) Inventory {
+	key := provisionedDataKey{host: host.UID, claim: claim.ID(m, infrav1.ClaimIDAnnotation), metaData: secretRef(host.Spec.MetaData), networkData: secretRef(host.Spec.NetworkData)}
+	if inv, ok := a.provisioned.get(key); ok {
+		return inv
+	}
 	var inv Inventory
+	complete := true
 	log := ctrl.LoggerFrom(ctx)
 	if md, err := hostdata.MetaData(ctx, a.Client, host); err != nil {
+		complete = false
 		log.Info("Leaving the host's metaData out of the Machine's addresses", "reason", err.Error())
 	} else {
 		inv.Hostname = hostdata.Hostname(md)
@@ -78,7 +89,11 @@ func (a *Adapter) inventory(ctx context.Context, host *metal3v1.BareMetalHost) I
 		inv.Static, err = hostdata.StaticAddresses(nd)
 	}
 	if err != nil {
+		complete = false
 		log.Info("Leaving the host's networkData out of the Machine's addresses", "reason", err.Error())
+	}
+	if complete {
+		a.provisioned.put(key, inv)
 	}
 	return inv
 }

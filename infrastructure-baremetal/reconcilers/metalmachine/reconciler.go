@@ -33,6 +33,9 @@ type Adapter struct {
 	APIReader client.Reader
 	// Name is the manager's name (user agent towards workload clusters).
 	Name string
+
+	// provisioned keeps what provisioned hosts' Secrets said (see inventory).
+	provisioned provisionedData
 }
 
 var _ claim.Adapter[*infrav1.YonderMetalMachine, *metal3v1.BareMetalHost] = &Adapter{}

@@ -20,6 +20,7 @@ type withdrawal = claim.Withdrawal[*metal3v1.BareMetalHost]
 // available again. A paused host or one in error keeps the claim until it recovers.
 func (a *Adapter) Withdraw(ctx context.Context, s *scope) (claim.Withdrawal[*metal3v1.BareMetalHost], ctrl.Result, error) {
 	m, host := s.Machine, s.Host
+	a.provisioned.forget(host.UID)
 	if hostpool.Withdraw(host.DeepCopy()) {
 		ctrl.LoggerFrom(ctx).Info("Deprovisioning host")
 		var err error
@@ -60,4 +61,4 @@ func cleaningMode(h *metal3v1.BareMetalHost) string {
 // and user data and powers the host off (hostpool.Pool.ClearConsumer); the host controller then
 // deprovisions it, cleaning it as its automatedCleaningMode says, and it is claimable only once
 // available again.
-func (a *Adapter) ReleaseOrphan(*metal3v1.BareMetalHost, string) {}
+func (a *Adapter) ReleaseOrphan(h *metal3v1.BareMetalHost, _ string) { a.provisioned.forget(h.UID) }

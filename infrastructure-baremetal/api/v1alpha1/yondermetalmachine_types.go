@@ -9,14 +9,15 @@ import (
 // +kubebuilder:validation:Enum=md5;sha256;sha512;auto
 type ChecksumType string
 
-// ImageFormat is the format of an image (Metal3's values); live-iso is booted, not written to disk.
+// ImageFormat is the format of an image (Metal3's values); live-iso is not written to disk.
 // +kubebuilder:validation:Enum=raw;qcow2;vdi;vmdk;live-iso
 type ImageFormat string
 
-// LiveISOFormat boots the image instead of writing it to the root device.
+// LiveISOFormat writes nothing to the root device: Yonder's host controller keeps its attested provisioning
+// ramdisk running (the ISO itself is not booted yet, and no Node joins).
 const LiveISOFormat ImageFormat = "live-iso"
 
-// Image is what the host boots: written to its root device, or booted live (format live-iso). It is
+// Image is what the host boots: written to its root device, or nothing written (format live-iso). It is
 // copied as is into the claimed BareMetalHost's spec.image.
 type Image struct {
 	// url of the image (http, https or oci).
@@ -36,7 +37,8 @@ type Image struct {
 	// +optional
 	ChecksumType ChecksumType `json:"checksumType,omitempty"`
 
-	// format of the image: raw, qcow2, vdi, vmdk, or live-iso to boot it without writing it to disk.
+	// format of the image: raw or qcow2 (written to the root device and booted); vdi and vmdk are refused;
+	// live-iso writes nothing, and Yonder's host controller does not boot the ISO yet (no Node joins).
 	// +optional
 	Format ImageFormat `json:"format,omitempty"`
 }

@@ -161,14 +161,14 @@ func TestTestScriptRunsTwoLanesAndNamesWhatFailed(t *testing.T) {
 			// Every step ran, whatever failed before it; the benchmarks at their tiny size, only in the
 			// packages that have benchmarks.
 			c := string(calls)
-			g.Expect(c).To(ContainSubstring(" go test -count=1 -p 1 -json -timeout 7m ./heavy\n"))
+			g.Expect(c).To(ContainSubstring(" go test -count=1 -p 1 -ldflags=-w -json -timeout 7m ./heavy\n"))
 			g.Expect(out).NotTo(ContainSubstring("a passing test's log"), "the heavy lane prints what plain go test would")
 			lightPkgs := "example.test/light example.test/benched"
 			if tc.early != "" {
 				lightPkgs = "example.test/benched example.test/light" // the early suite first, then the rest in order
 			}
-			light := strings.Index(c, " go test -count=1 -p 1 -timeout 7m "+lightPkgs+"\n")
-			bench := strings.Index(c, "1 go test -count=1 -run ^$ -bench . -benchtime 1x -timeout 7m ./benched\n")
+			light := strings.Index(c, " go test -count=1 -p 1 -ldflags=-w -timeout 7m "+lightPkgs+"\n")
+			bench := strings.Index(c, "1 go test -count=1 -ldflags=-w -run ^$ -bench . -benchtime 1x -timeout 7m ./benched\n")
 			fuzz := strings.Index(c, "fuzz\n")
 			g.Expect(light).To(BeNumerically(">=", 0))
 			g.Expect(bench).To(BeNumerically(">", light), "the benchmarks follow the other packages")

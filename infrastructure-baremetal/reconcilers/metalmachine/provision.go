@@ -71,7 +71,8 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 // with the same Secret references read nothing; they come often for a provisioned Machine (every change
 // of its host or its Machine) and both Secrets are uncached reads. A restarted manager reads once again.
 func (a *Adapter) inventory(ctx context.Context, m *infrav1.YonderMetalMachine, host *metal3v1.BareMetalHost) Inventory {
-	key := provisionedDataKey{host: host.UID, claim: claim.ID(m, infrav1.ClaimIDAnnotation), metaData: secretRef(host.Spec.MetaData), networkData: secretRef(host.Spec.NetworkData)}
+	key := provisionedDataKey{host: host.UID, claim: claim.ID(m, infrav1.ClaimIDAnnotation),
+		metaData: ptr.Deref(host.Spec.MetaData, corev1.SecretReference{}), networkData: ptr.Deref(host.Spec.NetworkData, corev1.SecretReference{})}
 	if inv, ok := a.provisioned.get(key); ok {
 		return inv
 	}

@@ -12,15 +12,7 @@ import (
 type provisionedDataKey struct {
 	host                  types.UID
 	claim                 types.UID
-	metaData, networkData string
-}
-
-// secretRef names a Secret reference in a key ("" for none).
-func secretRef(r *corev1.SecretReference) string {
-	if r == nil {
-		return ""
-	}
-	return r.Namespace + "/" + r.Name
+	metaData, networkData corev1.SecretReference // the zero reference for none
 }
 
 // provisionedData keeps, per provisioned host, the addresses and hostname last read from its Secrets

@@ -25,6 +25,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/bootdisk"
+	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
 
@@ -38,7 +39,9 @@ const diskImageName = "node.qcow2"
 // to boot its disk and power-cycles it; the image's own initramfs finds the config drive and prints the
 // user data's digest and meta_data's hostname. Released with automatedCleaningMode metadata, the VM
 // PXE-boots once more and its disk loses every partition table and signature (checked on the disk file).
-// Each phase's wall time is logged, next to `qemu-img convert` of the same image in the same run.
+// This image has the provider's key built in (the other tests boot the generic one, with the served key):
+// the agent verifies with it and ignores the key the boot server serves beside the image. Each phase's
+// wall time is logged, next to `qemu-img convert` of the same image in the same run.
 func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -47,7 +50,7 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	start := time.Now()
 	artifacts := func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig {
 		t.Helper()
-		boot := artifactsGeneric(t, dir, serverKey)
+		boot := artifactsAgent(t, dir, serverKey)
 		g.Expect(copyFile(img.QCOW2, filepath.Join(dir, diskImageName))).To(Succeed())
 		return boot
 	}
@@ -106,6 +109,11 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	g.Expect(boot.UserDataBytes).To(Equal(int64(len(l.userData.Data["userData"]))))
 	g.Expect(boot.Hostname).To(Equal("worker-vm0"), "meta_data.json carries the metaData Secret's keys")
 	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1), "one PXE boot, then the disk")
+	// The provisioning boot's console, kept when the disk boot started.
+	console, err := os.ReadFile(l.driver.EarlierConsoleLog("vm0"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(console)).To(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+	g.Expect(string(console)).NotTo(ContainSubstring(metalboot.ServedKeyMarker), "the key built into this image wins over the one the boot server serves")
 	// What the ramdisk wrote is the image: every byte after the partition table's sector (the config drive
 	// added its entry there) up to the image's end.
 	want, err := rangeSHA256(img.Raw, 512, img.RawSize)

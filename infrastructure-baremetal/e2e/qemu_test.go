@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,7 +38,6 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/pkg/managercache"
-	"github.com/yonder-dev/yonder/test/controlplane"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/metalboot"
@@ -58,28 +56,7 @@ func TestMain(m *testing.M) {
 		AddToScheme:          []func(*runtime.Scheme) error{infrav1.AddToScheme, metal3v1.AddToScheme},
 		Setup:                func(_ context.Context, e *envtest.Environment) error { return setup.SetupWebhooks(e.Manager) },
 	}, func(e *envtest.Environment) { env = e })
-	if wl != nil {
-		_ = wl.Stop()
-	}
 	os.Exit(code)
-}
-
-var (
-	wlOnce sync.Once
-	wl     *controlplane.ControlPlane
-	wlErr  error
-)
-
-// workload is the workload cluster's control plane (the Cluster's kubeconfig points at it).
-func workload(t testing.TB) *controlplane.ControlPlane {
-	t.Helper()
-	wlOnce.Do(func() {
-		wl, wlErr = controlplane.Start(context.Background(), controlplane.Options{Name: "metal-e2e-wl"})
-	})
-	if wlErr != nil {
-		t.Fatalf("failed to start the workload control plane: %v", wlErr)
-	}
-	return wl
 }
 
 // metalLab is one bare-metal site on a lab bridge: boot services (DHCP, TFTP, HTTP, attestation on the

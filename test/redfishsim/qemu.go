@@ -2,7 +2,9 @@ package redfishsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,6 +145,30 @@ func (d *QEMUDriver) DiskPath(id string) string {
 // ConsoleLog is the path of a system's serial console log.
 func (d *QEMUDriver) ConsoleLog(id string) string { return filepath.Join(d.Dir, id, "console.log") }
 
+// EarlierConsoleLog is the path of the serial console of a system's earlier boots, oldest first: QEMU
+// truncates the console log at every start, and a test may need what a boot printed before a power cycle
+// (the provisioning ramdisk's lines, once the host boots its disk).
+func (d *QEMUDriver) EarlierConsoleLog(id string) string {
+	return filepath.Join(d.Dir, id, "console-earlier-boots.log")
+}
+
+// keepConsole appends the console log of the last boot, if any, to EarlierConsoleLog.
+func (d *QEMUDriver) keepConsole(id string) error {
+	last, err := os.ReadFile(d.ConsoleLog(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(d.EarlierConsoleLog(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(last)
+	return errors.Join(err, f.Close())
+}
+
 // FirmwareLog is the path of a system's SeaBIOS debug log.
 func (d *QEMUDriver) FirmwareLog(id string) string { return filepath.Join(d.Dir, id, "seabios.log") }
 
@@ -178,6 +204,9 @@ func (d *QEMUDriver) PowerOn(ctx context.Context, id, target string) error {
 		}
 	}
 	dir := filepath.Join(d.Dir, id)
+	if err := d.keepConsole(id); err != nil {
+		return fmt.Errorf("failed to keep the console log of %s's last boot: %w", id, err)
+	}
 	ctrl := filepath.Join(dir, "swtpm-ctrl.sock")
 	_ = os.Remove(ctrl)
 	sw := exec.Command("swtpm", "socket", "--tpm2", "--tpmstate", "dir="+filepath.Join(dir, "tpm"),

@@ -67,7 +67,10 @@ func TestMain(m *testing.M) {
 // same Machine's Node is Ready again — no PXE boot, no replacement. The metal manager killed and restarted
 // then changes nothing (no second PXE boot). Scaling to 0 drains and deletes the Node and deprovisions the host:
 // its ramdisk PXE-boots once more and wipes the disk (automatedCleaningMode metadata: no partition table
-// or signature left on the disk file), the VM is off and the host available with no consumer.
+// or signature left on the disk file), the VM is off and the host available with no consumer. Scaling
+// back to 1 makes a new Machine that reuses the host as the pool returned it: a third PXE boot, the TPM
+// enrolment of the first boot still pinned, the image on the wiped disk, a Ready Node that runs a pod.
+// Deleting the Cluster while that Machine runs deprovisions the host once more: wiped, off, available.
 //
 // Prometheus (Debian's, scraping every manager as the shipped metrics-reader role allows) sees it all:
 // every manager up; the claim, the provisioning phase, DHCP, TFTP, boot HTTP and attestation counted; the
@@ -83,19 +86,29 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	metrics := expectEveryTargetUp(t)
 	inv := l.describeHost(t)
 	t0 := l.apply(t)
-	claimed, poweredOn, provisioned := l.provisioned(t, t0)
+	claimed, poweredOn, provisioned := l.provisioned(t, t0, 1)
 	metrics.expectProvisioningCounted(t)
 	metrics.collectSecrets(t, l.host)
 	nodeReady, podRan := l.nodeReady(t, t0)
 	inv.expectApplied(t, l)
+	first := l.machines(NewWithT(t))[0]
+	enrolment := l.bmh(NewWithT(t)).Annotations[tpmEnrolment]
 	rebooted := l.remediatedByReboot(t)
 	l.restartChangesNothing(t)
 	released := l.scaleToZero(t)
 	metrics.expectReleaseCounted(t)
-	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, image written, disk boot requested) %s → Node Ready (disk boot, cloud-init, agent, kubelet) %s → a pod ran and answered %s; host hung → Node NotReady → remediated by a power cycle → the same Node Ready again %s; scale to 0 → Node and Machine gone, disk wiped, VM off, host available %s",
+	// The host went back to the pool wiped: a later Machine reuses it, from its third PXE boot to a Node.
+	t1 := time.Now()
+	l.scale(t, 1)
+	_, _, reprovisioned := l.provisioned(t, t1, 3)
+	metrics.collectSecrets(t, l.host)
+	_, reusedPodRan := l.nodeReady(t, t1)
+	l.expectReused(t, first, enrolment)
+	deleted := l.deleteCluster(t)
+	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, image written, disk boot requested) %s → Node Ready (disk boot, cloud-init, agent, kubelet) %s → a pod ran and answered %s; host hung → Node NotReady → remediated by a power cycle → the same Node Ready again %s; scale to 0 → Node and Machine gone, disk wiped, VM off, host available %s; scale to 1 → the same host Provisioned for a new Machine %s → its pod answered %s; Cluster deleted → host wiped and available %s",
 		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), nodeReady.Round(time.Millisecond),
-		podRan.Round(time.Millisecond), rebooted.Round(time.Millisecond), released.Round(time.Millisecond))
-	l.deleteCluster(t)
+		podRan.Round(time.Millisecond), rebooted.Round(time.Millisecond), released.Round(time.Millisecond),
+		reprovisioned.Round(time.Millisecond), reusedPodRan.Round(time.Millisecond), deleted.Round(time.Millisecond))
 	metrics.expectNoSecretInLabels(t)
 }
 
@@ -180,9 +193,9 @@ func (l *metalLife) apply(t *testing.T) time.Time {
 }
 
 // provisioned waits until the host is claimed, the VM on and the Machine Provisioned with the metal
-// providerID — the TPM pinned after one PXE boot, the image written and the disk boot requested; it
-// returns when each happened after t0.
-func (l *metalLife) provisioned(t *testing.T, t0 time.Time) (claimed, poweredOn, provisioned time.Duration) {
+// providerID — the TPM pinned, the image written after one more PXE boot (the host's pxeBoots-th) and the
+// disk boot requested; it returns when each happened after t0.
+func (l *metalLife) provisioned(t *testing.T, t0 time.Time, pxeBoots int) (claimed, poweredOn, provisioned time.Duration) {
 	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func(g Gomega) string {
@@ -205,8 +218,8 @@ func (l *metalLife) provisioned(t *testing.T, t0 time.Time) (claimed, poweredOn,
 	h := l.bmh(g)
 	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 	g.Expect(h.Status.Provisioning.Image.URL).To(HaveSuffix("/" + stack.MetalImageName))
-	g.Expect(h.Annotations).To(HaveKey("metal.yonder.dev/tpm-enrolment"), "the VM's TPM was pinned at its first attested boot")
-	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(1), "one PXE boot, then the disk")
+	g.Expect(h.Annotations).To(HaveKey(tpmEnrolment), "the VM's TPM was pinned at its first attested boot")
+	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one PXE boot to provision, then the disk")
 	g.Expect(st.MetalRunning(l.host.Name)).To(BeTrue(), "the host runs its image")
 	return claimed, poweredOn, provisioned
 }
@@ -332,14 +345,29 @@ func (l *metalLife) restartChangesNothing(t *testing.T) {
 // host deprovisioned — its disk cleaned by one more PXE boot — available and off; it returns how long that took.
 func (l *metalLife) scaleToZero(t *testing.T) time.Duration {
 	t.Helper()
-	g := NewWithT(t)
 	t1 := time.Now()
+	l.scale(t, 0)
+	l.expectReleased(t, 2)
+	return time.Since(t1)
+}
+
+// scale sets the MachineDeployment's replicas, as `kubectl scale` does.
+func (l *metalLife) scale(t *testing.T, replicas int32) {
+	t.Helper()
+	g := NewWithT(t)
 	md := &clusterv1.MachineDeployment{}
 	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.name + "-md-0"}, md)).To(Succeed())
 	patch := client.MergeFrom(md.DeepCopy())
-	zero := int32(0)
-	md.Spec.Replicas = &zero
+	md.Spec.Replicas = &replicas
 	g.Expect(st.Client.Patch(l.ctx, md, patch)).To(Succeed())
+}
+
+// expectReleased waits until the Cluster has no Machine left and the host is deprovisioned — available,
+// no consumer, off — after its pxeBoots-th PXE boot, the cleaning one; then it checks that CAPI deleted
+// the metal Node and that the cleaning left no partition table, boot code or signature on the disk file.
+func (l *metalLife) expectReleased(t *testing.T, pxeBoots int) {
+	t.Helper()
+	g := NewWithT(t)
 	g.Eventually(func(g Gomega) {
 		g.Expect(l.machines(g)).To(BeEmpty())
 		h := l.bmh(g)
@@ -348,13 +376,12 @@ func (l *metalLife) scaleToZero(t *testing.T) time.Duration {
 		g.Expect(h.Status.PoweredOn).To(BeFalse())
 	}, 12*time.Minute, time.Second).Should(Succeed(), l.diag)
 	g.Eventually(func() bool { return st.MetalRunning(l.host.Name) }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
-	released := time.Since(t1)
 	nodes := &corev1.NodeList{}
 	g.Expect(st.WorkloadClient.List(l.ctx, nodes)).To(Succeed())
 	for _, n := range nodes.Items {
 		g.Expect(n.Spec.ProviderID).NotTo(HavePrefix("yonder-metal://"), "CAPI deleted the metal Node %s", n.Name)
 	}
-	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(2), "one cleaning boot")
+	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one cleaning boot")
 	disk := st.MetalDisk(l.host.Name)
 	f, err := os.Open(disk)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -365,20 +392,38 @@ func (l *metalLife) scaleToZero(t *testing.T) time.Duration {
 	g.Expect(bytes.Count(head, []byte{0})).To(Equal(len(head)), "the partition table and boot code are gone")
 	out, err := exec.CommandContext(l.ctx, "blkid", "-p", disk).CombinedOutput()
 	g.Expect(err).To(HaveOccurred(), "blkid finds no signature on the released host's disk: %s", out)
-	return released
 }
 
-// deleteCluster deletes the Cluster as users do; the host stays, available.
-func (l *metalLife) deleteCluster(t *testing.T) {
+// expectReused checks the Machine that scaling back to 1 made after the release: a new Machine on the
+// same host (the only one), whose TPM enrolment the release kept — what CAPM3 users expect of a host that
+// went back to the pool.
+func (l *metalLife) expectReused(t *testing.T, first clusterv1.Machine, enrolment string) {
 	t.Helper()
 	g := NewWithT(t)
+	ms := l.machines(g)
+	g.Expect(ms).To(HaveLen(1))
+	g.Expect(ms[0].Name).NotTo(Equal(first.Name), "a new Machine")
+	g.Expect(ms[0].Spec.ProviderID).To(Equal(first.Spec.ProviderID), "on the same host")
+	g.Expect(l.bmh(g).Annotations).To(HaveKeyWithValue(tpmEnrolment, enrolment), "the host kept the TPM pinned at its first boot: a release returns it to the pool as it was")
+}
+
+// tpmEnrolment is the BareMetalHost annotation that pins the host's TPM (its EK) at the first attested boot.
+const tpmEnrolment = "metal.yonder.dev/tpm-enrolment"
+
+// deleteCluster deletes the Cluster as users do while its Machine runs a Node: CAPI deletes the Machine,
+// the host is deprovisioned (its fourth PXE boot cleans the disk) and stays, available.
+func (l *metalLife) deleteCluster(t *testing.T) time.Duration {
+	t.Helper()
+	g := NewWithT(t)
+	t1 := time.Now()
 	cl := &clusterv1.Cluster{}
 	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.name}, cl)).To(Succeed())
 	g.Expect(st.Client.Delete(l.ctx, cl)).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(st.Client.Get(l.ctx, client.ObjectKeyFromObject(cl), &clusterv1.Cluster{}))
-	}, 2*time.Minute, time.Second).Should(BeTrue())
-	g.Expect(l.bmh(g).Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
+	}, 12*time.Minute, time.Second).Should(BeTrue(), l.diag)
+	l.expectReleased(t, 4)
+	return time.Since(t1)
 }
 
 func tail(s string, n int) string {

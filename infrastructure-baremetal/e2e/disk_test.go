@@ -112,7 +112,7 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	// The provisioning boot's console, kept when the disk boot started.
 	console, err := os.ReadFile(l.driver.EarlierConsoleLog("vm0"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(console)).To(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+	g.Expect(string(console)).To(ContainSubstring(metalboot.AttestedLine(l.userData.Data["userData"])))
 	g.Expect(string(console)).NotTo(ContainSubstring(metalboot.ServedKeyMarker), "the key built into this image wins over the one the boot server serves")
 	// What the ramdisk wrote is the image: every byte after the partition table's sector (the config drive
 	// added its entry there) up to the image's end.

@@ -318,7 +318,7 @@ func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
 	g.Expect(got.Status.PoweredOn).To(BeTrue())
 	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
 	g.Eventually(func() string { b, _ := os.ReadFile(l.driver.ConsoleLog("vm0")); return string(b) }, time.Minute, time.Second).
-		Should(ContainSubstring(fmt.Sprintf(metalboot.AttestedMarker+"%d bytes of bootstrap data", len(l.userData.Data["userData"]))))
+		Should(ContainSubstring(metalboot.AttestedLine(l.userData.Data["userData"])))
 	console, err := os.ReadFile(l.driver.ConsoleLog("vm0"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(console)).To(ContainSubstring(metalboot.ServedKeyMarker))

@@ -14,7 +14,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -33,8 +35,17 @@ const (
 	Initrd = "yonder-initrd.img"
 )
 
-// AttestedMarker starts the console line the initramfs prints once it received its bootstrap data.
+// AttestedMarker starts the console line the initramfs prints once it received its bootstrap data
+// (AttestedLine).
 const AttestedMarker = "YONDER: attested, "
+
+// AttestedLine is the console line the initramfs prints once it received exactly data as its bootstrap
+// data: its size and SHA-256, so that a test checks what arrived by content (the digest reveals nothing of
+// the data's secrets).
+func AttestedLine(data []byte) string {
+	sum := sha256.Sum256(data)
+	return fmt.Sprintf("%s%d bytes of bootstrap data, sha256 %s", AttestedMarker, len(data), hex.EncodeToString(sum[:]))
+}
 
 // ProvisionedMarker and ProvisionFailedMarker start the console line with `yonder-agent provision`'s
 // output: the image and config drive written, the disks cleaned, or "action live".
@@ -66,7 +77,7 @@ udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP l
 # An image built knowingly without the provider's key says so by a file; any other image refuses unsigned data.
 attest_flags=""; [ -e /etc/yonder/insecure-unsigned ] && attest_flags="--insecure-unsigned"
 if /bin/yonder-agent attest $attest_flags --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data --instructions /run/yonder/instructions.json; then
-  echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data"
+  echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data, sha256 $(sha256sum < /run/yonder/bootstrap-data | cut -d' ' -f1)"
   # Write the image and its config drive, or clean the disks, as the instructions say, and report; the
   # controller then boots the host from its disk or powers it off. A live image needs nothing.
   if /bin/yonder-agent provision --instructions /run/yonder/instructions.json >/run/yonder/provision.log 2>&1; then

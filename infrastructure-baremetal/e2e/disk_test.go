@@ -56,7 +56,7 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	}
 	const serial = "node-disk-0"
 	diskFile := filepath.Join(t.TempDir(), "vm0-disk.raw")
-	l := newMetalLab(ctx, t, artifacts, 8*time.Minute, 512, func(s *redfishsim.QEMUSystem) { s.Disk, s.DiskSerial = diskFile, serial })
+	l := newMetalLab(ctx, t, artifacts, 8*time.Minute, 2, 512, func(s *redfishsim.QEMUSystem) { s.Disk, s.DiskSerial = diskFile, serial })
 	disk := l.driver.DiskPath("vm0")
 	g.Expect(disk).NotTo(BeEmpty())
 	prepared := time.Since(start)

@@ -38,7 +38,8 @@ FUZZTIME ?= 10s
 # cluster or VM) run in the second lane, as their benchmarks always did: the heavy lane is the critical path.
 # The heavy suites run in this order (go test -p 1 runs them as listed). The QEMU suites come last: TCG
 # emulation is CPU-bound and the most sensitive to load (test/e2e/metal took 992 s alone and 1397 s beside
-# the second lane), and by then the second lane has finished and left them a core.
+# the second lane), and by then the second lane is in its benchmarks and fuzzing (one worker each, the
+# fuzzing at the lowest priority: hack/test.sh), which leave them most of the machine.
 SLOW_TEST_PKGS := ./test/e2e/ ./cmd/kubectl-yonder/internal/lab/ ./infrastructure-baremetal/e2e/ ./test/e2e/metal/
 # Suites that start no VM and fit beside test/e2e (test/claims: an envtest, sshd hosts, two controller
 # replicas, 5.5 min; the agent's e2e: one cluster and two nspawn nodes, 5 min) lead the second lane instead:

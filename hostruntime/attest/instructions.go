@@ -30,6 +30,11 @@ const (
 	// ActionClean: remove the partition tables and filesystem signatures of every disk
 	// (automatedCleaningMode metadata), report, and wait to be powered off.
 	ActionClean = "clean"
+	// ActionRunNode: the diskless deploy method (customDeploy yonder-diskless). The ramdisk runs the
+	// UserData (Yonder's cloud-config: write_files and runcmd) itself, with the providerid of MetaData,
+	// so that the agent and the Node live in its memory; it reports once the agent's bootstrap finished
+	// (the Node joined) or failed, and keeps running. Nothing is written to disk.
+	ActionRunNode = "run-node"
 )
 
 // Instructions are the plaintext of a released envelope: what this attested host is to do, and the data
@@ -78,13 +83,20 @@ func DecodeInstructions(plain []byte) (*Instructions, error) {
 		if in.ReportToken == "" || in.Host == "" {
 			return nil, errors.New("the instructions say clean but carry no report token")
 		}
+	case ActionRunNode:
+		if len(in.UserData) == 0 {
+			return nil, errors.New("the instructions say run-node but carry no user data")
+		}
+		if in.ReportToken == "" || in.Host == "" {
+			return nil, errors.New("the instructions say run-node but carry no report token")
+		}
 	default:
 		return nil, fmt.Errorf("unknown action %q in the released instructions", in.Action)
 	}
 	return in, nil
 }
 
-// Report is the ramdisk's outcome of ActionWriteImage or ActionClean.
+// Report is the ramdisk's outcome of ActionWriteImage, ActionClean or ActionRunNode.
 type Report struct {
 	Host   string `json:"host"`
 	Token  string `json:"token"`

@@ -43,12 +43,17 @@ type Image struct {
 	Format ImageFormat `json:"format,omitempty"`
 }
 
+// DisklessDeployMethod is the one customDeploy method Yonder's host controller implements: the attested
+// provisioning ramdisk runs the Machine's bootstrap data (Yonder's cloud-config) itself, so the agent and
+// the Node live in the host's memory and nothing is written to its disks. A reboot loses the Node.
+const DisklessDeployMethod = "yonder-diskless"
+
 // CustomDeploy names a deploy method of the host controller instead of an image.
 type CustomDeploy struct {
-	// method is the deploy method's name.
+	// method is the deploy method's name. The only one is yonder-diskless: the host's attested provisioning
+	// ramdisk runs the Node from memory, nothing is written to its disks, and a reboot loses the Node.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Enum=yonder-diskless
 	Method string `json:"method"`
 }
 

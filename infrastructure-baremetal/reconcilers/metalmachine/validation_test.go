@@ -25,6 +25,10 @@ func TestAPIServerRejectsBadMachines(t *testing.T) {
 		{"unknown format", infrav1.YonderMetalMachineSpec{Image: &infrav1.Image{URL: "http://x/y", Format: "vhd"}}, "spec.image.format"},
 		{"no checksum", infrav1.YonderMetalMachineSpec{Image: &infrav1.Image{URL: "http://x/y", Format: "raw"}}, "a checksum is required"},
 		{"unknown cleaning", infrav1.YonderMetalMachineSpec{Image: &infrav1.Image{URL: "http://x/y", Format: "live-iso"}, AutomatedCleaningMode: "full"}, "spec.automatedCleaningMode"},
+		{"unknown custom deploy method", infrav1.YonderMetalMachineSpec{CustomDeploy: &infrav1.CustomDeploy{Method: "install_coreos"}},
+			`spec.template.spec.customDeploy.method: Unsupported value: "install_coreos": supported values: "yonder-diskless"`},
+		{"diskless and an image", infrav1.YonderMetalMachineSpec{CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod},
+			Image: &infrav1.Image{URL: "http://x/y.iso", Format: "live-iso"}}, "set either image or customDeploy, not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -34,6 +38,10 @@ func TestAPIServerRejectsBadMachines(t *testing.T) {
 		})
 	}
 	g := NewWithT(t)
+	diskless := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "diskless"},
+		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
+			CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}}}}}
+	g.Expect(env.Create(ctx, diskless)).To(Succeed())
 	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ok"},
 		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
 			Image: &infrav1.Image{URL: "http://x/y.iso", Format: "live-iso"}}}}}

@@ -35,11 +35,19 @@ func TestMachineValidation(t *testing.T) {
 			s.Image = &infrav1.Image{URL: "http://i/x.iso", Format: "live-iso"}
 		}},
 		{name: "oci needs no checksum", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image = &infrav1.Image{URL: "oci://r/x:1"} }},
-		{name: "custom deploy", mod: func(s *infrav1.YonderMetalMachineSpec) {
-			s.Image, s.CustomDeploy = nil, &infrav1.CustomDeploy{Method: "m"}
+		{name: "diskless", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image, s.CustomDeploy = nil, &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}
 		}},
+		{name: "diskless with metadata cleaning (nothing is written, nothing cleaned)", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image, s.CustomDeploy, s.AutomatedCleaningMode = nil, &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}, "metadata"
+		}},
+		{name: "another custom deploy method", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image, s.CustomDeploy = nil, &infrav1.CustomDeploy{Method: "install_coreos"}
+		}, err: `spec.customDeploy.method: Unsupported value: "install_coreos": supported values: "yonder-diskless"`},
 		{name: "nothing to boot", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image = nil }, err: "spec.image: Required"},
-		{name: "both", mod: func(s *infrav1.YonderMetalMachineSpec) { s.CustomDeploy = &infrav1.CustomDeploy{Method: "m"} }, err: "spec.customDeploy: Forbidden"},
+		{name: "both", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.CustomDeploy = &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}
+		}, err: "spec.customDeploy: Forbidden: set either image or customDeploy, not both"},
 		{name: "disk image without checksum", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.Checksum = "" }, err: "spec.image.checksum: Required"},
 		{name: "checksum without type", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.ChecksumType = "" }, err: "spec.image.checksumType: Required"},
 		{name: "checksum URL needs no type", mod: func(s *infrav1.YonderMetalMachineSpec) {
@@ -109,6 +117,12 @@ func TestTemplatesImmutableExceptClusterClassDryRun(t *testing.T) {
 	ctx := admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{DryRun: ptr.To(true)}})
 	_, err = w.ValidateUpdate(ctx, tmpl("http://a"), dry)
 	g.Expect(err).NotTo(HaveOccurred())
+
+	// The template's spec is checked as a machine's: only the diskless method is a customDeploy.
+	bad := tmpl("http://a")
+	bad.Spec.Template.Spec.Image, bad.Spec.Template.Spec.CustomDeploy = nil, &infrav1.CustomDeploy{Method: "install_coreos"}
+	_, err = w.ValidateCreate(context.Background(), bad)
+	g.Expect(err).To(MatchError(ContainSubstring(`spec.template.spec.customDeploy.method: Unsupported value: "install_coreos": supported values: "yonder-diskless"`)))
 
 	cw := YonderMetalClusterTemplate()
 	ct := func(k string) *infrav1.YonderMetalClusterTemplate {

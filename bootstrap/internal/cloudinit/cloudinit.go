@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	agentv1 "github.com/yonder-dev/yonder/hostruntime/api/v1alpha1"
+	"github.com/yonder-dev/yonder/pkg/cloudconfig"
 )
 
 const (
@@ -40,20 +41,12 @@ type AgentSource struct {
 // AgentCAPath is where the installer finds AgentSource.CACertificate.
 const AgentCAPath = "/usr/local/lib/yonder/agent-source-ca.crt"
 
-// Config is the cloud-config subset Yonder renders and parses.
-type Config struct {
-	WriteFiles []WriteFile `json:"write_files"`
-	RunCmd     [][]string  `json:"runcmd"`
-}
-
-// WriteFile is one write_files entry.
-type WriteFile struct {
-	Path        string `json:"path"`
-	Owner       string `json:"owner,omitempty"`
-	Permissions string `json:"permissions,omitempty"`
-	Encoding    string `json:"encoding,omitempty"`
-	Content     string `json:"content"`
-}
+// Config and WriteFile are the cloud-config subset Yonder renders (pkg/cloudconfig, where it is parsed
+// and run).
+type (
+	Config    = cloudconfig.Config
+	WriteFile = cloudconfig.WriteFile
+)
 
 var sha256RE = regexp.MustCompile(`^[a-f0-9]{64}$`)
 
@@ -168,35 +161,8 @@ func Render(cfg *agentv1.AgentConfig, agent AgentSource) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to render cloud-config: %w", err)
 	}
-	return append([]byte("#cloud-config\n"), body...), nil
+	return append([]byte(cloudconfig.Header), body...), nil
 }
 
 // Parse reads a cloud-config produced by Render (strictly: only write_files and runcmd).
-func Parse(data []byte) (*Config, error) {
-	if !bytes.HasPrefix(data, []byte("#cloud-config\n")) {
-		return nil, fmt.Errorf("bootstrap data does not start with #cloud-config")
-	}
-	c := &Config{}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
-		return nil, fmt.Errorf("failed to parse cloud-config: %w", err)
-	}
-	return c, nil
-}
-
-// AgentConfig extracts and decodes the AgentConfig written by a cloud-config.
-func (c *Config) AgentConfig() (*agentv1.AgentConfig, error) {
-	for _, f := range c.WriteFiles {
-		if f.Path != agentv1.DefaultPath {
-			continue
-		}
-		raw := []byte(f.Content)
-		if f.Encoding == "b64" || f.Encoding == "base64" {
-			var err error
-			if raw, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return nil, fmt.Errorf("failed to decode %s: %w", f.Path, err)
-			}
-		}
-		return agentv1.Decode(raw)
-	}
-	return nil, fmt.Errorf("cloud-config writes no %s", agentv1.DefaultPath)
-}
+func Parse(data []byte) (*Config, error) { return cloudconfig.Parse(data) }

@@ -10,17 +10,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/yonder-dev/yonder/hostruntime/attest"
+	"github.com/yonder-dev/yonder/hostruntime/internal/agent"
 	"github.com/yonder-dev/yonder/hostruntime/internal/configdrive"
 	"github.com/yonder-dev/yonder/hostruntime/internal/disk"
 )
 
 // newProvisionCommand is the bare-metal ramdisk's step after `attest`: it carries out the released
-// instructions — write the image and its config drive to the root disk, or clean every disk — and
-// reports the outcome to the boot server, which boots the host from its disk or releases it. A live
-// image (action live) needs nothing: the command says so and exits 0.
+// instructions — write the image and its config drive to the root disk, clean every disk, or run the
+// Node diskless from the ramdisk's memory (run-node) — and reports the outcome to the boot server, which
+// boots the host from its disk, releases it, or counts it provisioned. A live image (action live) needs
+// nothing: the command says so and exits 0.
 func newProvisionCommand() *cobra.Command {
 	var opts disk.ListOptions
 	var instructionsPath, cmdlinePath, server, spoolDir string
+	var rn runNodeOptions
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "(bare metal) carry out the attested instructions: write the image and config drive, or clean the disks, and report",
@@ -47,7 +50,13 @@ func newProvisionCommand() *cobra.Command {
 				}
 			}
 			start := time.Now()
-			rep, workErr := carryOut(cmd.Context(), in, opts, spoolDir)
+			var rep attest.Report
+			var workErr error
+			if in.Action == attest.ActionRunNode {
+				rep, workErr = runNode(cmd.Context(), in, rn, cmd.ErrOrStderr())
+			} else {
+				rep, workErr = carryOut(cmd.Context(), in, opts, spoolDir)
+			}
 			rep.Host, rep.Token, rep.Action, rep.Success = in.Host, in.ReportToken, in.Action, workErr == nil
 			rep.Duration = time.Since(start).Round(time.Millisecond).String()
 			if workErr != nil {
@@ -69,6 +78,9 @@ func newProvisionCommand() *cobra.Command {
 	f.StringVar(&cmdlinePath, "cmdline", "/proc/cmdline", "kernel command line with yonder.server=")
 	f.StringVar(&server, "server", "", "boot server URL to report to (default: yonder.server= from the command line)")
 	f.StringVar(&spoolDir, "spool-dir", "", "where a qcow2 image is held while converted (default $TMPDIR or /tmp, the ramdisk's memory)")
+	f.StringVar(&rn.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "(run-node) where the meta data's providerid is written for the agent")
+	f.StringVar(&rn.ScriptPath, "bootstrap-script", "/run/yonder/bootstrap.sh", "(run-node) where the user data is written as a shell script and run")
+	f.BoolVar(&rn.SetHostname, "set-hostname", true, "(run-node) set the hostname to the meta data's local-hostname")
 	f.StringVar(&opts.SysRoot, "sys-root", disk.DefaultSysRoot, "where sysfs is mounted")
 	f.StringVar(&opts.DevRoot, "dev-root", disk.DefaultDevRoot, "where the device nodes are")
 	f.BoolVar(&opts.IncludeLoop, "include-loop", false, "treat attached loop devices as disks (rehearsals and tests; never in the ramdisk)")

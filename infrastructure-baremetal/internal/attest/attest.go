@@ -846,8 +846,9 @@ func NewReportToken() string {
 // was released to that host. The source address is not checked: the token travelled only inside the
 // envelope that the host's TPM opened, and a host may lease a new address while it writes its disk.
 func (s *Service) Report(ctx context.Context, r *wire.Report) (*wire.ReportResponse, error) {
-	if r.Host == "" || r.Token == "" || (r.Action != wire.ActionWriteImage && r.Action != wire.ActionClean) {
-		return nil, s.fail(ctx, origin{}, refuse(400, wire.ReasonMalformedRequest, "a report names its host, token and action (%s or %s)", wire.ActionWriteImage, wire.ActionClean))
+	if r.Host == "" || r.Token == "" || (r.Action != wire.ActionWriteImage && r.Action != wire.ActionClean && r.Action != wire.ActionRunNode) {
+		return nil, s.fail(ctx, origin{}, refuse(400, wire.ReasonMalformedRequest, "a report names its host, token and action (%s, %s or %s)",
+			wire.ActionWriteImage, wire.ActionClean, wire.ActionRunNode))
 	}
 	if len(r.Message) > 4096 {
 		r.Message = r.Message[:4096]

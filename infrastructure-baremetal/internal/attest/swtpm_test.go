@@ -192,6 +192,29 @@ func TestReportOfReleasedInstructions(t *testing.T) {
 	g.Expect(e.store.Results(host)).NotTo(ContainElement(HaveField("Reason", wire.ReasonUnknownReportToken)), "a stranger's report never lands on the host's condition")
 }
 
+// The diskless method's run-node instructions carry a report token as write-image's do; the ramdisk's
+// report that the Node joined (or failed to) is recorded with it.
+func TestReportOfRunNode(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	tpmA := startTPM(t)
+	roots, intermediates := swtpmRoots(t)
+	e := newEnv(t, attest.Config{EKRoots: roots, EKIntermediates: intermediates})
+	e.store.SetInstructions(host, wire.Instructions{Action: wire.ActionRunNode, UserData: []byte("#cloud-config\n"),
+		MetaData: []byte(`{"providerid":"yonder-metal://ns/h"}`)})
+
+	plain, err := e.client.Attest(ctx, issue(t, e), tpmA.keys)
+	g.Expect(err).NotTo(HaveOccurred())
+	in, err := wire.DecodeInstructions(plain)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(in.Action).To(Equal(wire.ActionRunNode))
+	g.Expect(in.ReportToken).NotTo(BeEmpty())
+
+	report := wire.Report{Host: host, Token: in.ReportToken, Action: wire.ActionRunNode, Success: false, Message: "the kubelet did not register the Node"}
+	g.Expect(e.client.Report(ctx, report)).To(Succeed())
+	g.Expect(e.store.Reports(host)).To(ConsistOf(And(HaveField("Action", wire.ActionRunNode), HaveField("Message", "the kubelet did not register the Node"))))
+}
+
 func TestAttestationWithSwtpm(t *testing.T) {
 	ctx := context.Background()
 	tpmA := startTPM(t)

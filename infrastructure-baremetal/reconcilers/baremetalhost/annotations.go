@@ -327,6 +327,13 @@ func (r *Reconciler) restoreStatusAnnotation(ctx context.Context, h *metal3v1.Ba
 		if st.State == metal3v1.StateProvisioned {
 			img := saved.Provisioning.Image
 			st.Image = &img
+			if cd := saved.Provisioning.CustomDeploy; cd != nil {
+				// A diskless host: provisioned with its custom deploy, no image.
+				st.CustomDeploy = cd.DeepCopy()
+				if img.URL == "" {
+					st.Image = nil
+				}
+			}
 		}
 		status := *saved
 		orig := h.DeepCopy()

@@ -111,6 +111,11 @@ const (
 	// the image to the root disk; BareMetalHostImageWriteFailedReason: it reported that it could not.
 	BareMetalHostWritingImageReason     = "WritingImage"
 	BareMetalHostImageWriteFailedReason = "ImageWriteFailed"
+	// BareMetalHostStartingNodeReason: a diskless host (customDeploy yonder-diskless) attested and received
+	// its instructions, and its ramdisk runs the agent's bootstrap to join the Node from memory;
+	// BareMetalHostNodeStartFailedReason: it reported that the bootstrap failed, or did not report in time.
+	BareMetalHostStartingNodeReason    = "StartingNode"
+	BareMetalHostNodeStartFailedReason = "NodeStartFailed"
 	// BareMetalHostCleaningReason: the host PXE-booted its ramdisk to clean its disks before it is released.
 	BareMetalHostCleaningReason       = "CleaningDisks"
 	BareMetalHostCleaningFailedReason = "CleaningFailed"
@@ -132,6 +137,9 @@ type HostState struct {
 	State metal3v1.ProvisioningState `json:"state"`
 	// Image is the image the host was provisioned with (status.provisioning.image).
 	Image *metal3v1.Image `json:"image,omitempty"`
+	// CustomDeploy is the custom deploy the host was provisioned with instead of an image
+	// (status.provisioning.customDeploy): only yonder-diskless.
+	CustomDeploy *metal3v1.CustomDeploy `json:"customDeploy,omitempty"`
 	// BootRequestedAt is when the controller recorded the current provisioning attempt, just before it
 	// armed the one-time PXE boot and powered the host (see BootSentAt); nil before, so a restarted
 	// controller never cycles a host twice for one attempt.

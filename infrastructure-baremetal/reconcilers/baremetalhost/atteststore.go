@@ -183,6 +183,8 @@ func enrolmentAllowed(h *metal3v1.BareMetalHost, fp string, now time.Time) *atte
 //   - provisioning a live-iso image: run the user data live (wire.ActionLive);
 //   - provisioning a disk image: write spec.image to the disk spec.rootDeviceHints chooses and add a config
 //     drive with the user data, meta data and network data (wire.ActionWriteImage);
+//   - provisioning customDeploy yonder-diskless: run the user data from the ramdisk, with the meta data
+//     (its providerid) and network data, and report once the Node joined (wire.ActionRunNode);
 //   - deprovisioning with automatedCleaningMode metadata: clean every disk (wire.ActionClean).
 //
 // The user data is the spec.userData Secret's "userData" key (what CAPM3 writes) or "value" (a CAPI
@@ -202,15 +204,20 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 		if in.UserData == nil {
 			return nil, fmt.Errorf("host %s has no spec.userData", host)
 		}
-		if h.Spec.Image == nil || h.Spec.Image.URL == "" {
+		switch {
+		case diskless(h):
+			in.Action = wire.ActionRunNode
+		case !hasImage(h):
 			return nil, fmt.Errorf("host %s has no spec.image", host)
-		}
-		if isLiveImage(h.Spec.Image) {
+		case isLiveImage(h.Spec.Image):
 			in.Action = wire.ActionLive
+		default:
+			in.Action = wire.ActionWriteImage
+			in.Image, in.RootDeviceHints = h.Spec.Image.DeepCopy(), h.Spec.RootDeviceHints.DeepCopy()
+		}
+		if in.Action == wire.ActionLive {
 			break
 		}
-		in.Action = wire.ActionWriteImage
-		in.Image, in.RootDeviceHints = h.Spec.Image.DeepCopy(), h.Spec.RootDeviceHints.DeepCopy()
 		if in.MetaData, err = s.metaData(ctx, h); err != nil {
 			return nil, err
 		}
@@ -241,8 +248,21 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 
 // isLiveImage reports whether an image is booted rather than written to disk (format live-iso).
 func isLiveImage(img *metal3v1.Image) bool {
-	return img.DiskFormat != nil && *img.DiskFormat == string(infrav1.LiveISOFormat)
+	return img != nil && img.DiskFormat != nil && *img.DiskFormat == string(infrav1.LiveISOFormat)
 }
+
+// hasImage reports whether the host's spec names an image.
+func hasImage(h *metal3v1.BareMetalHost) bool { return h.Spec.Image != nil && h.Spec.Image.URL != "" }
+
+// diskless reports whether the host is to run its Node from its ramdisk (customDeploy yonder-diskless):
+// nothing is written to its disks.
+func diskless(h *metal3v1.BareMetalHost) bool {
+	return h.Spec.CustomDeploy != nil && h.Spec.CustomDeploy.Method == infrav1.DisklessDeployMethod
+}
+
+// deploys reports whether the host's spec asks for a deployment Yonder carries out: an image, or the
+// diskless method.
+func deploys(h *metal3v1.BareMetalHost) bool { return hasImage(h) || diskless(h) }
 
 // metaData is the config drive's meta_data.json, as Metal3's operator builds it for Ironic: the host's
 // identity (uuid, metal3-namespace, metal3-name, name, and its name as local-hostname/hostname), with the

@@ -28,6 +28,10 @@ const (
 	DiskBootRequestedEvent = "DiskBootRequested"
 	// ImageWriteFailedEvent: the ramdisk reported that it could not write the image.
 	ImageWriteFailedEvent = "ImageWriteFailed"
+	// RunningDisklessEvent: a diskless host's ramdisk reported the Node joined; it keeps running from memory.
+	RunningDisklessEvent = "RunningDiskless"
+	// NodeStartFailedEvent: a diskless host's ramdisk reported that the agent's bootstrap failed.
+	NodeStartFailedEvent = "NodeStartFailed"
 	// DisksCleanedEvent / DiskCleaningFailedEvent: the ramdisk's report of metadata cleaning.
 	DisksCleanedEvent       = "DisksCleaned"
 	DiskCleaningFailedEvent = "DiskCleaningFailed"

@@ -11,12 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
 	wire "github.com/yonder-dev/yonder/hostruntime/attest"
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
@@ -36,11 +38,13 @@ import (
 //     outcome: only the timeout's message names it);
 //  5. a disk image: wait for the ramdisk's report (ReportAnnotation) that it wrote the image and the
 //     config drive; written → persistent disk boot + power cycle → provisioned; failed, or no report
-//     within ImageWriteTimeout → the attempt is retried as after a timeout.
+//     within ImageWriteTimeout → the attempt is retried as after a timeout. The diskless method
+//     (customDeploy yonder-diskless): wait, as long, for the ramdisk's report that the agent's bootstrap
+//     finished; joined → provisioned as the host runs (no disk boot, no power action).
 func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
-	if h.Spec.Image == nil || h.Spec.Image.URL == "" || !h.Spec.Online {
-		// The consumer withdrew the image (or wants the host off) before it was provisioned.
+	if !deploys(h) || !h.Spec.Online {
+		// The consumer withdrew the image or custom deploy (or wants the host off) before it was provisioned.
 		s.transition(metal3v1.StateDeprovisioning)
 		return r.deprovision(ctx, s)
 	}
@@ -98,11 +102,11 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 		return ctrl.Result{}, false, nil
 	}
 	if rec.Success && rec.Reason == attest.ReasonReleased {
-		if isLiveImage(s.host.Spec.Image) {
+		if !diskless(s.host) && isLiveImage(s.host.Spec.Image) {
 			res, err := r.provisioned(ctx, s)
 			return res, true, err
 		}
-		res, err := r.awaitImage(ctx, s, rec)
+		res, err := r.awaitReport(ctx, s, rec)
 		return res, true, err
 	}
 	if !rec.Success && rec.Fatal {
@@ -244,9 +248,10 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *scope) (ctrl.Result, b
 	s.state.Attempt++
 	s.state.BootRequestedAt = now()
 	s.state.RetryAt = nil
-	if !isLiveImage(s.host.Spec.Image) {
+	if !diskless(s.host) && !isLiveImage(s.host.Spec.Image) {
 		// From this boot on the ramdisk may write the disk (the image can be withdrawn while it does):
-		// deprovisioning cleans it, as Metal3 cleans every deprovisioned host.
+		// deprovisioning cleans it, as Metal3 cleans every deprovisioned host. A diskless host's ramdisk
+		// writes nothing: it is powered off without a cleaning boot.
 		s.state.DisksWritten = true
 	}
 	// An outcome recorded before this boot (an earlier provisioning in the same second) must not count.
@@ -327,28 +332,63 @@ func (r *Reconciler) backoffOrPowerOff(ctx context.Context, s *scope, attempt in
 	return ctrl.Result{RequeueAfter: retry}
 }
 
-// awaitImage is step 5: the ramdisk received its instructions (rec, the release) and writes the image;
-// its report decides. A written image is booted from disk and the host is provisioned.
-func (r *Reconciler) awaitImage(ctx context.Context, s *scope, rec *AttestationRecord) (ctrl.Result, error) {
+// deployWork is what the ramdisk does between its release and its report (step 5), in the words of
+// the conditions, Events and logs that follow it.
+type deployWork struct {
+	action                 string // the report's action (wire.Action*)
+	doing                  string // what the host is doing, after "the host attested at <time> and "
+	timedOut               string // what did not happen within the timeout
+	failed                 string // what the host could not do, before ": <the ramdisk's message>"
+	waitReason, failReason string // the Provisioned condition's reasons
+	failEvent              string
+}
+
+// work is the deployWork of the host's spec: running the Node from memory (diskless) or writing the image.
+func work(h *metal3v1.BareMetalHost) deployWork {
+	if diskless(h) {
+		return deployWork{action: wire.ActionRunNode,
+			doing:      "is running the agent's bootstrap from its ramdisk to join the Node (customDeploy " + infrav1.DisklessDeployMethod + ")",
+			timedOut:   "report its Node joined",
+			failed:     "the host could not start its Node from its ramdisk",
+			waitReason: BareMetalHostStartingNodeReason, failReason: BareMetalHostNodeStartFailedReason, failEvent: NodeStartFailedEvent}
+	}
+	return deployWork{action: wire.ActionWriteImage,
+		doing:      "is writing " + h.Spec.Image.URL + " to its root disk",
+		timedOut:   "report its image written",
+		failed:     "the host could not write " + h.Spec.Image.URL,
+		waitReason: BareMetalHostWritingImageReason, failReason: BareMetalHostImageWriteFailedReason, failEvent: ImageWriteFailedEvent}
+}
+
+// awaitReport is step 5: the ramdisk received its instructions (rec, the release) and writes the image,
+// or runs the Node from memory (diskless); its report decides, within ImageWriteTimeout. A written image
+// is booted from disk and the host is provisioned; a joined diskless Node is provisioned as it runs.
+func (r *Reconciler) awaitReport(ctx context.Context, s *scope, rec *AttestationRecord) (ctrl.Result, error) {
 	h := s.host
+	w := work(h)
 	rep := readReport(h)
-	if rep == nil || rep.Action != wire.ActionWriteImage || rep.At.Before(s.state.BootRequestedAt) {
+	if rep == nil || rep.Action != w.action || rep.At.Before(s.state.BootRequestedAt) {
 		waited := time.Since(rec.At.Time)
 		if waited < r.ImageWriteTimeout {
-			setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostWritingImageReason,
-				fmt.Sprintf("attempt %d of %d: the host attested at %s and is writing %s to its root disk (timeout %s)",
-					s.state.Attempt, r.MaxProvisionAttempts, rec.At.Format(time.RFC3339), h.Spec.Image.URL, r.ImageWriteTimeout))
+			setCondition(h, BareMetalHostProvisionedCondition, false, w.waitReason,
+				fmt.Sprintf("attempt %d of %d: the host attested at %s and %s (timeout %s)",
+					s.state.Attempt, r.MaxProvisionAttempts, rec.At.Format(time.RFC3339), w.doing, r.ImageWriteTimeout))
 			return ctrl.Result{RequeueAfter: min(r.ImageWriteTimeout-waited+time.Second, 30*time.Second)}, nil
 		}
-		msg := fmt.Sprintf("the host attested but did not report its image written within %s (attempt %d of %d): check its console", r.ImageWriteTimeout, s.state.Attempt, r.MaxProvisionAttempts)
-		ctrl.LoggerFrom(ctx).Info("Image write timed out", "attempt", s.state.Attempt)
-		return r.retryAttempt(ctx, s, BareMetalHostImageWriteFailedReason, msg), nil
+		msg := fmt.Sprintf("the host attested but did not %s within %s (attempt %d of %d): check its console", w.timedOut, r.ImageWriteTimeout, s.state.Attempt, r.MaxProvisionAttempts)
+		ctrl.LoggerFrom(ctx).Info("Ramdisk report timed out", "action", w.action, "attempt", s.state.Attempt)
+		return r.retryAttempt(ctx, s, w.failReason, msg), nil
 	}
 	if !rep.Success {
-		msg := fmt.Sprintf("the host could not write %s (attempt %d of %d): %s", h.Spec.Image.URL, s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
-		ctrl.LoggerFrom(ctx).Info("Image write failed", "attempt", s.state.Attempt, "message", rep.Message)
-		r.recorder().Eventf(h, corev1.EventTypeWarning, ImageWriteFailedEvent, "Attempt %d of %d: %s", s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
-		return r.retryAttempt(ctx, s, BareMetalHostImageWriteFailedReason, msg), nil
+		msg := fmt.Sprintf("%s (attempt %d of %d): %s", w.failed, s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
+		ctrl.LoggerFrom(ctx).Info("Ramdisk reported a failure", "action", w.action, "attempt", s.state.Attempt, "message", rep.Message)
+		r.recorder().Eventf(h, corev1.EventTypeWarning, w.failEvent, "Attempt %d of %d: %s", s.state.Attempt, r.MaxProvisionAttempts, rep.Message)
+		return r.retryAttempt(ctx, s, w.failReason, msg), nil
+	}
+	if w.action == wire.ActionRunNode {
+		// The Node lives in the ramdisk's memory: no disk boot, no power action, the host keeps running.
+		r.recorder().Eventf(h, corev1.EventTypeNormal, RunningDisklessEvent, "Node joined from the ramdisk in %s; the host runs diskless (a reboot loses the Node)", rep.Duration)
+		ctrl.LoggerFrom(ctx).Info("Node joined, host runs diskless", "duration", rep.Duration)
+		return r.provisioned(ctx, s)
 	}
 	// Written: every boot from now on boots the disk, starting with this power cycle. Killed between the
 	// cycle and the status write, the controller cycles once more: the target is the disk either way.
@@ -406,20 +446,28 @@ func (r *Reconciler) powerFailed(s *scope, msg string) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
 }
 
-// provisioned records the host as running its image. An error (the boot MAC check could not list the
-// hosts) leaves the host out of the boot table and provisioned; the retried pass puts its lease back.
+// provisioned records the host as running its image, or its diskless Node. An error (the boot MAC check
+// could not list the hosts) leaves the host out of the boot table and provisioned; the retried pass puts
+// its lease back.
 func (r *Reconciler) provisioned(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
-	img := h.Spec.Image.DeepCopy()
-	s.state.Image = img
+	var img *metal3v1.Image
+	var cd *metal3v1.CustomDeploy
+	if diskless(h) {
+		cd = h.Spec.CustomDeploy.DeepCopy()
+	} else {
+		img = h.Spec.Image.DeepCopy()
+	}
+	s.state.Image, s.state.CustomDeploy = img, cd
 	s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, 0
-	h.Status.Provisioning.Image = *img
+	h.Status.Provisioning.Image = ptr.Deref(img, metal3v1.Image{})
+	h.Status.Provisioning.CustomDeploy = cd.DeepCopy()
 	h.Status.Provisioning.BootMode = h.Spec.BootMode
 	h.Status.PoweredOn = true
 	s.clearError()
 	s.endOperation(metal3v1.StateProvisioning)
 	s.transition(metal3v1.StateProvisioned)
-	setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(img.URL))
+	setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(h.Status.Provisioning))
 	// The host is running its image: its next boot must not be served a provisioning script, but the OS
 	// it booted keeps the address it was leased.
 	err := r.keepLease(ctx, s)
@@ -488,7 +536,8 @@ func (r *Reconciler) attestationFailed(ctx context.Context, s *scope, rec *Attes
 // deprovision cleans and powers off a host. A host whose disks Yonder wrote (a disk image's instructions
 // were released) is cleaned first when automatedCleaningMode is metadata: its ramdisk PXE-boots, attests
 // and removes every disk's partition tables and signatures (cleanDisks). "disabled" leaves the disks as
-// they are. Both end with the host powered off and available.
+// they are, and a host that wrote nothing (live-iso, diskless) is not cleaned in either mode. All end
+// with the host powered off and available.
 func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, error) {
 	h := s.host
 	cleaned := "nothing was written to its disks"
@@ -500,6 +549,9 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 		cleaned = "disk metadata cleaned"
 	case s.state.DisksWritten:
 		cleaned = "cleaning disabled: the disks keep the image"
+	case s.state.CustomDeploy != nil:
+		// Whatever the cleaning mode: the Node ran from memory and powering off ends it.
+		cleaned = "the host ran diskless, nothing was written to its disks"
 	}
 	r.forgetBoot(h)
 	if !h.Spec.DisablePowerOff {
@@ -510,13 +562,13 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 		}
 		h.Status.PoweredOn = false
 	}
-	s.state.Image, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, nil, 0
+	s.state.Image, s.state.CustomDeploy, s.state.BootRequestedAt, s.state.BootSentAt, s.state.RetryAt, s.state.Attempt = nil, nil, nil, nil, nil, 0
 	s.state.DisksWritten, s.state.CleanRequestedAt, s.state.CleanSentAt, s.state.CleanAttempt = false, nil, nil, 0
 	delete(h.Annotations, AttestationAnnotation)
 	delete(h.Annotations, UnattributedRefusalAnnotation)
 	delete(h.Annotations, ReportAnnotation)
 	delete(h.Annotations, ReportTokenAnnotation)
-	h.Status.Provisioning.Image = metal3v1.Image{}
+	h.Status.Provisioning.Image, h.Status.Provisioning.CustomDeploy = metal3v1.Image{}, nil
 	s.clearError()
 	setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostNotProvisionedReason, "deprovisioned ("+cleaningMode(h)+" cleaning: "+cleaned+")")
 	s.endOperation(metal3v1.StateDeprovisioning)

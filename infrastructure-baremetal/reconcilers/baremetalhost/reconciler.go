@@ -29,6 +29,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,6 +46,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 )
@@ -284,7 +286,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !h.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
-	if s.state.State == metal3v1.StateProvisioned && !imageWithdrawn(h, s.state) {
+	if s.state.State == metal3v1.StateProvisioned && !deployWithdrawn(h, s.state) {
 		// Before anything that can stop this pass (an unsupported field, an unreachable BMC): the host's
 		// OS needs its address whatever else is wrong, and the table is empty after a restart.
 		if err := r.keepLease(ctx, s); err != nil {
@@ -358,10 +360,12 @@ func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
 	}
 	h.Status.Provisioning.State = st.State
 	switch {
-	case st.Image != nil:
-		h.Status.Provisioning.Image = *st.Image
+	case st.Image != nil || st.CustomDeploy != nil:
+		h.Status.Provisioning.Image = ptr.Deref(st.Image, metal3v1.Image{})
+		h.Status.Provisioning.CustomDeploy = st.CustomDeploy.DeepCopy()
 	case st.State != metal3v1.StateProvisioned:
 		h.Status.Provisioning.Image = metal3v1.Image{}
+		h.Status.Provisioning.CustomDeploy = nil
 	}
 	if h.Status.OperationalStatus == "" {
 		h.Status.OperationalStatus = metal3v1.OperationalStatusOK
@@ -374,7 +378,7 @@ func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
 	c := meta.FindStatusCondition(h.Status.Conditions, BareMetalHostProvisionedCondition)
 	switch {
 	case st.State == metal3v1.StateProvisioned && (c == nil || c.Status != metav1.ConditionTrue):
-		setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(h.Status.Provisioning.Image.URL))
+		setCondition(h, BareMetalHostProvisionedCondition, true, BareMetalHostProvisionedReason, provisionedMessage(h.Status.Provisioning))
 		if h.Status.ErrorType == metal3v1.ProvisioningError {
 			h.Status.ErrorType, h.Status.ErrorMessage, h.Status.ErrorCount = "", "", 0
 			h.Status.OperationalStatus = metal3v1.OperationalStatusOK
@@ -384,9 +388,14 @@ func restoreStatus(h *metal3v1.BareMetalHost, st HostState) {
 	}
 }
 
-// provisionedMessage is the Provisioned condition's message for a host running url.
-func provisionedMessage(url string) string {
-	return "the host attested and received its bootstrap data; running " + url + " live"
+// provisionedMessage is the Provisioned condition's message for a host provisioned with p's image or
+// custom deploy.
+func provisionedMessage(p metal3v1.ProvisionStatus) string {
+	if p.CustomDeploy != nil && p.CustomDeploy.Method == infrav1.DisklessDeployMethod {
+		return "the host attested and received its bootstrap data; it runs the Node diskless, from its provisioning ramdisk's memory " +
+			"(customDeploy " + infrav1.DisklessDeployMethod + "): nothing was written to its disks, and a reboot loses the Node"
+	}
+	return "the host attested and received its bootstrap data; running " + p.Image.URL + " live"
 }
 
 type scope struct {
@@ -472,8 +481,11 @@ func unsupported(h *metal3v1.BareMetalHost) []string {
 	if sp.Firmware != nil { //nolint:staticcheck // deprecated in Metal3, still refused explicitly rather than ignored
 		add("spec.firmware", "no BIOS settings")
 	}
-	if sp.CustomDeploy != nil {
-		add("spec.customDeploy", "no Ironic deploy steps")
+	if sp.CustomDeploy != nil && sp.CustomDeploy.Method != infrav1.DisklessDeployMethod {
+		add("spec.customDeploy.method="+sp.CustomDeploy.Method, "no Ironic deploy steps; the one custom deploy is "+infrav1.DisklessDeployMethod)
+	}
+	if sp.CustomDeploy != nil && sp.CustomDeploy.Method == infrav1.DisklessDeployMethod && sp.Image != nil && sp.Image.URL != "" {
+		add("spec.image with spec.customDeploy "+infrav1.DisklessDeployMethod, "a diskless host writes and boots no image; set one of the two")
 	}
 	if sp.ExternallyProvisioned {
 		add("spec.externallyProvisioned", "hosts are provisioned by Yonder")
@@ -552,7 +564,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	case metal3v1.StateProvisioning:
 		return r.provision(ctx, s)
 	case metal3v1.StateProvisioned:
-		if imageWithdrawn(h, s.state) {
+		if deployWithdrawn(h, s.state) {
 			s.transition(metal3v1.StateDeprovisioning)
 			return ctrl.Result{}, nil // the patch of the new state triggers the next pass
 		}
@@ -876,10 +888,13 @@ func (r *Reconciler) setEKTrust(h *metal3v1.BareMetalHost) {
 	setCondition(h, BareMetalHostEKTrustCondition, true, BareMetalHostEKRootsConfiguredReason, msg)
 }
 
-// imageWithdrawn reports whether a provisioned host's consumer removed or changed its image: the host is
-// to be deprovisioned.
-func imageWithdrawn(h *metal3v1.BareMetalHost, st HostState) bool {
-	return h.Spec.Image == nil || h.Spec.Image.URL == "" || (st.Image != nil && h.Spec.Image.URL != st.Image.URL)
+// deployWithdrawn reports whether a provisioned host's consumer removed or changed what it deployed (its
+// image, or its custom deploy): the host is to be deprovisioned, and provisioned again if the spec asks.
+func deployWithdrawn(h *metal3v1.BareMetalHost, st HostState) bool {
+	if st.CustomDeploy != nil {
+		return h.Spec.CustomDeploy == nil || h.Spec.CustomDeploy.Method != st.CustomDeploy.Method || hasImage(h)
+	}
+	return !hasImage(h) || (st.Image != nil && h.Spec.Image.URL != st.Image.URL)
 }
 
 // leaseHost is h's boot table entry without a boot configuration: its name, boot MAC, hostname and

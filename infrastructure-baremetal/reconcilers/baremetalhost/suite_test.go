@@ -215,7 +215,11 @@ type pxeHosts struct {
 	// actions records the instructions' actions each host received; diskBoots counts boots from disk.
 	actions   map[string][]string
 	diskBoots map[string]int
-	// failWrites is how many of a host's next write-image or clean instructions it reports as failed.
+	// metaData records the meta data of each host's instructions.
+	metaData map[string][]string
+	// powerOns and powerOffs count every power action the BMC carried out (a cycle is one of each).
+	powerOns, powerOffs map[string]int
+	// failWrites is how many of a host's next write-image, clean or run-node instructions it reports as failed.
 	failWrites map[string]int
 	wg         sync.WaitGroup
 }
@@ -225,7 +229,8 @@ func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 	p := &pxeHosts{t: t, lab: lab, macs: map[string]string{}, tpms: map[string]*swtpm.TPM{},
 		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{},
 		bootAs: map[string]func(string, *swtpm.TPM) ([]byte, error){}, actions: map[string][]string{},
-		diskBoots: map[string]int{}, failWrites: map[string]int{}}
+		diskBoots: map[string]int{}, failWrites: map[string]int{}, metaData: map[string][]string{},
+		powerOns: map[string]int{}, powerOffs: map[string]int{}}
 	t.Cleanup(p.wg.Wait)
 	return p
 }
@@ -251,6 +256,9 @@ func (p *pxeHosts) addTPM(id, mac string, start func(context.Context, string) (*
 }
 
 func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
+	p.mu.Lock()
+	p.powerOns[id]++
+	p.mu.Unlock()
 	if target == "Hdd" {
 		p.mu.Lock()
 		p.diskBoots[id]++
@@ -289,14 +297,27 @@ func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
 		}
 		p.data[id] = append(p.data[id], string(in.UserData))
 		p.actions[id] = append(p.actions[id], in.Action)
+		p.metaData[id] = append(p.metaData[id], string(in.MetaData))
 	}()
 	return nil
 }
 
-func (p *pxeHosts) PowerOff(context.Context, string) error { return nil }
+func (p *pxeHosts) PowerOff(_ context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.powerOffs[id]++
+	return nil
+}
 
-// report is the ramdisk's report of a write-image or clean instruction (the disk work itself is the real
-// agent's, in the QEMU e2e): a success, or a failure while failWrites says so.
+// power returns how many power-ons and power-offs a host's BMC carried out.
+func (p *pxeHosts) power(id string) (ons, offs int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.powerOns[id], p.powerOffs[id]
+}
+
+// report is the ramdisk's report of a write-image, clean or run-node instruction (the work itself is the
+// real agent's, in the QEMU e2e): a success, or a failure while failWrites says so.
 func (p *pxeHosts) report(id string, in *wire.Instructions) error {
 	p.mu.Lock()
 	fail := p.failWrites[id] > 0
@@ -307,6 +328,12 @@ func (p *pxeHosts) report(id string, in *wire.Instructions) error {
 	r := wire.Report{Host: in.Host, Token: in.ReportToken, Action: in.Action, Success: !fail, Device: "/dev/vda", Bytes: 1 << 20, Duration: "1s"}
 	if fail {
 		r.Message = "checksum mismatch: the image's sha256 is not the one named"
+	}
+	if in.Action == wire.ActionRunNode {
+		r.Device, r.Bytes, r.Message = "", 0, "Node joined"
+		if fail {
+			r.Message = "the kubelet did not register the Node within 10m0s"
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

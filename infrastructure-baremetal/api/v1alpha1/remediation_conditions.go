@@ -30,6 +30,10 @@ const (
 	// YonderMetalRemediationNoHostReason: the Machine has no claimed, provisioned BareMetalHost to
 	// power-cycle (not provisioned yet, or its host is gone); it is replaced straight away.
 	YonderMetalRemediationNoHostReason = "NoHost"
+	// YonderMetalRemediationDisklessHostReason: the Machine runs diskless (customDeploy yonder-diskless):
+	// its Node lived in the host's memory and no power cycle brings it back (the bootstrap token was
+	// single-use, and the boot server serves a provisioned host no boot script); it is replaced straight away.
+	YonderMetalRemediationDisklessHostReason = "DisklessHost"
 	// YonderMetalRemediationPowerOffDisabledReason: the host has spec.disablePowerOff, so a keyed reboot
 	// annotation cannot power-cycle it; the Machine is replaced straight away.
 	YonderMetalRemediationPowerOffDisabledReason = "PowerOffDisabled"

@@ -10,16 +10,17 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 )
 
-// Released reports whether a host whose image was withdrawn is done deprovisioning: it is available
-// again, or it is back before availability (registering, inspecting…) with no image recorded as deployed
-// (status.provisioning.image), so nothing of the Machine can be left on it.
+// Released reports whether a host whose image (or custom deploy) was withdrawn is done deprovisioning: it
+// is available again, or it is back before availability (registering, inspecting…) with no image or
+// custom deploy recorded as deployed (status.provisioning.image, .customDeploy), so nothing of the Machine
+// can be left on it.
 func Released(h *metal3v1.BareMetalHost) bool {
 	switch h.Status.Provisioning.State {
 	case metal3v1.StateAvailable, metal3v1.StateReady:
 		return true
 	case metal3v1.StateNone, metal3v1.StateUnmanaged, metal3v1.StateRegistering, metal3v1.StateInspecting,
 		metal3v1.StatePreparing, metal3v1.StateMatchProfile:
-		return h.Status.Provisioning.Image.URL == ""
+		return h.Status.Provisioning.Image.URL == "" && h.Status.Provisioning.CustomDeploy == nil
 	}
 	return false
 }

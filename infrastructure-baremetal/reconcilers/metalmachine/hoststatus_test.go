@@ -37,6 +37,11 @@ func TestReleasedAndAddresses(t *testing.T) {
 		h.Status.Provisioning.Image = metal3v1.Image{URL: "http://i/x.iso"}
 	})
 	g.Expect(Released(&reregistering)).To(BeFalse(), "a deployed image is still recorded")
+	disklessReregistering := bmh("h", "a", func(h *metal3v1.BareMetalHost) {
+		h.Status.Provisioning.State = metal3v1.StateRegistering
+		h.Status.Provisioning.CustomDeploy = &metal3v1.CustomDeploy{Method: "yonder-diskless"}
+	})
+	g.Expect(Released(&disklessReregistering)).To(BeFalse(), "a deployed custom deploy is still recorded")
 	h := bmh("h", "a", func(h *metal3v1.BareMetalHost) {
 		h.Status.HardwareDetails = &metal3v1.HardwareDetails{Hostname: "node-1", NIC: []metal3v1.NIC{
 			{Name: "eth0", IP: "10.0.0.5"}, {Name: "eth1", IP: "203.0.113.9"}, {Name: "eth2", IP: "fd00::5"}, {Name: "eth3"}}}

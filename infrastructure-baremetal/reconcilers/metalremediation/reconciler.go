@@ -332,7 +332,7 @@ func (r *Reconciler) reconcileWaiting(ctx context.Context, s *scope) (ctrl.Resul
 }
 
 // findHost returns the Machine's claimed, provisioned host, or nil with the reason and message why there
-// is none to power-cycle.
+// is none to power-cycle (among them a diskless Machine, whose Node no power cycle brings back).
 func (r *Reconciler) findHost(ctx context.Context, s *scope) (_ *metal3v1.BareMetalHost, reason, msg string, _ error) {
 	ref := s.machine.Spec.InfrastructureRef
 	if ref.APIGroup != infrav1.GroupVersion.Group || ref.Kind != "YonderMetalMachine" {
@@ -345,6 +345,13 @@ func (r *Reconciler) findHost(ctx context.Context, s *scope) (_ *metal3v1.BareMe
 			return nil, infrav1.YonderMetalRemediationNoHostReason, fmt.Sprintf("YonderMetalMachine %s does not exist: nothing to power-cycle", ref.Name), nil
 		}
 		return nil, "", "", fmt.Errorf("failed to get YonderMetalMachine %s: %w", klog.KRef(s.machine.Namespace, ref.Name), err)
+	}
+	if cd := ymm.Spec.CustomDeploy; cd != nil && cd.Method == infrav1.DisklessDeployMethod {
+		// A reboot would not bring this Node back, only lose it for good: the host boots no ramdisk
+		// again (the boot server serves a provisioned host no boot script) and the bootstrap token
+		// was single-use. Replacing the Machine provisions the host afresh.
+		return nil, infrav1.YonderMetalRemediationDisklessHostReason, fmt.Sprintf("YonderMetalMachine %s runs diskless (customDeploy %s): "+
+			"its Node lived in the host's memory and a power cycle cannot bring it back, so the Machine is replaced without one", ymm.Name, cd.Method), nil
 	}
 	name := ymm.Annotations[infrav1.HostAnnotation]
 	if name == "" {

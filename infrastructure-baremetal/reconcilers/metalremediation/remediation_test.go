@@ -290,6 +290,54 @@ func TestMachineWithoutHostIsReplacedAtOnce(t *testing.T) {
 	}).Should(Succeed())
 }
 
+// A diskless Machine (customDeploy yonder-diskless) lost its Node for good when its host rebooted: its
+// remediation power-cycles nothing and requests the replacement at once, saying why on itself, on the
+// Machine and in a Warning Event. The MachineSet replaces the Machine, and the host (deprovisioned: powered
+// off, nothing to clean) is claimed by the replacement.
+func TestDisklessMachineIsReplacedWithoutReboot(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	r := newRig(t, g, "diskless", infrav1.RemediationStrategy{RetryLimit: 2, Timeout: &metav1.Duration{Duration: 2 * time.Minute}},
+		func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image, s.CustomDeploy = nil, &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}
+			s.AutomatedCleaningMode = "metadata" // nothing was written: still no cleaning boot
+		})
+	g.Expect(r.getHost(g).Spec.CustomDeploy).To(Equal(&metal3v1.CustomDeploy{Method: infrav1.DisklessDeployMethod}), "the machine hands its custom deploy to the host")
+
+	r.setNodeReady(g, false)
+	want := "YonderMetalMachine " + r.metalMachines(g)[0].Name + " runs diskless (customDeploy yonder-diskless): its Node lived in the host's memory and a power cycle cannot bring it back"
+	var rem *infrav1.YonderMetalRemediation
+	g.Eventually(func(g Gomega) {
+		rem = r.remediation(g)
+		g.Expect(rem.Status.Phase).To(Equal(infrav1.RemediationDeleting))
+		c := condition(rem.Status.Conditions, infrav1.YonderMetalRemediationMachineReplacementRequestedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalRemediationDisklessHostReason))
+		g.Expect(c.Message).To(ContainSubstring(want))
+	}, 30*time.Second).Should(Succeed())
+	g.Expect(rem.Status.RetryCount).To(BeZero(), "no power cycle")
+	g.Expect(condition(rem.Status.Conditions, infrav1.YonderMetalRemediationHostPowerCycledCondition)).To(BeNil())
+	g.Eventually(func(g Gomega) {
+		evs, err := harness.Events(ctx, env.Client, rem)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(evs).To(ContainElement(HavePrefix("Warning " + metalremediation.RemediationFailedEvent + ": " + want)))
+		g.Expect(evs).NotTo(ContainElement(HavePrefix("Normal " + metalremediation.RebootRequestedEvent)))
+	}).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		ms := r.machines(g)
+		g.Expect(ms).To(HaveLen(1))
+		g.Expect(ms[0].UID).NotTo(Equal(r.machine.UID))
+		ymms := r.metalMachines(g)
+		g.Expect(ymms).To(HaveLen(1))
+		g.Expect(ymms[0].Status.HostRef).To(Equal(r.host))
+		g.Expect(r.getHost(g).Spec.ConsumerRef.UID).To(Equal(ymms[0].UID))
+	}, 90*time.Second).Should(Succeed())
+	g.Expect(rebootAnnotations(r.getHost(g))).To(BeEmpty(), "the host was never asked to reboot")
+	g.Expect(r.sim.State("s1").PXEBoots).To(BeNumerically("<=", 1), "no cleaning boot: at most the replacement's provisioning boot")
+}
+
 // The Node recovers on its own while an attempt is pending (the annotation is on, the host controller has
 // not acted yet): the MachineHealthCheck deletes the remediation, which takes its annotation off the host
 // before it goes. The host is never left held off, and the host controller, back, has nothing to do.

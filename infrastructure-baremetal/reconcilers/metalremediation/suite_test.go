@@ -105,7 +105,8 @@ type rig struct {
 
 const bmcUser, bmcPass = "admin", "s3cret"
 
-func newRig(t *testing.T, g *WithT, name string, strategy infrav1.RemediationStrategy) *rig {
+// spec changes the machine template's spec (e.g. diskless instead of the live image).
+func newRig(t *testing.T, g *WithT, name string, strategy infrav1.RemediationStrategy, spec ...func(*infrav1.YonderMetalMachineSpec)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	r := &rig{ns: env.CreateNamespace(ctx, t, name).Name, host: "h1", power: &powerLog{}}
@@ -148,6 +149,9 @@ func newRig(t *testing.T, g *WithT, name string, strategy infrav1.RemediationStr
 			Image: &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat}, AutomatedCleaningMode: "disabled",
 			HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": name}},
 		}}}}
+	for _, mod := range spec {
+		mod(&tmpl.Spec.Template.Spec)
+	}
 	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
 	harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: r.ns, Name: name, Cluster: cluster.Name,
 		Replicas: 1, Labels: map[string]string{"md": name}, DataSecret: data.Name,
@@ -202,19 +206,22 @@ func attachedCluster(t testing.TB, g *WithT, ns, name string) *clusterv1.Cluster
 }
 
 // provisionByHand stands in for the provisioning boot nothing here can answer: once the Machine's
-// YonderMetalMachine has claimed the host and handed it its image, the host is written as the host
-// controller writes a host it provisioned (status and its durable state annotation) and put under the
-// real host controller's management, which from then on drives its power through the emulator.
+// YonderMetalMachine has claimed the host and handed it its image (or the diskless custom deploy), the
+// host is written as the host controller writes a host it provisioned (status and its durable state
+// annotation) and put under the real host controller's management, which from then on drives its power
+// through the emulator.
 func (r *rig) provisionByHand(g *WithT) {
 	ctx := context.Background()
 	var h *metal3v1.BareMetalHost
 	g.Eventually(func(g Gomega) {
 		h = r.getHost(g)
 		g.Expect(h.Spec.ConsumerRef).NotTo(BeNil())
-		g.Expect(h.Spec.Image).NotTo(BeNil())
+		g.Expect(h.Spec.Image != nil || h.Spec.CustomDeploy != nil).To(BeTrue())
 	}).Should(Succeed())
+	st := baremetalhost.HostState{State: metal3v1.StateProvisioned, Image: h.Spec.Image.DeepCopy(), CustomDeploy: h.Spec.CustomDeploy.DeepCopy()}
 	h.Status.Provisioning.State = metal3v1.StateProvisioned
-	h.Status.Provisioning.Image = *h.Spec.Image
+	h.Status.Provisioning.Image = ptr.Deref(st.Image, metal3v1.Image{})
+	h.Status.Provisioning.CustomDeploy = st.CustomDeploy.DeepCopy()
 	h.Status.PoweredOn = true
 	g.Expect(env.Status().Update(ctx, h)).To(Succeed())
 	h = r.getHost(g)
@@ -223,8 +230,7 @@ func (r *rig) provisionByHand(g *WithT) {
 	if h.Annotations == nil {
 		h.Annotations = map[string]string{}
 	}
-	img := *h.Spec.Image
-	h.Annotations[baremetalhost.StateAnnotation] = mustJSON(g, baremetalhost.HostState{State: metal3v1.StateProvisioned, Image: &img})
+	h.Annotations[baremetalhost.StateAnnotation] = mustJSON(g, st)
 	g.Expect(env.Patch(ctx, h, client.MergeFrom(orig))).To(Succeed())
 }
 

@@ -427,7 +427,14 @@ debootstrap_filtered() {
 # gone) which kernel is current; the directory's name carries the module list's hash, so a changed list
 # fetches again instead of serving a cache that lacks a module.
 METAL_KERNEL_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net virtio_blk fat vfat nls_cp437 nls_ascii nls_utf8 cdrom isofs"
-METAL_KERNEL_MODULES_KEY=$(echo "$METAL_KERNEL_MODULES" | sha256sum | cut -c1-8)
+# A diskless host (customDeploy yonder-diskless) runs the Node from its ramdisk, whose kernel then needs
+# what a node's kernel loads: netfilter for kube-proxy and the CNI (nf_tables, x_tables, conntrack, NAT),
+# the bridge with br_netfilter, traffic control, overlayfs for containerd, and the links the network add-on
+# makes (veth, VXLAN, WireGuard, dummy, tun). These roots (directories of kernel/ or single modules) and
+# their dependencies go to node/lib/modules/<version>/ with a depmod index, which busybox modprobe reads;
+# crc32c_generic is named because libcrc32c only soft-depends on it, which busybox modprobe ignores.
+METAL_NODE_MODULE_ROOTS="net/netfilter net/ipv4/netfilter net/ipv6/netfilter net/bridge net/sched fs/overlayfs drivers/net/veth.ko drivers/net/vxlan/vxlan.ko drivers/net/wireguard/wireguard.ko drivers/net/dummy.ko drivers/net/tun.ko crypto/crc32c_generic.ko"
+METAL_KERNEL_MODULES_KEY=$(echo "$METAL_KERNEL_MODULES $METAL_NODE_MODULE_ROOTS builtin" | sha256sum | cut -c1-8)
 METAL_KERNEL_ROOT="${CACHE_ROOT}/metal-kernel"
 metal_kernel_dir() {
   local pkg
@@ -463,10 +470,41 @@ build_metal_kernel() {
     esac
   done
   echo "$METAL_KERNEL_MODULES" >"$tmp/modules/order"
+  metal_node_modules "$tmp/x" "$tmp/node"
   rm -rf "$tmp/dl" "$tmp/x" && touch "$tmp/.complete"
   rm -rf "$out" && mv "$tmp" "$out"
   echo "$pkg" >"${METAL_KERNEL_ROOT}/current.tmp" && mv "${METAL_KERNEL_ROOT}/current.tmp" "${METAL_KERNEL_ROOT}/current"
   log "metal kernel: ready in $out"
+}
+
+# metal_node_modules EXTRACTED OUT: the diskless node's modules (METAL_NODE_MODULE_ROOTS and their
+# dependencies, decompressed) from the extracted kernel package into OUT/lib/modules/<version>/, indexed by
+# depmod, and the roots' module names, dependencies first, in OUT/lib/modules/<version>/yonder-node-modules.
+metal_node_modules() {
+  local x=$1 out=$2 kver dir r m f rel roots=()
+  kver=$(ls "$x/lib/modules")
+  dir="$x/lib/modules/$kver"
+  for r in $METAL_NODE_MODULE_ROOTS; do
+    [ -e "$dir/kernel/$r" ] || fail "metal kernel: $r missing in $kver (see METAL_NODE_MODULE_ROOTS)"
+    while IFS= read -r f; do roots+=("$(basename "${f%%.ko*}")"); done < <(find "$dir/kernel/$r" -name '*.ko*' | sort)
+  done
+  depmod -b "$x" "$kver"
+  mkdir -p "$out/lib/modules/$kver"
+  for m in "${roots[@]}"; do
+    modprobe -d "$x" -S "$kver" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+  done | sort -u | while IFS= read -r f; do
+    rel=${f#"$dir"/}
+    mkdir -p "$out/lib/modules/$kver/$(dirname "$rel")"
+    case "$f" in
+      *.ko.xz) xz -dc "$f" >"$out/lib/modules/$kver/${rel%.xz}" ;;
+      *.ko.zst) zstd -qdc "$f" >"$out/lib/modules/$kver/${rel%.zst}" ;;
+      *) cp "$f" "$out/lib/modules/$kver/$rel" ;;
+    esac
+  done
+  # The built-in list, so that modprobe of a built-in module (ipv6) succeeds instead of failing.
+  cp "$dir"/modules.builtin "$dir"/modules.builtin.modinfo "$out/lib/modules/$kver/"
+  depmod -b "$out" "$kver"
+  printf '%s\n' "${roots[@]}" >"$out/lib/modules/$kver/yonder-node-modules"
 }
 
 # ---------------------------------------------------------------------------------------------------------

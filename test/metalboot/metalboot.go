@@ -63,9 +63,28 @@ const (
 //nolint:dupword // "mount -t proc proc" names the filesystem type, then the device
 const initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
+# GNU tar, curl, nsenter and systemd-nspawn (/usr/bin) before busybox's applets of the same names.
+export PATH=/usr/bin:/bin
 mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
-mkdir -p /run/yonder /tmp /var/log
+mkdir -p /run/yonder /tmp /var/log /var/lib/yonder /dev/pts /dev/shm
 echo "YONDER: initramfs up"
+# diskless_prep readies the ramdisk to be the Node's host (action run-node, customDeploy yonder-diskless):
+# the node modules (kube-proxy's netfilter, the bridge, overlayfs, VXLAN, WireGuard; loaded on demand too),
+# cgroup v2 with its controllers for systemd-nspawn and the kubelet, and the agent's state directory in
+# memory, as large as the memory (tmpfs takes only what is written).
+diskless_prep() {
+  echo "YONDER: diskless: loading the node's kernel modules, mounting cgroup2 and the state tmpfs"
+  echo /bin/modprobe > /proc/sys/kernel/modprobe
+  kver=$(uname -r)
+  modprobe crc32c_generic
+  for m in $(cat /lib/modules/$kver/yonder-node-modules); do modprobe $m 2>/dev/null || echo "YONDER: diskless: module $m did not load"; done
+  mount -t cgroup2 cgroup2 /sys/fs/cgroup
+  for c in cpu cpuset io memory pids; do echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
+  mkdir -p /sys/fs/cgroup/init && echo $$ > /sys/fs/cgroup/init/cgroup.procs
+  mount -t bpf bpf /sys/fs/bpf
+  mount -t devpts devpts /dev/pts; mount -t tmpfs shm /dev/shm
+  mount -t tmpfs -o size=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)k,mode=0755 yonder-state /var/lib/yonder
+}
 # Modules in dependency order; further passes catch an order file written before a dependency was added.
 for pass in 1 2 3; do
   for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || insmod /lib/modules/$m.ko 2>/dev/null; done
@@ -78,12 +97,15 @@ udhcpc -i eth0 -s /etc/udhcpc.script -q -n -t 10 -T 2 || echo "YONDER: no DHCP l
 attest_flags=""; [ -e /etc/yonder/insecure-unsigned ] && attest_flags="--insecure-unsigned"
 if /bin/yonder-agent attest $attest_flags --tpm /dev/tpmrm0 --output /run/yonder/bootstrap-data --instructions /run/yonder/instructions.json; then
   echo "` + AttestedMarker + `$(wc -c < /run/yonder/bootstrap-data) bytes of bootstrap data, sha256 $(sha256sum < /run/yonder/bootstrap-data | cut -d' ' -f1)"
-  # Write the image and its config drive, or clean the disks, as the instructions say, and report; the
-  # controller then boots the host from its disk or powers it off. A live image needs nothing.
-  if /bin/yonder-agent provision --instructions /run/yonder/instructions.json >/run/yonder/provision.log 2>&1; then
-    echo "` + ProvisionedMarker + `$(tr -d '\n' < /run/yonder/provision.log)"
+  grep -q '"action": *"run-node"' /run/yonder/instructions.json && diskless_prep
+  # Write the image and its config drive, clean the disks, or run the Node from memory, as the
+  # instructions say, and report; the controller then boots the host from its disk, powers it off, or
+  # counts it provisioned. A live image needs nothing. The output reaches the console as it comes.
+  ( /bin/yonder-agent provision --instructions /run/yonder/instructions.json; echo $? > /run/yonder/provision.rc ) 2>&1 | tee /run/yonder/provision.log
+  if [ "$(cat /run/yonder/provision.rc)" = 0 ]; then
+    echo "` + ProvisionedMarker + `$(tr -d '\n' < /run/yonder/provision.log | tail -c 1500)"
   else
-    echo "` + ProvisionFailedMarker + `$(tr -d '\n' < /run/yonder/provision.log)"
+    echo "` + ProvisionFailedMarker + `$(tr -d '\n' < /run/yonder/provision.log | tail -c 1500)"
   fi
   while true; do sleep 3600; done
 fi
@@ -97,6 +119,7 @@ bound|renew)
   ip addr flush dev "$interface"
   ip addr add "$ip/$mask" dev "$interface"
   [ -n "$router" ] && ip route add default via "$router"
+  if [ -n "$dns" ]; then : > /etc/resolv.conf; for d in $dns; do echo "nameserver $d" >> /etc/resolv.conf; done; fi
   echo "YONDER: leased $ip/$mask" ;;
 esac
 `
@@ -190,6 +213,9 @@ func Build(ctx context.Context, dir string, opts ...Options) error {
 			return err
 		}
 	}
+	if err := addNodeHost(ctx, root, kdir); err != nil {
+		return err
+	}
 	files := map[string]string{"init": initScript, "etc/udhcpc.script": udhcpcScript}
 	if o.ServerKey != nil {
 		files["etc/yonder/boot-server.pub"] = string(o.ServerKey)
@@ -203,6 +229,106 @@ func Build(ctx context.Context, dir string, opts ...Options) error {
 		}
 	}
 	return writeInitramfs(root, filepath.Join(dir, Initrd))
+}
+
+// nodeHostTools are the host programs a diskless Node needs besides busybox, each with the shared
+// libraries it loads: the agent's machine (systemd-nspawn, nsenter), its node image extraction (GNU tar:
+// --xattrs, which busybox tar lacks) and the bootstrap data's agent installer (curl: a CA file and a
+// registry's token exchange, which busybox wget lacks).
+var nodeHostTools = []string{"systemd-nspawn", "nsenter", "tar", "curl"}
+
+// nodeHostFiles are the files the tools expect: os-release (systemd-nspawn mounts it into the machine),
+// the users and groups chown and the agent resolve, and the CA bundle curl trusts besides a given CA.
+var nodeHostFiles = map[string]string{
+	"usr/lib/os-release": "NAME=\"Yonder provisioning ramdisk\"\nID=yonder-ramdisk\n",
+	"etc/passwd":         "root:x:0:0:root:/root:/bin/sh\n",
+	"etc/group":          "root:x:0:\n",
+	"etc/hosts":          "127.0.0.1 localhost\n::1 localhost\n",
+}
+
+// addNodeHost puts what a diskless Node needs of its host (customDeploy yonder-diskless) into the tree at
+// root: nodeHostTools from this build host with their ldd closures (at the paths ldd names, which the
+// loader searches), nodeHostFiles, the build host's CA bundle when it has one, and the node kernel
+// modules of the cached kernel (node/, `hack/test-bins.sh --metal-kernel`). A provisioning boot that
+// writes an image carries them unused; the init loads the modules only for action run-node.
+func addNodeHost(ctx context.Context, root, kdir string) error {
+	libs := map[string]bool{}
+	for _, tool := range nodeHostTools {
+		bin, err := exec.LookPath(tool)
+		if err != nil {
+			return fmt.Errorf("the diskless node needs %s in the boot image (install it: hack/test-bins.sh --packages): %w", tool, err)
+		}
+		if tool == "tar" {
+			if out, err := exec.CommandContext(ctx, bin, "--version").Output(); err != nil || !strings.Contains(string(out), "GNU tar") {
+				return fmt.Errorf("%s is not GNU tar, whose --xattrs the agent's node image extraction uses", bin)
+			}
+		}
+		if err := copyExecutable(bin, filepath.Join(root, "usr", "bin", tool)); err != nil {
+			return err
+		}
+		out, err := exec.CommandContext(ctx, "ldd", bin).Output()
+		if err != nil {
+			return fmt.Errorf("ldd %s: %w", bin, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)".
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				libs[f[2]] = true
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				libs[f[0]] = true
+			case len(f) >= 2 && f[1] == "=>":
+				return fmt.Errorf("ldd %s: %s is not found on this build host", bin, f[0])
+			}
+		}
+	}
+	for lib := range libs {
+		if err := copyExecutable(lib, filepath.Join(root, lib)); err != nil {
+			return err
+		}
+	}
+	for name, text := range nodeHostFiles {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil { //nolint:gosec // an initramfs tree
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil { //nolint:gosec // world-readable system files
+			return err
+		}
+	}
+	const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(caBundle); err == nil {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(caBundle)), 0o755); err != nil { //nolint:gosec // an initramfs tree
+			return err
+		}
+		if err := copyFile(caBundle, filepath.Join(root, caBundle)); err != nil {
+			return err
+		}
+	}
+	node := filepath.Join(kdir, "node", "lib", "modules")
+	if _, err := os.Stat(node); err != nil {
+		return fmt.Errorf("the cached kernel has no node modules (run `hack/test-bins.sh --metal-kernel` again): %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "cp", "-a", node+"/.", filepath.Join(root, "lib", "modules")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("failed to copy the node modules: %s: %w", strings.TrimSpace(string(out)), err)
+	}
+	return nil
+}
+
+// copyExecutable copies a program or library (following symlinks) to to, mode 0755, creating its directory.
+func copyExecutable(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil { //nolint:gosec // an initramfs tree
+		return err
+	}
+	b, err := os.ReadFile(from) //nolint:gosec // programs and libraries of the build host
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", from, err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil { //nolint:gosec // executables of the initramfs
+		return fmt.Errorf("failed to write %s: %w", to, err)
+	}
+	return nil
 }
 
 func copyFile(from, to string) error {

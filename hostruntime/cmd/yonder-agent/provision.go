@@ -53,6 +53,7 @@ func newProvisionCommand() *cobra.Command {
 			var rep attest.Report
 			var workErr error
 			if in.Action == attest.ActionRunNode {
+				rn.SysRoot = opts.SysRoot
 				rep, workErr = runNode(cmd.Context(), in, rn, cmd.ErrOrStderr())
 			} else {
 				rep, workErr = carryOut(cmd.Context(), in, opts, spoolDir)
@@ -81,6 +82,7 @@ func newProvisionCommand() *cobra.Command {
 	f.StringVar(&rn.ProviderIDFile, "provider-id-file", agent.DefaultProviderIDFile, "(run-node) where the meta data's providerid is written for the agent")
 	f.StringVar(&rn.ScriptPath, "bootstrap-script", "/run/yonder/bootstrap.sh", "(run-node) where the user data is written as a shell script and run")
 	f.BoolVar(&rn.SetHostname, "set-hostname", true, "(run-node) set the hostname to the meta data's local-hostname")
+	f.StringVar(&rn.ResolvConf, "resolv-conf", "/etc/resolv.conf", "(run-node) where the network data's DNS servers are written")
 	f.StringVar(&opts.SysRoot, "sys-root", disk.DefaultSysRoot, "where sysfs is mounted")
 	f.StringVar(&opts.DevRoot, "dev-root", disk.DefaultDevRoot, "where the device nodes are")
 	f.BoolVar(&opts.IncludeLoop, "include-loop", false, "treat attached loop devices as disks (rehearsals and tests; never in the ramdisk)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,12 +24,16 @@ type runNodeOptions struct {
 	ProviderIDFile string
 	// ScriptPath is where the user data, turned into a shell script, is written (0700) and run from.
 	ScriptPath string
-	// SetHostname sets the ramdisk's hostname to the meta data's local-hostname.
+	// SetHostname sets the ramdisk's hostname to the meta data's hostname (or local-hostname).
 	SetHostname bool
+	// SysRoot is where sysfs is mounted (the interfaces the network data names by MAC); ResolvConf is where
+	// the network data's DNS servers are written.
+	SysRoot, ResolvConf string
 }
 
 // runNode carries out ActionRunNode, the diskless deploy method: the ramdisk itself does what cloud-init
-// does for a disk image — providerID and hostname from the meta data, then the user data's write_files and
+// does for a disk image — providerID and hostname from the meta data, the network data's static addresses,
+// routes and DNS servers, then the user data's write_files and
 // runcmd, which install the digest-pinned agent and run `yonder-agent bootstrap` (the Node then lives in
 // this memory). Only Yonder's cloud-config subset runs: other bootstrap data (kubeadm's) needs a disk
 // image, and is refused here, before anything ran. The commands' output goes to out.
@@ -40,6 +45,7 @@ func runNode(ctx context.Context, in *attest.Instructions, o runNodeOptions, out
 	}
 	var md struct {
 		ProviderID    string `json:"providerid"`
+		Hostname      string `json:"hostname"`
 		LocalHostname string `json:"local-hostname"`
 	}
 	if len(in.MetaData) > 0 {
@@ -55,9 +61,17 @@ func runNode(ctx context.Context, in *attest.Instructions, o runNodeOptions, out
 			return rep, fmt.Errorf("failed to write the providerID: %w", err)
 		}
 	}
-	if md.LocalHostname != "" && o.SetHostname {
-		if err := syscall.Sethostname([]byte(md.LocalHostname)); err != nil {
-			return rep, fmt.Errorf("failed to set the hostname %q: %w", md.LocalHostname, err)
+	// cloud-init's ConfigDrive datasource takes "hostname" (an inventory record's metaData may set it),
+	// else "local-hostname".
+	if h := cmp.Or(md.Hostname, md.LocalHostname); h != "" && o.SetHostname {
+		if err := syscall.Sethostname([]byte(h)); err != nil {
+			return rep, fmt.Errorf("failed to set the hostname %q: %w", h, err)
+		}
+		_, _ = fmt.Fprintf(out, "diskless: hostname %s\n", h)
+	}
+	if len(in.NetworkData) > 0 && string(in.NetworkData) != "null" {
+		if err := applyNetwork(ctx, in.NetworkData, o, out); err != nil {
+			return rep, err
 		}
 	}
 	// The script holds the bootstrap token: private to root, as cloud-init keeps its user data.
@@ -80,6 +94,36 @@ func runNode(ctx context.Context, in *attest.Instructions, o runNodeOptions, out
 		rep.Message += " as " + md.ProviderID
 	}
 	return rep, nil
+}
+
+// applyNetwork applies the host's network data (its inventory record's networkData) as cloud-init would
+// on a disk image: static addresses and routes on the interfaces named by MAC, and the DNS servers.
+func applyNetwork(ctx context.Context, raw []byte, o runNodeOptions, out io.Writer) error {
+	ifaces, err := interfacesByMAC(o.SysRoot)
+	if err != nil {
+		return err
+	}
+	plan, err := planNetwork(raw, ifaces)
+	if err != nil {
+		return fmt.Errorf("the host's network data: %w", err)
+	}
+	for i, argv := range plan.Commands {
+		if b, err := exec.CommandContext(ctx, "ip", argv...).CombinedOutput(); err != nil {
+			return fmt.Errorf("the host's network data: %s: ip %s: %s: %w", plan.Said[i], strings.Join(argv, " "), strings.TrimSpace(string(b)), err)
+		}
+		_, _ = fmt.Fprintf(out, "diskless: network: %s\n", plan.Said[i])
+	}
+	if len(plan.Nameservers) > 0 {
+		var b strings.Builder
+		for _, ns := range plan.Nameservers {
+			b.WriteString("nameserver " + ns + "\n")
+		}
+		if err := atomicfile.Write(o.ResolvConf, []byte(b.String()), 0o644); err != nil {
+			return fmt.Errorf("failed to write %s: %w", o.ResolvConf, err)
+		}
+		_, _ = fmt.Fprintf(out, "diskless: network: nameservers %s\n", strings.Join(plan.Nameservers, " "))
+	}
+	return nil
 }
 
 // tailWriter keeps the last max bytes written to it.

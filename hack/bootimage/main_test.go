@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -50,6 +51,34 @@ func TestBootImageCarriesTheAgentAndTheKey(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), string(b))
 	g.Expect(string(b)).To(ContainSubstring("carry out the attested instructions"))
 	g.Expect(filepath.Join(tree, "lib", "modules", "virtio_blk.ko")).To(BeARegularFile(), "the ramdisk can see a virtio disk")
+	expectNodeHost(t, gtree)
+}
+
+// expectNodeHost checks that the image carries what a diskless Node needs of its host: the programs run
+// inside the tree (chroot) with only the libraries the image carries, and the node modules are indexed.
+func expectNodeHost(t *testing.T, tree string) {
+	t.Helper()
+	g := NewWithT(t)
+	for tool, says := range map[string]string{
+		"systemd-nspawn": "systemd ", "tar": "GNU tar", "curl": "curl ", "nsenter": "util-linux",
+	} {
+		b, err := exec.Command("chroot", tree, "/usr/bin/"+tool, "--version").CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "%s runs with the image's own libraries: %s", tool, b)
+		g.Expect(string(b)).To(ContainSubstring(says))
+	}
+	g.Expect(filepath.Join(tree, "usr", "lib", "os-release")).To(BeARegularFile(), "systemd-nspawn mounts it into the machine")
+	g.Expect(filepath.Join(tree, "etc", "ssl", "certs", "ca-certificates.crt")).To(BeARegularFile())
+	kvers, err := filepath.Glob(filepath.Join(tree, "lib", "modules", "*", "modules.dep"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kvers).To(HaveLen(1), "one kernel's node modules, indexed")
+	dep, err := os.ReadFile(kvers[0])
+	g.Expect(err).NotTo(HaveOccurred())
+	roots, err := os.ReadFile(filepath.Join(filepath.Dir(kvers[0]), "yonder-node-modules"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, m := range []string{"br_netfilter", "overlay", "vxlan", "wireguard", "nf_tables", "xt_conntrack", "veth", "crc32c_generic"} {
+		g.Expect(strings.Split(string(roots), "\n")).To(ContainElement(m), "init loads %s", m)
+		g.Expect(string(dep)).To(MatchRegexp(`(?m)/`+m+`\.ko:`), "modprobe finds %s and its dependencies", m)
+	}
 }
 
 // unpack extracts the boot image's initramfs in dir into a new directory.

@@ -93,6 +93,18 @@ func (inv *hostInventory) expectApplied(t *testing.T, l *metalLife) {
 	}, 3*time.Minute, 2*time.Second).Should(Succeed(), func() string { return tail(st.MetalConsole(l.host.Name), 8000) })
 }
 
+// expectAppliedDiskless checks what a diskless host's ramdisk says on its console: it set the metaData's
+// hostname and configured network_data.json's static address on the boot NIC itself, as cloud-init does
+// on a disk image. The lease stays the host's address: nodeReady saw the Node register it.
+func (inv *hostInventory) expectAppliedDiskless(t *testing.T, l *metalLife) {
+	t.Helper()
+	g := NewWithT(t)
+	console := st.MetalConsole(l.host.Name)
+	g.Expect(console).To(ContainSubstring("diskless: hostname "+inv.hostname), "the ramdisk set the metaData's hostname")
+	g.Expect(console).To(MatchRegexp(`diskless: network: network extra: `+regexp.QuoteMeta(inv.static.String())+` on eth0`),
+		"the ramdisk configured the networkData's static address %s", inv.static)
+}
+
 // networkData is OpenStack's network_data.json as CAPM3 renders it: the boot NIC found by its MAC, DHCP on
 // it and one static IPv4 address more.
 func networkData(mac string, static netip.Prefix) string {

@@ -21,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,10 +68,14 @@ func TestMain(m *testing.M) {
 // same Machine's Node is Ready again — no PXE boot, no replacement. The metal manager killed and restarted
 // then changes nothing (no second PXE boot). Scaling to 0 drains and deletes the Node and deprovisions the host:
 // its ramdisk PXE-boots once more and wipes the disk (automatedCleaningMode metadata: no partition table
-// or signature left on the disk file), the VM is off and the host available with no consumer. Scaling
-// back to 1 makes a new Machine that reuses the host as the pool returned it: a third PXE boot, the TPM
-// enrolment of the first boot still pinned, the image on the wiped disk, a Ready Node that runs a pod.
-// Deleting the Cluster while that Machine runs deprovisions the host once more: wiped, off, available.
+// or signature left on the disk file), the VM is off and the host available with no consumer. The
+// MachineDeployment then rolls to a diskless YonderMetalMachineTemplate (customDeploy yonder-diskless, as
+// docs/infrastructure-baremetal.md shows it) and scales back to 1: a new Machine reuses the host as the pool
+// returned it — a third PXE boot, the TPM enrolment of the first boot still pinned — and its ramdisk runs
+// the bootstrap data itself: the inventory record's static address and hostname applied (its console says
+// so), the agent installed from the registry, the node image unpacked into memory, a Ready Node with the
+// same providerID that runs a pod, and nothing written to the disk. Deleting the Cluster while that Machine
+// runs deprovisions the host with no cleaning boot: off, available, its disk still the wiped one.
 //
 // Prometheus (Debian's, scraping every manager as the shipped metrics-reader role allows) sees it all:
 // every manager up; the claim, the provisioning phase, DHCP, TFTP, boot HTTP and attestation counted; the
@@ -97,18 +102,23 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	l.restartChangesNothing(t)
 	released := l.scaleToZero(t)
 	metrics.expectReleaseCounted(t)
-	// The host went back to the pool wiped: a later Machine reuses it, from its third PXE boot to a Node.
+	// The host went back to the pool wiped: a later Machine reuses it, from its third PXE boot to a Node —
+	// diskless this time: the MachineDeployment rolled to a template with customDeploy yonder-diskless.
+	l.goDiskless(t)
 	t1 := time.Now()
 	l.scale(t, 1)
-	_, _, reprovisioned := l.provisioned(t, t1, 3)
+	// Before the host is provisioned: a diskless host reports only once its Node joined, which consumes
+	// the bootstrap token.
 	metrics.collectSecrets(t, l.host)
-	_, reusedPodRan := l.nodeReady(t, t1)
+	_, _, reprovisioned := l.provisioned(t, t1, 3)
+	reusedReady, reusedPodRan := l.nodeReady(t, t1)
+	inv.expectAppliedDiskless(t, l)
 	l.expectReused(t, first, enrolment)
 	deleted := l.deleteCluster(t)
-	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, image written, disk boot requested) %s → Node Ready (disk boot, cloud-init, agent, kubelet) %s → a pod ran and answered %s; host hung → Node NotReady → remediated by a power cycle → the same Node Ready again %s; scale to 0 → Node and Machine gone, disk wiped, VM off, host available %s; scale to 1 → the same host Provisioned for a new Machine %s → its pod answered %s; Cluster deleted → host wiped and available %s",
+	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, image written, disk boot requested) %s → Node Ready (disk boot, cloud-init, agent, kubelet) %s → a pod ran and answered %s; host hung → Node NotReady → remediated by a power cycle → the same Node Ready again %s; scale to 0 → Node and Machine gone, disk wiped, VM off, host available %s; scale to 1, diskless → the same host Provisioned for a new Machine (PXE, attested, the ramdisk ran the agent and the Node joined) %s → Node Ready %s → its pod answered %s; Cluster deleted → host off and available, its disk untouched %s",
 		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), nodeReady.Round(time.Millisecond),
 		podRan.Round(time.Millisecond), rebooted.Round(time.Millisecond), released.Round(time.Millisecond),
-		reprovisioned.Round(time.Millisecond), reusedPodRan.Round(time.Millisecond), deleted.Round(time.Millisecond))
+		reprovisioned.Round(time.Millisecond), reusedReady.Round(time.Millisecond), reusedPodRan.Round(time.Millisecond), deleted.Round(time.Millisecond))
 	metrics.expectNoSecretInLabels(t)
 }
 
@@ -117,6 +127,29 @@ type metalLife struct {
 	ctx  context.Context
 	host *stack.MetalHost
 	name string
+	// diskless is set once the MachineDeployment rolled to the diskless template (goDiskless).
+	diskless bool
+}
+
+// goDiskless rolls the MachineDeployment to diskless hosts as a user rolls out any template change: a
+// copy of its YonderMetalMachineTemplate with customDeploy yonder-diskless instead of the image, and the
+// MachineDeployment's infrastructureRef pointed at it (docs/infrastructure-baremetal.md, diskless hosts).
+func (l *metalLife) goDiskless(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: l.name + "-md-0"}, md)).To(Succeed())
+	cur := &infrav1.YonderMetalMachineTemplate{}
+	g.Expect(st.Client.Get(l.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: md.Spec.Template.Spec.InfrastructureRef.Name}, cur)).To(Succeed())
+	d := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cur.Namespace, Name: cur.Name + "-diskless", Labels: cur.Labels}}
+	cur.Spec.DeepCopyInto(&d.Spec)
+	d.Spec.Template.Spec.Image = nil
+	d.Spec.Template.Spec.CustomDeploy = &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod}
+	g.Expect(st.Client.Create(l.ctx, d)).To(Succeed())
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Template.Spec.InfrastructureRef.Name = d.Name
+	g.Expect(st.Client.Patch(l.ctx, md, patch)).To(Succeed())
+	l.diskless = true
 }
 
 func (l *metalLife) bmh(g Gomega) *metal3v1.BareMetalHost {
@@ -217,9 +250,14 @@ func (l *metalLife) provisioned(t *testing.T, t0 time.Time, pxeBoots int) (claim
 	g.Expect(m.Spec.ProviderID).To(Equal(fmt.Sprintf("yonder-metal://%s/%s", st.HostNamespace, l.host.Name)))
 	h := l.bmh(g)
 	g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
-	g.Expect(h.Status.Provisioning.Image.URL).To(HaveSuffix("/" + stack.MetalImageName))
+	if l.diskless {
+		g.Expect(h.Status.Provisioning.CustomDeploy).To(HaveField("Method", infrav1.DisklessDeployMethod))
+		g.Expect(h.Status.Provisioning.Image.URL).To(BeEmpty(), "nothing written")
+	} else {
+		g.Expect(h.Status.Provisioning.Image.URL).To(HaveSuffix("/" + stack.MetalImageName))
+	}
 	g.Expect(h.Annotations).To(HaveKey(tpmEnrolment), "the VM's TPM was pinned at its first attested boot")
-	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one PXE boot to provision, then the disk")
+	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one PXE boot to provision, then the disk (or nothing more: diskless)")
 	g.Expect(st.MetalRunning(l.host.Name)).To(BeTrue(), "the host runs its image")
 	return claimed, poweredOn, provisioned
 }
@@ -248,7 +286,7 @@ func (l *metalLife) nodeReady(t *testing.T, t0 time.Time) (ready, podRan time.Du
 	n := &corev1.Node{}
 	g.Expect(st.WorkloadClient.Get(l.ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, n)).To(Succeed())
 	g.Expect(n.Status.Addresses).To(ContainElement(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: l.host.BootAddress.String()}),
-		"the kubelet runs on the host's disk-booted OS, at the address it leased")
+		"the kubelet runs on the host's disk-booted OS (or its ramdisk, diskless), at the address it leased")
 
 	cs, err := kubernetes.NewForConfig(st.Workload.Config)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -381,7 +419,7 @@ func (l *metalLife) expectReleased(t *testing.T, pxeBoots int) {
 	for _, n := range nodes.Items {
 		g.Expect(n.Spec.ProviderID).NotTo(HavePrefix("yonder-metal://"), "CAPI deleted the metal Node %s", n.Name)
 	}
-	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one cleaning boot")
+	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one cleaning boot (none after a diskless Machine)")
 	disk := st.MetalDisk(l.host.Name)
 	f, err := os.Open(disk)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -411,7 +449,8 @@ func (l *metalLife) expectReused(t *testing.T, first clusterv1.Machine, enrolmen
 const tpmEnrolment = "metal.yonder.dev/tpm-enrolment"
 
 // deleteCluster deletes the Cluster as users do while its Machine runs a Node: CAPI deletes the Machine,
-// the host is deprovisioned (its fourth PXE boot cleans the disk) and stays, available.
+// the host is deprovisioned and stays, available. A diskless Machine wrote nothing, so no cleaning boot
+// follows: the host is powered off, and its disk is still the one the scale to 0 wiped.
 func (l *metalLife) deleteCluster(t *testing.T) time.Duration {
 	t.Helper()
 	g := NewWithT(t)
@@ -422,7 +461,11 @@ func (l *metalLife) deleteCluster(t *testing.T) time.Duration {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(st.Client.Get(l.ctx, client.ObjectKeyFromObject(cl), &clusterv1.Cluster{}))
 	}, 12*time.Minute, time.Second).Should(BeTrue(), l.diag)
-	l.expectReleased(t, 4)
+	boots := 4
+	if l.diskless {
+		boots = 3
+	}
+	l.expectReleased(t, boots)
 	return time.Since(t1)
 }
 

@@ -123,8 +123,11 @@ func (m *metalMetrics) collectSecrets(t *testing.T, host *stack.MetalHost) {
 	g.Expect(st.Client.Get(m.ctx, client.ObjectKey{Namespace: st.HostNamespace, Name: host.BMCSecret}, bmc)).To(Succeed())
 	m.secrets["BMC password"] = string(bmc.Data["password"])
 	tokens := &corev1.SecretList{}
-	g.Expect(st.WorkloadClient.List(m.ctx, tokens, client.InNamespace(metav1.NamespaceSystem), client.MatchingFields{"type": string(bootstrapapi.SecretTypeBootstrapToken)})).To(Succeed())
-	g.Expect(tokens.Items).NotTo(BeEmpty(), "the Machine's bootstrap token exists while it is provisioned")
+	// The bootstrap provider issues the token when the Machine is created, before its host boots.
+	g.Eventually(func(g Gomega) []corev1.Secret {
+		g.Expect(st.WorkloadClient.List(m.ctx, tokens, client.InNamespace(metav1.NamespaceSystem), client.MatchingFields{"type": string(bootstrapapi.SecretTypeBootstrapToken)})).To(Succeed())
+		return tokens.Items
+	}, 2*time.Minute, time.Second).ShouldNot(BeEmpty(), "the Machine's bootstrap token exists until its Node joined")
 	for _, s := range tokens.Items {
 		m.secrets["bootstrap token "+s.Name] = string(s.Data[bootstrapapi.BootstrapTokenIDKey]) + "." + string(s.Data[bootstrapapi.BootstrapTokenSecretKey])
 		m.secrets["bootstrap token secret "+s.Name] = string(s.Data[bootstrapapi.BootstrapTokenSecretKey])

@@ -239,7 +239,7 @@ var nodeHostTools = []string{"systemd-nspawn", "nsenter", "tar", "curl"}
 
 // nodeHostFiles are the files the tools expect: os-release (systemd-nspawn mounts it into the machine),
 // the users and groups chown and the agent resolve, and the CA bundle curl trusts besides a given CA.
-var nodeHostFiles = map[string]string{
+var nodeHostFiles = map[string]string{ //nolint:gosec // passwd names root with no password ("x"): no credential
 	"usr/lib/os-release": "NAME=\"Yonder provisioning ramdisk\"\nID=yonder-ramdisk\n",
 	"etc/passwd":         "root:x:0:0:root:/root:/bin/sh\n",
 	"etc/group":          "root:x:0:\n",

@@ -41,10 +41,10 @@ type AgentSource struct {
 // AgentCAPath is where the installer finds AgentSource.CACertificate.
 const AgentCAPath = "/usr/local/lib/yonder/agent-source-ca.crt"
 
-// Config and WriteFile are the cloud-config subset Yonder renders (pkg/cloudconfig, where it is parsed
-// and run).
 type (
-	Config    = cloudconfig.Config
+	// Config is the cloud-config subset Yonder renders (pkg/cloudconfig, where it is parsed and run).
+	Config = cloudconfig.Config
+	// WriteFile is one of its write_files entries.
 	WriteFile = cloudconfig.WriteFile
 )
 

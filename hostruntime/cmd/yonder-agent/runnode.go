@@ -82,7 +82,7 @@ func runNode(ctx context.Context, in *attest.Instructions, o runNodeOptions, out
 		return rep, fmt.Errorf("failed to write the bootstrap script: %w", err)
 	}
 	tail := &tailWriter{max: 2048}
-	cmd := exec.CommandContext(ctx, "/bin/sh", o.ScriptPath) //nolint:gosec // the attested, provider-signed user data
+	cmd := exec.CommandContext(ctx, "/bin/sh", o.ScriptPath)
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, tail), io.MultiWriter(out, tail)
 	if err := cmd.Run(); err != nil {
 		// The last lines say which phase failed (the agent's PhaseError): what an operator needs, on the

@@ -16,6 +16,7 @@ import (
 
 // reportServer records the reports POSTed to the boot server's report path.
 func reportServer(t *testing.T) (*httptest.Server, func() []attest.Report) {
+	t.Helper()
 	var mu sync.Mutex
 	var got []attest.Report
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -41,6 +42,7 @@ func reportServer(t *testing.T) (*httptest.Server, func() []attest.Report) {
 // provisionRunNode runs `yonder-agent provision` on run-node instructions carrying userData, against a
 // report server, with every path in a temporary directory.
 func provisionRunNode(t *testing.T, userData string) (dir, out string, reports []attest.Report, err error) {
+	t.Helper()
 	dir = t.TempDir()
 	srv, got := reportServer(t)
 	in := attest.Instructions{

@@ -74,9 +74,9 @@ func planNetwork(raw []byte, ifaces map[string]string) (*networkPlan, error) {
 		}
 		links[l.ID] = name
 		if l.MTU > 0 {
-			p.add(fmt.Sprintf("link %s: MTU %d on %s", l.ID, l.MTU, name), "link", "set", "dev", name, "mtu", strconv.Itoa(l.MTU))
+			p.step(fmt.Sprintf("link %s: MTU %d on %s", l.ID, l.MTU, name), []string{"link", "set", "dev", name, "mtu", strconv.Itoa(l.MTU)})
 		}
-		p.add(fmt.Sprintf("link %s: %s up", l.ID, name), "link", "set", "dev", name, "up")
+		p.step(fmt.Sprintf("link %s: %s up", l.ID, name), []string{"link", "set", "dev", name, "up"})
 	}
 	for _, n := range nd.Networks {
 		name, ok := links[n.Link]
@@ -94,7 +94,7 @@ func planNetwork(raw []byte, ifaces map[string]string) (*networkPlan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("network %q: %w", n.ID, err)
 		}
-		p.add(fmt.Sprintf("network %s: %s on %s", n.ID, addr, name), "addr", "replace", addr.String(), "dev", name)
+		p.step(fmt.Sprintf("network %s: %s on %s", n.ID, addr, name), []string{"addr", "replace", addr.String(), "dev", name})
 		for _, r := range n.Routes {
 			dst, err := prefixOf(r.Network, r.Netmask)
 			if err != nil {
@@ -109,7 +109,7 @@ func planNetwork(raw []byte, ifaces map[string]string) (*networkPlan, error) {
 			if dst.Bits() == 0 {
 				to = "default"
 			}
-			p.add(fmt.Sprintf("network %s: route %s via %s on %s", n.ID, to, gw, name), "route", "replace", to, "via", gw.String(), "dev", name)
+			p.step(fmt.Sprintf("network %s: route %s via %s on %s", n.ID, to, gw, name), []string{"route", "replace", to, "via", gw.String(), "dev", name})
 		}
 	}
 	for _, s := range nd.Services {
@@ -123,7 +123,7 @@ func planNetwork(raw []byte, ifaces map[string]string) (*networkPlan, error) {
 	return p, nil
 }
 
-func (p *networkPlan) add(said string, argv ...string) {
+func (p *networkPlan) step(said string, argv []string) {
 	p.Commands = append(p.Commands, argv)
 	p.Said = append(p.Said, said)
 }

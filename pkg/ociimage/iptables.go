@@ -1,15 +1,14 @@
 package ociimage
 
 import (
-	"bufio"
-	"bytes"
 	"debug/elf"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/yonder-dev/yonder/pkg/sharedlibs"
 )
 
 // xtablesDir holds iptables' match and target extensions (libxt_tcp.so, libxt_TCPMSS.so …), loaded at run
@@ -62,7 +61,7 @@ func IptablesFiles() ([]File, error) {
 		if len(resolved) > 0 && allResolved(needed, resolved) {
 			continue
 		}
-		deps, err := lddDeps(e)
+		deps, err := sharedlibs.Closure(e)
 		if err != nil {
 			return nil, err
 		}
@@ -123,29 +122,6 @@ func allResolved(names []string, resolved map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// lddDeps maps the names of the shared objects an ELF file loads (its whole closure, the dynamic loader
-// included, under its path) to their absolute paths.
-func lddDeps(path string) (map[string]string, error) {
-	out, err := exec.Command("ldd", path).Output()
-	if err != nil {
-		return nil, fmt.Errorf("failed to run ldd %s: %w", path, err)
-	}
-	deps := map[string]string{}
-	s := bufio.NewScanner(bytes.NewReader(out))
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		switch {
-		case len(fields) >= 3 && fields[1] == "=>" && strings.HasPrefix(fields[2], "/"):
-			deps[fields[0]] = fields[2] // libfoo.so.1 => /lib/…/libfoo.so.1 (0x…)
-		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
-			deps[fields[0]] = fields[0] // /lib64/ld-linux-x86-64.so.2 (0x…)
-		case len(fields) >= 3 && fields[1] == "=>" && fields[2] == "not":
-			return nil, fmt.Errorf("failed to resolve %s for %s: not found on the build host", fields[0], path)
-		}
-	}
-	return deps, nil
 }
 
 // hostCopier copies host paths into image files, reproducing every symlink met on the way (/lib → usr/lib,

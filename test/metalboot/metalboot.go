@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/yonder-dev/yonder/pkg/sharedlibs"
 	"github.com/yonder-dev/yonder/test/gobuild"
 
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -209,7 +210,11 @@ func Build(ctx context.Context, dir string, opts ...Options) error {
 	}
 	copies[filepath.Join(kdir, "vmlinuz")] = filepath.Join(dir, Kernel)
 	for from, to := range copies {
-		if err := copyFile(from, to); err != nil {
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(to, "busybox") {
+			mode = 0o755
+		}
+		if err := copyFile(from, to, mode); err != nil {
 			return err
 		}
 	}
@@ -263,28 +268,19 @@ func addNodeHost(ctx context.Context, root, kdir string) error {
 				return fmt.Errorf("%s is not GNU tar, whose --xattrs the agent's node image extraction uses", bin)
 			}
 		}
-		if err := copyExecutable(bin, filepath.Join(root, "usr", "bin", tool)); err != nil {
+		if err := copyFile(bin, filepath.Join(root, "usr", "bin", tool), 0o755); err != nil {
 			return err
 		}
-		out, err := exec.CommandContext(ctx, "ldd", bin).Output()
+		deps, err := sharedlibs.Closure(bin)
 		if err != nil {
-			return fmt.Errorf("ldd %s: %w", bin, err)
+			return err
 		}
-		for _, line := range strings.Split(string(out), "\n") {
-			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)".
-			f := strings.Fields(line)
-			switch {
-			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
-				libs[f[2]] = true
-			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-				libs[f[0]] = true
-			case len(f) >= 2 && f[1] == "=>":
-				return fmt.Errorf("ldd %s: %s is not found on this build host", bin, f[0])
-			}
+		for _, lib := range deps {
+			libs[lib] = true
 		}
 	}
 	for lib := range libs {
-		if err := copyExecutable(lib, filepath.Join(root, lib)); err != nil {
+		if err := copyFile(lib, filepath.Join(root, lib), 0o755); err != nil {
 			return err
 		}
 	}
@@ -298,10 +294,7 @@ func addNodeHost(ctx context.Context, root, kdir string) error {
 	}
 	const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 	if _, err := os.Stat(caBundle); err == nil {
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(caBundle)), 0o755); err != nil { //nolint:gosec // an initramfs tree
-			return err
-		}
-		if err := copyFile(caBundle, filepath.Join(root, caBundle)); err != nil {
+		if err := copyFile(caBundle, filepath.Join(root, caBundle), 0o644); err != nil {
 			return err
 		}
 	}
@@ -316,29 +309,15 @@ func addNodeHost(ctx context.Context, root, kdir string) error {
 	return nil
 }
 
-// copyExecutable copies a program or library (following symlinks) to to, mode 0755, creating its directory.
-func copyExecutable(from, to string) error {
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil { //nolint:gosec // an initramfs tree
+// copyFile copies the file at from (following symlinks) to the path to with mode, creating its directory:
+// the cached kernel files, busybox, the diskless host tools and their libraries, the CA bundle.
+func copyFile(from, to string, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil { //nolint:gosec // an initramfs tree, or the boot artifacts directory
 		return err
 	}
-	b, err := os.ReadFile(from) //nolint:gosec // programs and libraries of the build host
+	b, err := os.ReadFile(from) //nolint:gosec // files of this build host that Build names
 	if err != nil {
 		return fmt.Errorf("failed to read %s: %w", from, err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil { //nolint:gosec // executables of the initramfs
-		return fmt.Errorf("failed to write %s: %w", to, err)
-	}
-	return nil
-}
-
-func copyFile(from, to string) error {
-	b, err := os.ReadFile(from) //nolint:gosec // cached kernel files and busybox
-	if err != nil {
-		return fmt.Errorf("failed to read %s: %w", from, err)
-	}
-	mode := os.FileMode(0o644)
-	if strings.HasSuffix(to, "busybox") {
-		mode = 0o755
 	}
 	if err := os.WriteFile(to, b, mode); err != nil { //nolint:gosec // paths Build composed from its own directories
 		return fmt.Errorf("failed to write %s: %w", to, err)

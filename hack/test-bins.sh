@@ -445,7 +445,8 @@ metal_kernel_dir() {
 metal_kernel_ready() { metal_kernel_dir >/dev/null; }
 build_metal_kernel() {
   if metal_kernel_ready; then return 0; fi
-  command -v xz >/dev/null && command -v zstd >/dev/null || install_packages
+  # xz and zstd unpack the modules; depmod and modprobe (kmod) index them and resolve their dependencies.
+  command -v xz >/dev/null && command -v zstd >/dev/null && command -v depmod >/dev/null && command -v modprobe >/dev/null || install_packages
   apt_update_once
   STEP=metal-kernel
   local pkg

@@ -481,10 +481,10 @@ func unsupported(h *metal3v1.BareMetalHost) []string {
 	if sp.Firmware != nil { //nolint:staticcheck // deprecated in Metal3, still refused explicitly rather than ignored
 		add("spec.firmware", "no BIOS settings")
 	}
-	if sp.CustomDeploy != nil && sp.CustomDeploy.Method != infrav1.DisklessDeployMethod {
+	if sp.CustomDeploy != nil && !diskless(h) {
 		add("spec.customDeploy.method="+sp.CustomDeploy.Method, "no Ironic deploy steps; the one custom deploy is "+infrav1.DisklessDeployMethod)
 	}
-	if sp.CustomDeploy != nil && sp.CustomDeploy.Method == infrav1.DisklessDeployMethod && sp.Image != nil && sp.Image.URL != "" {
+	if diskless(h) && hasImage(h) {
 		add("spec.image with spec.customDeploy "+infrav1.DisklessDeployMethod, "a diskless host writes and boots no image; set one of the two")
 	}
 	if sp.ExternallyProvisioned {

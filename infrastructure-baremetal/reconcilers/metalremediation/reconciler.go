@@ -214,7 +214,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		c := conditions.Get(s.rem, infrav1.YonderMetalRemediationMachineReplacementRequestedCondition)
 		reason, msg := infrav1.YonderMetalRemediationRetriesExhaustedReason, ""
 		if c != nil {
-			reason, msg = c.Reason, c.Message
+			// The condition's message is msg with the replacement's suffix: taken off again, so that every
+			// pass of this phase writes the same message instead of growing it by one suffix per pass (past
+			// the API server's 32 KiB limit, after which no patch of the Machine or this object succeeded).
+			reason, msg = c.Reason, strings.TrimSuffix(c.Message, replacementSuffix(s.machine.Name))
 		}
 		return ctrl.Result{}, r.requestReplacement(ctx, s, reason, msg)
 	case infrav1.RemediationFailed:
@@ -408,7 +411,7 @@ func (r *Reconciler) requestReplacement(ctx context.Context, s *scope, reason, m
 		return nil
 	}
 	conditions.Set(s.rem, metav1.Condition{Type: infrav1.YonderMetalRemediationMachineReplacementRequestedCondition, Status: metav1.ConditionTrue,
-		Reason: reason, Message: fmt.Sprintf("%s: Machine %s is marked OwnerRemediated=False for its owner to replace", capitalize(msg), s.machine.Name)})
+		Reason: reason, Message: capitalize(msg) + replacementSuffix(s.machine.Name)})
 	m := s.machine
 	h, err := patch.NewHelper(m, r.Client)
 	if err != nil {
@@ -430,6 +433,11 @@ func (r *Reconciler) requestReplacement(ctx context.Context, s *scope, reason, m
 		return fmt.Errorf("failed to mark Machine %s for replacement: %w", klog.KObj(m), err)
 	}
 	return nil
+}
+
+// replacementSuffix ends the MachineReplacementRequested condition's message.
+func replacementSuffix(machine string) string {
+	return ": Machine " + machine + " is marked OwnerRemediated=False for its owner to replace"
 }
 
 // setExternallyRemediated reports the remediation's progress on the Machine (CAPI leaves the

@@ -3,6 +3,8 @@ package metalremediation_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
@@ -242,32 +245,7 @@ func TestAPIServerRejectsBadStrategies(t *testing.T) {
 func TestMachineWithoutHostIsReplacedAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.CreateNamespace(ctx, t, "nohost").Name
-	cluster := attachedCluster(t, g, ns, "nohost")
-	startProvider(t)
-	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nohost"},
-		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
-			Image:        &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat},
-			HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "nowhere"}},
-		}}}}
-	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
-	harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: "nohost", Cluster: cluster.Name,
-		Replicas: 1, Labels: map[string]string{"md": "nohost"}, DataSecret: "nohost-join",
-		Infrastructure: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl.Name}})
-	r := &rig{ns: ns}
-	g.Eventually(func(g Gomega) {
-		ymms := r.metalMachines(g)
-		g.Expect(ymms).To(HaveLen(1))
-		c := condition(ymms[0].Status.Conditions, infrav1.YonderMetalMachineHostClaimedCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineNoHostAvailableReason))
-		r.machine = r.onlyMachine(g)
-	}).Should(Succeed())
-
-	g.Expect(env.Create(ctx, &infrav1.YonderMetalRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: r.machine.Name,
-		Labels:          map[string]string{clusterv1.ClusterNameLabel: cluster.Name},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: r.machine.Name, UID: r.machine.UID}}}})).To(Succeed())
-	want := "YonderMetalMachine " + r.machine.Name + " has not claimed a BareMetalHost yet: nothing to power-cycle"
+	r, want := remediateMachineWithoutHost(t, g, "nohost")
 	g.Eventually(func(g Gomega) {
 		rem := r.remediation(g)
 		g.Expect(rem.Status.Phase).To(Equal(infrav1.RemediationDeleting))
@@ -288,6 +266,86 @@ func TestMachineWithoutHostIsReplacedAtOnce(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(evs).To(ContainElement("Warning " + metalremediation.RemediationFailedEvent + ": " + want + "; requesting replacement of Machine " + r.machine.Name))
 	}).Should(Succeed())
+}
+
+// A remediation stays in phase Deleting until the Machine's owner replaces the Machine, and every event
+// in between is a pass that requests the replacement again: each pass must write the same message. One
+// that grew by the replacement's suffix per pass (fixed in 6e4acf8) passed the API server's 32 KiB limit,
+// after which no patch of the Machine or the remediation succeeded and the Machine was never replaced.
+// Without a MachineHealthCheck (no HealthCheckSucceeded=False) the MachineSet never replaces the Machine,
+// so the phase lasts. Each pass is set off by putting clusterctl's block-move annotation on the
+// remediation, which a pass in this phase takes off again: its removal shows that the pass ran.
+func TestReplacementRequestWritesOneMessageOnEveryPass(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	r, want := remediateMachineWithoutHost(t, g, "samemsg")
+	suffix := ": Machine " + r.machine.Name + " is marked OwnerRemediated=False for its owner to replace"
+	// expect checks the messages after the pass named by after.
+	expect := func(after string) func(Gomega) {
+		return func(g Gomega) {
+			rem := r.remediation(g)
+			g.Expect(rem.Status.Phase).To(Equal(infrav1.RemediationDeleting), after)
+			c := condition(rem.Status.Conditions, infrav1.YonderMetalRemediationMachineReplacementRequestedCondition)
+			g.Expect(c).NotTo(BeNil(), after)
+			g.Expect(strings.Count(c.Message, suffix)).To(Equal(1), "%s: the replacement's suffix, once (a message of %d bytes)", after, len(c.Message))
+			g.Expect(c.Message).To(HaveLen(len(want+suffix)), "%s: the message's length", after)
+			g.Expect(c.Message).To(Equal(want+suffix), after)
+			m := condition(r.onlyMachine(g).Status.Conditions, clusterv1.MachineExternallyRemediatedCondition)
+			g.Expect(m).NotTo(BeNil(), after)
+			g.Expect(m.Message).To(Equal(want+": replacement requested"), "%s: the Machine's condition, with no suffix of the remediation's", after)
+		}
+	}
+	g.Eventually(expect("the request")).Should(Succeed())
+	for pass := 1; pass <= 5; pass++ {
+		rem := r.remediation(g)
+		orig := rem.DeepCopy()
+		if rem.Annotations == nil {
+			rem.Annotations = map[string]string{}
+		}
+		rem.Annotations[clusterctlv1.BlockMoveAnnotation] = "true"
+		g.Expect(env.Patch(ctx, rem, client.MergeFrom(orig))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(r.remediation(g).Annotations).NotTo(HaveKey(clusterctlv1.BlockMoveAnnotation))
+		}).Should(Succeed(), "pass %d ran", pass)
+		expect(fmt.Sprintf("pass %d", pass))(g)
+	}
+	// The last pass's status patch lands after its metadata patch (that took the annotation off): a message
+	// it grew would show within this window.
+	g.Consistently(expect("the last pass"), 2*time.Second).Should(Succeed())
+}
+
+// remediateMachineWithoutHost makes a Machine (a MachineDeployment of 1) whose YonderMetalMachine has no
+// host, none matching its selector, and creates the Machine's remediation as the MachineHealthCheck creates
+// one: named after the Machine, owned by it. It returns the message the remediation gives up with.
+func remediateMachineWithoutHost(t *testing.T, g *WithT, name string) (_ *rig, want string) {
+	t.Helper()
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, name).Name
+	cluster := attachedCluster(t, g, ns, name)
+	startProvider(t)
+	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
+			Image:        &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat},
+			HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "nowhere"}},
+		}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	harness.MachineDeployment(g, env, harness.MachineDeploymentOptions{Namespace: ns, Name: name, Cluster: cluster.Name,
+		Replicas: 1, Labels: map[string]string{"md": name}, DataSecret: name + "-join",
+		Infrastructure: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "YonderMetalMachineTemplate", Name: tmpl.Name}})
+	r := &rig{ns: ns}
+	g.Eventually(func(g Gomega) {
+		ymms := r.metalMachines(g)
+		g.Expect(ymms).To(HaveLen(1))
+		c := condition(ymms[0].Status.Conditions, infrav1.YonderMetalMachineHostClaimedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineNoHostAvailableReason))
+		r.machine = r.onlyMachine(g)
+	}).Should(Succeed())
+
+	g.Expect(env.Create(ctx, &infrav1.YonderMetalRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: r.machine.Name,
+		Labels:          map[string]string{clusterv1.ClusterNameLabel: cluster.Name},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: r.machine.Name, UID: r.machine.UID}}}})).To(Succeed())
+	return r, "YonderMetalMachine " + r.machine.Name + " has not claimed a BareMetalHost yet: nothing to power-cycle"
 }
 
 // A diskless Machine (customDeploy yonder-diskless) lost its Node for good when its host rebooted: its

@@ -1,12 +1,7 @@
 package disk
 
 import (
-	"bufio"
 	"context"
-	"crypto/md5" //nolint:gosec // Metal3's md5 checksum type; the image integrity, not a signature
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -14,12 +9,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path"
 	"strings"
 	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"golang.org/x/sys/unix"
+
+	"github.com/yonder-dev/yonder/pkg/imagechecksum"
 )
 
 // Formats the writer accepts (Metal3's image.format).
@@ -29,8 +25,9 @@ const (
 )
 
 var (
-	// ErrChecksumMismatch is wrapped when the downloaded image does not match its checksum.
-	ErrChecksumMismatch = errors.New("image checksum mismatch")
+	// ErrChecksumMismatch is wrapped when the downloaded image does not match its checksum; it is
+	// imagechecksum.ErrMismatch, the error every verifier of Metal3 images wraps.
+	ErrChecksumMismatch = imagechecksum.ErrMismatch
 	// ErrImageTooLarge is wrapped when the image cannot fit on the disk; it is found before any write.
 	ErrImageTooLarge = errors.New("image larger than the disk")
 )
@@ -82,9 +79,12 @@ func (w *Writer) Write(ctx context.Context, device string, img metal3v1.Image) (
 	}
 	u, err := url.Parse(img.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("image url %q is not an http(s) URL", img.URL)
+		return nil, fmt.Errorf("image url %s is not an http(s) URL", imagechecksum.RedactString(img.URL))
 	}
-	algo, want, err := w.resolveChecksum(ctx, img, u)
+	if strings.TrimSpace(img.Checksum) == "" {
+		return nil, errors.New("image checksum is empty: an image is written only when it can be verified")
+	}
+	want, err := imagechecksum.Resolve(ctx, w.client(), img)
 	if err != nil {
 		return nil, err
 	}
@@ -93,29 +93,29 @@ func (w *Writer) Write(ctx context.Context, device string, img metal3v1.Image) (
 		return nil, err
 	}
 	defer func() { _ = t.Close() }()
-	res := &Result{Device: device, Format: format, ChecksumType: algo, Checksum: want}
-	if err := w.write(ctx, t, img.URL, format, algo, want, res); err != nil {
+	res := &Result{Device: device, Format: format, ChecksumType: want.Algorithm, Checksum: want.Hex}
+	if err := w.write(ctx, t, img.URL, format, want, res); err != nil {
 		if errors.Is(err, ErrImageTooLarge) || errors.As(err, new(notStarted)) {
-			return nil, fmt.Errorf("failed to write image %s to %s (the disk is untouched): %w", redactURL(u), device, err)
+			return nil, fmt.Errorf("failed to write image %s to %s (the disk is untouched): %w", imagechecksum.RedactURL(u), device, err)
 		}
 		// The head was never written; make sure the disk's first MiB is zeros, whatever was there before.
 		if cerr := t.clearHead(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		return nil, fmt.Errorf("failed to write image %s to %s (its first MiB is left zeroed): %w", redactURL(u), device, err)
+		return nil, fmt.Errorf("failed to write image %s to %s (its first MiB is left zeroed): %w", imagechecksum.RedactURL(u), device, err)
 	}
 	t.rereadPartitions()
 	res.Duration = time.Since(start).Round(time.Millisecond).String()
 	return res, nil
 }
 
-func (w *Writer) write(ctx context.Context, t *target, imageURL, format, algo, want string, res *Result) error {
-	body, length, err := w.get(ctx, imageURL)
+func (w *Writer) write(ctx context.Context, t *target, imageURL, format string, want imagechecksum.Expected, res *Result) error {
+	body, length, err := imagechecksum.Get(ctx, w.client(), imageURL)
 	if err != nil {
 		return notStarted{err}
 	}
 	defer func() { _ = body.Close() }()
-	h := newHash(algo)
+	h := want.NewHash()
 	switch format {
 	case FormatRaw:
 		if length > t.size {
@@ -132,7 +132,7 @@ func (w *Writer) write(ctx context.Context, t *target, imageURL, format, algo, w
 		if length >= 0 && n != length {
 			return fmt.Errorf("download ended after %d of %d bytes", n, length)
 		}
-		if err := verify(h, want); err != nil {
+		if err := want.Verify(h); err != nil {
 			return err
 		}
 	case FormatQcow2:
@@ -142,7 +142,7 @@ func (w *Writer) write(ctx context.Context, t *target, imageURL, format, algo, w
 		}
 		defer func() { _ = spool.Close(); _ = os.Remove(spool.Name()) }()
 		res.DownloadedBytes = n
-		if err := verify(h, want); err != nil {
+		if err := want.Verify(h); err != nil {
 			return err
 		}
 		q, err := OpenQcow2(spool, n)
@@ -223,27 +223,6 @@ func (w *Writer) spool(body io.Reader, length int64, h hash.Hash) (*os.File, int
 	return f, n, nil
 }
 
-func (w *Writer) get(ctx context.Context, u string) (io.ReadCloser, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, err := w.client().Do(req)
-	if err != nil {
-		// *url.Error repeats the whole URL, query included: keep only its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, 0, fmt.Errorf("failed to download %s: %w", redactString(u), err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		return nil, 0, fmt.Errorf("failed to download %s: HTTP %s", redactString(u), resp.Status)
-	}
-	return resp.Body, resp.ContentLength, nil
-}
-
 func imageFormat(img metal3v1.Image) (string, error) {
 	f := FormatRaw
 	if img.DiskFormat != nil && *img.DiskFormat != "" {
@@ -254,138 +233,4 @@ func imageFormat(img metal3v1.Image) (string, error) {
 		return f, nil
 	}
 	return "", fmt.Errorf("image format %q cannot be written to disk: raw and qcow2 can (convert vdi/vmdk with qemu-img; live-iso is booted, not written)", f)
-}
-
-// resolveChecksum returns the algorithm and the expected hex digest. img.Checksum is a digest or an
-// http(s) URL of a checksum file ("<hash>" or "<hash>  <file>" lines, as sha256sum writes them).
-func (w *Writer) resolveChecksum(ctx context.Context, img metal3v1.Image, imageURL *url.URL) (string, string, error) {
-	sum := strings.TrimSpace(img.Checksum)
-	if sum == "" {
-		return "", "", errors.New("image checksum is empty: an image is written only when it can be verified")
-	}
-	if strings.HasPrefix(sum, "http://") || strings.HasPrefix(sum, "https://") {
-		body, _, err := w.get(ctx, sum)
-		if err != nil {
-			return "", "", fmt.Errorf("failed to fetch the checksum file: %w", err)
-		}
-		defer func() { _ = body.Close() }()
-		parsed, err := ParseChecksumFile(io.LimitReader(body, 1<<20), path.Base(imageURL.Path))
-		if err != nil {
-			return "", "", fmt.Errorf("checksum file %s: %w", redactString(sum), err)
-		}
-		sum = parsed
-	}
-	algo, err := checksumAlgorithm(string(img.ChecksumType), sum)
-	if err != nil {
-		return "", "", err
-	}
-	return algo, strings.ToLower(sum), nil
-}
-
-var checksumLengths = map[string]int{"md5": 32, "sha256": 64, "sha512": 128}
-
-// checksumAlgorithm checks the digest against the type; "auto" and "" pick by length (32 md5, 64 sha256,
-// 128 sha512). Metal3 documents md5 as the default, which the length rule yields for an md5 digest;
-// a longer digest with no type is taken for what its length says rather than refused.
-func checksumAlgorithm(typ, sum string) (string, error) {
-	if _, err := hex.DecodeString(sum); err != nil {
-		return "", fmt.Errorf("image checksum %q is not a hex digest", sum)
-	}
-	switch typ {
-	case "", string(metal3v1.AutoChecksum):
-		for algo, n := range checksumLengths {
-			if len(sum) == n {
-				return algo, nil
-			}
-		}
-		return "", fmt.Errorf("image checksum has %d hex digits: none of md5 (32), sha256 (64), sha512 (128)", len(sum))
-	}
-	n, ok := checksumLengths[typ]
-	if !ok {
-		return "", fmt.Errorf("checksumType %q is not one of md5, sha256, sha512, auto", typ)
-	}
-	if len(sum) != n {
-		return "", fmt.Errorf("image checksum has %d hex digits, a %s digest has %d", len(sum), typ, n)
-	}
-	return typ, nil
-}
-
-func newHash(algo string) hash.Hash {
-	switch algo {
-	case "md5":
-		return md5.New() //nolint:gosec // see import
-	case "sha512":
-		return sha512.New()
-	}
-	return sha256.New()
-}
-
-func verify(h hash.Hash, want string) error {
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("%w: downloaded image has %s, spec.image.checksum says %s", ErrChecksumMismatch, got, want)
-	}
-	return nil
-}
-
-// ParseChecksumFile finds the digest for fileName in a checksum file: a lone "<hash>" line, or
-// "<hash>  <name>" / "<hash> *<name>" lines (sha256sum, md5sum), or BSD "SHA256 (<name>) = <hash>" lines.
-// Comment (#) and blank lines are skipped. A file with one digest and no names applies to any image.
-func ParseChecksumFile(r io.Reader, fileName string) (string, error) {
-	sc := bufio.NewScanner(r)
-	var bare []string
-	var names []string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if open := strings.Index(line, " ("); open > 0 && strings.Contains(line, ") = ") {
-			rest := line[open+2:]
-			name, sum, _ := strings.Cut(rest, ") = ")
-			if path.Base(name) == fileName {
-				return strings.TrimSpace(sum), nil
-			}
-			names = append(names, name)
-			continue
-		}
-		sum, name, hasName := strings.Cut(line, " ")
-		if !hasName {
-			bare = append(bare, sum)
-			continue
-		}
-		name = strings.TrimPrefix(strings.TrimSpace(name), "*")
-		if path.Base(name) == fileName {
-			return sum, nil
-		}
-		names = append(names, name)
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("failed to read: %w", err)
-	}
-	if len(bare) == 1 && len(names) == 0 {
-		return bare[0], nil
-	}
-	if len(bare) > 1 {
-		return "", fmt.Errorf("has %d digests without file names: cannot tell which is %s's", len(bare), fileName)
-	}
-	return "", fmt.Errorf("has no digest for %s (it lists %s)", fileName, strings.Join(names, ", "))
-}
-
-// redactURL drops user info and the query (pre-signed URLs carry credentials there) before a URL is
-// put in an error that ends up in a condition.
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	if c.RawQuery != "" {
-		c.RawQuery = "REDACTED"
-	}
-	return c.String()
-}
-
-func redactString(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return redactURL(u)
 }

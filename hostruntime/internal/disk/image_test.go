@@ -197,47 +197,6 @@ func TestWriteFailures(t *testing.T) {
 	}
 }
 
-func TestParseChecksumFile(t *testing.T) {
-	h := strings.Repeat("a", 64)
-	o := strings.Repeat("b", 64)
-	for _, tc := range []struct{ name, file, want, errText string }{
-		{"bare", h + "\n", h, ""},
-		{"gnu", o + "  other.img\n" + h + "  image.qcow2\n", h, ""},
-		{"gnu binary with a directory", h + " *dist/image.qcow2\n", h, ""},
-		{"bsd", "SHA256 (other.img) = " + o + "\nSHA256 (image.qcow2) = " + h + "\n", h, ""},
-		{"comments and blanks", "# sums\n\n" + h + "  image.qcow2\n", h, ""},
-		{"no match", o + "  other.img\n", "", "has no digest for image.qcow2 (it lists other.img)"},
-		{"two bare", h + "\n" + o + "\n", "", "has 2 digests without file names"},
-		{"empty", "", "", "has no digest for image.qcow2"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			got, err := ParseChecksumFile(strings.NewReader(tc.file), "image.qcow2")
-			if tc.errText != "" {
-				g.Expect(err).To(MatchError(ContainSubstring(tc.errText)))
-				return
-			}
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(got).To(Equal(tc.want))
-		})
-	}
-}
-
-func TestChecksumAlgorithm(t *testing.T) {
-	g := NewWithT(t)
-	for typ, n := range map[string]int{"md5": 32, "sha256": 64, "sha512": 128} {
-		got, err := checksumAlgorithm("auto", strings.Repeat("0", n))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(got).To(Equal(typ))
-	}
-	_, err := checksumAlgorithm("auto", strings.Repeat("0", 40))
-	g.Expect(err).To(MatchError(ContainSubstring("40 hex digits: none of md5 (32), sha256 (64), sha512 (128)")))
-	_, err = checksumAlgorithm("sha1", strings.Repeat("0", 40))
-	g.Expect(err).To(MatchError(ContainSubstring(`checksumType "sha1" is not one of md5, sha256, sha512, auto`)))
-	_, err = checksumAlgorithm("md5", "zz")
-	g.Expect(err).To(MatchError(ContainSubstring("is not a hex digest")))
-}
-
 // TestWriteLimits: a qcow2 download larger than the spool's free space is refused before the disk is
 // touched (the ramdisk's RAM, here a 1 MiB tmpfs); a raw image sent without Content-Length that turns out
 // larger than the disk stops at the disk's end with the first MiB zeroed.

@@ -152,6 +152,15 @@ func (s *Stack) MetalImageEnv() []string {
 	}
 }
 
+// MetalImagePath returns the cloud OS image file the boot server serves as MetalImageName
+// (Options.MetalDiskImage), for a test that measures other tools on the very file the hosts write; "" without one.
+func (s *Stack) MetalImagePath() string {
+	if s.metal == nil || s.metal.image == nil {
+		return ""
+	}
+	return filepath.Join(s.metal.bootDir, MetalImageName)
+}
+
 // FreezeMetal stops a bare-metal host's VM without powering it off (redfishsim.QEMUDriver.Freeze): the
 // host hangs until its BMC power-cycles it.
 func (s *Stack) FreezeMetal(name string) error {

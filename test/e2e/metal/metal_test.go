@@ -32,6 +32,7 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 
 	"github.com/yonder-dev/yonder/test/docpage"
+	"github.com/yonder-dev/yonder/test/imagewrite"
 	"github.com/yonder-dev/yonder/test/stack"
 )
 
@@ -81,7 +82,8 @@ func TestMain(m *testing.M) {
 // every manager up; the claim, the provisioning phase, DHCP, TFTP, boot HTTP and attestation counted; the
 // claimed-host gauge 1 while the host is provisioned and 0 after the release; and no secret the scenario
 // handled (BMC password, bootstrap token, SSH key, kubeconfig credentials) in any label value it holds.
-// Wall time of each phase is logged.
+// Wall time of each phase is logged, and the host's image write rate next to `qemu-img convert` and `dd` of
+// the same image file in the same run (test/imagewrite; logged, not asserted).
 func TestMetalClusterctlLifecycle(t *testing.T) {
 	g := NewWithT(t)
 	hosts := st.MetalHosts()
@@ -92,6 +94,7 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	inv := l.describeHost(t)
 	t0 := l.apply(t)
 	claimed, poweredOn, provisioned := l.provisioned(t, t0, 1)
+	hostWrite := l.imageWritten(t)
 	metrics.expectProvisioningCounted(t)
 	metrics.collectSecrets(t, l.host)
 	nodeReady, podRan := l.nodeReady(t, t0)
@@ -115,11 +118,40 @@ func TestMetalClusterctlLifecycle(t *testing.T) {
 	inv.expectAppliedDiskless(t, l)
 	l.expectReused(t, first, enrolment)
 	deleted := l.deleteCluster(t)
+	writeRate := imageWriteBaselines(t, hostWrite)
 	t.Logf("phases: generated Cluster applied → host claimed %s → VM on %s → Machine Provisioned (PXE, attested, image written, disk boot requested) %s → Node Ready (disk boot, cloud-init, agent, kubelet) %s → a pod ran and answered %s; host hung → Node NotReady → remediated by a power cycle → the same Node Ready again %s; scale to 0 → Node and Machine gone, disk wiped, VM off, host available %s; scale to 1, diskless → the same host Provisioned for a new Machine (PXE, attested, the ramdisk ran the agent and the Node joined) %s → Node Ready %s → its pod answered %s; Cluster deleted → host off and available, its disk untouched %s",
 		claimed.Round(time.Millisecond), poweredOn.Round(time.Millisecond), provisioned.Round(time.Millisecond), nodeReady.Round(time.Millisecond),
 		podRan.Round(time.Millisecond), rebooted.Round(time.Millisecond), released.Round(time.Millisecond),
 		reprovisioned.Round(time.Millisecond), reusedReady.Round(time.Millisecond), reusedPodRan.Round(time.Millisecond), deleted.Round(time.Millisecond))
+	t.Log(writeRate)
 	metrics.expectNoSecretInLabels(t)
+}
+
+// imageWritten reads the host's image write from its ramdisk's report, which the BareMetalHost keeps until
+// the host is released: the image's raw size and how long the ramdisk took.
+func (l *metalLife) imageWritten(t *testing.T) imagewrite.Rate {
+	t.Helper()
+	g := NewWithT(t)
+	r, rep, err := imagewrite.HostRate(l.bmh(g))
+	g.Expect(err).NotTo(HaveOccurred(), l.diag)
+	t.Logf("the ramdisk's report: %s (%d bytes to %s in %s)", rep.Message, rep.Bytes, rep.Device, rep.Duration)
+	return r
+}
+
+// imageWriteBaselines writes the image the host wrote — the very file the boot server serves — with
+// qemu-img convert and dd in a directory of the stack's, on the served file's filesystem. It runs once the
+// host is off, so the tools neither slow a timed phase nor are slowed by the VM's emulation. It returns the
+// line that puts the three rates side by side.
+func imageWriteBaselines(t *testing.T, host imagewrite.Rate) string {
+	t.Helper()
+	g := NewWithT(t)
+	img := st.MetalImagePath()
+	g.Expect(img).NotTo(BeEmpty(), "the stack serves the cloud OS image")
+	b, err := imagewrite.Measure(context.Background(), img, st.Dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.Convert.Bytes).To(Equal(host.Bytes), "qemu-img's raw form is as long as what the host wrote: the same image")
+	g.Expect(b.DD.Bytes).To(Equal(host.Bytes))
+	return imagewrite.Line(host, b)
 }
 
 // metalLife is TestMetalClusterctlLifecycle's Cluster name on the stack's one metal host.

@@ -61,6 +61,9 @@ type Config struct {
 	Tickets TicketIssuer
 	// API serves /attestation/, /bootstrap/ and /provisioning/ (attest.Service.Handler()); nil: not mounted.
 	API http.Handler
+	// LiveISOs serves /live/: the verified live ISOs that hosts SAN-boot (liveiso.Cache.Handler()); nil:
+	// not mounted.
+	LiveISOs http.Handler
 	// BindToReservation serves a host's script only to the address its DHCP reservation leases (set when
 	// this site's DHCP server leases the addresses; a host without a reservation is served from anywhere).
 	// Only the tickets of scripts so bound are leased (TicketIssuer): without it (proxyDHCP) no refusal
@@ -189,6 +192,9 @@ func (s *Server) Handler() http.Handler {
 			http.ServeContent(w, r, path.Base(KeyArchivePath), time.Time{}, bytes.NewReader(s.keyArchive))
 		})))
 	}
+	if s.cfg.LiveISOs != nil {
+		mux.Handle("/live/", s.counted("live", s.cfg.LiveISOs))
+	}
 	if s.cfg.API != nil {
 		mux.Handle("/attestation/", s.counted("attestation", s.cfg.API))
 		mux.Handle("/bootstrap/", s.counted("bootstrap", s.cfg.API))
@@ -211,6 +217,16 @@ func (s *Server) ScriptFor(h inventory.Host, from netip.Addr) (string, error) {
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
 	fmt.Fprintf(&b, "echo Yonder: booting %s\n", h.Name)
+	if h.Boot.LiveISO != "" {
+		// The host runs its live ISO (Metal3's format live-iso): every boot SAN-boots it, with no ticket —
+		// the ISO attests nothing and receives nothing; the host attested before it was switched to it.
+		if err := h.Boot.Check(); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "echo Yonder: booting its live ISO\nsanboot --no-describe %s || goto failed\n", s.liveURL(h.Boot.LiveISO))
+		b.WriteString(":failed\necho Yonder: the live ISO did not boot, retrying in 30s\nsleep 30\nreboot\n")
+		return b.String(), nil
+	}
 	if h.Boot.Kernel == "" {
 		b.WriteString("echo Yonder: no boot configuration for this host yet, retrying in 30s\nsleep 30\nreboot\n")
 		return b.String(), nil
@@ -256,6 +272,14 @@ func (s *Server) url(artifact string) string {
 		return artifact
 	}
 	return s.cfg.BaseURL + "/artifacts/" + strings.TrimPrefix(artifact, "/")
+}
+
+// liveURL is where a host reads its live ISO: a path on this server (the ISO cache), or a URL as given.
+func (s *Server) liveURL(iso string) string {
+	if strings.HasPrefix(iso, "/") {
+		return s.cfg.BaseURL + iso
+	}
+	return iso
 }
 
 func (s *Server) script(w http.ResponseWriter, r *http.Request) {

@@ -306,3 +306,50 @@ func TestOnlyAScriptForTheHostsLeaseIssuesALeasedTicket(t *testing.T) {
 		})
 	}
 }
+
+// A host running its live ISO is served a script that SAN-boots the ISO from this server (or a URL as
+// given) and issues no ticket — the ISO attests nothing; the ISO itself is served under /live/ by the
+// handler mounted there. A live ISO value that would add words to the iPXE command is refused.
+func TestLiveISOScriptSANBootsWithoutATicket(t *testing.T) {
+	g := NewWithT(t)
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0xab, 0x00, 0x31}
+	lease := netip.MustParseAddr("127.0.0.1")
+	inv := inventory.NewStatic(inventory.Host{Name: "metal/live", MAC: mac, Address: lease, Boot: inventory.BootConfig{LiveISO: "/live/0123.iso"}})
+	tickets := &countingTickets{Service: attest.New(attest.Config{InsecureAcceptAnyEK: true}, attest.NewMemoryStore(), testr.New(t), nil)}
+	metrics := bootserver.NewMetrics(prometheus.NewRegistry())
+	srv := httptest.NewUnstartedServer(nil)
+	base := "http://" + srv.Listener.Addr().String()
+	iso := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "iso:"+r.URL.Path) })
+	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: tickets, API: tickets.Handler(),
+		LiveISOs: iso, BindToReservation: true}, testr.New(t), metrics)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv.Config.Handler = bs.Handler()
+	srv.Start()
+	t.Cleanup(func() { srv.Close(); _ = bs.Close() })
+	get := func(path string) (int, string) {
+		rsp, err := http.Get(base + path)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = rsp.Body.Close() }()
+		b, err := io.ReadAll(rsp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		return rsp.StatusCode, string(b)
+	}
+
+	code, body := get("/ipxe/" + mac.String())
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	g.Expect(body).To(Equal("#!ipxe\necho Yonder: booting metal/live\necho Yonder: booting its live ISO\n" +
+		"sanboot --no-describe " + base + "/live/0123.iso || goto failed\n" +
+		":failed\necho Yonder: the live ISO did not boot, retrying in 30s\nsleep 30\nreboot\n"))
+	g.Expect(tickets.issued.Load()).To(BeZero(), "the ISO attests nothing: no ticket")
+	code, body = get("/live/0123.iso")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(Equal("iso:/live/0123.iso"), "the live ISO handler serves /live/")
+	g.Expect(testutil.ToFloat64(metrics.Requests.WithLabelValues("live", "200"))).To(Equal(1.0))
+
+	script, err := bs.ScriptFor(inventory.Host{Name: "metal/live", MAC: mac, Boot: inventory.BootConfig{LiveISO: "https://images.example/a.iso"}}, lease)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(script).To(ContainSubstring("sanboot --no-describe https://images.example/a.iso || goto failed\n"), "a URL is used as given")
+	_, err = bs.ScriptFor(inventory.Host{Name: "metal/live", MAC: mac, Boot: inventory.BootConfig{LiveISO: "/live/a.iso\nshell"}}, lease)
+	g.Expect(err).To(MatchError(inventory.ErrInvalidBootParameter))
+	g.Expect(tickets.issued.Load()).To(BeZero())
+}

@@ -56,5 +56,8 @@ func (b BootConfig) Check() error {
 	if err := CheckBootValue("initrd", b.Initrd); err != nil {
 		return err
 	}
+	if err := CheckBootValue("live ISO", b.LiveISO); err != nil {
+		return err
+	}
 	return CheckCmdline("kernel command line", strings.Trim(b.Cmdline, " "))
 }

@@ -44,6 +44,11 @@ type BootConfig struct {
 	Initrd string
 	// Cmdline is the kernel command line; the server appends the attestation endpoint and the one-time ticket.
 	Cmdline string
+	// LiveISO, when set, replaces the kernel: the script SAN-boots this ISO over HTTP (iPXE sanboot, which
+	// reads it with range requests) and the ISO's own boot loader takes over; no ticket is issued, as the
+	// ISO does not attest. A path on the boot server ("/live/<key>.iso", its verified ISO cache) or an
+	// absolute http(s) URL.
+	LiveISO string
 }
 
 // Lookup finds hosts by MAC. Implementations must be safe for concurrent use.

@@ -43,6 +43,8 @@ type Config struct {
 	DisableDHCP bool
 	// Attestation is the attestation policy.
 	Attestation attest.Config
+	// LiveISOs serves the verified live ISOs under /live/ (liveiso.Cache.Handler(); nil: none).
+	LiveISOs http.Handler
 }
 
 // Services are the running services.
@@ -80,7 +82,7 @@ func Start(ctx context.Context, cfg Config, lookup inventory.Lookup, store attes
 	closeAll := func() { _ = httpLn.Close(); _ = tftpConn.Close() }
 	svc := attest.New(cfg.Attestation, store, log.WithName("attest"), attest.NewMetrics(reg))
 	bootCfg := bootserver.Config{BaseURL: cfg.HTTPBase, ArtifactsDir: cfg.ArtifactsDir, Lookup: lookup,
-		Tickets: svc, API: svc.Handler(), BindToReservation: !cfg.DisableDHCP && !cfg.DHCP.ProxyDHCP}
+		Tickets: svc, API: svc.Handler(), LiveISOs: cfg.LiveISOs, BindToReservation: !cfg.DisableDHCP && !cfg.DHCP.ProxyDHCP}
 	if cfg.Attestation.SigningKey != nil {
 		// Hosts boot the public half beside their image: a release's generic boot image needs no rebuild.
 		bootCfg.ServerKey = cfg.Attestation.SigningKey.Public().(ed25519.PublicKey)

@@ -171,6 +171,9 @@ type Client interface {
 	// SetDiskBoot makes every boot from now on boot the local disk (a persistent override, as Ironic sets
 	// after writing an image), until the next one-time PXE boot.
 	SetDiskBoot(ctx context.Context, mode BootMode) error
+	// SetNetworkBoot makes every boot from now on boot from the network (a persistent PXE override, as
+	// Ironic sets for an iPXE-booted live ISO), until the next one-time PXE boot or disk boot.
+	SetNetworkBoot(ctx context.Context, mode BootMode) error
 	// Reuse readies a client kept from an earlier reconcile for another: its idle connections are closed,
 	// so the next request verifies the BMC's certificate again (the pin), and System reads the system
 	// again. The Redfish session, if any, is kept: that is the point of keeping the client.
@@ -424,6 +427,13 @@ func (c *gofishClient) SetOneTimePXEBoot(_ context.Context, mode BootMode) error
 func (c *gofishClient) SetDiskBoot(_ context.Context, mode BootMode) error {
 	return c.setBoot("set persistent disk boot on", mode, &schemas.Boot{
 		BootSourceOverrideTarget:  schemas.HddBootSource,
+		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
+	})
+}
+
+func (c *gofishClient) SetNetworkBoot(_ context.Context, mode BootMode) error {
+	return c.setBoot("set persistent PXE boot on", mode, &schemas.Boot{
+		BootSourceOverrideTarget:  schemas.PxeBootSource,
 		BootSourceOverrideEnabled: schemas.ContinuousBootSourceOverrideEnabled,
 	})
 }

@@ -22,7 +22,9 @@ const InstructionsVersion = "yonder.dev/instructions/v1"
 
 // Actions a released envelope can name.
 const (
-	// ActionLive: the ramdisk keeps running what it booted (format live-iso); nothing is written to disk.
+	// ActionLive (format live-iso): nothing to do. The attestation proved the host; the controller then
+	// switches it to SAN-boot its live ISO from the boot server. As in Metal3, no user data is released
+	// for a live ISO, and nothing is written to disk.
 	ActionLive = "live"
 	// ActionWriteImage: write Image to the root disk RootDeviceHints choose, add a config drive with
 	// UserData, MetaData and NetworkData, report, and wait for the controller to boot the host from disk.
@@ -43,8 +45,8 @@ const (
 type Instructions struct {
 	Version string `json:"version"`
 	Action  string `json:"action"`
-	// UserData is the bootstrap data (the BareMetalHost's spec.userData): run live by the ramdisk
-	// (ActionLive) or put on the config drive as openstack/latest/user_data (ActionWriteImage).
+	// UserData is the bootstrap data (the BareMetalHost's spec.userData): run by the ramdisk
+	// (ActionRunNode) or put on the config drive as openstack/latest/user_data (ActionWriteImage).
 	UserData []byte `json:"userData,omitempty"`
 	// MetaData and NetworkData are the config drive's meta_data.json and network_data.json (JSON).
 	MetaData    json.RawMessage `json:"metaData,omitempty"`

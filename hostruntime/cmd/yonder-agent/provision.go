@@ -37,7 +37,7 @@ func newProvisionCommand() *cobra.Command {
 				return err
 			}
 			if in.Action == attest.ActionLive {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), "action live: nothing to write; the host runs its bootstrap data live")
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), "action live: nothing to write; the host is booted into its live ISO next")
 				return err
 			}
 			if server == "" {

@@ -13,8 +13,8 @@ type ChecksumType string
 // +kubebuilder:validation:Enum=raw;qcow2;vdi;vmdk;live-iso
 type ImageFormat string
 
-// LiveISOFormat writes nothing to the root device: Yonder's host controller keeps its attested provisioning
-// ramdisk running (the ISO itself is not booted yet, and no Node joins).
+// LiveISOFormat writes nothing to the root device: the boot server downloads and verifies the ISO, and the
+// attested host SAN-boots it on every boot. As in Metal3, the ISO receives no bootstrap data.
 const LiveISOFormat ImageFormat = "live-iso"
 
 // Image is what the host boots: written to its root device, or nothing written (format live-iso). It is
@@ -38,7 +38,8 @@ type Image struct {
 	ChecksumType ChecksumType `json:"checksumType,omitempty"`
 
 	// format of the image: raw or qcow2 (written to the root device and booted); vdi and vmdk are refused;
-	// live-iso writes nothing, and Yonder's host controller does not boot the ISO yet (no Node joins).
+	// live-iso writes nothing: the host SAN-boots the ISO (http or https) from the boot server on every
+	// boot, and the ISO receives no bootstrap data (Metal3's semantics), so it must join by itself.
 	// +optional
 	Format ImageFormat `json:"format,omitempty"`
 }

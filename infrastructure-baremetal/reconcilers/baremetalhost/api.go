@@ -116,6 +116,11 @@ const (
 	// BareMetalHostNodeStartFailedReason: it reported that the bootstrap failed, or did not report in time.
 	BareMetalHostStartingNodeReason    = "StartingNode"
 	BareMetalHostNodeStartFailedReason = "NodeStartFailed"
+	// BareMetalHostFetchingLiveISOReason: the boot server is downloading and verifying a live ISO (format
+	// live-iso) before the host is booted; BareMetalHostLiveISOUnavailableReason: it could not (the URL
+	// failed, or the ISO does not match its checksum), and retries with backoff.
+	BareMetalHostFetchingLiveISOReason    = "FetchingLiveISO"
+	BareMetalHostLiveISOUnavailableReason = "LiveISOUnavailable"
 	// BareMetalHostCleaningReason: the host PXE-booted its ramdisk to clean its disks before it is released.
 	BareMetalHostCleaningReason       = "CleaningDisks"
 	BareMetalHostCleaningFailedReason = "CleaningFailed"

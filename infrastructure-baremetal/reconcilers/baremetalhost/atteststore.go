@@ -180,7 +180,8 @@ func enrolmentAllowed(h *metal3v1.BareMetalHost, fp string, now time.Time) *atte
 }
 
 // Instructions implements attest.Store: what the attested host is to do, by its provisioning state.
-//   - provisioning a live-iso image: run the user data live (wire.ActionLive);
+//   - provisioning a live-iso image: nothing (wire.ActionLive, no user data): the attested host is then
+//     switched to SAN-boot its ISO;
 //   - provisioning a disk image: write spec.image to the disk spec.rootDeviceHints chooses and add a config
 //     drive with the user data, meta data and network data (wire.ActionWriteImage);
 //   - provisioning customDeploy yonder-diskless: run the user data from the ramdisk, with the meta data
@@ -198,6 +199,12 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 	in := wire.Instructions{Version: wire.InstructionsVersion, Host: host}
 	switch h.Status.Provisioning.State {
 	case metal3v1.StateProvisioning:
+		if liveBoot(h) {
+			// The ramdisk only proves the host: the controller then boots it into its ISO, which (as in
+			// Metal3) receives no user data, so none leaves the boot server.
+			in.Action = wire.ActionLive
+			break
+		}
 		if in.UserData, err = hostdata.SecretKey(ctx, s.reader(), h, h.Spec.UserData, "spec.userData", "userData", "value"); err != nil {
 			return nil, err
 		}
@@ -209,14 +216,9 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 			in.Action = wire.ActionRunNode
 		case !hasImage(h):
 			return nil, fmt.Errorf("host %s has no spec.image", host)
-		case isLiveImage(h.Spec.Image):
-			in.Action = wire.ActionLive
 		default:
 			in.Action = wire.ActionWriteImage
 			in.Image, in.RootDeviceHints = h.Spec.Image.DeepCopy(), h.Spec.RootDeviceHints.DeepCopy()
-		}
-		if in.Action == wire.ActionLive {
-			break
 		}
 		if in.MetaData, err = s.metaData(ctx, h); err != nil {
 			return nil, err
@@ -245,6 +247,10 @@ func (s AttestStore) Instructions(ctx context.Context, host string) ([]byte, err
 	}
 	return json.Marshal(in)
 }
+
+// liveBoot reports whether the host is to boot its spec.image as a live ISO (format live-iso, no custom
+// deploy method).
+func liveBoot(h *metal3v1.BareMetalHost) bool { return !diskless(h) && isLiveImage(h.Spec.Image) }
 
 // isLiveImage reports whether an image is booted rather than written to disk (format live-iso).
 func isLiveImage(img *metal3v1.Image) bool {

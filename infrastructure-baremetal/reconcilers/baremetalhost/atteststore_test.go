@@ -48,7 +48,7 @@ func TestBootstrapDataReadsPastALaggingCache(t *testing.T) {
 	h := &metal3v1.BareMetalHost{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "h1", Labels: map[string]string{baremetalhost.ManagedLabel: "true"}},
 		Spec: metal3v1.BareMetalHostSpec{Online: true, UserData: &corev1.SecretReference{Namespace: ns, Name: "join"},
-			Image: &metal3v1.Image{URL: "http://images.example/live.iso", DiskFormat: ptr.To("live-iso")}},
+			Image: &metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}},
 	}
 	g.Expect(env.Create(ctx, h)).To(Succeed())
 	h.Status.OperationalStatus = metal3v1.OperationalStatusOK
@@ -67,9 +67,8 @@ func TestBootstrapDataReadsPastALaggingCache(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	in, err := wire.DecodeInstructions(data)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(in.Action).To(Equal(wire.ActionLive))
+	g.Expect(in.Action).To(Equal(wire.ActionWriteImage))
 	g.Expect(string(in.UserData)).To(Equal("#cloud-config\n"))
-	g.Expect(in.ReportToken).To(BeEmpty(), "a live image reports nothing")
 }
 
 // A disk image's instructions carry the image, the hints, the config drive's documents and a report

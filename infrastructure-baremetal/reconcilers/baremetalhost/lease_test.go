@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
@@ -57,8 +56,7 @@ func TestProvisionedHostKeepsItsLease(t *testing.T) {
 	}
 
 	claim(g, ns, h, "lease-data", func(h *metal3v1.BareMetalHost) {
-		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
-		h.Spec.RootDeviceHints = &metal3v1.RootDeviceHints{MinSizeGigabytes: 1}
+		h.Spec.AutomatedCleaningMode = metal3v1.CleaningModeMetadata
 	})
 	g.Eventually(state(h), 60*time.Second).Should(Equal(metal3v1.StateProvisioned))
 	// The pass that recorded provisioned replaced the boot entry before it wrote the state.

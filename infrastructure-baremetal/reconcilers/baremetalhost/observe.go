@@ -28,6 +28,9 @@ const (
 	DiskBootRequestedEvent = "DiskBootRequested"
 	// ImageWriteFailedEvent: the ramdisk reported that it could not write the image.
 	ImageWriteFailedEvent = "ImageWriteFailed"
+	// LiveISOBootRequestedEvent: the host attested and was set to SAN-boot its verified live ISO from the
+	// boot server on every boot, starting with this power cycle.
+	LiveISOBootRequestedEvent = "LiveISOBootRequested"
 	// RunningDisklessEvent: a diskless host's ramdisk reported the Node joined; it keeps running from memory.
 	RunningDisklessEvent = "RunningDiskless"
 	// NodeStartFailedEvent: a diskless host's ramdisk reported that the agent's bootstrap failed.

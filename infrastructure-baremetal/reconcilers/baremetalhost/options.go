@@ -16,6 +16,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/liveiso"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 )
 
@@ -44,6 +45,8 @@ type Options struct {
 	BootHTTPPort, BootTFTPPort int
 	BootProxyDHCP              bool
 	BootArtifactsDir           string
+	// LiveISOCacheDir holds the live ISOs (format live-iso) the boot server downloaded and verified.
+	LiveISOCacheDir string
 	// BootKernel, BootInitrd, BootCmdline: what a provisioning host boots (artifact names or URLs).
 	BootKernel, BootInitrd, BootCmdline string
 	// EKRoots and EKIntermediates are PEM files of the TPM vendors' EK certificate roots and intermediate
@@ -85,6 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.BootTFTPPort, "boot-tftp-port", 69, "TFTP port")
 	fs.BoolVar(&o.BootProxyDHCP, "boot-proxy-dhcp", false, "Answer PXE clients only (proxyDHCP); another DHCP server leases addresses")
 	fs.StringVar(&o.BootArtifactsDir, "boot-artifacts-dir", "/var/lib/yonder/boot", "Directory of the kernels and initramfs images served to hosts")
+	fs.StringVar(&o.LiveISOCacheDir, "live-iso-cache-dir", "/var/cache/yonder/live-iso", "Directory where the boot server keeps the live ISOs (spec.image format live-iso) it downloaded and verified, and serves to the hosts that SAN-boot them (needs room for every ISO in use)")
 	fs.StringVar(&o.BootKernel, "boot-kernel", "vmlinuz", "Kernel a provisioning host boots (artifact name or URL)")
 	fs.StringVar(&o.BootInitrd, "boot-initrd", "yonder-initrd.img", "Initramfs with yonder-agent a provisioning host boots")
 	fs.StringVar(&o.BootCmdline, "boot-cmdline", "console=ttyS0", "Kernel command line of the provisioning boot (the server adds its URL and the ticket)")
@@ -198,8 +202,13 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 				return err
 			}
 		}
+		isos, err := liveiso.New(o.LiveISOCacheDir, nil, ctrl.Log.WithName("liveiso"))
+		if err != nil {
+			return fmt.Errorf("--live-iso-cache-dir: %w", err)
+		}
+		r.LiveISOs = isos
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
-			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att}
+			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att, LiveISOs: isos.Handler()}
 		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Recorder: mgr.GetEventRecorderFor("yonder-metal-manager")} //nolint:staticcheck // core/v1 Events, as the host controller records them.
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -21,6 +21,7 @@ import (
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/liveiso"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 )
 
@@ -32,7 +33,9 @@ import (
 //  2. the boot services know the host (DHCP reservation, iPXE script with a one-time ticket);
 //  3. one-time PXE boot override + power cycle (BootRequestedAt recorded before, BootSentAt after; a
 //     recorded boot that was never sent, as the BMC shows the host off, is sent on restart);
-//  4. wait for the boot server's attestation record: released → provisioned (live-iso) or step 5,
+//  4. wait for the boot server's attestation record: released → step 5 or, for a live ISO (format
+//     live-iso, fetched and verified by the boot server before step 3), persistent PXE boot into the
+//     ISO (the host's script SAN-boots it) + power cycle → provisioned;
 //     a fatal refusal → error; no record within ProvisionTimeout → retry with backoff, MaxProvisionAttempts
 //     in all (a refusal of a session not from the host's DHCP lease, UnattributedRefusalAnnotation, is no
 //     outcome: only the timeout's message names it);
@@ -55,7 +58,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		return ctrl.Result{}, nil
 	}
 	for _, step := range []func(context.Context, *scope) (ctrl.Result, bool, error){
-		r.checkUserData, r.attemptOutcome, r.serveBoot, r.resumeBoot, r.startAttempt,
+		r.checkUserData, r.attemptOutcome, r.serveBoot, r.resumeBoot, r.prepareLiveISO, r.startAttempt,
 	} {
 		if res, done, err := step(ctx, s); err != nil || done {
 			return res, err
@@ -68,6 +71,10 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 // when it does not.
 func (r *Reconciler) checkUserData(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
 	h := s.host
+	if liveBoot(h) {
+		// As in Metal3, a live ISO is booted as it is: no user data reaches it, none is needed.
+		return ctrl.Result{}, false, nil
+	}
 	if h.Spec.UserData == nil || h.Spec.UserData.Name == "" {
 		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostUserDataMissingReason, "spec.userData names no Secret: the host would have no bootstrap data to receive")
 		return ctrl.Result{RequeueAfter: r.RetryInterval}, true, nil
@@ -102,8 +109,15 @@ func (r *Reconciler) attemptOutcome(ctx context.Context, s *scope) (ctrl.Result,
 		return ctrl.Result{}, false, nil
 	}
 	if rec.Success && rec.Reason == attest.ReasonReleased {
-		if !diskless(s.host) && isLiveImage(s.host.Spec.Image) {
-			res, err := r.provisioned(ctx, s)
+		if liveBoot(s.host) {
+			if c := meta.FindStatusCondition(s.host.Status.Conditions, BareMetalHostAttestedCondition); (c == nil || c.Reason != attest.ReasonReleased) &&
+				time.Since(rec.At.Time) < recordSettleTime {
+				// The boot server writes the release in two patches (the annotation, then the Attested
+				// condition, with an optimistic lock). Acting between them, this pass's write would conflict
+				// with the second and the next pass would power-cycle the host a second time.
+				return ctrl.Result{RequeueAfter: time.Second}, true, nil
+			}
+			res, err := r.bootLiveISO(ctx, s)
 			return res, true, err
 		}
 		res, err := r.awaitReport(ctx, s, rec)
@@ -229,6 +243,116 @@ func (r *Reconciler) resumeBoot(ctx context.Context, s *scope) (ctrl.Result, boo
 	}
 	res, err := r.sendBoot(ctx, s, false)
 	return res, err != nil || s.state.BootRequestedAt == nil, err
+}
+
+// recordSettleTime bounds how long a release waits for the rest of the boot server's record of it (the
+// Attested condition) before the controller acts on the annotation alone.
+const recordSettleTime = 30 * time.Second
+
+// prepareLiveISO holds a new attempt of a live ISO until the boot server has fetched and verified it: an
+// ISO that cannot be downloaded, or does not match its checksum, is named before the host is touched.
+func (r *Reconciler) prepareLiveISO(ctx context.Context, s *scope) (ctrl.Result, bool, error) {
+	if !liveBoot(s.host) || s.state.BootRequestedAt != nil {
+		return ctrl.Result{}, false, nil
+	}
+	_, res, ready := r.liveISO(ctx, s, *s.host.Spec.Image)
+	return res, !ready, nil
+}
+
+// liveISO asks the boot server's cache for img and, until it is ready, says why on the Provisioned
+// condition: ready is false while it is fetched (res polls it) or after it failed (res waits for the
+// cache's next try; the host is in error meanwhile, as for any provisioning failure).
+func (r *Reconciler) liveISO(ctx context.Context, s *scope, img metal3v1.Image) (liveiso.State, ctrl.Result, bool) {
+	h := s.host
+	if r.LiveISOs == nil {
+		msg := "this manager has no live ISO cache (start yonder-metal-manager with the boot network flags) so it cannot boot format live-iso"
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostLiveISOUnavailableReason, msg)
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		return liveiso.State{}, ctrl.Result{}, false
+	}
+	st := r.LiveISOs.Ensure(img)
+	switch st.Phase {
+	case liveiso.Ready:
+		return st, ctrl.Result{}, true
+	case liveiso.Failed:
+		msg := "the boot server could not make the live ISO ready to boot: " + st.Message
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostLiveISOUnavailableReason, msg)
+		if h.Status.ErrorMessage != msg {
+			ctrl.LoggerFrom(ctx).Info("Live ISO unavailable", "message", st.Message, "retryAt", st.RetryAt)
+		}
+		s.setError(metal3v1.ProvisioningError, msg, false)
+		if st.RetryAt.IsZero() {
+			return st, ctrl.Result{}, false // the image itself is refused: only a changed spec.image helps
+		}
+		return st, ctrl.Result{RequeueAfter: max(time.Until(st.RetryAt), time.Second)}, false
+	default:
+		msg := "the boot server is downloading and verifying the live ISO before the host boots it"
+		if st.Message != "" {
+			msg += " (" + st.Message + ")"
+		}
+		setCondition(h, BareMetalHostProvisionedCondition, false, BareMetalHostFetchingLiveISOReason, msg)
+		return st, ctrl.Result{RequeueAfter: 5 * time.Second}, false
+	}
+}
+
+// bootLiveISO ends the attempt of a live ISO: the host attested (proving it is the enrolled machine) and
+// received nothing; from now on every boot of it SAN-boots its verified ISO from the boot server — a
+// persistent PXE boot whose script names the ISO — starting with this power cycle. Killed between the
+// cycle and the status write, the controller cycles once more: the ISO boots either way.
+func (r *Reconciler) bootLiveISO(ctx context.Context, s *scope) (ctrl.Result, error) {
+	h := s.host
+	iso, res, ready := r.liveISO(ctx, s, *h.Spec.Image)
+	if !ready {
+		// Dropped from the cache since the attempt started (a restarted manager with an ISO that has no
+		// checksum): the host waits in its ramdisk, within the attempt's timeout.
+		return res, nil
+	}
+	if err := r.serveLiveISO(ctx, s, iso); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := s.bmc.SetNetworkBoot(ctx, bootMode(h)); err != nil {
+		return r.powerFailed(s, fmt.Sprintf("failed to set the persistent PXE boot of the live ISO: %v", err))
+	}
+	action := redfish.PowerCycle
+	if sys, err := s.bmc.System(ctx); err != nil {
+		return r.powerFailed(s, err.Error())
+	} else if !sys.PoweredOn {
+		action = redfish.PowerOn
+	}
+	if err := s.bmc.Power(ctx, action); err != nil {
+		return r.powerFailed(s, fmt.Sprintf("failed to boot the host into its live ISO: %v", err))
+	}
+	verified := "no checksum given: served as downloaded"
+	if iso.Verified {
+		verified = "verified against its checksum"
+	}
+	r.recorder().Eventf(h, corev1.EventTypeNormal, LiveISOBootRequestedEvent, "Booting the live ISO (%d bytes, sha256 %s, %s) from the boot server on every boot", iso.Size, iso.SHA256, verified)
+	ctrl.LoggerFrom(ctx).Info("Attested, booting the live ISO", "bytes", iso.Size, "sha256", iso.SHA256)
+	return r.provisioned(ctx, s)
+}
+
+// serveLiveISO puts the host in the boot table with a script that SAN-boots iso (no ticket: the ISO
+// attests nothing), under the boot MAC rule of keepLease.
+func (r *Reconciler) serveLiveISO(ctx context.Context, s *scope, iso liveiso.State) error {
+	h := s.host
+	bh, err := leaseHost(h)
+	if err != nil {
+		return err
+	}
+	other, err := r.bootMACOwner(ctx, h)
+	if err != nil {
+		return err
+	}
+	if other != "" {
+		setCondition(h, BareMetalHostBootMACUniqueCondition, false, BareMetalHostDuplicateBootMACReason, fmt.Sprintf(
+			"boot MAC %s is already the boot MAC of managed host %s: this host's live ISO is not served until one of the two is removed", h.Spec.BootMACAddress, other))
+		r.forgetBoot(h)
+		return nil
+	}
+	setCondition(h, BareMetalHostBootMACUniqueCondition, true, BareMetalHostBootMACUniqueReason, "")
+	bh.Boot = inventory.BootConfig{LiveISO: iso.Path}
+	r.NetBoot.Set(bh)
+	return nil
 }
 
 // startAttempt is step 3 for a new attempt: one PXE boot per attempt, recorded before it is sent.
@@ -489,6 +613,14 @@ func (r *Reconciler) keepLease(ctx context.Context, s *scope) error {
 	if r.NetBoot == nil {
 		return nil
 	}
+	if img := s.state.Image; img != nil && isLiveImage(img) && s.state.CustomDeploy == nil {
+		// A live ISO host boots it from the network every time: its entry is its ISO's script, served
+		// once the cache has the ISO again (a restarted manager fetches it anew).
+		if iso, _, ready := r.liveISO(ctx, s, *img); ready {
+			return r.serveLiveISO(ctx, s, iso)
+		}
+		return nil
+	}
 	lh, err := leaseHost(h)
 	if err != nil || !lh.Address.IsValid() {
 		// No reservation to keep (an invalid one is refused by the webhook and named when provisioning).
@@ -552,8 +684,15 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 	case s.state.CustomDeploy != nil:
 		// Whatever the cleaning mode: the Node ran from memory and powering off ends it.
 		cleaned = "the host ran diskless, nothing was written to its disks"
+	case s.state.Image != nil && isLiveImage(s.state.Image):
+		cleaned = "the host ran its live ISO, nothing was written to its disks"
 	}
 	r.forgetBoot(h)
+	if s.state.Image != nil && isLiveImage(s.state.Image) {
+		if err := r.dropUnusedLiveISOs(ctx, h); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if !h.Spec.DisablePowerOff {
 		if err := s.bmc.Power(ctx, redfish.PowerOff); err != nil {
 			msg := fmt.Sprintf("failed to power off the host while deprovisioning: %v", err)
@@ -575,6 +714,33 @@ func (r *Reconciler) deprovision(ctx context.Context, s *scope) (ctrl.Result, er
 	s.transition(metal3v1.StateAvailable)
 	ctrl.LoggerFrom(ctx).Info("Host deprovisioned, available", "cleaning", cleaned)
 	return ctrl.Result{}, nil // the patch of the new state triggers the next pass
+}
+
+// dropUnusedLiveISOs frees the boot server's disk of the live ISOs no host but released (the one being
+// deprovisioned) provisions or runs.
+func (r *Reconciler) dropUnusedLiveISOs(ctx context.Context, released *metal3v1.BareMetalHost) error {
+	if r.LiveISOs == nil {
+		return nil
+	}
+	list := &metal3v1.BareMetalHostList{}
+	if err := r.Client.List(ctx, list, client.MatchingLabels{ManagedLabel: "true"}); err != nil {
+		return fmt.Errorf("failed to list BareMetalHosts for the live ISOs in use: %w", err)
+	}
+	var inUse []metal3v1.Image
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == released.UID {
+			continue
+		}
+		if liveBoot(o) {
+			inUse = append(inUse, *o.Spec.Image)
+		}
+		if img := o.Status.Provisioning.Image; isLiveImage(&img) {
+			inUse = append(inUse, img)
+		}
+	}
+	r.LiveISOs.Keep(inUse)
+	return nil
 }
 
 // cleanDisks runs the cleaning boot, in the steps of a provisioning attempt: the boot recorded before it

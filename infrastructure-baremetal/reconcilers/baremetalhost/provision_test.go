@@ -1,9 +1,16 @@
 package baremetalhost_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,14 +31,17 @@ import (
 )
 
 // claim does to a host what CAPM3 (or our YonderMetalMachine) does when a Machine takes it: consumerRef,
-// a live image, the user data Secret, online; mutate changes that spec in the same update.
+// a disk image (cleaning disabled, so a release is one power-off), the user data Secret, online; mutate
+// changes that spec in the same update.
 func claim(g Gomega, ns string, h *metal3v1.BareMetalHost, data string, mutate ...func(*metal3v1.BareMetalHost)) {
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: h.Name + "-user-data-"},
 		Data: map[string][]byte{"userData": []byte(data)}}
 	g.Expect(env.Create(context.Background(), sec)).To(Succeed())
 	patchHost(g, h, func(h *metal3v1.BareMetalHost) {
 		h.Spec.ConsumerRef = &corev1.ObjectReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1alpha1", Kind: "YonderMetalMachine", Namespace: ns, Name: "m-" + h.Name}
-		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/yonder-live.iso", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
+		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}
+		h.Spec.RootDeviceHints = &metal3v1.RootDeviceHints{MinSizeGigabytes: 1}
+		h.Spec.AutomatedCleaningMode = metal3v1.CleaningModeDisabled
 		h.Spec.UserData = &corev1.SecretReference{Name: sec.Name, Namespace: ns}
 		h.Spec.Online = true
 		for _, m := range mutate {
@@ -82,7 +92,7 @@ func TestProvisionAttestDeprovision(t *testing.T) {
 		got := getHost(g, h)
 		g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation))
 		g.Expect(got.Annotations).NotTo(HaveKey(baremetalhost.EnrolmentWindowAnnotation), "the first enrolment closes the window")
-		g.Expect(got.Status.Provisioning.Image.URL).To(Equal("http://images.example/yonder-live.iso"))
+		g.Expect(got.Status.Provisioning.Image.URL).To(Equal("http://images.example/node.qcow2"))
 		g.Expect(got.Status.PoweredOn).To(BeTrue())
 		g.Expect(got.Status.ErrorMessage).To(BeEmpty())
 		g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
@@ -310,4 +320,96 @@ func TestDiskImageProvisionRetryAndCleaning(t *testing.T) {
 	boots, _, _ = hosts.snapshot("s1")
 	g.Expect(boots).To(Equal(4), "cleaning disabled: no cleaning boot")
 	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Message).To(ContainSubstring("cleaning disabled"))
+}
+
+// liveISOOrigin serves an ISO-shaped blob (the volume descriptors' magic where iPXE reads them) as a
+// user's image server does, and counts its downloads.
+func liveISOOrigin(t *testing.T) (url, sum string, downloads *atomic.Int32) {
+	t.Helper()
+	iso := make([]byte, 1<<20)
+	for i := range iso {
+		iso[i] = byte(i * 7)
+	}
+	copy(iso[32769:], "CD001")
+	copy(iso[34817:], "CD001")
+	d := sha256.Sum256(iso)
+	downloads = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		downloads.Add(1)
+		http.ServeContent(w, r, "live.iso", time.Time{}, bytes.NewReader(iso))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/live.iso", hex.EncodeToString(d[:]), downloads
+}
+
+// A live ISO the Metal3 way, with the real boot server pieces: the boot server downloads the ISO and
+// verifies it before the host is powered on; the host attests (its TPM pinned) and is released the live
+// instructions with no user data; the controller sets a persistent PXE boot and cycles it, and its boot
+// script SAN-boots the ISO from the boot server (/live/), whose blocks it reads by range. A second host
+// naming an ISO that does not match its checksum is never powered on: LiveISOUnavailable, both digests
+// named. Released, the first host is powered off without a cleaning boot and the ISO leaves the cache.
+func TestLiveISOBootedAfterAttestation(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "bmh-live").Name
+	lab := startBootLab(t, env.Client)
+	hosts := newPXEHosts(t, lab)
+	hosts.add("l1", "52:54:00:1f:00:01")
+	hosts.add("l2", "52:54:00:1f:00:02")
+	sim := startSim(t, hosts)
+	sim.AddSystem(redfishsim.DefaultSystem("l1", "52:54:00:1f:00:01"))
+	sim.AddSystem(redfishsim.DefaultSystem("l2", "52:54:00:1f:00:02"))
+	r := testReconciler(lab.inv)
+	r.LiveISOs = lab.isos
+	startController(t, r, ns)
+	h := newHost(g, ns, "h1", sim, "l1", "52:54:00:1f:00:01", bmcPass)
+	bad := newHost(g, ns, "h2", sim, "l2", "52:54:00:1f:00:02", bmcPass)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Eventually(state(bad)).Should(Equal(metal3v1.StateAvailable))
+	url, sum, downloads := liveISOOrigin(t)
+	live := func(checksum string) func(*metal3v1.BareMetalHost) {
+		return func(h *metal3v1.BareMetalHost) {
+			h.Spec.Image = &metal3v1.Image{URL: url, Checksum: checksum, ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
+			h.Spec.RootDeviceHints, h.Spec.UserData = nil, nil // Metal3: neither is used with a live ISO
+		}
+	}
+
+	wrong := strings.Repeat("0", 64)
+	claim(g, ns, bad, "unused", live(wrong))
+	g.Eventually(condition(bad, baremetalhost.BareMetalHostProvisionedCondition)).Should(And(
+		HaveField("Reason", baremetalhost.BareMetalHostLiveISOUnavailableReason),
+		HaveField("Message", And(ContainSubstring(sum), ContainSubstring(wrong)))))
+	g.Expect(getHost(g, bad).Status.ErrorType).To(Equal(metal3v1.ProvisioningError))
+
+	claim(g, ns, h, "unused", live(sum))
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateProvisioned))
+	g.Eventually(func() int { hosts.mu.Lock(); defer hosts.mu.Unlock(); return hosts.liveBoots["l1"] }).Should(Equal(1), "the host SAN-booted its ISO")
+	boots, data, errs := hosts.snapshot("l1")
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(boots).To(Equal(2), "the attestation's PXE boot, then the ISO's")
+	g.Expect(data).To(Equal([]string{""}), "no user data for a live ISO")
+	actions, diskBoots := hosts.disk("l1")
+	g.Expect(actions).To(Equal([]string{wire.ActionLive}))
+	g.Expect(diskBoots).To(BeZero())
+	g.Expect(sim.State("l1").PXEBoots).To(Equal(2), "the attestation's one-time PXE boot, then the ISO's persistent one")
+	g.Expect(sim.State("l1").Override).To(Equal("Pxe"), "a persistent network boot")
+	entry, ok := lab.inv.HostByMAC(mustMAC("52:54:00:1f:00:01"))
+	g.Expect(ok).To(BeTrue())
+	g.Expect(entry.LeaseOnly).To(BeFalse())
+	g.Expect(entry.Boot.LiveISO).To(HavePrefix("/live/"))
+	got := getHost(g, h)
+	g.Expect(got.Status.Provisioning.Image.URL).To(Equal(url))
+	g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation), "the host attested before it was switched to the ISO")
+	g.Expect(downloads.Load()).To(BeNumerically("<=", 2), "the ISO was downloaded once for the good host (and once for the bad one)")
+	g.Consistently(func() int { return sim.State("l2").PXEBoots }, "2s").Should(BeZero(), "an ISO that fails its checksum is never booted")
+
+	release(g, h)
+	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))
+	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Message).To(ContainSubstring("the host ran its live ISO"))
+	g.Expect(sim.State("l1").PXEBoots).To(Equal(2), "no cleaning boot")
+	rsp, err := http.Get(lab.base + entry.Boot.LiveISO)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = rsp.Body.Close()
+	g.Expect(rsp.StatusCode).To(Equal(http.StatusNotFound), "the released host's ISO left the cache")
 }

@@ -48,6 +48,7 @@ import (
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/liveiso"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/redfish"
 )
 
@@ -64,6 +65,15 @@ type NetBoot interface {
 	DeleteHost(mac net.HardwareAddr, name string)
 }
 
+// LiveISOs fetches and verifies the live ISOs hosts boot, and serves them (liveiso.Cache).
+type LiveISOs interface {
+	// Ensure reports whether img is fetched and verified, starting its download when it is not; it
+	// never blocks on the network.
+	Ensure(img metal3v1.Image) liveiso.State
+	// Keep drops every cached ISO but those of inUse.
+	Keep(inUse []metal3v1.Image)
+}
+
 // Reconciler reconciles BareMetalHosts labelled metal.yonder.dev/managed=true.
 type Reconciler struct {
 	Client client.Client
@@ -74,6 +84,9 @@ type Reconciler struct {
 	NetBoot NetBoot
 	// Boot is what a provisioning host boots: the Yonder agent's kernel and initramfs.
 	Boot inventory.BootConfig
+	// LiveISOs is the boot server's cache of verified live ISOs (format live-iso), which the hosts running
+	// one SAN-boot; without it a live-iso image is refused with a condition.
+	LiveISOs LiveISOs
 	// ProvisionTimeout bounds the time from the power cycle to the released bootstrap data (default 15m).
 	ProvisionTimeout time.Duration
 	// ImageWriteTimeout bounds the time from the released instructions to the ramdisk's report that the

@@ -3,6 +3,7 @@ package baremetalhost_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,6 +34,7 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/bootserver"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/liveiso"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/redfishsim"
@@ -140,6 +142,8 @@ func condition(h *metal3v1.BareMetalHost, t string) func(Gomega) metav1.Conditio
 type bootLab struct {
 	inv  *inventory.Static
 	base string
+	// isos is the boot server's live ISO cache, served under /live/ (the controller needs it for live-iso).
+	isos *liveiso.Cache
 }
 
 // startBootLab is the boot server of a site whose own DHCP server leases the addresses while Yonder only
@@ -184,15 +188,20 @@ func startBootLabWith(t testing.TB, c client.Client, bindToReservation bool) *bo
 	t.Cleanup(events.Shutdown)
 	store := baremetalhost.AttestStore{Client: c, Recorder: events.NewRecorder(env.GetScheme(), corev1.EventSource{Component: "yonder-metal-manager"})}
 	svc := attest.New(attest.Config{EKRoots: roots, EKIntermediates: intermediates}, store, testr.NewWithInterface(t, testr.Options{}), nil)
+	isos, err := liveiso.New(t.TempDir(), nil, testr.NewWithInterface(t, testr.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = isos.Close() })
 	bs, err := bootserver.New(bootserver.Config{BaseURL: base, ArtifactsDir: t.TempDir(), Lookup: inv, Tickets: svc, API: svc.Handler(),
-		BindToReservation: bindToReservation}, testr.NewWithInterface(t, testr.Options{}), nil)
+		LiveISOs: isos.Handler(), BindToReservation: bindToReservation}, testr.NewWithInterface(t, testr.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: bs.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close(); _ = bs.Close() })
-	return &bootLab{inv: inv, base: base}
+	return &bootLab{inv: inv, base: base, isos: isos}
 }
 
 // pxeHosts is a redfishsim power driver for hosts without firmware: a power-on with the one-time PXE
@@ -221,7 +230,9 @@ type pxeHosts struct {
 	powerOns, powerOffs map[string]int
 	// failWrites is how many of a host's next write-image, clean or run-node instructions it reports as failed.
 	failWrites map[string]int
-	wg         sync.WaitGroup
+	// liveBoots counts the boots whose script SAN-booted a live ISO (which the host read as iPXE does).
+	liveBoots map[string]int
+	wg        sync.WaitGroup
 }
 
 func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
@@ -230,7 +241,7 @@ func newPXEHosts(t testing.TB, lab *bootLab) *pxeHosts {
 		pxeBoots: map[string]int{}, data: map[string][]string{}, errs: map[string][]string{},
 		bootAs: map[string]func(string, *swtpm.TPM) ([]byte, error){}, actions: map[string][]string{},
 		diskBoots: map[string]int{}, failWrites: map[string]int{}, metaData: map[string][]string{},
-		powerOns: map[string]int{}, powerOffs: map[string]int{}}
+		powerOns: map[string]int{}, powerOffs: map[string]int{}, liveBoots: map[string]int{}}
 	t.Cleanup(p.wg.Wait)
 	return p
 }
@@ -282,6 +293,15 @@ func (p *pxeHosts) PowerOn(_ context.Context, id, target string) error {
 	go func() {
 		defer p.wg.Done()
 		plain, err := boot(mac, tpm)
+		if san := (sanBootError{}); errors.As(err, &san) {
+			// The live ISO boots: nothing is released to it.
+			if err := p.sanBoot(id, san.url); err != nil {
+				p.mu.Lock()
+				p.errs[id] = append(p.errs[id], err.Error())
+				p.mu.Unlock()
+			}
+			return
+		}
 		var in *wire.Instructions
 		if err == nil {
 			in, err = wire.DecodeInstructions(plain)
@@ -381,12 +401,49 @@ func (p *pxeHosts) scriptVia(ctx context.Context, hc *http.Client, mac string) (
 		if strings.HasPrefix(sc.Text(), "kernel ") {
 			kernel = sc.Text()
 		}
+		if f := strings.Fields(sc.Text()); len(f) > 0 && f[0] == "sanboot" {
+			for _, w := range f[1:] {
+				if strings.HasPrefix(w, "http://") {
+					return "", "", sanBootError{url: w}
+				}
+			}
+			return "", "", fmt.Errorf("iPXE script SAN-boots no http URL: %q", sc.Text())
+		}
 	}
 	server, ticket = wire.ParseCmdline(kernel)
 	if ticket == "" {
 		return "", "", fmt.Errorf("iPXE script has no ticket: %q", kernel)
 	}
 	return server, ticket, nil
+}
+
+// sanBootError is a script that SAN-boots a live ISO instead of booting Yonder's ramdisk.
+type sanBootError struct{ url string }
+
+func (e sanBootError) Error() string { return "the iPXE script SAN-boots " + e.url }
+
+// sanBoot reads the ISO as iPXE's HTTP SAN device does before the firmware boots it: its size, then
+// blocks by range (the primary volume descriptor, the El Torito boot record), and counts the live boot.
+func (p *pxeHosts) sanBoot(id, url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range []string{"bytes=32768-34815", "bytes=34816-36863"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Range", r)
+		rsp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, rsp.Body)
+		_ = rsp.Body.Close()
+		if rsp.StatusCode != http.StatusPartialContent {
+			return fmt.Errorf("SAN boot of %s: range %s answered HTTP %d", url, r, rsp.StatusCode)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.liveBoots[id]++
+	return nil
 }
 
 // attestWith is `yonder-agent attest` with the host's TPM.

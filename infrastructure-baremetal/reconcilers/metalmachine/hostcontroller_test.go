@@ -39,7 +39,7 @@ func startHostController(t *testing.T, ns string) {
 
 // With Yonder's real BareMetalHost controller and the Redfish emulator instead of the simulator: the
 // host is registered, inspected and made available by the host controller; a MachineDeployment of 1
-// claims it and hands it a live image and the Machine's bootstrap data Secret; the host controller
+// claims it and hands it a disk image and the Machine's bootstrap data Secret; the host controller
 // powers it on with a PXE override (the emulator counts the boot), the boot is never answered, and the
 // host's provisioning error appears on the YonderMetalMachine as HostError with the host's own message
 // while clusterctl move stays blocked. Scaling to 0 withdraws the image; the host controller
@@ -68,8 +68,10 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 	data := dataSecret(g, ns, "real-join", cluster.Name)
 	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "live"},
 		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
-			Image:        &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat},
-			HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": "real"}},
+			Image: &infrav1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: "sha256", Format: "qcow2"},
+			// The release powers the host off: no cleaning boot, which nothing here would answer either.
+			AutomatedCleaningMode: "disabled",
+			HostSelector:          infrav1.HostSelector{MatchLabels: map[string]string{"pool": "real"}},
 		}}}}
 	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
 	md := newMachineDeploymentFrom(g, ns, "live", cluster, data.Name, 1, tmpl.Name)
@@ -86,7 +88,7 @@ func TestWithRealHostControllerAndRedfishEmulator(t *testing.T) {
 	}).Should(Succeed())
 	h := host(g, ns, "r1")
 	g.Expect(h.Spec.UserData).To(Equal(&corev1.SecretReference{Name: data.Name, Namespace: ns}))
-	g.Expect(h.Spec.Image.DiskFormat).To(HaveValue(Equal("live-iso")))
+	g.Expect(h.Spec.Image.DiskFormat).To(HaveValue(Equal("qcow2")))
 	g.Expect(sim.State("s1").PXEBoots).To(BeNumerically(">=", 1), "the host controller PXE-booted the claimed host")
 	machines := &clusterv1.MachineList{}
 	g.Expect(env.List(ctx, machines, client.InNamespace(ns))).To(Succeed())

@@ -146,7 +146,7 @@ func newRig(t *testing.T, g *WithT, name string, strategy infrav1.RemediationStr
 	g.Expect(env.Create(ctx, data)).To(Succeed())
 	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: name},
 		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
-			Image: &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat}, AutomatedCleaningMode: "disabled",
+			Image: &infrav1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123abcd", ChecksumType: "sha256", Format: "qcow2"}, AutomatedCleaningMode: "disabled",
 			HostSelector: infrav1.HostSelector{MatchLabels: map[string]string{"pool": name}},
 		}}}}
 	for _, mod := range spec {

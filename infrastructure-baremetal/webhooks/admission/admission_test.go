@@ -55,6 +55,9 @@ func TestMachineValidation(t *testing.T) {
 		}},
 		{name: "raw disk image", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.Format = "raw" }},
 		{name: "vmdk is not written", mod: func(s *infrav1.YonderMetalMachineSpec) { s.Image.Format = "vmdk" }, err: `spec.image.format: Unsupported value: "vmdk": supported values: "raw", "qcow2", "live-iso"`},
+		{name: "live iso from a registry", mod: func(s *infrav1.YonderMetalMachineSpec) {
+			s.Image = &infrav1.Image{URL: "oci://r/x.iso:1", Format: "live-iso"}
+		}, err: "spec.image.url: Invalid value: \"oci://r/x.iso:1\": a live ISO is downloaded by the boot server over http or https"},
 		{name: "live iso with metadata cleaning", mod: func(s *infrav1.YonderMetalMachineSpec) {
 			s.Image = &infrav1.Image{URL: "http://i/x.iso", Format: "live-iso"}
 			s.AutomatedCleaningMode = "metadata"

@@ -82,6 +82,9 @@ func validateMachineSpec(s *infrav1.YonderMetalMachineSpec, p *field.Path) field
 		if img.Format == "vdi" || img.Format == "vmdk" {
 			errs = append(errs, field.NotSupported(ip.Child("format"), img.Format, []string{"raw", "qcow2", string(infrav1.LiveISOFormat)}))
 		}
+		if img.Format == infrav1.LiveISOFormat && oci {
+			errs = append(errs, field.Invalid(ip.Child("url"), img.URL, "a live ISO is downloaded by the boot server over http or https, not from a registry"))
+		}
 		if img.Format == infrav1.LiveISOFormat && s.AutomatedCleaningMode == "metadata" {
 			errs = append(errs, field.Invalid(p.Child("automatedCleaningMode"), s.AutomatedCleaningMode, "a live-iso host writes nothing to disk; use disabled or leave it empty"))
 		}

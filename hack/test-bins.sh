@@ -58,7 +58,7 @@ DEB_PACKAGES=(openssh-server openssh-client iproute2 iptables util-linux procps 
   runc systemd systemd-container containernetworking-plugins busybox-static zstd xz-utils curl ca-certificates
   isc-dhcp-client tftp-hpa atftp swtpm swtpm-tools ipxe qemu-system-x86 ovmf kea-admin kea-dhcp4-server debootstrap
   iperf3 iputils-ping conntrack clang-14 llvm libbpf-dev tftpd-hpa nginx haproxy nftables prometheus fdisk qemu-utils dosfstools
-  syslinux syslinux-common mtools genisoimage)
+  syslinux syslinux-common isolinux mtools genisoimage)
 if [ -n "${YONDER_DEB_PACKAGES:-}" ]; then
   # Override for the script's own test (test/testbins), never needed otherwise.
   read -r -a DEB_PACKAGES <<<"${YONDER_DEB_PACKAGES}"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,10 +35,12 @@ import (
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/dhcp"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/liveiso"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/netboot"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/pkg/managercache"
+	"github.com/yonder-dev/yonder/test/bootdisk"
 	"github.com/yonder-dev/yonder/test/envtest"
 	"github.com/yonder-dev/yonder/test/labnet"
 	"github.com/yonder-dev/yonder/test/metalboot"
@@ -113,6 +116,10 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	g.Expect(err).NotTo(HaveOccurred())
 	boot := artifacts(t, dir, serverKey)
 	inv := inventory.NewStatic()
+	// The boot server's cache of verified live ISOs, as the manager makes it (--live-iso-cache-dir).
+	isos, err := liveiso.New(t.TempDir(), nil, testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = isos.Close() })
 	// The VM's swtpm has an EK certificate from swtpm-localca: the EK chain is verified against it.
 	root, intermediate, err := swtpm.LocalCA(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -121,7 +128,8 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	intermediates, err := attest.LoadCertPool(intermediate)
 	g.Expect(err).NotTo(HaveOccurred())
 	svcs, err := netboot.Start(ctx, netboot.Config{Interface: n.Bridge, ServerIP: n.Gateway, HTTPPort: 8080, TFTPPort: 69,
-		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates, SigningKey: signer}},
+		ArtifactsDir: dir, DHCP: dhcp.Config{Router: n.Gateway}, Attestation: attest.Config{EKRoots: roots, EKIntermediates: intermediates, SigningKey: signer},
+		LiveISOs: isos.Handler()},
 		inv, baremetalhost.AttestStore{Client: env.Client}, l.reg,
 		testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -155,7 +163,7 @@ func newMetalLab(ctx context.Context, t *testing.T, artifacts func(t *testing.T,
 	g.Expect(err).NotTo(HaveOccurred())
 	skip := true
 	l.artifactsURL = fmt.Sprintf("http://%s:8080/artifacts/", n.Gateway)
-	r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inv, Namespaces: []string{l.ns}, Boot: boot,
+	r := &baremetalhost.Reconciler{Client: mgr.GetClient(), NetBoot: inv, LiveISOs: isos, Namespaces: []string{l.ns}, Boot: boot,
 		ProvisionTimeout: timeout, MaxProvisionAttempts: attempts, RetryInterval: 2 * time.Second, PowerPollInterval: 5 * time.Second}
 	g.Expect(r.SetupWithManager(ctx, mgr, controller.Options{SkipNameValidation: &skip})).To(Succeed())
 	mctx, cancel := context.WithCancel(ctx)
@@ -198,12 +206,14 @@ func (l *metalLab) update(g Gomega, mutate func(*metal3v1.BareMetalHost)) {
 	}).Should(Succeed())
 }
 
-// claim is what CAPM3 / YonderMetalMachine write on a host they take.
-func (l *metalLab) claim(g Gomega) {
+// claim is what CAPM3 / YonderMetalMachine write on a host they take: img, the user data unless nil, online.
+func (l *metalLab) claim(g Gomega, img metal3v1.Image, userData *corev1.Secret) {
 	l.update(g, func(h *metal3v1.BareMetalHost) {
 		h.Spec.ConsumerRef = &corev1.ObjectReference{Kind: "YonderMetalMachine", Namespace: l.ns, Name: "m0"}
-		h.Spec.Image = &metal3v1.Image{URL: "http://images.example/live.iso", Checksum: "0123", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}
-		h.Spec.UserData = &corev1.SecretReference{Name: l.userData.Name, Namespace: l.ns}
+		h.Spec.Image = img.DeepCopy()
+		if userData != nil {
+			h.Spec.UserData = &corev1.SecretReference{Name: userData.Name, Namespace: l.ns}
+		}
 		h.Spec.Online = true
 	})
 }
@@ -240,7 +250,8 @@ func TestQEMUHostNeverAttests(t *testing.T) {
 	registered := l.register(g)
 
 	start := time.Now()
-	l.claim(g)
+	// A disk image that is never written: the placeholder kernel never attests.
+	l.claim(g, metal3v1.Image{URL: "http://images.example/node.qcow2", Checksum: "0123", ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("qcow2")}, l.userData)
 	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 100*time.Millisecond).Should(BeTrue(), "the BMC powered the VM on")
 	poweredOn := time.Since(start)
 	g.Eventually(func() float64 {
@@ -294,50 +305,98 @@ func artifactsGeneric(t *testing.T, dir string, _ []byte) inventory.BootConfig {
 	return inventory.BootConfig{Kernel: metalboot.Kernel, Initrd: metalboot.Initrd, Cmdline: "console=ttyS0 panic=-1"}
 }
 
-// The whole host life with a real machine boot: a BareMetalHost registers and is inspected over Redfish;
-// claimed like CAPM3 claims it, its VM PXE-boots through our DHCP/TFTP/HTTP into Debian's kernel and our
-// initramfs, `yonder-agent attest` enrols and attests the VM's TPM and receives exactly the user data; the
-// host is provisioned (running live). Released, it is powered off (the VM killed) and available again.
-// The boot image is the generic one a release ships: the VM boots the boot server's key as a second
-// initrd and the agent verifies the signed instructions with it. Wall time of each phase is logged.
-func TestQEMUHostProvisionAttestDeprovision(t *testing.T) {
+// A live ISO the Metal3 way (format live-iso), with a real machine boot: the boot server downloads the ISO
+// (test/bootdisk's: ISOLINUX, Debian's kernel, an initramfs that says it booted live) from the URL the
+// host names and verifies it against its checksum before the host is powered on; the VM PXE-boots Yonder's
+// generic release ramdisk (the boot server's key as a second initrd), enrols and attests its TPM, and
+// receives the live instructions without user data (Metal3 gives a live ISO none, and none is named
+// here); the controller sets a persistent PXE boot and power-cycles it, and the VM's iPXE SAN-boots the ISO
+// from the boot server with HTTP range requests; ISOLINUX boots it. A reboot annotation boots the ISO
+// again, without another attestation. Released, the VM is powered off without a cleaning boot and the
+// boot server drops the ISO. Wall time of each phase is logged.
+func TestQEMUHostAttestsThenBootsItsLiveISO(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	start := time.Now()
-	l := newMetalLab(ctx, t, artifactsGeneric, 8*time.Minute, 2, 512)
+	img, err := bootdisk.Cached(ctx, bootdisk.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	artifacts := func(t *testing.T, dir string, serverKey []byte) inventory.BootConfig {
+		t.Helper()
+		boot := artifactsGeneric(t, dir, serverKey)
+		g.Expect(copyFile(img.ISO, filepath.Join(dir, liveISOName))).To(Succeed())
+		return boot
+	}
+	l := newMetalLab(ctx, t, artifacts, 8*time.Minute, 2, 512)
 	prepared := time.Since(start)
 	registered := l.register(g)
 
 	start = time.Now()
-	l.claim(g)
+	l.claim(g, metal3v1.Image{URL: l.artifactsURL + liveISOName, Checksum: img.ISOSHA256, ChecksumType: metal3v1.SHA256, DiskFormat: ptr.To("live-iso")}, nil)
 	g.Eventually(func() float64 {
 		return promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "ipxe", "code": "200"})
 	}, 3*time.Minute, 200*time.Millisecond).Should(BeNumerically(">=", 1), "iPXE fetched the host's script")
 	scripted := time.Since(start)
-	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 10*time.Minute, time.Second).
+	g.Expect(promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "artifacts", "code": "200"})).
+		To(BeNumerically(">=", 1), "the ISO was downloaded from its URL before the host was powered on")
+	g.Eventually(func(g Gomega) string { return l.get(g).Annotations[baremetalhost.AttestationAnnotation] }, 5*time.Minute, time.Second).
+		Should(ContainSubstring("BootstrapDataReleased"))
+	attested := time.Since(start)
+	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 2*time.Minute, time.Second).
 		Should(Equal(metal3v1.StateProvisioned))
 	provisioned := time.Since(start)
 	got := l.get(g)
 	g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation), "the VM's TPM was pinned")
 	g.Expect(got.Status.PoweredOn).To(BeTrue())
-	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(1))
-	g.Eventually(func() string { b, _ := os.ReadFile(l.driver.ConsoleLog("vm0")); return string(b) }, time.Minute, time.Second).
-		Should(ContainSubstring(metalboot.AttestedLine(l.userData.Data["userData"])))
-	console, err := os.ReadFile(l.driver.ConsoleLog("vm0"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(console)).To(ContainSubstring(metalboot.ServedKeyMarker))
+	g.Expect(got.Status.Provisioning.Image.DiskFormat).To(HaveValue(Equal("live-iso")))
+	g.Expect(l.sim.State("vm0").Override).To(Equal("Pxe"), "every boot from now on is a network boot")
+	liveBoots := func() int {
+		b, _ := os.ReadFile(l.driver.ConsoleLog("vm0"))
+		return strings.Count(string(b), bootdisk.LiveISOMarker)
+	}
+	g.Eventually(liveBoots, 3*time.Minute, time.Second).Should(Equal(1), "the VM booted the ISO")
+	isoBooted := time.Since(start)
+	g.Expect(promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "live", "code": "206"})).
+		To(BeNumerically(">=", 1), "iPXE read the ISO from the boot server with range requests")
+	// The generic ramdisk booted with the served key. (What it printed after the release may be cut short:
+	// the controller power-cycles the host into its ISO as soon as the release is recorded.)
 	g.Expect(promread.Sum(l.reg, "yonder_metal_http_requests_total", map[string]string{"handler": "serverkey", "code": "200"})).To(BeNumerically(">=", 1))
-	g.Expect(l.driver.Running("vm0")).To(BeTrue(), "the live host keeps running")
+	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(2), "the attestation's one-time PXE boot, then the ISO's persistent one")
+
+	// Every boot boots the ISO: a reboot (Metal3's annotation) comes back to it without attesting again.
+	start = time.Now()
+	l.update(g, func(h *metal3v1.BareMetalHost) {
+		if h.Annotations == nil {
+			h.Annotations = map[string]string{}
+		}
+		h.Annotations[metal3v1.RebootAnnotationPrefix] = `{"mode":"hard"}` // the ISO's init does not shut down on ACPI
+	})
+	g.Eventually(func() int {
+		b, _ := os.ReadFile(l.driver.EarlierConsoleLog("vm0"))
+		return strings.Count(string(b), bootdisk.LiveISOMarker)
+	}, 3*time.Minute, time.Second).Should(Equal(1), "the reboot started a new boot (the ISO boot before it is kept)")
+	g.Eventually(liveBoots, 3*time.Minute, time.Second).Should(Equal(1), "the ISO booted again")
+	rebooted := time.Since(start)
+	g.Expect(l.get(g).Annotations).NotTo(HaveKey(metal3v1.RebootAnnotationPrefix), "the reboot was carried out")
+	g.Expect(l.get(g).Status.Provisioning.State).To(Equal(metal3v1.StateProvisioned))
 
 	start = time.Now()
 	l.update(g, func(h *metal3v1.BareMetalHost) {
-		h.Spec.Image, h.Spec.UserData, h.Spec.Online, h.Spec.ConsumerRef = nil, nil, false, nil
+		h.Spec.Image, h.Spec.Online, h.Spec.ConsumerRef = nil, false, nil
 	})
 	g.Eventually(func(g Gomega) metal3v1.ProvisioningState { return l.get(g).Status.Provisioning.State }, 2*time.Minute, 200*time.Millisecond).
 		Should(Equal(metal3v1.StateAvailable))
 	g.Eventually(func() bool { return l.driver.Running("vm0") }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
 	released := time.Since(start)
-	g.Expect(l.get(g).Status.PoweredOn).To(BeFalse())
-	t.Logf("phases: boot artefacts (static agent build + initramfs) %s; registered+inspected %s; claim → iPXE script %s → provisioned (attested, data received) %s; release → powered off, available %s",
-		prepared.Round(time.Millisecond), registered.Round(time.Millisecond), scripted.Round(time.Millisecond), provisioned.Round(time.Millisecond), released.Round(time.Millisecond))
+	got = l.get(g)
+	g.Expect(got.Status.PoweredOn).To(BeFalse())
+	g.Expect(got.Status.Conditions).To(ContainElement(And(HaveField("Type", baremetalhost.BareMetalHostProvisionedCondition),
+		HaveField("Message", ContainSubstring("the host ran its live ISO")))))
+	g.Expect(l.sim.State("vm0").PXEBoots).To(Equal(3), "the ISO's two boots after the attestation's, and no cleaning boot")
+	t.Logf("phases: boot artefacts (static agent build + initramfs) %s; registered+inspected %s; claim → ISO verified, iPXE script %s → attested %s → "+
+		"provisioned (persistent PXE, cycled) %s → ISO booted %s (%d MiB ISO); reboot → ISO booted again %s; release → powered off, available %s",
+		prepared.Round(time.Millisecond), registered.Round(time.Millisecond), scripted.Round(time.Millisecond), attested.Round(time.Millisecond),
+		provisioned.Round(time.Millisecond), isoBooted.Round(time.Millisecond), img.ISOSize>>20, rebooted.Round(time.Millisecond), released.Round(time.Millisecond))
 }
+
+// liveISOName is the live ISO's name in the boot server's artifacts directory (an image server of its own).
+const liveISOName = "live.iso"

@@ -14,6 +14,10 @@
 // Parse and ParseDisks read those lines back. The image is built with mtools and `syslinux --install` on an image file, so
 // no loop device or mount is needed; Cached builds it once per machine (keyed by every input) for the tests
 // that share it.
+//
+// The same kernel and initramfs also make a live ISO (ISOFile: ISO 9660 with ISOLINUX's El Torito boot, as
+// distributions build theirs), which a host SAN-boots for Metal3's format live-iso; booted from it, the
+// initramfs prints LiveISOMarker and does nothing else.
 package bootdisk
 
 import (
@@ -47,6 +51,9 @@ const NoConfigDrive = DiskBootMarker + "no config drive"
 // for the config drive: "YONDER: disk device vda serial=<serial> sectors=<512-byte sectors>".
 const DiskLineMarker = "YONDER: disk device "
 
+// LiveISOMarker is the console line of the initramfs booted from the live ISO.
+const LiveISOMarker = "YONDER: live ISO booted"
+
 // initramfsUp is the first line the initramfs prints: a new boot.
 const initramfsUp = "YONDER: disk initramfs up"
 
@@ -57,6 +64,13 @@ const ConfigDriveLabel = "config-2"
 const (
 	RawFile   = "yonder-bootdisk.raw"
 	QCOW2File = "yonder-bootdisk.qcow2"
+	ISOFile   = "yonder-live.iso"
+)
+
+// ISOLINUX's files, from Debian's isolinux (the El Torito boot image) and syslinux-common (its library).
+const (
+	isolinuxBin = "/usr/lib/ISOLINUX/isolinux.bin"
+	ldlinuxC32  = "/usr/lib/syslinux/modules/bios/ldlinux.c32"
 )
 
 // Syslinux's files, from Debian's syslinux-common (mbr.bin: the MBR boot code that chain-loads the active
@@ -92,6 +106,10 @@ type Image struct {
 	QCOW2       string `json:"qcow2"`
 	QCOW2SHA256 string `json:"qcow2SHA256"`
 	QCOW2Size   int64  `json:"qcow2Size"`
+	// ISO is the live ISO of the same kernel and initramfs (ISOFile).
+	ISO       string `json:"iso"`
+	ISOSHA256 string `json:"isoSHA256"`
+	ISOSize   int64  `json:"isoSize"`
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -119,6 +137,10 @@ const initScript = `#!/bin/busybox sh
 mount -t proc proc /proc; mount -t sysfs sysfs /sys; mount -t devtmpfs devtmpfs /dev
 mkdir -p /mnt/config /tmp
 echo "` + initramfsUp + `"
+if grep -q 'yonder.medium=live-iso' /proc/cmdline; then
+  echo "` + LiveISOMarker + `"
+  while true; do sleep 3600; done
+fi
 for pass in 1 2 3; do
   for m in $(cat /lib/modules/order); do grep -q "^$m " /proc/modules || insmod /lib/modules/$m.ko 2>/dev/null; done
 done
@@ -165,6 +187,11 @@ func syslinuxConfig(o Options) string {
 	return "SERIAL 0 115200\nDEFAULT yonder\nPROMPT 0\nTIMEOUT 0\nLABEL yonder\n  LINUX /vmlinuz\n  INITRD /initrd.img\n  APPEND " + args + "\n"
 }
 
+// isolinuxConfig boots the same kernel and initramfs from the ISO, telling the init it runs live.
+func isolinuxConfig() string {
+	return "SERIAL 0 115200\nDEFAULT live\nPROMPT 0\nTIMEOUT 0\nLABEL live\n  LINUX /vmlinuz\n  INITRD /initrd.img\n  APPEND console=ttyS0 panic=-1 loglevel=4 yonder.medium=live-iso\n"
+}
+
 // Build writes RawFile and QCOW2File into dir (which must exist) and returns them with their digests.
 func Build(ctx context.Context, dir string, opts Options) (Image, error) {
 	o, err := opts.withDefaults()
@@ -198,14 +225,47 @@ func Build(ctx context.Context, dir string, opts Options) (Image, error) {
 	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
 		return Image{}, fmt.Errorf("failed to convert the boot disk to qcow2 (qemu-img from qemu-utils): %w: %s", err, out)
 	}
-	img := Image{Raw: raw, QCOW2: qcow}
+	iso := filepath.Join(dir, ISOFile)
+	if err := writeLiveISO(ctx, in, work, initrd, iso); err != nil {
+		return Image{}, err
+	}
+	img := Image{Raw: raw, QCOW2: qcow, ISO: iso}
 	if img.RawSHA256, img.RawSize, err = digest(raw); err != nil {
 		return Image{}, err
 	}
 	if img.QCOW2SHA256, img.QCOW2Size, err = digest(qcow); err != nil {
 		return Image{}, err
 	}
+	if img.ISOSHA256, img.ISOSize, err = digest(iso); err != nil {
+		return Image{}, err
+	}
 	return img, nil
+}
+
+// writeLiveISO makes the live ISO with genisoimage: ISO 9660 (Rock Ridge) with ISOLINUX as its El Torito
+// no-emulation boot image, patched with the boot info table ISOLINUX needs — the layout of distributions'
+// BIOS-bootable ISOs, which iPXE's sanboot presents to the firmware as a CD-ROM.
+func writeLiveISO(ctx context.Context, in inputs, work, initrd, dst string) error {
+	tree := filepath.Join(work, "iso")
+	if err := os.MkdirAll(filepath.Join(tree, "isolinux"), 0o755); err != nil { //nolint:gosec // an ISO tree
+		return err
+	}
+	for _, f := range []struct {
+		from, to string
+	}{{isolinuxBin, "isolinux/isolinux.bin"}, {ldlinuxC32, "isolinux/ldlinux.c32"}, {in.kernel, "vmlinuz"}, {initrd, "initrd.img"}} {
+		if err := copyFile(f.from, filepath.Join(tree, f.to), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tree, "isolinux", "isolinux.cfg"), []byte(isolinuxConfig()), 0o644); err != nil { //nolint:gosec // a boot configuration
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "genisoimage", "-quiet", "-o", dst, "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat",
+		"-no-emul-boot", "-boot-load-size", "4", "-boot-info-table", "-R", "-V", "YONDER_LIVE", tree).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("failed to build the live ISO (genisoimage): %w: %s", err, out)
+	}
+	return nil
 }
 
 // inputs are the host files an image is made of.
@@ -220,7 +280,7 @@ func findInputs(ctx context.Context) (inputs, error) {
 		return inputs{}, err
 	}
 	in := inputs{kernel: filepath.Join(kdir, "vmlinuz"), busybox: "/bin/busybox"}
-	for _, need := range []string{in.busybox, in.kernel, mbrBin} {
+	for _, need := range []string{in.busybox, in.kernel, mbrBin, isolinuxBin, ldlinuxC32} {
 		if _, err := os.Stat(need); err != nil {
 			return inputs{}, fmt.Errorf("failed to find %s (run `hack/test-bins.sh --packages --metal-kernel`): %w", need, err)
 		}
@@ -398,7 +458,7 @@ func Cached(ctx context.Context, opts Options) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	img.Raw, img.QCOW2 = filepath.Join(final, RawFile), filepath.Join(final, QCOW2File)
+	img.Raw, img.QCOW2, img.ISO = filepath.Join(final, RawFile), filepath.Join(final, QCOW2File), filepath.Join(final, ISOFile)
 	b, err := json.Marshal(img)
 	if err != nil {
 		return Image{}, err
@@ -425,7 +485,7 @@ func readImage(dir string) (Image, error) {
 	if err := json.Unmarshal(b, &img); err != nil {
 		return Image{}, err
 	}
-	for _, f := range []string{img.Raw, img.QCOW2} {
+	for _, f := range []string{img.Raw, img.QCOW2, img.ISO} {
 		if _, err := os.Stat(f); err != nil {
 			return Image{}, err
 		}
@@ -436,8 +496,8 @@ func readImage(dir string) (Image, error) {
 func cacheKey(in inputs, o Options) (string, error) {
 	h := sha256.New()
 	// A hash.Hash's Write never fails.
-	_, _ = fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00", initScript, syslinuxConfig(o), o.SizeMiB, o.KernelArgs)
-	files := append([]string{in.kernel, in.busybox, mbrBin}, in.modules...)
+	_, _ = fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%s\x00", initScript, syslinuxConfig(o), isolinuxConfig(), o.SizeMiB, o.KernelArgs)
+	files := append([]string{in.kernel, in.busybox, mbrBin, isolinuxBin, ldlinuxC32}, in.modules...)
 	if p, err := exec.LookPath("syslinux"); err == nil {
 		files = append(files, p) // the installer carries the boot sector and ldlinux.sys it writes
 	}

@@ -91,6 +91,20 @@ func TestBuildLaysOutABootableDisk(t *testing.T) {
 	out, err = exec.CommandContext(ctx, "qemu-img", "compare", "-f", "raw", "-F", "qcow2", img.Raw, img.QCOW2).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "the qcow2 copy holds the same disk: %s", out)
 
+	// The live ISO: ISO 9660 with an El Torito boot record whose no-emulation image is ISOLINUX, booting
+	// the same kernel and initramfs told they run live.
+	iso, err := os.ReadFile(img.ISO)
+	g.Expect(err).NotTo(HaveOccurred())
+	isoSum := sha256.Sum256(iso)
+	g.Expect(img.ISOSHA256).To(Equal(hex.EncodeToString(isoSum[:])))
+	g.Expect(iso[16*2048+1:16*2048+6]).To(Equal([]byte("CD001")), "the primary volume descriptor")
+	g.Expect(string(iso[17*2048+7:17*2048+30])).To(Equal("EL TORITO SPECIFICATION"), "the boot record volume descriptor")
+	g.Expect(string(iso)).To(ContainSubstring("yonder.medium=live-iso"), "isolinux.cfg's APPEND")
+	isoinfo := exec.CommandContext(ctx, "isoinfo", "-R", "-f", "-i", img.ISO)
+	out, err = isoinfo.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	g.Expect(strings.Fields(string(out))).To(ContainElements("/vmlinuz", "/initrd.img", "/isolinux/isolinux.bin", "/isolinux/ldlinux.c32", "/isolinux/isolinux.cfg"))
+
 	again, err := bootdisk.Cached(ctx, bootdisk.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(img), "the second call answers from the cache")

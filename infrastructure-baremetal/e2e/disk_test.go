@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,10 +20,10 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
-	wire "github.com/yonder-dev/yonder/hostruntime/attest"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/inventory"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/baremetalhost"
 	"github.com/yonder-dev/yonder/test/bootdisk"
+	"github.com/yonder-dev/yonder/test/imagewrite"
 	"github.com/yonder-dev/yonder/test/metalboot"
 	"github.com/yonder-dev/yonder/test/redfishsim"
 )
@@ -41,7 +40,8 @@ const diskImageName = "node.qcow2"
 // PXE-boots once more and its disk loses every partition table and signature (checked on the disk file).
 // This image has the provider's key built in (the other tests boot the generic one, with the served key):
 // the agent verifies with it and ignores the key the boot server serves beside the image. Each phase's
-// wall time is logged, next to `qemu-img convert` of the same image in the same run.
+// wall time is logged, and the image write rate next to `qemu-img convert` and `dd` of the same image in
+// the same run (test/imagewrite).
 func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -82,10 +82,8 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 		Should(Equal(metal3v1.StateProvisioned))
 	written := time.Since(start)
 	got := l.get(g)
-	var rep baremetalhost.ReportRecord
-	g.Expect(json.Unmarshal([]byte(got.Annotations[baremetalhost.ReportAnnotation]), &rep)).To(Succeed())
-	g.Expect(rep.Success).To(BeTrue(), rep.Message)
-	g.Expect(rep.Action).To(Equal(wire.ActionWriteImage))
+	hostWrite, rep, err := imagewrite.HostRate(got)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rep.Device).To(Equal("/dev/vda"), "the disk the hints named")
 	g.Expect(rep.Bytes).To(Equal(img.RawSize))
 	g.Expect(l.sim.State("vm0").Override).To(Equal("Hdd"), "the host boots its disk from now on")
@@ -120,11 +118,10 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rangeSHA256(disk, 512, img.RawSize)).To(Equal(want))
 
-	// The same conversion by qemu-img, for the write rate's baseline.
-	convStart := time.Now()
-	out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", img.QCOW2, filepath.Join(t.TempDir(), "converted.raw")).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	converted := time.Since(convStart)
+	// The same image by qemu-img convert and dd, for the write rate's baselines.
+	baselines, err := imagewrite.Measure(ctx, img.QCOW2, t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(baselines.Convert.Bytes).To(Equal(img.RawSize))
 
 	start = time.Now()
 	l.update(g, func(h *metal3v1.BareMetalHost) {
@@ -144,13 +141,14 @@ func TestQEMUHostWritesImageBootsDiskAndCleans(t *testing.T) {
 	_ = f.Close()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Count(head, []byte{0})).To(Equal(len(head)), "the partition table and boot code are gone")
-	out, err = exec.CommandContext(ctx, "blkid", "-p", disk).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "blkid", "-p", disk).CombinedOutput()
 	g.Expect(err).To(HaveOccurred(), "blkid finds no signature: %s", out)
 	t.Logf("phases: boot artefacts %s; registered+inspected %s; claim → attested %s → image written, disk boot requested %s → config drive read by the image %s; "+
-		"release → cleaned, off, available %s; qemu-img convert of the same %d MiB image here %s",
+		"release → cleaned, off, available %s",
 		prepared.Round(time.Millisecond), registered.Round(time.Millisecond), attested.Round(time.Millisecond), written.Round(time.Millisecond),
-		diskBooted.Round(time.Millisecond), cleaned.Round(time.Millisecond), img.RawSize>>20, converted.Round(time.Millisecond))
+		diskBooted.Round(time.Millisecond), cleaned.Round(time.Millisecond))
 	t.Logf("the ramdisk's report: %s in %s", rep.Message, rep.Duration)
+	t.Log(imagewrite.Line(hostWrite, baselines))
 }
 
 func rangeSHA256(path string, from, to int64) (string, error) {

@@ -53,6 +53,14 @@ func (e Expected) NewHash() hash.Hash {
 	return sha256.New()
 }
 
+// Digest is the hex digest of b by algorithm (md5, sha256 or sha512; anything else is sha256, as NewHash),
+// the form spec.image.checksum holds.
+func Digest(algorithm string, b []byte) string {
+	h := Expected{Algorithm: algorithm}.NewHash()
+	_, _ = h.Write(b) // a hash.Hash's Write never fails
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Verify compares the digest h computed (from NewHash) with e, wrapping ErrMismatch with both digests
 // when they differ. A zero e verifies anything.
 func (e Expected) Verify(h hash.Hash) error {

@@ -2,10 +2,6 @@ package imagechecksum
 
 import (
 	"context"
-	"crypto/md5"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,27 +14,14 @@ import (
 
 var content = []byte("an image's bytes\n")
 
-func digest(algo string, b []byte) string {
-	switch algo {
-	case "md5":
-		s := md5.Sum(b)
-		return hex.EncodeToString(s[:])
-	case "sha512":
-		s := sha512.Sum512(b)
-		return hex.EncodeToString(s[:])
-	}
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
 // checksumServer serves a few checksum files; a request for /secret-only needs user info, which no
 // error may repeat.
 func checksumServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	files := map[string]string{
-		"/SHA256SUMS":   "# release\n" + strings.Repeat("0", 64) + "  other.iso\n" + digest("sha256", content) + " *image.iso\n",
-		"/image.md5":    digest("md5", content) + "\n",
-		"/BSD":          "SHA512 (image.iso) = " + digest("sha512", content) + "\n",
+		"/SHA256SUMS":   "# release\n" + strings.Repeat("0", 64) + "  other.iso\n" + Digest("sha256", content) + " *image.iso\n",
+		"/image.md5":    Digest("md5", content) + "\n",
+		"/BSD":          "SHA512 (image.iso) = " + Digest("sha512", content) + "\n",
 		"/other-only":   strings.Repeat("0", 64) + "  other.iso\n",
 		"/big-checksum": strings.Repeat("a", 2<<20),
 	}
@@ -56,19 +39,19 @@ func checksumServer(t *testing.T) *httptest.Server {
 
 func TestResolve(t *testing.T) {
 	srv := checksumServer(t)
-	sha := digest("sha256", content)
+	sha := Digest("sha256", content)
 	for _, tc := range []struct {
 		name, checksum, typ string
 		want                Expected
 	}{
 		{"no checksum", "", "", Expected{}},
 		{"no checksum with a type", "", "sha256", Expected{}},
-		{"md5", digest("md5", content), "md5", Expected{"md5", digest("md5", content)}},
+		{"md5", Digest("md5", content), "md5", Expected{"md5", Digest("md5", content)}},
 		{"sha256 upper case, no type", strings.ToUpper(sha), "", Expected{"sha256", sha}},
-		{"sha512 auto", digest("sha512", content), "auto", Expected{"sha512", digest("sha512", content)}},
+		{"sha512 auto", Digest("sha512", content), "auto", Expected{"sha512", Digest("sha512", content)}},
 		{"checksum file with names", srv.URL + "/SHA256SUMS", "auto", Expected{"sha256", sha}},
-		{"checksum file with a bare digest", srv.URL + "/image.md5", "md5", Expected{"md5", digest("md5", content)}},
-		{"BSD checksum file", srv.URL + "/BSD", "", Expected{"sha512", digest("sha512", content)}},
+		{"checksum file with a bare digest", srv.URL + "/image.md5", "md5", Expected{"md5", Digest("md5", content)}},
+		{"BSD checksum file", srv.URL + "/BSD", "", Expected{"sha512", Digest("sha512", content)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -117,7 +100,7 @@ func TestVerifyMismatch(t *testing.T) {
 	_, _ = h.Write(content)
 	err := e.Verify(h)
 	g.Expect(err).To(MatchError(ErrMismatch))
-	g.Expect(err).To(MatchError("image checksum mismatch: downloaded image has " + digest("sha256", content) + ", spec.image.checksum says " + want))
+	g.Expect(err).To(MatchError("image checksum mismatch: downloaded image has " + Digest("sha256", content) + ", spec.image.checksum says " + want))
 }
 
 func TestIsURL(t *testing.T) {

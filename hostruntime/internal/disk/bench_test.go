@@ -11,6 +11,7 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 
+	"github.com/yonder-dev/yonder/pkg/imagechecksum"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -65,12 +66,12 @@ func BenchmarkImageWrite(b *testing.B) {
 		rawDD += timed(shell(`curl -sSf "$1" | dd of="$2" bs=4M iflag=fullblock conv=fsync status=none`, srv.URL+"/image.raw", dev))
 		rawTee += timed(shell(`curl -sSf "$1" | tee "$2" | sha256sum >/dev/null && sync`, srv.URL+"/image.raw", dev))
 		rawOurs += timed(func() error {
-			_, err := w.Write(ctx, dev, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)})
+			_, err := w.Write(ctx, dev, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: imagechecksum.Digest("sha256", data)})
 			return err
 		})
 		qQemu += timed(shell(`qemu-img convert -n -f qcow2 -O raw "$1" "$2" && sync`, qcow, dev))
 		qOurs += timed(func() error {
-			_, err := w.Write(ctx, dev, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: sum("sha256", qdata), DiskFormat: format(FormatQcow2)})
+			_, err := w.Write(ctx, dev, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: imagechecksum.Digest("sha256", qdata), DiskFormat: format(FormatQcow2)})
 			return err
 		})
 	}

@@ -3,10 +3,6 @@ package disk
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +14,8 @@ import (
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
+
+	"github.com/yonder-dev/yonder/pkg/imagechecksum"
 )
 
 const (
@@ -25,19 +23,6 @@ const (
 	// testImageSize is not a multiple of 64 KiB, so the qcow2's last cluster is partial.
 	testImageSize = 8<<20 + 3*512
 )
-
-func sum(algo string, b []byte) string {
-	switch algo {
-	case "md5":
-		s := md5.Sum(b)
-		return hex.EncodeToString(s[:])
-	case "sha512":
-		s := sha512.Sum512(b)
-		return hex.EncodeToString(s[:])
-	}
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
 
 func format(f string) *string { return &f }
 
@@ -48,15 +33,15 @@ func TestWriteRaw(t *testing.T) {
 	raw := testImage(t, dir)
 	data, err := os.ReadFile(raw)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	sha := sum("sha256", data)
+	sha := imagechecksum.Digest("sha256", data)
 	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte("# release\n"+
 		strings.Repeat("0", 64)+"  other.raw\n"+sha+" *image.raw\n"), 0o600)).To(Succeed())
-	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "image.raw.md5"), []byte(sum("md5", data)+"\n"), 0o600)).To(Succeed())
+	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "image.raw.md5"), []byte(imagechecksum.Digest("md5", data)+"\n"), 0o600)).To(Succeed())
 	srv := fileServer(t, dir)
 	for _, tc := range []struct{ name, checksum, typ string }{
-		{"md5", sum("md5", data), "md5"},
+		{"md5", imagechecksum.Digest("md5", data), "md5"},
 		{"sha256", sha, "sha256"},
-		{"sha512 auto", sum("sha512", data), "auto"},
+		{"sha512 auto", imagechecksum.Digest("sha512", data), "auto"},
 		{"sha256 no type", strings.ToUpper(sha), ""},
 		{"checksum file with names", srv.URL + "/SHA256SUMS", "auto"},
 		{"checksum file with a bare digest", srv.URL + "/image.raw.md5", "md5"},
@@ -111,7 +96,7 @@ func TestWriteQcow2(t *testing.T) {
 			spool := t.TempDir()
 			w := &Writer{Client: srv.Client(), SpoolDir: spool}
 			res, err := w.Write(context.Background(), dev, metal3v1.Image{
-				URL: srv.URL + "/" + name, Checksum: sum("sha256", qdata), ChecksumType: "sha256", DiskFormat: format("qcow2"),
+				URL: srv.URL + "/" + name, Checksum: imagechecksum.Digest("sha256", qdata), ChecksumType: "sha256", DiskFormat: format("qcow2"),
 			})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(res.ImageBytes).To(Equal(int64(len(wantData))))
@@ -137,7 +122,7 @@ func TestWriteFailures(t *testing.T) {
 	qemuImg(t, "create", "-f", "qcow2", big, "32M")
 	bigData, err := os.ReadFile(big)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "SUMS"), []byte(sum("sha256", data)+"  someother.raw\n"), 0o600)).To(Succeed())
+	NewWithT(t).Expect(os.WriteFile(filepath.Join(dir, "SUMS"), []byte(imagechecksum.Digest("sha256", data)+"  someother.raw\n"), 0o600)).To(Succeed())
 	qcow := filepath.Join(dir, "image.qcow2")
 	qemuImg(t, "convert", "-f", "raw", "-O", "qcow2", raw, qcow)
 	srv := fileServer(t, dir)
@@ -156,12 +141,12 @@ func TestWriteFailures(t *testing.T) {
 		disk    outcome
 	}{
 		{"raw checksum mismatch", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: wrong, ChecksumType: "sha256"},
-			"image checksum mismatch: downloaded image has " + sum("sha256", data) + ", spec.image.checksum says " + wrong, headZeroed},
+			"image checksum mismatch: downloaded image has " + imagechecksum.Digest("sha256", data) + ", spec.image.checksum says " + wrong, headZeroed},
 		{"qcow2 checksum mismatch", testDeviceSize, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: wrong, DiskFormat: format("qcow2")},
 			"image checksum mismatch", headZeroed},
-		{"raw larger than the disk", 4 << 20, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)},
+		{"raw larger than the disk", 4 << 20, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: imagechecksum.Digest("sha256", data)},
 			fmt.Sprintf("(the disk is untouched): image larger than the disk: the raw image is %d bytes (Content-Length)", testImageSize), untouched},
-		{"qcow2 virtual size larger than the disk", testDeviceSize, metal3v1.Image{URL: srv.URL + "/big.qcow2?token=secret", Checksum: sum("md5", bigData), DiskFormat: format("qcow2")},
+		{"qcow2 virtual size larger than the disk", testDeviceSize, metal3v1.Image{URL: srv.URL + "/big.qcow2?token=secret", Checksum: imagechecksum.Digest("md5", bigData), DiskFormat: format("qcow2")},
 			"/big.qcow2?REDACTED to", untouched},
 		{"missing image", testDeviceSize, metal3v1.Image{URL: srv.URL + "/nothing.raw", Checksum: wrong},
 			"HTTP 404 Not Found", untouched},
@@ -220,7 +205,7 @@ func TestWriteLimits(t *testing.T) {
 		dev := loopDevice(t, testDeviceSize)
 		before := fillRandom(t, dev)
 		w := &Writer{Client: srv.Client(), SpoolDir: spool}
-		_, err = w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: sum("sha256", qdata), DiskFormat: format(FormatQcow2)})
+		_, err = w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.qcow2", Checksum: imagechecksum.Digest("sha256", qdata), DiskFormat: format(FormatQcow2)})
 		g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("(the disk is untouched): the qcow2 image (%d bytes) does not fit in %s", len(qdata), spool))))
 		g.Expect(bytes.Equal(readDev(t, dev), before)).To(BeTrue())
 	})
@@ -236,7 +221,7 @@ func TestWriteLimits(t *testing.T) {
 		dev := loopDevice(t, 4<<20)
 		fillRandom(t, dev)
 		w := &Writer{Client: srv.Client()}
-		_, err := w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: sum("sha256", data)})
+		_, err := w.Write(context.Background(), dev, metal3v1.Image{URL: srv.URL + "/image.raw", Checksum: imagechecksum.Digest("sha256", data)})
 		g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("its first MiB is left zeroed): image data up to byte %d does not fit on %s (%d bytes)", 8<<20, dev, 4<<20))))
 		got := readDev(t, dev)
 		g.Expect(bytes.Count(got[:headBytes], []byte{0})).To(Equal(headBytes))

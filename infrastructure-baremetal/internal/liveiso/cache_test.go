@@ -1,11 +1,7 @@
 package liveiso
 
 import (
-	"crypto/md5"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -22,20 +18,9 @@ import (
 	"github.com/go-logr/logr/funcr"
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	. "github.com/onsi/gomega"
-)
 
-func digest(algo string, b []byte) string {
-	switch algo {
-	case "md5":
-		s := md5.Sum(b)
-		return hex.EncodeToString(s[:])
-	case "sha512":
-		s := sha512.Sum512(b)
-		return hex.EncodeToString(s[:])
-	}
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
+	"github.com/yonder-dev/yonder/pkg/imagechecksum"
+)
 
 func randomBytes(t *testing.T, n int) []byte {
 	t.Helper()
@@ -171,7 +156,7 @@ func get(c *Cache, method, path string, header map[string]string) *httptest.Resp
 // fetched and says so.
 func TestFetchVerifiesAndServes(t *testing.T) {
 	data := randomBytes(t, 3<<20+17)
-	sha := digest("sha256", data)
+	sha := imagechecksum.Digest("sha256", data)
 	files := map[string][]byte{
 		"/dist/live.iso":   data,
 		"/dist/SHA256SUMS": []byte(strings.Repeat("0", 64) + "  other.iso\n" + sha + " *live.iso\n"),
@@ -181,8 +166,8 @@ func TestFetchVerifiesAndServes(t *testing.T) {
 		verified            bool
 	}{
 		{"sha256", sha, "sha256", true},
-		{"md5", digest("md5", data), "md5", true},
-		{"sha512 auto", digest("sha512", data), "auto", true},
+		{"md5", imagechecksum.Digest("md5", data), "md5", true},
+		{"sha512 auto", imagechecksum.Digest("sha512", data), "auto", true},
 		{"SHA256SUMS file", "/dist/SHA256SUMS", "", true},
 		{"no checksum", "", "", false},
 	} {
@@ -237,7 +222,7 @@ func TestHandlerServesOnlyReadyISOs(t *testing.T) {
 	dir := t.TempDir()
 	g.Expect(os.WriteFile(filepath.Join(filepath.Dir(dir), "secret.iso"), []byte("outside"), 0o600)).To(Succeed())
 	c := newCache(t, dir, o, nil)
-	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: digest("sha256", data)}
+	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: imagechecksum.Digest("sha256", data)}
 	g.Expect(settled(g, c, img).Phase).To(Equal(Ready))
 	partial := "." + strings.Repeat("a", 64) + ".1.partial"
 	g.Expect(os.WriteFile(filepath.Join(dir, partial), data, 0o600)).To(Succeed())
@@ -274,13 +259,13 @@ func TestFetchFailures(t *testing.T) {
 		fetched  string // the path requested once; path when empty
 	}{
 		{name: "checksum mismatch", path: "/live.iso", checksum: wrong,
-			want: []string{"/live.iso?REDACTED: image checksum mismatch: downloaded image has " + digest("sha256", data) + ", spec.image.checksum says " + wrong}},
+			want: []string{"/live.iso?REDACTED: image checksum mismatch: downloaded image has " + imagechecksum.Digest("sha256", data) + ", spec.image.checksum says " + wrong}},
 		{name: "HTTP error", path: "/missing.iso", checksum: wrong, want: []string{"/missing.iso?REDACTED: HTTP 404 Not Found"}},
 		{name: "checksum file missing", path: "/live.iso", checksum: "/SHA256SUMS", fetched: "/SHA256SUMS",
 			want: []string{"failed to resolve the checksum of", "/SHA256SUMS: HTTP 404 Not Found"}},
-		{name: "larger than MaxBytes by Content-Length", path: "/live.iso", checksum: digest("sha256", data), maxBytes: 1000,
+		{name: "larger than MaxBytes by Content-Length", path: "/live.iso", checksum: imagechecksum.Digest("sha256", data), maxBytes: 1000,
 			want: []string{fmt.Sprintf("the ISO is %d bytes (Content-Length), larger than the cache's limit of 1000 bytes", len(data))}},
-		{name: "larger than MaxBytes, streamed", path: "/live.iso", checksum: digest("sha256", data), maxBytes: 1000, chunked: true,
+		{name: "larger than MaxBytes, streamed", path: "/live.iso", checksum: imagechecksum.Digest("sha256", data), maxBytes: 1000, chunked: true,
 			want: []string{"the ISO is larger than the cache's limit of 1000 bytes"}},
 		{name: "stalled server", path: "/stall.iso", checksum: wrong, stall: true, want: []string{"the image server stopped sending for 200ms"}},
 		{name: "oci", url: "oci://registry.example/live:1", checksum: wrong, terminal: true, want: []string{"image url oci://registry.example/live:1 is not an http(s) URL"}},
@@ -363,7 +348,7 @@ func TestRetryBackoff(t *testing.T) {
 	now.Store(&start)
 	c.now = func() time.Time { return *now.Load() }
 	advance := func(d time.Duration) { t := now.Load().Add(d); now.Store(&t) }
-	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: digest("sha256", data), ChecksumType: "sha256"}
+	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: imagechecksum.Digest("sha256", data), ChecksumType: "sha256"}
 
 	st := settled(g, c, img)
 	g.Expect(st.Phase).To(Equal(Failed))
@@ -399,7 +384,7 @@ func TestConcurrentEnsureFetchesOnce(t *testing.T) {
 	o := newOrigin(t, map[string][]byte{"/live.iso": data})
 	o.gate = make(chan struct{})
 	c := newCache(t, t.TempDir(), o, nil)
-	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: digest("sha256", data)}
+	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: imagechecksum.Digest("sha256", data)}
 
 	var wg sync.WaitGroup
 	states := make([]State, 20)
@@ -424,8 +409,8 @@ func TestKeep(t *testing.T) {
 	o := newOrigin(t, map[string][]byte{"/a.iso": a, "/b.iso": b, "/slow.iso": a})
 	dir := t.TempDir()
 	c := newCache(t, dir, o, nil)
-	imgA := metal3v1.Image{URL: o.URL + "/a.iso", Checksum: digest("sha256", a)}
-	imgB := metal3v1.Image{URL: o.URL + "/b.iso", Checksum: digest("md5", b)}
+	imgA := metal3v1.Image{URL: o.URL + "/a.iso", Checksum: imagechecksum.Digest("sha256", a)}
+	imgB := metal3v1.Image{URL: o.URL + "/b.iso", Checksum: imagechecksum.Digest("md5", b)}
 	stA, stB := settled(g, c, imgA), settled(g, c, imgB)
 	g.Expect([]Phase{stA.Phase, stB.Phase}).To(Equal([]Phase{Ready, Ready}))
 
@@ -449,7 +434,7 @@ func TestKeep(t *testing.T) {
 		close(cancelled)
 	}
 	o.mu.Unlock()
-	slow := metal3v1.Image{URL: o.URL + "/slow.iso", Checksum: digest("sha256", a)}
+	slow := metal3v1.Image{URL: o.URL + "/slow.iso", Checksum: imagechecksum.Digest("sha256", a)}
 	g.Expect(c.Ensure(slow).Phase).To(Equal(Fetching))
 	g.Eventually(func() []string { return dirNames(g, dir) }).Should(ContainElement(HavePrefix("." + key(slow))))
 	c.Keep([]metal3v1.Image{imgA, imgB})
@@ -464,7 +449,7 @@ func TestNewAdoptsAndCleans(t *testing.T) {
 	data := randomBytes(t, 70000)
 	o := newOrigin(t, map[string][]byte{"/live.iso": data})
 	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: o.URL + "/SHA256SUMS"}
-	dropped := metal3v1.Image{URL: o.URL + "/old.iso", Checksum: digest("sha256", data)}
+	dropped := metal3v1.Image{URL: o.URL + "/old.iso", Checksum: imagechecksum.Digest("sha256", data)}
 	dir := filepath.Join(t.TempDir(), "var", "live")
 	g.Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 	for name, b := range map[string][]byte{
@@ -482,7 +467,7 @@ func TestNewAdoptsAndCleans(t *testing.T) {
 	st := settled(g, c, img)
 	g.Expect(st.Phase).To(Equal(Ready))
 	g.Expect(st.Size).To(Equal(int64(len(data))))
-	g.Expect(st.SHA256).To(Equal(digest("sha256", data)))
+	g.Expect(st.SHA256).To(Equal(imagechecksum.Digest("sha256", data)))
 	g.Expect(st.Verified).To(BeTrue())
 	g.Expect(get(c, http.MethodGet, st.Path, nil).Body.Bytes()).To(Equal(data))
 	g.Expect(o.count("/live.iso")+o.count("/SHA256SUMS")).To(BeZero(), "nothing fetched")
@@ -505,7 +490,7 @@ func TestClose(t *testing.T) {
 	o.gate = make(chan struct{})
 	dir := t.TempDir()
 	c := newCache(t, dir, o, nil)
-	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: digest("sha256", data)}
+	img := metal3v1.Image{URL: o.URL + "/live.iso", Checksum: imagechecksum.Digest("sha256", data)}
 	g.Expect(c.Ensure(img).Phase).To(Equal(Fetching))
 	g.Expect(c.Close()).To(Succeed()) // returns once the fetch stopped
 	st := c.Ensure(img)

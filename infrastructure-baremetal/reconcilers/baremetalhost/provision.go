@@ -310,17 +310,8 @@ func (r *Reconciler) bootLiveISO(ctx context.Context, s *scope) (ctrl.Result, er
 	if err := r.serveLiveISO(ctx, s, iso); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := s.bmc.SetNetworkBoot(ctx, bootMode(h)); err != nil {
-		return r.powerFailed(s, fmt.Sprintf("failed to set the persistent PXE boot of the live ISO: %v", err))
-	}
-	action := redfish.PowerCycle
-	if sys, err := s.bmc.System(ctx); err != nil {
-		return r.powerFailed(s, err.Error())
-	} else if !sys.PoweredOn {
-		action = redfish.PowerOn
-	}
-	if err := s.bmc.Power(ctx, action); err != nil {
-		return r.powerFailed(s, fmt.Sprintf("failed to boot the host into its live ISO: %v", err))
+	if res, ok := r.bootPersistently(ctx, s, s.bmc.SetNetworkBoot, "PXE boot of the live ISO", "into its live ISO"); !ok {
+		return res, nil
 	}
 	verified := "no checksum given: served as downloaded"
 	if iso.Verified {
@@ -516,21 +507,34 @@ func (r *Reconciler) awaitReport(ctx context.Context, s *scope, rec *Attestation
 	}
 	// Written: every boot from now on boots the disk, starting with this power cycle. Killed between the
 	// cycle and the status write, the controller cycles once more: the target is the disk either way.
-	if err := s.bmc.SetDiskBoot(ctx, bootMode(s.host)); err != nil {
-		return r.powerFailed(s, fmt.Sprintf("failed to set the persistent disk boot: %v", err))
-	}
-	action := redfish.PowerCycle
-	if sys, err := s.bmc.System(ctx); err != nil {
-		return r.powerFailed(s, err.Error())
-	} else if !sys.PoweredOn {
-		action = redfish.PowerOn
-	}
-	if err := s.bmc.Power(ctx, action); err != nil {
-		return r.powerFailed(s, fmt.Sprintf("failed to boot the host from its disk: %v", err))
+	if res, ok := r.bootPersistently(ctx, s, s.bmc.SetDiskBoot, "disk boot", "from its disk"); !ok {
+		return res, nil
 	}
 	r.recorder().Eventf(h, corev1.EventTypeNormal, DiskBootRequestedEvent, "Image written to %s (%d bytes in %s); booting the host from its disk", rep.Device, rep.Bytes, rep.Duration)
 	ctrl.LoggerFrom(ctx).Info("Image written, booting from disk", "device", rep.Device, "bytes", rep.Bytes, "duration", rep.Duration)
 	return r.provisioned(ctx, s)
+}
+
+// bootPersistently makes every boot from now on boot what set names (the disk, or the network for a live
+// ISO) and boots the host into it: a power cycle, or a power-on when it is off. ok is false, with the
+// powerFailed result, when the BMC refused a step; what and into complete its messages.
+func (r *Reconciler) bootPersistently(ctx context.Context, s *scope, set func(context.Context, redfish.BootMode) error, what, into string) (ctrl.Result, bool) {
+	if err := set(ctx, bootMode(s.host)); err != nil {
+		res, _ := r.powerFailed(s, fmt.Sprintf("failed to set the persistent %s: %v", what, err))
+		return res, false
+	}
+	action := redfish.PowerCycle
+	if sys, err := s.bmc.System(ctx); err != nil {
+		res, _ := r.powerFailed(s, err.Error())
+		return res, false
+	} else if !sys.PoweredOn {
+		action = redfish.PowerOn
+	}
+	if err := s.bmc.Power(ctx, action); err != nil {
+		res, _ := r.powerFailed(s, fmt.Sprintf("failed to boot the host %s: %v", into, err))
+		return res, false
+	}
+	return ctrl.Result{}, true
 }
 
 // sendBoot arms the one-time PXE override and powers the host on (or cycles it when cycle is true and it

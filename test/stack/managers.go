@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -44,6 +45,7 @@ type Manager struct {
 
 	deployment *appsv1.Deployment
 	saDir      string
+	emptyDirs  []emptyDir
 	env        []string
 	healthAddr string
 	process    *proc.Process
@@ -148,6 +150,10 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 	if err := s.serviceAccountFiles(ctx, d.Namespace, d.Spec.Template.Spec.ServiceAccountName, saDir); err != nil {
 		return nil, err
 	}
+	empty, err := emptyDirs(d, c, dir)
+	if err != nil {
+		return nil, err
+	}
 	env := []string{
 		"KUBERNETES_SERVICE_HOST=" + s.Management.Host.String(), fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", s.Management.Port),
 		"POD_NAMESPACE=" + d.Namespace, "POD_NAME=" + d.Name + "-stack", "HOME=" + dir, "PATH=" + os.Getenv("PATH"),
@@ -159,7 +165,7 @@ func (s *Stack) prepareManager(ctx context.Context, d *appsv1.Deployment) (*Mana
 	if err := s.routeWebhookService(ctx, d.Namespace, webhookPort); err != nil {
 		return nil, err
 	}
-	return &Manager{saDir: saDir, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr, MetricsAddr: metricsAddr}, nil
+	return &Manager{saDir: saDir, emptyDirs: empty, Name: name, Namespace: d.Namespace, Binary: binPath, Args: append(args, portArgs...), deployment: d, env: env, healthAddr: healthAddr, MetricsAddr: metricsAddr}, nil
 }
 
 // upstreamBinaries are the cached binaries (hack/test-bins.sh) of the Cluster API providers, by provider label.
@@ -216,6 +222,29 @@ func (s *Stack) mountedCertificate(ctx context.Context, d *appsv1.Deployment, c 
 		}
 	}
 	return certDir, nil
+}
+
+// emptyDir is an emptyDir volume of the Pod: a directory of the manager's own (Dir) that its process
+// sees at the container's mount path (MountPath).
+type emptyDir struct{ Dir, MountPath string }
+
+// emptyDirs gives each emptyDir volume container c mounts a directory of its own below dir, kept across
+// restarts of the process as an emptyDir survives a container restart, and removed with the stack.
+func emptyDirs(d *appsv1.Deployment, c *corev1.Container, dir string) ([]emptyDir, error) {
+	var out []emptyDir
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != vm.Name || v.EmptyDir == nil {
+				continue
+			}
+			ed := emptyDir{Dir: filepath.Join(dir, "volumes", v.Name), MountPath: vm.MountPath}
+			if err := os.MkdirAll(ed.Dir, 0o777); err != nil { //nolint:gosec // an emptyDir is world-writable, as the kubelet makes it
+				return nil, fmt.Errorf("failed to create emptyDir %s of %s: %w", v.Name, d.Labels[ProviderLabel], err)
+			}
+			out = append(out, ed)
+		}
+	}
+	return out, nil
 }
 
 // podPorts gives the process what the kubelet would give a Pod: its own ports (on the bridge address) and
@@ -301,11 +330,15 @@ func (s *Stack) serviceAccountFiles(ctx context.Context, namespace, sa, dir stri
 }
 
 // podMountScript runs in a private mount namespace: a tmpfs over /run (/var/run) with the service
-// account files where client-go and controller-runtime look for them in a Pod, then execs the manager.
+// account files where client-go and controller-runtime look for them in a Pod, and the emptyDir volumes
+// bound at their mount paths ($1 of them, as directory and mount path pairs; the mount point itself is
+// created on the machine, empty, as a runtime creates it in a container's root), then execs the manager.
 const podMountScript = `set -e
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/secrets/kubernetes.io/serviceaccount
 cp "$0"/token "$0"/ca.crt "$0"/namespace /run/secrets/kubernetes.io/serviceaccount/
+n=$1; shift
+while [ "$n" -gt 0 ]; do mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; n=$((n-1)); done
 exec "$@"`
 
 // StartManager starts a prepared manager (again) and waits until it reports ready.
@@ -317,7 +350,11 @@ func (s *Stack) StartManager(ctx context.Context, name string) error {
 	if m.process != nil && !m.process.Exited() {
 		return nil
 	}
-	args := append([]string{"-m", "--propagation", "private", "/bin/sh", "-c", podMountScript, m.saDir, m.Binary}, m.Args...)
+	args := []string{"-m", "--propagation", "private", "/bin/sh", "-c", podMountScript, m.saDir, strconv.Itoa(len(m.emptyDirs))}
+	for _, ed := range m.emptyDirs {
+		args = append(args, ed.Dir, ed.MountPath)
+	}
+	args = append(append(args, m.Binary), m.Args...)
 	p, err := proc.Start(name, s.logDir, m.env, "unshare", args...)
 	if err != nil {
 		return fmt.Errorf("failed to start manager %s: %w", name, err)

@@ -227,9 +227,11 @@ func (s *Server) AddSystem(spec SystemSpec) {
 // SystemState is a snapshot of a system's power and boot state.
 type SystemState struct {
 	PoweredOn bool
-	// PXEBoots counts power-ons that consumed a one-time PXE override.
+	// PXEBoots counts power-ons that booted from the network: a one-time PXE override (consumed) or a
+	// persistent one (a live ISO host's every boot).
 	PXEBoots int
-	// Override is the pending boot override ("Pxe" when a one-time PXE boot is armed).
+	// Override is the boot override in force ("Pxe" when a one-time or persistent PXE boot is set, "Hdd"
+	// for a persistent disk boot).
 	Override string
 	// BootMode is the firmware mode boots use (BootSourceOverrideMode: "Legacy" or "UEFI").
 	BootMode string

@@ -35,6 +35,10 @@ const (
 	// YonderMetalMachineHostErrorReason: the host reports an error (status.errorType); the message carries
 	// its errorMessage.
 	YonderMetalMachineHostErrorReason = "HostError"
+	// YonderMetalMachineBootstrapDataUnsupportedReason: the machine runs diskless (customDeploy
+	// yonder-diskless), whose ramdisk runs Yonder's cloud-config itself, and its bootstrap data is not
+	// that (a kubeadm cloud-config, another format): the host is handed nothing.
+	YonderMetalMachineBootstrapDataUnsupportedReason = "BootstrapDataUnsupported"
 	// YonderMetalMachineHostPausedReason: the host carries baremetalhost.metal3.io/paused; nothing happens
 	// until it is removed.
 	YonderMetalMachineHostPausedReason = "HostPaused"

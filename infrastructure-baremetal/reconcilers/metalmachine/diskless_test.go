@@ -58,3 +58,44 @@ func TestDisklessMachineDeployment(t *testing.T) {
 		g.Expect(h.Status.Provisioning.State).To(Equal(metal3v1.StateAvailable))
 	}).Should(Succeed())
 }
+
+// A diskless Machine whose bootstrap data its ramdisk could not run — CABPK's kubeadm cloud-config, with
+// modules other than write_files and runcmd — is refused before its host is handed anything: the
+// YonderMetalMachine says BootstrapDataUnsupported, naming the module and Yonder's bootstrap provider, and
+// the claimed host gets no custom deploy, no user data and is not powered on. No secret value is echoed.
+func TestDisklessMachineRefusesBootstrapDataItsRamdiskCannotRun(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, "diskless-kubeadm").Name
+	pool := map[string]string{"pool": "diskless-kubeadm"}
+	registerHosts(g, ns, hostSpec{Name: "k1", Labels: pool})
+	describeHosts(g, ns, "k1")
+	simulateHostController(t, ns)
+	cluster := newCluster(t, g, ns, "diskless-kubeadm")
+	startProvider(t, testOptions())
+	data := dataSecret(g, ns, "kubeadm-join", cluster.Name)
+	data.Data["value"] = []byte("#cloud-config\nbootcmd:\n- echo s3cret-token\nwrite_files: []\nruncmd:\n- kubeadm join --token s3cret-token\n")
+	g.Expect(env.Update(ctx, data)).To(Succeed())
+	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "diskless-kubeadm"},
+		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
+			CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod},
+			HostSelector: infrav1.HostSelector{MatchLabels: pool},
+		}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	newMachineDeploymentFrom(g, ns, "diskless-kubeadm", cluster, data.Name, 1, tmpl.Name)
+
+	g.Eventually(func(g Gomega) {
+		ms := metalMachines(g, ns)
+		g.Expect(ms).To(HaveLen(1))
+		c := condition(&ms[0], infrav1.YonderMetalMachineHostProvisionedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.YonderMetalMachineBootstrapDataUnsupportedReason))
+		g.Expect(c.Message).To(And(ContainSubstring("bootcmd"), ContainSubstring("YonderConfig"), ContainSubstring(data.Name)))
+		g.Expect(c.Message).NotTo(ContainSubstring("s3cret"), "no value of the bootstrap data")
+	}).Should(Succeed())
+	h := host(g, ns, "k1")
+	g.Expect(h.Spec.ConsumerRef).NotTo(BeNil(), "the host is claimed for the Machine")
+	g.Expect(h.Spec.CustomDeploy).To(BeNil(), "but handed nothing")
+	g.Expect(h.Spec.UserData).To(BeNil())
+	g.Expect(h.Spec.Online).To(BeFalse())
+}

@@ -10,10 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/internal/hostdata"
 	"github.com/yonder-dev/yonder/pkg/claim"
+	"github.com/yonder-dev/yonder/pkg/cloudconfig"
 )
 
 // scope is one reconcile of one machine.
@@ -31,6 +33,16 @@ func (a *Adapter) Provision(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if !a.Facts(m).Provisioned {
 		data := s.DataSecretName()
 		if handOff(m, data, host.DeepCopy()) {
+			if m.Spec.CustomDeploy != nil {
+				problem, err := a.disklessDataProblem(ctx, m, data)
+				if err != nil {
+					return ctrl.Result{}, err
+				}
+				if problem != "" {
+					setCond(m, infrav1.YonderMetalMachineHostProvisionedCondition, metav1.ConditionFalse, infrav1.YonderMetalMachineBootstrapDataUnsupportedReason, problem)
+					return ctrl.Result{}, nil // a new bootstrap data Secret (a rollout) comes with a new Machine
+				}
+			}
 			ctrl.LoggerFrom(ctx).Info("Handing image and bootstrap data to host")
 			var err error
 			if host, err = a.updateHost(ctx, m, host, func(h *metal3v1.BareMetalHost) bool { return handOff(m, data, h) }); err != nil {
@@ -97,6 +109,28 @@ func (a *Adapter) inventory(ctx context.Context, m *infrav1.YonderMetalMachine, 
 		a.provisioned.put(key, inv)
 	}
 	return inv
+}
+
+// disklessDataProblem says why the Machine's bootstrap data cannot run in a diskless host's ramdisk (""
+// when it can). The ramdisk carries out Yonder's cloud-config (write_files and runcmd) itself, as the SSH
+// provider does; a kubeadm cloud-config (CABPK's), Ignition or any other cloud-init module would fail only
+// after the host PXE-booted and attested, three times. So it is checked before the host is handed anything.
+func (a *Adapter) disklessDataProblem(ctx context.Context, m *infrav1.YonderMetalMachine, name string) (string, error) {
+	sec := &corev1.Secret{}
+	if err := a.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, sec); err != nil {
+		return "", fmt.Errorf("failed to read bootstrap data Secret %s: %w", name, err)
+	}
+	use := "use Yonder's bootstrap provider (YonderConfig) for diskless Machines, or an image"
+	if f := string(sec.Data["format"]); f != "" && f != "cloud-config" {
+		return fmt.Sprintf("customDeploy %s runs the bootstrap data in the host's ramdisk as Yonder's cloud-config, and Secret %s has format %q: %s",
+			infrav1.DisklessDeployMethod, name, f, use), nil
+	}
+	// Parse's errors name the offending module or line, never the data's values.
+	if _, err := cloudconfig.Parse(sec.Data["value"]); err != nil {
+		return fmt.Sprintf("customDeploy %s runs the bootstrap data in the host's ramdisk, which carries out write_files and runcmd only, and Secret %s's is not that (%v): %s",
+			infrav1.DisklessDeployMethod, name, err, use), nil
+	}
+	return "", nil
 }
 
 // desiredImage converts the machine's image into Metal3's.

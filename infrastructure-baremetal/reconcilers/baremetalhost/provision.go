@@ -618,12 +618,21 @@ func (r *Reconciler) keepLease(ctx context.Context, s *scope) error {
 		return nil
 	}
 	if img := s.state.Image; img != nil && isLiveImage(img) && s.state.CustomDeploy == nil {
-		// A live ISO host boots it from the network every time: its entry is its ISO's script, served
-		// once the cache has the ISO again (a restarted manager fetches it anew).
-		if iso, _, ready := r.liveISO(ctx, s, *img); ready {
-			return r.serveLiveISO(ctx, s, iso)
+		// A live ISO host boots it from the network every time: its entry is its ISO's script. The host
+		// keeps running what it booted while the cache has not got the ISO again (a restarted manager
+		// fetches it anew); a reboot meanwhile finds no script, and the firmware goes on to its next boot
+		// device. Nothing here touches the Provisioned condition or the error: the host is provisioned.
+		if r.LiveISOs == nil {
+			r.forgetBoot(h)
+			return nil
 		}
-		return nil
+		iso := r.LiveISOs.Ensure(*img)
+		if iso.Phase != liveiso.Ready {
+			ctrl.LoggerFrom(ctx).Info("The live ISO of this provisioned host is not ready to serve", "phase", iso.Phase, "message", iso.Message)
+			r.forgetBoot(h)
+			return nil
+		}
+		return r.serveLiveISO(ctx, s, iso)
 	}
 	lh, err := leaseHost(h)
 	if err != nil || !lh.Address.IsValid() {

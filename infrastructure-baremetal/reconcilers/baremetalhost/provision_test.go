@@ -347,7 +347,9 @@ func liveISOOrigin(t *testing.T) (url, sum string, downloads *atomic.Int32) {
 // instructions with no user data; the controller sets a persistent PXE boot and cycles it, and its boot
 // script SAN-boots the ISO from the boot server (/live/), whose blocks it reads by range. A second host
 // naming an ISO that does not match its checksum is never powered on: LiveISOUnavailable, both digests
-// named. Released, the first host is powered off without a cleaning boot and the ISO leaves the cache.
+// named. A manager restart (empty cache and boot table) fetches and serves the ISO again while the host
+// stays provisioned. Released, the first host is powered off without a cleaning boot and the ISO leaves
+// the cache.
 func TestLiveISOBootedAfterAttestation(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -403,6 +405,20 @@ func TestLiveISOBootedAfterAttestation(t *testing.T) {
 	g.Expect(got.Annotations).To(HaveKey(baremetalhost.EnrolmentAnnotation), "the host attested before it was switched to the ISO")
 	g.Expect(downloads.Load()).To(BeNumerically("<=", 2), "the ISO was downloaded once for the good host (and once for the bad one)")
 	g.Consistently(func() int { return sim.State("l2").PXEBoots }, "2s").Should(BeZero(), "an ISO that fails its checksum is never booted")
+
+	// A restarted manager's cache and boot table are empty: the provisioned host's next passes fetch the
+	// ISO again and serve its script again, while the host stays provisioned without error.
+	fetched := downloads.Load()
+	lab.isos.Keep(nil)
+	lab.inv.Delete(mustMAC("52:54:00:1f:00:01"))
+	g.Eventually(func(g Gomega) {
+		e, ok := lab.inv.HostByMAC(mustMAC("52:54:00:1f:00:01"))
+		g.Expect(ok).To(BeTrue())
+		g.Expect(e.Boot.LiveISO).To(Equal(entry.Boot.LiveISO))
+	}).Should(Succeed())
+	g.Expect(downloads.Load()).To(BeNumerically(">", fetched), "fetched again (the bad host's retries share the origin)")
+	g.Expect(condition(h, baremetalhost.BareMetalHostProvisionedCondition)(g).Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(getHost(g, h).Status.ErrorType).To(BeEmpty())
 
 	release(g, h)
 	g.Eventually(state(h)).Should(Equal(metal3v1.StateAvailable))

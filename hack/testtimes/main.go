@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // event is one line of `go test -json` (cmd/test2json).
@@ -27,6 +28,7 @@ type event struct {
 	Test    string
 	Elapsed float64
 	Output  string
+	Time    time.Time
 }
 
 func main() {
@@ -46,6 +48,10 @@ func run(in io.Reader, out io.Writer) error {
 	// before its own subtests, as go test -v prints them).
 	subtests := map[string]map[string][]subtest{}
 	order, started := map[string]int{}, 0 // the order tests started in, by package and test
+	// When each top-level test started, by package and test: go test reports as a parent's Elapsed only its
+	// own function's time, without the parallel subtests it waits for (TestSeparateClusters: 0.00s for
+	// 403 s), so a top-level test's line gives the longer of Elapsed and the time between its run and end.
+	began := map[string]time.Time{}
 	s := bufio.NewScanner(in)
 	s.Buffer(make([]byte, 1<<20), 16<<20)
 	for s.Scan() {
@@ -75,6 +81,9 @@ func run(in io.Reader, out io.Writer) error {
 		case e.Action == "run" && e.Test != "":
 			started++
 			order[e.Package+"\x00"+e.Test] = started
+			if !strings.Contains(e.Test, "/") {
+				began[e.Package+"\x00"+e.Test] = e.Time
+			}
 		case e.Action == "pass" && e.Test != "":
 			top, _, sub := strings.Cut(e.Test, "/")
 			if subtests[e.Package] == nil {
@@ -82,7 +91,7 @@ func run(in io.Reader, out io.Writer) error {
 			}
 			switch {
 			case !sub:
-				_, _ = fmt.Fprintf(w, "--- PASS: %s (%.2fs)\n", e.Test, e.Elapsed)
+				_, _ = fmt.Fprintf(w, "--- PASS: %s (%.2fs)\n", e.Test, wall(e, began))
 				subs := subtests[e.Package][top]
 				slices.SortFunc(subs, func(a, b subtest) int { return a.started - b.started })
 				for _, st := range subs {
@@ -98,7 +107,11 @@ func run(in io.Reader, out io.Writer) error {
 		case (e.Action == "fail" || e.Action == "skip") && e.Test != "":
 			verb := map[string]string{"fail": "FAIL", "skip": "SKIP"}[e.Action]
 			if e.Action == "fail" || !strings.Contains(e.Test, "/") {
-				_, _ = fmt.Fprintf(w, "--- %s: %s (%.2fs)\n", verb, e.Test, e.Elapsed)
+				secs := e.Elapsed
+				if !strings.Contains(e.Test, "/") {
+					secs = wall(e, began)
+				}
+				_, _ = fmt.Fprintf(w, "--- %s: %s (%.2fs)\n", verb, e.Test, secs)
 				for _, o := range tests[e.Test] {
 					_, _ = fmt.Fprint(w, o)
 				}
@@ -122,6 +135,17 @@ func run(in io.Reader, out io.Writer) error {
 		return err
 	}
 	return w.Flush()
+}
+
+// wall is a top-level test's time: its Elapsed, or the time from its run event to e (its end) when that is
+// longer (a parent that waited for parallel subtests). Events without times (older go, synthetic input)
+// give Elapsed.
+func wall(e event, began map[string]time.Time) float64 {
+	b := began[e.Package+"\x00"+e.Test]
+	if b.IsZero() || e.Time.IsZero() {
+		return e.Elapsed
+	}
+	return max(e.Elapsed, e.Time.Sub(b).Seconds())
 }
 
 // unfinished prints the output of tests that never reported an end, as failures.

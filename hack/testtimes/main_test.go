@@ -84,3 +84,27 @@ func TestSlowSubtestsGetTimeLinesUnderTheirTest(t *testing.T) {
 		"    --- PASS: TestScenarios/remediation (70.25s)\n" +
 		"--- FAIL: TestBroken (4.00s)\n"))
 }
+
+// A parent whose subtests run in parallel is reported by go test with its own function's time only
+// (0.00s); its line gives the time from its start to its end instead, as go test -json's event times
+// say. A test whose Elapsed is the longer keeps it (the events' times are rounded).
+func TestParentOfParallelSubtestsGetsItsWallTime(t *testing.T) {
+	g := NewWithT(t)
+	ev := func(action, test, at string, elapsed float64) string {
+		return fmt.Sprintf(`{"Time":"2026-12-06T22:%s","Action":%q,"Package":"p","Test":%q,"Elapsed":%g}`, at, action, test, elapsed)
+	}
+	in := strings.Join([]string{
+		ev("run", "TestGroup", "04:39Z", 0), ev("run", "TestGroup/a", "04:39.1Z", 0), ev("run", "TestGroup/b", "04:39.2Z", 0),
+		ev("pass", "TestGroup/b", "07:54Z", 194.67), ev("pass", "TestGroup/a", "09:22Z", 282.82), ev("pass", "TestGroup", "11:22Z", 0),
+		ev("run", "TestAlone", "11:22Z", 0), ev("pass", "TestAlone", "13:44Z", 142.58),
+		ev("run", "TestBroken", "13:44Z", 0), ev("run", "TestBroken/x", "13:44Z", 0), ev("fail", "TestBroken/x", "13:50Z", 6), ev("fail", "TestBroken", "14:00Z", 0),
+	}, "\n")
+	var out bytes.Buffer
+	g.Expect(run(strings.NewReader(in), &out)).To(Succeed())
+	g.Expect(out.String()).To(Equal("--- PASS: TestGroup (403.00s)\n" +
+		"    --- PASS: TestGroup/a (282.82s)\n" +
+		"    --- PASS: TestGroup/b (194.67s)\n" +
+		"--- PASS: TestAlone (142.58s)\n" +
+		"--- FAIL: TestBroken/x (6.00s)\n" +
+		"--- FAIL: TestBroken (16.00s)\n"))
+}

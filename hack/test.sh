@@ -8,8 +8,8 @@
 #   other: the early suites (EARLY_PKGS) first, beside the heavy lane's first suite, then every other
 #          package one after another, then every benchmark once at its tiny size in only the
 #          packages that have benchmarks (a go test of its own: with -bench set, cmd/go runs packages one at
-#          a time) and, beside them at the lowest priority, fuzzing (hack/fuzz.sh). The heavy lane is the
-#          longer one, so the benchmarks and the fuzzing cost no wall time of their own.
+#          a time), then fuzzing (hack/fuzz.sh). The heavy lane is the longer one, so the benchmarks and the
+#          fuzzing cost no wall time of their own.
 # Every step runs even when an earlier one failed, and the script ends with a summary of what failed (the
 # failing packages and tests of every step, with what each failing test said): a CI log that keeps only its
 # last lines still says what broke and why.
@@ -75,19 +75,16 @@ heavy_lane() {
 other_lane() {
   go test -count=1 -p 1 "${link[@]}" -timeout "${TEST_TIMEOUT}" "${light[@]}" 2>&1 | record other || failed other
   done_at other
-  # Fuzzing runs for a fixed time per target, beside the benchmarks and the QEMU suites at the end of the
-  # heavy lane: at the lowest priority it takes only the CPU the emulation and the benchmarks leave (a
-  # fresh-clone run of 6 Dec: the metal lifecycle took 1141 s beside bench and fuzzing, 794 s alone), and
-  # explores a little less. After the benchmarks it made the second lane the longer one (fuzzing ended 36 s
-  # after the heavy lane, 6 Dec).
-  (FUZZPARALLEL=1 nice -n 19 hack/fuzz.sh 2>&1 | record fuzz || failed fuzz; done_at fuzz) &
-  local fuzz_pid=$!
   if [ "${#bench[@]}" -gt 0 ]; then
     YONDER_BENCH_TINY=1 go test -count=1 "${link[@]}" -run '^$' -bench . -benchtime 1x -timeout "${TEST_TIMEOUT}" "${bench[@]}" 2>&1 |
       record bench || failed bench
     done_at bench
   fi
-  wait "$fuzz_pid"
+  # Fuzzing runs for a fixed time per target, beside the QEMU suites at the end of the heavy lane: at the
+  # lowest priority it takes only the CPU the emulation leaves (a fresh-clone run of 6 Dec: the metal
+  # lifecycle took 1141 s beside bench and fuzzing, 794 s alone), and explores a little less.
+  FUZZPARALLEL=1 nice -n 19 hack/fuzz.sh 2>&1 | record fuzz || failed fuzz
+  done_at fuzz
 }
 
 heavy_lane &

@@ -38,6 +38,7 @@ var kcpGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Ver
 // etcd member added, then the old one removed), through the same endpoint, and releases and cleans the old
 // host.
 func testKubeadmClusterOnSSHHosts(t *testing.T) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

@@ -40,6 +40,7 @@ var kubeadmCleanup = []string{"kubeadm reset --force", "rm -f /etc/default/kubel
 // hosts (the hosts' cleanup commands: kubeadm reset); scaling up claims the same hosts again and joins them
 // again.
 func testKubeadmWorkersOnSSHHosts(t *testing.T) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	t0 := time.Now()

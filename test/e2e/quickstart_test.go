@@ -52,6 +52,7 @@ const (
 // no Node left behind. A section the test does not know, or a block more or fewer than it expects, fails it:
 // the page cannot change without the test.
 func testQuickstartAsWritten(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	g := NewWithT(t)
 	t0 := time.Now()

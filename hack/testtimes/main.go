@@ -107,11 +107,7 @@ func run(in io.Reader, out io.Writer) error {
 		case (e.Action == "fail" || e.Action == "skip") && e.Test != "":
 			verb := map[string]string{"fail": "FAIL", "skip": "SKIP"}[e.Action]
 			if e.Action == "fail" || !strings.Contains(e.Test, "/") {
-				secs := e.Elapsed
-				if !strings.Contains(e.Test, "/") {
-					secs = wall(e, began)
-				}
-				_, _ = fmt.Fprintf(w, "--- %s: %s (%.2fs)\n", verb, e.Test, secs)
+				_, _ = fmt.Fprintf(w, "--- %s: %s (%.2fs)\n", verb, e.Test, wall(e, began))
 				for _, o := range tests[e.Test] {
 					_, _ = fmt.Fprint(w, o)
 				}
@@ -137,9 +133,9 @@ func run(in io.Reader, out io.Writer) error {
 	return w.Flush()
 }
 
-// wall is a top-level test's time: its Elapsed, or the time from its run event to e (its end) when that is
-// longer (a parent that waited for parallel subtests). Events without times (older go, synthetic input)
-// give Elapsed.
+// wall is a test's time: its Elapsed, or for a top-level test (the only ones in began) the time from its
+// run event to e (its end) when that is longer (a parent that waited for parallel subtests). Events
+// without times (older go, synthetic input) give Elapsed.
 func wall(e event, began map[string]time.Time) float64 {
 	b := began[e.Package+"\x00"+e.Test]
 	if b.IsZero() || e.Time.IsZero() {

@@ -167,13 +167,16 @@ func deleteOnFailure(t *testing.T, name string) {
 	})
 }
 
+// scenario is one named scenario of a test that runs several (TestScenarios, TestSeparateClusters).
+type scenario struct {
+	name string
+	f    func(*testing.T)
+}
+
 // TestScenarios runs the lifecycle scenarios in order on one stack; each reports its wall time.
 func TestScenarios(t *testing.T) {
 	deleteOnFailure(t, quickCluster)
-	for _, sc := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	for _, sc := range []scenario{
 		{"1-quickstart", testQuickStart},
 		{"2-scale", testScale},
 		{"4-remediation", testRemediation},
@@ -193,15 +196,12 @@ func TestScenarios(t *testing.T) {
 // TestSeparateClusters runs at once the scenarios that share nothing but the management stack's managers:
 // each brings its own hosts and its own workload cluster (kubeadm's on full-OS hosts, or a management
 // cluster of its own on the quickstart site's hosts) in a namespace of its own, so none of them can see
-// another's Machines, hosts or Nodes. They spend much of their time waiting on kubelets and controllers,
-// which left a core idle when they ran one after another (fresh-clone CI of 6 Dec: 512 s in a row). go
-// test runs two at a time (-parallel defaults to the cores); the longest two start first. Before
-// TestMove and TestClusterctlUpgrade, which change what every scenario runs against.
+// another's Machines, hosts or Nodes. go test runs two at a time (-parallel defaults to the cores); the
+// longest two start first. Fresh-clone CI of 6 Dec: 403 s together against 518 s one after another — the
+// machine was busy either way, so the other lane gave back some of that. Before TestMove and
+// TestClusterctlUpgrade, which change what every scenario runs against.
 func TestSeparateClusters(t *testing.T) {
-	for _, sc := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	for _, sc := range []scenario{
 		{"KubeadmClusterOnSSHHosts", testKubeadmClusterOnSSHHosts},
 		{"QuickstartAsWritten", testQuickstartAsWritten},
 		{"KubeadmWorkersOnSSHHosts", testKubeadmWorkersOnSSHHosts},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -307,16 +308,121 @@ func (h *Host) etcHosts() fileSpec {
 // labResolvConf is a machine host's resolv.conf: the lab network has no DNS server.
 var labResolvConf = fileSpec{[]byte("# The lab network has no DNS server; names resolve through /etc/hosts.\n"), 0o644}
 
+// The texts below are what a host that kubeadm accepts carries: the full-OS hosts here, and the bare-metal
+// e2e's node image (test/kubeadm.NodeImage), which writes the same bytes into a cloud image so both kinds
+// of host run containerd and the kubelet the same way.
+
+// containerdUnitHead, containerdUnitAfter and containerdUnitService make up containerd's unit as
+// containerd's repository ships it (containerd.service), started from /usr/local/bin. They are split at
+// the After= line because a full-OS host also orders containerd after its host-prep.service, which only
+// a container needs.
+const (
+	containerdUnitHead = `[Unit]
+Description=containerd container runtime
+`
+	containerdUnitAfter   = "After=network.target local-fs.target"
+	containerdUnitService = `
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/local/bin/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNOFILE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+`
+)
+
+// ContainerdUnit is containerd's systemd unit (/etc/systemd/system/containerd.service) for a machine
+// with containerd in /usr/local/bin.
+const ContainerdUnit = containerdUnitHead + containerdUnitAfter + "\n" + containerdUnitService
+
+// KubeletUnit is the kubelet's systemd unit (/etc/systemd/system/kubelet.service) as the kubeadm packages
+// install it, for a kubelet in /usr/local/bin: without KubeadmKubeletDropIn the kubelet has no
+// configuration, and until kubeadm writes one it fails and systemd restarts it every 10 s, forever.
+const KubeletUnit = `[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/local/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// KubeadmKubeletDropIn is the kubelet unit's drop-in the kubeadm packages install
+// (/etc/systemd/system/kubelet.service.d/10-kubeadm.conf): it runs the kubelet with the bootstrap
+// kubeconfig, the configuration and the flags that `kubeadm init` or `kubeadm join` write.
+const KubeadmKubeletDropIn = `[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+`
+
+// ContainerdConfig is containerd's /etc/containerd/config.toml for a kubeadm node: the CRI plugin with
+// FullOSSandboxImage as the pod sandbox (pinned, so image garbage collection never removes the preloaded
+// copy), registry mirrors read from /etc/containerd/certs.d, Debian's CNI plugins, and runc with the
+// systemd cgroup driver when systemdCgroup is set (it must match the kubelet's cgroupDriver; kubeadm's
+// default is systemd). restrict_oom_score_adj is what a container without CAP_SYS_RESOURCE needs; on a
+// machine it only keeps containers from getting an oom_score_adj below containerd's own.
+func ContainerdConfig(systemdCgroup bool) string {
+	return `version = 3
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "/etc/containerd/certs.d"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "` + FullOSSandboxImage + `"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # The container has no CAP_SYS_RESOURCE to lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    # Debian's containernetworking-plugins.
+    bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = ` + strconv.FormatBool(systemdCgroup) + `
+`
+}
+
+// BridgeConflist is a CNI network configuration (/etc/cni/net.d/10-bridge.conflist) for a node whose pods
+// need no network beyond the node: Debian's bridge plugin with a gateway on the bridge cni0 and
+// masquerading, host-local addresses from subnet (CIDR notation), portmap and loopback. Nodes with it have
+// no routes to each other's pods; each node needs a subnet of its own within its cluster.
+func BridgeConflist(name, subnet string) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": %q,
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+`, name, subnet)
+}
+
 // fullOSFiles is what a host's tree gets on top of the archive: its identity (hostname, host key, the
 // authorized client key), sshd's settings, containerd's configuration, and the kubelet unit with the drop-in
 // the kubeadm packages install (the kubelet restarts until kubeadm writes its configuration).
 func fullOSFiles(h *Host, hostKeyPEM []byte, v2 bool, mirrors map[string]string) map[string]fileSpec {
-	// On a cgroup v1 machine the kubelet inside nspawn needs the cgroupfs driver (docs/agent.md measured
-	// why); where the machine has cgroup v2, systemd's, which is kubeadm's default.
-	systemdCgroup := "false"
-	if v2 {
-		systemdCgroup = "true"
-	}
 	f := map[string]fileSpec{
 		"etc/hostname":                 {[]byte(h.Name + "\n"), 0o644},
 		"etc/hosts":                    h.etcHosts(),
@@ -345,67 +451,14 @@ ExecStart=/bin/sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
 [Install]
 WantedBy=multi-user.target
 `), 0o644},
-		"etc/systemd/system/containerd.service": {[]byte(`[Unit]
-Description=containerd container runtime
-After=network.target local-fs.target host-prep.service
-
-[Service]
-ExecStartPre=-/sbin/modprobe overlay
-ExecStart=/usr/local/bin/containerd
-Type=notify
-Delegate=yes
-KillMode=process
-Restart=always
-RestartSec=5
-LimitNOFILE=infinity
-TasksMax=infinity
-OOMScoreAdjust=-999
-
-[Install]
-WantedBy=multi-user.target
-`), 0o644},
-		"etc/containerd/config.toml": {[]byte(`version = 3
-
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".registry]
-    config_path = "/etc/containerd/certs.d"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "` + FullOSSandboxImage + `"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # The container has no CAP_SYS_RESOURCE to lower oom_score_adj.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    # Debian's containernetworking-plugins.
-    bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
-    conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-    SystemdCgroup = ` + systemdCgroup + `
-`), 0o644},
+		// host-prep.service makes the container's cgroups writable before containerd starts.
+		"etc/systemd/system/containerd.service": {[]byte(containerdUnitHead + containerdUnitAfter + " host-prep.service\n" + containerdUnitService), 0o644},
+		// On a cgroup v1 machine the kubelet inside nspawn needs the cgroupfs driver (docs/agent.md measured
+		// why); where the machine has cgroup v2, systemd's, which is kubeadm's default.
+		"etc/containerd/config.toml": {[]byte(ContainerdConfig(v2)), 0o644},
 		// As the kubeadm packages install them: kubelet.service and its kubeadm drop-in.
-		"etc/systemd/system/kubelet.service": {[]byte(`[Unit]
-Description=kubelet: The Kubernetes Node Agent
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-ExecStart=/usr/local/bin/kubelet
-Restart=always
-StartLimitInterval=0
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-`), 0o644},
-		"etc/systemd/system/kubelet.service.d/10-kubeadm.conf": {[]byte(`[Service]
-Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
-Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
-EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
-EnvironmentFile=-/etc/default/kubelet
-ExecStart=
-ExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
-`), 0o644},
+		"etc/systemd/system/kubelet.service":                   {[]byte(KubeletUnit), 0o644},
+		"etc/systemd/system/kubelet.service.d/10-kubeadm.conf": {[]byte(KubeadmKubeletDropIn), 0o644},
 		// What this machine needs of every kubelet, whichever cluster's configuration kubeadm writes: a
 		// host's own setting, kept outside what kubeadm writes and `kubeadm reset` removes, as the kubelet's
 		// drop-in directory (--config-dir) allows. It overrides kubeadm's config.yaml.
@@ -418,17 +471,7 @@ Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml --config-
 	// bridge of its own with a /24 named after its address (no routes between hosts: a pod reaches the
 	// lab network through the host's masquerade).
 	a := h.Address.As4()
-	f["etc/cni/net.d/10-bridge.conflist"] = fileSpec{[]byte(fmt.Sprintf(`{
-  "cniVersion": "1.0.0",
-  "name": "fullos",
-  "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}},
-    {"type": "loopback"}
-  ]
-}
-`, a[3])), 0o644}
+	f["etc/cni/net.d/10-bridge.conflist"] = fileSpec{[]byte(BridgeConflist("fullos", fmt.Sprintf("10.244.%d.0/24", a[3]))), 0o644}
 	for registry, endpoint := range mirrors {
 		f["etc/containerd/certs.d/"+registry+"/hosts.toml"] = fileSpec{[]byte(fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+registry, endpoint)), 0o644}
 	}

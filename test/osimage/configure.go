@@ -32,6 +32,13 @@ Name=en* eth*
 DHCP=yes
 `
 
+// resolvConf replaces the resolv.conf debootstrap copies from the machine that builds the image: that
+// machine's nameserver means nothing on a host, and where the host has a default route its queries time
+// out instead of failing at once — the kubelet's first registration then outlasted its CSINode
+// initialization (30 s), which leaves the Node NotReady for good. Without a nameserver, lookups go to the
+// host's own port 53 and fail at once; a site's image gets its resolver from its network configuration.
+const resolvConf = "# Written by Yonder's test/osimage: no nameserver of the machine that built the image.\n"
+
 // maskedUnits do nothing useful on a short-lived test host and cost boot time under emulation: periodic
 // maintenance timers, a getty for a VGA console the VM does not have, the pstore and e2scrub services.
 var maskedUnits = []string{
@@ -55,6 +62,7 @@ func imageFiles(o Options, uuid string, boot bootFiles) map[string]string {
 	return map[string]string{
 		"etc/fstab":                           "UUID=" + uuid + " / ext4 defaults,noatime,errors=remount-ro 0 1\n",
 		"etc/hostname":                        "debian\n",
+		"etc/resolv.conf":                     resolvConf,
 		"etc/hosts":                           "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"etc/cloud/cloud.cfg.d/90_yonder.cfg": cloudInitConfig,
 		"etc/systemd/network/90-dhcp.network": dhcpNetwork,

@@ -2,11 +2,9 @@ package osimage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,12 +24,17 @@ type CopyRun struct {
 	Report string
 }
 
-// File is one file CopyRun places in the copy.
+// File is one file placed in an image (Options.Files) or in a copy of one (CopyRun.Files).
 type File struct {
-	// Path is absolute, inside the copy.
-	Path    string
-	Mode    os.FileMode
+	// Path is absolute and clean, inside the image or the copy.
+	Path string
+	// Mode holds permission bits only.
+	Mode os.FileMode
+	// Content is the file's content, unless Source is set (neither: an empty file).
 	Content []byte
+	// Source is the absolute path of a regular file on this machine whose content the file gets, instead
+	// of Content: large binaries (a kubelet) are copied from where they are, not held in memory.
+	Source string
 }
 
 // CopyResult is what a run in a copy left.
@@ -152,11 +155,13 @@ func stageFiles(dir string, files []File) ([]string, error) {
 	}
 	var args []string
 	for i, f := range files {
-		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
-			return nil, fmt.Errorf("file path %q for the copy is not a clean absolute path", f.Path)
+		if err := f.validate(); err != nil {
+			return nil, fmt.Errorf("failed to place a file in the copy: %w", err)
 		}
-		if f.Mode&^os.ModePerm != 0 {
-			return nil, errors.New("file " + f.Path + " for the copy has more than permission bits in its mode")
+		// The script installs a Source file from where it is: it sees this machine's files.
+		if f.Source != "" {
+			args = append(args, f.Source, f.Path, fmt.Sprintf("%04o", f.Mode))
+			continue
 		}
 		p := filepath.Join(src, strconv.Itoa(i))
 		if err := os.WriteFile(p, f.Content, 0o600); err != nil {

@@ -11,6 +11,9 @@
 // the Debian mirror apt on this machine uses; mkfs.ext4 -d writes it straight into the disk file at the
 // partition's offset, and extlinux is installed through a loop device mapping that partition (this kernel
 // scans no MBR partitions). Cached builds once per machine; a cold build takes minutes.
+//
+// Options may add packages, files and enabled units on top (a variant, variant.go), as image-builder makes
+// a node image from a cloud image: test/kubeadm's node image is one.
 package osimage
 
 import (
@@ -81,6 +84,19 @@ type Options struct {
 	Mirror string
 	// KernelArgs are appended to the kernel command line.
 	KernelArgs string
+
+	// ExtraPackages are Debian packages (bookworm's main component) installed on top of Packages, with
+	// what they depend on and nothing they recommend. debootstrap installs them with Packages, so the tree
+	// cached for debootstrap is one per package set.
+	ExtraPackages []string
+	// Files are written into the image after its configuration (so they win over the files the image is
+	// configured with), owned by root, with missing parent directories created 0755. Their content is
+	// part of the image's cache key: a changed Source file builds a new image.
+	Files []File
+	// EnabledUnits are systemd units (file names: "containerd.service") enabled as `systemctl enable`
+	// does for a unit with WantedBy=multi-user.target. Each must be in /etc/systemd/system (Files can put
+	// it there) or /lib/systemd/system of the image.
+	EnabledUnits []string
 }
 
 // Image is a built disk image.
@@ -110,6 +126,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if strings.ContainsAny(o.KernelArgs, "\n\r") {
 		return o, errors.New("osimage: KernelArgs must be one line (it goes into extlinux.conf's APPEND)")
+	}
+	if err := o.validateVariant(); err != nil {
+		return o, err
 	}
 	if o.Mirror == "" {
 		m, err := aptMirror("/etc/apt")
@@ -158,8 +177,15 @@ func build(ctx context.Context, dir string, opts Options, baseDir string) (Image
 	if err := bootstrapCached(ctx, o, root, baseDir); err != nil {
 		return Image{}, err
 	}
-	uuid := rootUUID(o)
+	variant, err := variantKey(o)
+	if err != nil {
+		return Image{}, err
+	}
+	uuid := rootUUID(o, variant)
 	if err := configure(root, o, uuid); err != nil {
+		return Image{}, err
+	}
+	if err := applyVariant(root, o); err != nil {
 		return Image{}, err
 	}
 	img := Image{Raw: filepath.Join(dir, RawFile), QCOW2: filepath.Join(dir, QCOW2File), Packages: filepath.Join(dir, PackagesFile), RootUUID: uuid}
@@ -189,7 +215,7 @@ func build(ctx context.Context, dir string, opts Options, baseDir string) (Image
 // bootstrap runs debootstrap into root. debootstrap mounts proc and sys inside the tree while packages
 // configure; Build's deferred unmountUnder catches what a failure leaves.
 func bootstrap(ctx context.Context, o Options, root string) error {
-	args := []string{"--variant=minbase", "--arch=amd64", "--components=main", "--include=" + strings.Join(Packages, ","), Suite, root, o.Mirror}
+	args := []string{"--variant=minbase", "--arch=amd64", "--components=main", "--include=" + strings.Join(slices.Concat(Packages, o.ExtraPackages), ","), Suite, root, o.Mirror}
 	cmd := exec.CommandContext(ctx, "debootstrap", args...)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
@@ -236,9 +262,13 @@ func bootstrapCached(ctx context.Context, o Options, root, baseDir string) error
 }
 
 // baseKey hashes what debootstrap's tree depends on: suite, mirror, packages and debootstrap itself.
+// ExtraPackages are hashed only when there are any, so the default image's tree keeps its key.
 func baseKey(o Options) (string, error) {
 	h := sha256.New()
 	_, _ = fmt.Fprintf(h, "%s\x00%s\x00%s\x00", Suite, o.Mirror, strings.Join(Packages, ","))
+	if len(o.ExtraPackages) > 0 {
+		_, _ = fmt.Fprintf(h, "extra\x00%s\x00", strings.Join(o.ExtraPackages, ","))
+	}
 	for _, f := range []string{"/usr/sbin/debootstrap", "/usr/share/debootstrap/functions", "/usr/share/debootstrap/scripts/" + Suite} {
 		b, err := os.ReadFile(f) //nolint:gosec // debootstrap's own files
 		if err != nil {
@@ -249,9 +279,15 @@ func baseKey(o Options) (string, error) {
 	return "debootstrap-" + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// rootUUID derives the root filesystem's UUID from the options, so the same inputs give the same image.
-func rootUUID(o Options) string {
-	s := sha256.Sum256([]byte(fmt.Sprintf("osimage\x00%s\x00%d\x00%s", o.Mirror, o.SizeMiB, o.KernelArgs)))
+// rootUUID derives the root filesystem's UUID from the options and the variant's key (variantKey), so the
+// same inputs give the same image and two variants do not share a UUID (a machine with both disks would
+// mount either as its root). The default image's UUID hashes no variant key: it is what it always was.
+func rootUUID(o Options, variant string) string {
+	in := fmt.Sprintf("osimage\x00%s\x00%d\x00%s", o.Mirror, o.SizeMiB, o.KernelArgs)
+	if variant != "" {
+		in += "\x00" + variant
+	}
+	s := sha256.Sum256([]byte(in))
 	s[6] = s[6]&0x0f | 0x40 // version 4
 	s[8] = s[8]&0x3f | 0x80 // RFC 4122 variant
 	h := hex.EncodeToString(s[:16])
@@ -508,7 +544,11 @@ func cacheKey(o Options) (string, error) {
 	h := sha256.New()
 	// A hash.Hash's Write never fails.
 	_, _ = fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00%s\x00%s\x00%d\x00", Suite, o.Mirror, o.SizeMiB, o.KernelArgs, strings.Join(Packages, ","), RootLabel, partitionStart)
-	files := imageFiles(o, rootUUID(o), bootFiles{kernel: "K", initrd: "I"})
+	variant, err := variantKey(o)
+	if err != nil {
+		return "", err
+	}
+	files := imageFiles(o, rootUUID(o, variant), bootFiles{kernel: "K", initrd: "I"})
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -524,5 +564,7 @@ func cacheKey(o Options) (string, error) {
 		return "", err
 	}
 	_, _ = h.Write([]byte(base))
+	// The variant (empty for the default image, whose key stays as it was) comes last.
+	_, _ = h.Write([]byte(variant))
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

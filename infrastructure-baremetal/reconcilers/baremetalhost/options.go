@@ -45,6 +45,12 @@ type Options struct {
 	BootHTTPPort, BootTFTPPort int
 	BootProxyDHCP              bool
 	BootArtifactsDir           string
+	// BootRouter and BootDNS are the default gateway and DNS servers the DHCP server gives the hosts it
+	// leases addresses to (empty: none). A host that keeps its lease after it boots its disk, as cloud
+	// images do, needs a default route: without one it reaches only the boot network's subnet, and a
+	// kubelet without --node-ip finds no address to report.
+	BootRouter string
+	BootDNS    []string
 	// LiveISOCacheDir holds the live ISOs (format live-iso) the boot server downloaded and verified.
 	LiveISOCacheDir string
 	// BootKernel, BootInitrd, BootCmdline: what a provisioning host boots (artifact names or URLs).
@@ -87,6 +93,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.BootHTTPPort, "boot-http-port", 8080, "Boot HTTP port (iPXE scripts, artifacts, attestation)")
 	fs.IntVar(&o.BootTFTPPort, "boot-tftp-port", 69, "TFTP port")
 	fs.BoolVar(&o.BootProxyDHCP, "boot-proxy-dhcp", false, "Answer PXE clients only (proxyDHCP); another DHCP server leases addresses")
+	fs.StringVar(&o.BootRouter, "boot-router", "", "IPv4 default gateway the DHCP server gives hosts on the boot network (empty: none, hosts reach only the boot network's subnet)")
+	fs.StringSliceVar(&o.BootDNS, "boot-dns", nil, "IPv4 DNS servers the DHCP server gives hosts on the boot network (comma-separated; empty: none)")
 	fs.StringVar(&o.BootArtifactsDir, "boot-artifacts-dir", "/var/lib/yonder/boot", "Directory of the kernels and initramfs images served to hosts")
 	fs.StringVar(&o.LiveISOCacheDir, "live-iso-cache-dir", "/var/cache/yonder/live-iso", "Directory where the boot server keeps the live ISOs (spec.image format live-iso) it downloaded and verified, and serves to the hosts that SAN-boot them (needs room for every ISO in use)")
 	fs.StringVar(&o.BootKernel, "boot-kernel", "vmlinuz", "Kernel a provisioning host boots (artifact name or URL)")
@@ -129,7 +137,31 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--ek-roots-configmap: %w", err)
 		}
 	}
+	if _, _, err := o.dhcpOptions(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// dhcpOptions parses --boot-router and --boot-dns. Empty values mean none: clusterctl turns an unset
+// variable into an empty argument.
+func (o *Options) dhcpOptions() (router netip.Addr, dns []netip.Addr, err error) {
+	if o.BootRouter != "" {
+		if router, err = netip.ParseAddr(o.BootRouter); err != nil || !router.Is4() {
+			return netip.Addr{}, nil, fmt.Errorf("--boot-router %q is not an IPv4 address", o.BootRouter)
+		}
+	}
+	for _, s := range o.BootDNS {
+		if s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return netip.Addr{}, nil, fmt.Errorf("--boot-dns: %q is not an IPv4 address", s)
+		}
+		dns = append(dns, a)
+	}
+	return router, dns, nil
 }
 
 // attestation is the attestation policy of the options: the EK roots read from their files into an
@@ -207,8 +239,12 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("--live-iso-cache-dir: %w", err)
 		}
 		r.LiveISOs = isos
+		router, dns, err := o.dhcpOptions()
+		if err != nil {
+			return err
+		}
 		cfg := netboot.Config{Interface: o.BootInterface, ServerIP: ip, HTTPPort: o.BootHTTPPort, TFTPPort: o.BootTFTPPort,
-			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP}, Attestation: att, LiveISOs: isos.Handler()}
+			ArtifactsDir: o.BootArtifactsDir, DHCP: dhcp.Config{ProxyDHCP: o.BootProxyDHCP, Router: router, DNS: dns}, Attestation: att, LiveISOs: isos.Handler()}
 		store := AttestStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Recorder: mgr.GetEventRecorderFor("yonder-metal-manager")} //nolint:staticcheck // core/v1 Events, as the host controller records them.
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -237,6 +238,45 @@ func TestHostsShowWhetherEKRootsAreLoaded(t *testing.T) {
 			for _, m := range tc.wantMessages {
 				g.Expect(c.Message).To(ContainSubstring(m))
 			}
+		})
+	}
+}
+
+// The DHCP server's gateway and DNS servers are flags: unset (clusterctl's empty arguments) they give
+// none, set they parse to IPv4 addresses, and anything else stops the manager at parse time with the
+// flag's name.
+func TestBootDHCPFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantErr    string
+		wantRouter string
+		wantDNS    []netip.Addr
+	}{
+		{name: "unset", args: nil},
+		{name: "empty, as clusterctl passes unset variables", args: []string{"--boot-router", "", "--boot-dns", ""}},
+		{name: "set", args: []string{"--boot-router=10.0.0.1", "--boot-dns=10.0.0.53,10.0.1.53"}, wantRouter: "10.0.0.1",
+			wantDNS: []netip.Addr{netip.MustParseAddr("10.0.0.53"), netip.MustParseAddr("10.0.1.53")}},
+		{name: "router not an address", args: []string{"--boot-router=gateway.example"}, wantErr: `--boot-router "gateway.example" is not an IPv4 address`},
+		{name: "router IPv6", args: []string{"--boot-router=fd00::1"}, wantErr: `--boot-router "fd00::1" is not an IPv4 address`},
+		{name: "DNS not an address", args: []string{"--boot-dns=10.0.0.53,dns"}, wantErr: `--boot-dns: "dns" is not an IPv4 address`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o, err := parseFlags(tc.args...)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			router, dns, err := o.dhcpOptions()
+			g.Expect(err).NotTo(HaveOccurred())
+			if tc.wantRouter == "" {
+				g.Expect(router.IsValid()).To(BeFalse(), "no gateway unless one is set")
+			} else {
+				g.Expect(router).To(Equal(netip.MustParseAddr(tc.wantRouter)))
+			}
+			g.Expect(dns).To(Equal(tc.wantDNS))
 		})
 	}
 }

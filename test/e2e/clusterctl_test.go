@@ -47,6 +47,7 @@ func TestClusterctlRepository(t *testing.T) {
 		{"ssh-kubeadm-cluster", "yonder-ssh", []string{"CONTROL_PLANE_ENDPOINT_HOST=192.0.2.10", "CONTROL_PLANE_MACHINE_COUNT=3"}},
 		{"metal", "yonder-metal", metalEnv},
 		{"metal-gpu", "yonder-metal", metalEnv},
+		{"metal-kubeadm", "yonder-metal", metalEnv},
 		{"metal-clusterclass", "yonder-metal", append([]string{"YONDER_GPU_MACHINE_COUNT=1"}, metalEnv...)},
 	} {
 		t.Run("flavor="+f.flavor, func(t *testing.T) { checkFlavor(ctx, t, f.flavor, f.infra, f.env) })
@@ -150,6 +151,12 @@ func checkFlavor(ctx context.Context, t *testing.T, flavor, infra string, env []
 		g.Expect(kinds).To(HaveKeyWithValue("MachineHealthCheck", 2))
 		g.Expect(kinds).To(HaveKeyWithValue("YonderMetalMachineTemplate", 2))
 		g.Expect(out).To(ContainSubstring("nvidia.com/gpu"))
+	case "metal-kubeadm":
+		// CABPK's data instead of YonderConfig's, written to the host's config drive.
+		g.Expect(kinds).To(HaveKeyWithValue("KubeadmConfigTemplate", 1))
+		g.Expect(kinds).NotTo(HaveKey("YonderConfigTemplate"))
+		g.Expect(kinds).To(HaveKeyWithValue("MachineDeployment", 1))
+		g.Expect(out).To(ContainSubstring("cloud-init query ds.meta_data.providerid"))
 	case "ssh-kubeadm-cluster":
 		// KCP instead of YonderControlPlane, at the endpoint given; workers and control plane on separate hosts.
 		g.Expect(kinds).To(HaveKeyWithValue("KubeadmControlPlane", 1))

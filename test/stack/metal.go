@@ -143,10 +143,32 @@ func (s *Stack) MetalImageEnv() []string {
 	if s.metal == nil || s.metal.image == nil {
 		return nil
 	}
+	return s.metal.imageEnv(s.Net.Gateway.String(), MetalImageName, *s.metal.image)
+}
+
+// ServeMetalImage serves another disk image beside the stack's own, as name under the boot server's
+// /artifacts/ (a plain file name), and returns the clusterctl variables that make the metal flavors write it
+// (MetalImageEnv's, for this image): a test that needs hosts with other software — kubeadm's, for CABPK's
+// workers — provisions them as a user does with the image image-builder made for them.
+func (s *Stack) ServeMetalImage(name string, img osimage.Image) ([]string, error) {
+	if s.metal == nil || s.metal.httpPort == 0 {
+		return nil, errors.New("the stack has no bare-metal boot server (Options.MetalHosts)")
+	}
+	if name == "" || name == MetalImageName || filepath.Base(name) != name || name[0] == '.' {
+		return nil, fmt.Errorf("image name %q is not a plain file name other than %s", name, MetalImageName)
+	}
+	if err := cachedir.Place(img.QCOW2, filepath.Join(s.metal.bootDir, name), true); err != nil {
+		return nil, fmt.Errorf("failed to serve disk image %s: %w", name, err)
+	}
+	return s.metal.imageEnv(s.Net.Gateway.String(), name, img), nil
+}
+
+// imageEnv are the clusterctl variables for a qcow2 image served from the boot directory as name.
+func (m *metal) imageEnv(gateway, name string, img osimage.Image) []string {
 	return []string{
-		fmt.Sprintf("YONDER_METAL_IMAGE_URL=http://%s/artifacts/%s", net.JoinHostPort(s.Net.Gateway.String(), strconv.Itoa(s.metal.httpPort)), MetalImageName),
+		fmt.Sprintf("YONDER_METAL_IMAGE_URL=http://%s/artifacts/%s", net.JoinHostPort(gateway, strconv.Itoa(m.httpPort)), name),
 		"YONDER_METAL_IMAGE_FORMAT=qcow2",
-		"YONDER_METAL_IMAGE_CHECKSUM=" + s.metal.image.QCOW2SHA256,
+		"YONDER_METAL_IMAGE_CHECKSUM=" + img.QCOW2SHA256,
 		"YONDER_METAL_IMAGE_CHECKSUM_TYPE=sha256",
 		"YONDER_METAL_CLEANING_MODE=metadata",
 	}
@@ -212,6 +234,9 @@ func (s *Stack) metalInitEnv() ([]string, error) {
 		"YONDER_BOOT_INTERFACE=" + s.Net.Bridge,
 		"YONDER_BOOT_SERVER_IP=" + s.Net.Gateway.String(),
 		fmt.Sprintf("YONDER_BOOT_HTTP_PORT=%d", httpPort),
+		// The lab bridge's address is the hosts' gateway, as a site's router would be: a host that boots
+		// its disk keeps its lease, and a kubelet without --node-ip takes the default route's address.
+		"YONDER_BOOT_ROUTER=" + s.Net.Gateway.String(),
 		"YONDER_BOOT_ARTIFACTS_DIR=" + s.metal.bootDir,
 		// TCG boots take about a minute; a VM that has not attested in 6 is not going to.
 		"YONDER_PROVISION_TIMEOUT=6m",

@@ -18,7 +18,8 @@ import (
 
 // TestMetalFlavors puts every metal flavor of the local clusterctl repository through the management
 // cluster this stack runs with the metal provider (test/e2e's TestClusterctlRepository does the same for
-// the ssh flavors): metal and metal-gpu with a server-side dry run (schemas, CAPI's webhooks and ours)
+// the ssh flavors): metal, metal-gpu and metal-kubeadm with a server-side dry run (schemas, CAPI's webhooks,
+// CABPK's for metal-kubeadm's KubeadmConfigTemplate, and ours)
 // with their default disk image (qcow2, cleaned when released) and with a live image, metal-clusterclass
 // created for real with no replicas, so CAPI's topology webhook validates its variables and the topology
 // controller renders both worker classes through the yonder-metal class's patches. A disk image without
@@ -42,7 +43,7 @@ func TestMetalFlavors(t *testing.T) {
 		}
 		return objs
 	}
-	for _, flavor := range []string{"metal", "metal-gpu"} {
+	for _, flavor := range []string{"metal", "metal-gpu", "metal-kubeadm"} {
 		t.Run(flavor, func(t *testing.T) {
 			// The GPU pool's image and checksum default to the general ones.
 			objs := generate(t, flavor, checksum)

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 		MetalDiskImage: true,
 		// ClusterClass support, as the quick start documents (TestMetalFlavors creates a metal-clusterclass Cluster).
 		ClusterTopology: true,
+		// CAPI's kubeadm providers beside ours: TestMetalFlavors dry-runs metal-kubeadm through CABPK's webhooks and
+		// TestKubeadmWorkersOnMetal joins a host with CABPK's data.
+		KubeadmProviders: true,
 		// The real Prometheus scrapes every manager: TestMetalClusterctlLifecycle asserts through PromQL.
 		Prometheus: true,
 	}, func(s *stack.Stack) { st = s }))
@@ -161,6 +164,27 @@ type metalLife struct {
 	name string
 	// diskless is set once the MachineDeployment rolled to the diskless template (goDiskless).
 	diskless bool
+	// imageName is the disk image the Cluster's hosts are provisioned with, under the boot server's
+	// /artifacts/ ("": the stack's own, stack.MetalImageName).
+	imageName string
+	// workload is the Cluster's workload cluster (nil: the stack's, st.WorkloadClient).
+	workload client.Client
+}
+
+// image is the file name of the disk image the Cluster's hosts are provisioned with.
+func (l *metalLife) image() string {
+	if l.imageName != "" {
+		return l.imageName
+	}
+	return stack.MetalImageName
+}
+
+// workloadClient is the client of the Cluster's workload cluster.
+func (l *metalLife) workloadClient() client.Client {
+	if l.workload != nil {
+		return l.workload
+	}
+	return st.WorkloadClient
 }
 
 // goDiskless rolls the MachineDeployment to diskless hosts as a user rolls out any template change: a
@@ -286,7 +310,7 @@ func (l *metalLife) provisioned(t *testing.T, t0 time.Time, pxeBoots int) (claim
 		g.Expect(h.Status.Provisioning.CustomDeploy).To(HaveField("Method", infrav1.DisklessDeployMethod))
 		g.Expect(h.Status.Provisioning.Image.URL).To(BeEmpty(), "nothing written")
 	} else {
-		g.Expect(h.Status.Provisioning.Image.URL).To(HaveSuffix("/" + stack.MetalImageName))
+		g.Expect(h.Status.Provisioning.Image.URL).To(HaveSuffix("/" + l.image()))
 	}
 	g.Expect(h.Annotations).To(HaveKey(tpmEnrolment), "the VM's TPM was pinned at its first attested boot")
 	g.Expect(st.MetalPXEBoots(l.host.Name)).To(Equal(pxeBoots), "one PXE boot to provision, then the disk (or nothing more: diskless)")
@@ -447,7 +471,7 @@ func (l *metalLife) expectReleased(t *testing.T, pxeBoots int) {
 	}, 12*time.Minute, time.Second).Should(Succeed(), l.diag)
 	g.Eventually(func() bool { return st.MetalRunning(l.host.Name) }, time.Minute, 200*time.Millisecond).Should(BeFalse(), "the VM was powered off")
 	nodes := &corev1.NodeList{}
-	g.Expect(st.WorkloadClient.List(l.ctx, nodes)).To(Succeed())
+	g.Expect(l.workloadClient().List(l.ctx, nodes)).To(Succeed())
 	for _, n := range nodes.Items {
 		g.Expect(n.Spec.ProviderID).NotTo(HavePrefix("yonder-metal://"), "CAPI deleted the metal Node %s", n.Name)
 	}

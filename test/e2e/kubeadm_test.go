@@ -67,11 +67,7 @@ func testKubeadmWorkersOnSSHHosts(t *testing.T) {
 	// What the operator provides, as docs/compatibility.md says: the cluster's admin kubeconfig for
 	// YonderControlPlane, the cluster CA for CABPK (<cluster>-ca), and the hosts with their credentials
 	// and cleanup.
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "kadm-admin", Namespace: ns}, Data: map[string][]byte{"value": kc.AdminKubeconfig}},
-		{ObjectMeta: metav1.ObjectMeta{Name: name + "-ca", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
-			Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: kc.CACert, corev1.TLSPrivateKeyKey: kc.CAKey}},
-	} {
+	for _, s := range kc.AttachSecrets(ns, name, "kadm-admin") {
 		g.Expect(st.Client.Create(ctx, s)).To(Succeed())
 	}
 	registerKubeadmHosts(ctx, t, ns, key, workers, nil)

@@ -15,6 +15,11 @@ import (
 	"strings"
 	"text/template"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
 	"github.com/yonder-dev/yonder/pkg/ociimage"
 	"github.com/yonder-dev/yonder/test/hosts"
 	"github.com/yonder-dev/yonder/test/testbins"
@@ -171,4 +176,15 @@ func Init(ctx context.Context, h *hosts.Host) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// AttachSecrets are the Secrets docs/compatibility.md has the operator create in the Cluster's namespace
+// to attach this cluster with YonderControlPlane and join CABPK's workers to it: the cluster's admin
+// kubeconfig (key value) as kubeconfigSecret, and the cluster CA as <cluster>-ca, which CABPK reads.
+func (c *Cluster) AttachSecrets(namespace, cluster, kubeconfigSecret string) []*corev1.Secret {
+	return []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: kubeconfigSecret, Namespace: namespace}, Data: map[string][]byte{"value": c.AdminKubeconfig}},
+		{ObjectMeta: metav1.ObjectMeta{Name: cluster + "-ca", Namespace: namespace, Labels: map[string]string{clusterv1.ClusterNameLabel: cluster}},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: c.CACert, corev1.TLSPrivateKeyKey: c.CAKey}},
+	}
 }

@@ -70,11 +70,7 @@ func TestKubeadmWorkersOnMetal(t *testing.T) {
 	// What the operator provides, as docs/compatibility.md says: the cluster's admin kubeconfig for
 	// YonderControlPlane and the cluster CA for CABPK (<cluster>-ca), in the hosts' namespace.
 	ns := st.HostNamespace
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: l.name + "-admin", Namespace: ns}, Data: map[string][]byte{"value": kc.AdminKubeconfig}},
-		{ObjectMeta: metav1.ObjectMeta{Name: l.name + "-ca", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: l.name}},
-			Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: kc.CACert, corev1.TLSPrivateKeyKey: kc.CAKey}},
-	} {
+	for _, s := range kc.AttachSecrets(ns, l.name, l.name+"-admin") {
 		g.Expect(st.Client.Create(ctx, s)).To(Succeed())
 		t.Cleanup(func() { _ = st.Client.Delete(context.Background(), s) })
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +31,8 @@ var pingReceived = regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets 
 // expectPodsAnswer proves that every Machine's Node runs pods on a working pod network, the way a user's
 // workload would use it: a pod serving an answer over HTTP starts on the Node, gets an address from that
 // Node's pod CIDR, and a client pod next to it fetches the answer by pod IP (through the Node's bridge and
-// veths) and pings it. A Node on a reused host whose network state survived the previous Node (cni0 with
+// veths), gets an answer from the workload API server (off every Node: the pod's traffic must leave the
+// Node and the reply come back) and pings the answer pod. A Node on a reused host whose network state survived the previous Node (cni0 with
 // the old pod CIDR) fails here: its pods never start. The stack has one site and no network add-on, so
 // traffic between Nodes is the lab's check (cmd/kubectl-yonder/internal/lab), not this one. Pods are
 // deleted afterwards; the Nodes are checked in parallel.
@@ -80,13 +83,20 @@ func podAnswers(ctx context.Context, cs kubernetes.Interface, machine, node stri
 	if a, err := netip.ParseAddr(ip); err != nil || !cidr.Contains(a) {
 		return fmt.Errorf("node %s: pod %s got address %s, outside the Node's pod CIDR %s", node, name, ip, cidr)
 	}
-	out, err := stack.FetchAnswer(ctx, c, cs, name+"-client", node, stack.Fetch{IP: ip}, podCheckLabels, 3*time.Minute)
+	// The workload API server runs off every Node, as a user's control plane does: what any operator, or a
+	// pod that resolves a name through the cluster's DNS, must reach. It answers a plain HTTP request on its
+	// TLS port with Go's "400 Bad Request".
+	apiserver := net.JoinHostPort(st.Workload.Host.String(), strconv.Itoa(st.Workload.Port))
+	out, err := stack.FetchAnswer(ctx, c, cs, name+"-client", node, stack.Fetch{IP: ip, Egress: apiserver}, podCheckLabels, 3*time.Minute)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
 	_, resp, _ := strings.Cut(out, "TCP response:\n")
 	if !slices.ContainsFunc(strings.Split(resp, "\n"), func(l string) bool { return strings.TrimSpace(l) == answer }) {
 		return fmt.Errorf("node %s: the client next to %s (%s) did not get its answer %q over TCP; its log:\n%s", node, name, ip, answer, out)
+	}
+	if _, resp, _ := strings.Cut(out, "Egress response:\n"); !strings.Contains(resp, "400 Bad Request") {
+		return fmt.Errorf("node %s: a pod on it got no answer from the API server at %s (its traffic does not leave the Node, or the answer does not come back); its log:\n%s", node, apiserver, out)
 	}
 	if m := pingReceived.FindStringSubmatch(out); m == nil || m[2] == "0" {
 		return fmt.Errorf("node %s: the client next to %s got no echo reply from %s; its log:\n%s", node, name, ip, out)

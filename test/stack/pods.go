@@ -89,13 +89,18 @@ type Fetch struct {
 	ServiceIP string
 	// Download makes the client also fetch /big at each address and count the bytes.
 	Download bool
+	// Egress is an address (host:port) outside the cluster's pod network, e.g. the API server's: when set,
+	// the client sends it a plain HTTP request over TCP and logs what comes back. A reply proves that the
+	// pod's traffic leaves its Node and the answer finds its way back.
+	Egress string
 }
 
 // FetchAnswer runs a client pod default/name on node that fetches the answer of the answer pod at f.IP over
 // HTTP (retrying for up to a minute while a handshake or a route is still missing), and /big with
-// f.Download; then the same through f.ServiceIP when set; then pings f.IP. It returns the client's log:
-// "TCP response:" and the HTTP response, "Download <address>: <n> bytes" (n counts the headers too),
-// "Service response:" and its HTTP response, then ping's summary. The client is deleted afterwards.
+// f.Download; then the same through f.ServiceIP when set; then a request to f.Egress when set; then pings
+// f.IP. It returns the client's log: "TCP response:" and the HTTP response, "Download <address>: <n> bytes"
+// (n counts the headers too), "Service response:" and its HTTP response, "Egress response:" and what
+// f.Egress answered, then ping's summary. The client is deleted afterwards.
 func FetchAnswer(ctx context.Context, c client.Client, cs kubernetes.Interface, name, node string, f Fetch, labels map[string]string, timeout time.Duration) (string, error) {
 	// busybox's wget crashes in these images (static glibc without NSS), so the HTTP requests are nc's.
 	download := ""
@@ -123,7 +128,16 @@ if [ -n "%[3]s" ]; then
   echo "$resp"
   download %[3]s
 fi
-ping -c 3 -W 2 %[1]s`, f.IP, AnswerPort, f.ServiceIP, download)
+if [ -n "%[5]s" ]; then
+  egress=%[5]s
+  i=0
+  until resp=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 "${egress%%:*}" "${egress##*:}") && [ -n "$resp" ]; do
+    i=$((i+1)); case $i in 30) echo "no answer from $egress"; exit 1;; esac; sleep 1
+  done
+  echo "Egress response:"
+  echo "$resp"
+fi
+ping -c 3 -W 2 %[1]s`, f.IP, AnswerPort, f.ServiceIP, download, f.Egress)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: corev1.PodSpec{

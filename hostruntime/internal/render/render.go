@@ -219,7 +219,15 @@ func KubeletArgs(in Input) []string {
 	return args
 }
 
-// CNIConflist renders a bridge + host-local network for the Node's pod CIDR.
+// CNIConflist renders a bridge + host-local network for the Node's pod CIDR: the Node's pod network until
+// the network add-on replaces it with its own (network/internal/dataplane/daemon.WriteCNIConfig).
+//
+// Traffic from a pod to anything outside the Node's pod CIDR is masqueraded to the Node's address (the
+// bridge plugin's ipMasq). Nothing outside the Node routes a Yonder Node's pod CIDR back to it — not the
+// cluster's control plane, its DNS pods on other Nodes, a registry or the internet — so without it a pod
+// could talk to no one but its neighbours: no API server, no Service DNS, no egress at all. The add-on's
+// configuration drops the masquerade, because the add-on routes pod addresses between Nodes and sites
+// itself and masquerades only traffic that leaves the cluster.
 func CNIConflist(podCIDR string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -229,7 +237,7 @@ func CNIConflist(podCIDR string) string {
       "type": "bridge",
       "bridge": %q,
       "isGateway": true,
-      "ipMasq": false,
+      "ipMasq": true,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",

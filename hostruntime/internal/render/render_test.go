@@ -74,6 +74,13 @@ func TestCNIConflistIsValidJSONWithThePodCIDR(t *testing.T) {
 	m := map[string]any{}
 	g.Expect(json.Unmarshal([]byte(CNIConflist("10.244.3.0/24")), &m)).To(Succeed())
 	g.Expect(CNIConflist("10.244.3.0/24")).To(ContainSubstring(`"subnet": "10.244.3.0/24"`))
+	// Pods leave the Node masqueraded: nothing routes the Node's pod CIDR back to it (test/e2e's pod check
+	// has each Node's pods reach the API server).
+	plugins, ok := m["plugins"].([]any)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(plugins).NotTo(BeEmpty())
+	g.Expect(plugins[0]).To(HaveKeyWithValue("type", "bridge"))
+	g.Expect(plugins[0]).To(HaveKeyWithValue("ipMasq", true))
 }
 
 func TestUnitsStartInOrder(t *testing.T) {

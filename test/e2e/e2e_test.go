@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 		// CAPI's kubeadm providers beside Yonder's, as a user composing them installs them
 		// (TestSeparateClusters/KubeadmWorkersOnSSHHosts, the ssh-kubeadm flavor).
 		KubeadmProviders: true,
+		// The workload cluster runs kube-proxy on its Nodes, as a user's cluster does: TestMove's providers run
+		// there as Pods and reach the API server through the kubernetes Service.
+		KubeProxy: true,
 	}, func(s *stack.Stack) { st = s }))
 }
 

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,20 +22,26 @@ import (
 
 const movedCluster = "moved"
 
-// TestMove is scenario 6: `clusterctl move` of a Yonder cluster to a second management cluster.
+// TestMove is scenario 6, the bootstrap-and-pivot flow users run: `clusterctl move` of a Yonder cluster
+// into the workload cluster itself, whose providers run as Pods on its own Nodes, and back.
 //
+//  0. The workload cluster becomes a management cluster: the real `clusterctl init` installs the providers
+//     there (stack.ManageFromWorkload) and every provider Deployment runs as Pods on the Cluster's Yonder
+//     Nodes, pulled from the registry, Ready through their probes, each the holder of its leader Lease.
 //  1. Refused while provisioning: a Machine that is being bootstrapped (its YonderSSHMachine carries the
 //     block-move annotation) makes the real clusterctl refuse — at once, by its own check for Machines
 //     without a Node, or by waiting on the annotation — and nothing reaches the target. A move aborted in
 //     the wait leaves the Cluster paused (clusterctl's behaviour): it is unpaused and the Machine finishes.
 //  2. Idle: the Cluster, every YonderSSHHost (free ones too: the CRD's move-hierarchy label) and the
-//     hosts' credential Secret move; the source keeps none of them. Claims survive (spec.consumerRef), the
-//     moved Machines find their hosts and runs again (the claim-id annotation), nothing is bootstrapped
-//     again (same kubelet processes) and every Node stays Ready.
-//  3. The moved providers take over: a scale-up on the target gets a new Ready Node from a moved host,
-//     and deleting the Cluster there returns every host clean.
-//  4. Back: with no Cluster left, a move from the target returns every host, free, with its Secret, to the
-//     source — whose later scenarios need them.
+//     hosts' credential Secret move, through the webhooks the Pods serve; the source keeps none of them.
+//     Claims survive (spec.consumerRef), the moved Machines find their hosts and runs again (the claim-id
+//     annotation), nothing is bootstrapped again (same kubelet processes) and every Node stays Ready.
+//  3. The providers in Pods take over: a scale-up gets a new Ready Node from a moved host (SSH from a Pod,
+//     a bootstrap token from a Pod), and a scale-down that removes that Machine returns its host clean.
+//  4. Back: the Cluster, its Machines and every host move back to the source, whose providers take over
+//     again without bootstrapping anything; the providers are deleted from the workload cluster as a user
+//     deletes them (`clusterctl delete --all`), and deleting the Cluster on the source returns every host
+//     clean.
 //
 // It runs after TestScenarios on the same stack and needs only that every host is free.
 func TestMove(t *testing.T) {
@@ -51,7 +59,10 @@ func TestMove(t *testing.T) {
 	ms := moveRefusedWhileProvisioning(ctx, t, source, target, md, move)
 	before := moveIdle(ctx, t, source, target, ms, move)
 	targetTakesOver(ctx, t, md, before)
-	moveBack(ctx, t, source, target, len(before))
+	moveBack(ctx, t, source, target)
+	t0d := time.Now()
+	deleteCluster(ctx, t, movedCluster)
+	t.Logf("Cluster deleted on the source, every host clean and free, in %s", time.Since(t0d).Round(time.Second))
 	t.Logf("scenario 6 (move) took %s", time.Since(t0).Round(time.Second))
 }
 
@@ -72,13 +83,13 @@ func moveClusterUp(ctx context.Context, t *testing.T, source *stack.Stack) {
 	t.Logf("cluster %s with 1 worker ready in %s", movedCluster, time.Since(t0).Round(time.Second))
 }
 
-// startTarget starts the second management cluster; the test's end stops it and points the scenarios'
-// helpers back at source. A failure past the move leaves the hosts on the target: the end brings them home
-// first, unless moveBack did.
+// startTarget makes the workload cluster a management cluster whose providers run as Pods on its Nodes (part
+// 0); the test's end deletes them there again and points the scenarios' helpers back at source. A failure
+// past the move leaves the hosts on the target: the end brings them home first, unless moveBack did.
 func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.Stack {
 	t.Helper()
 	t0 := time.Now()
-	target, err := source.StartManagement(ctx, "target")
+	target, err := source.ManageFromWorkload(ctx)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() {
 		st = source
@@ -91,11 +102,67 @@ func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.
 			}
 		}
 		if err := target.Stop(); err != nil {
-			t.Errorf("failed to stop the target management cluster: %v", err)
+			t.Errorf("failed to delete the providers from the workload cluster: %v", err)
 		}
 	})
-	t.Logf("target management cluster up in %s", time.Since(t0).Round(time.Second))
+	expectProvidersAsPods(ctx, t, source, target)
+	t.Logf("workload cluster managing, its providers running as Pods, in %s", time.Since(t0).Round(time.Second))
 	return target
+}
+
+// expectProvidersAsPods checks what makes the workload cluster's providers Pods like on any user's cluster:
+// every provider Deployment's Pods run on the workload cluster's Yonder Nodes, Ready, with images pulled
+// from the stack's registry through the nodes' mirrors (Yonder's release images, pinned by digest, under
+// ghcr.io; CAPI's under registry.k8s.io), and each provider's controllers run under a leader Lease that one of its Pods
+// holds (controller-runtime's identity starts with the Pod's host name, its name).
+func expectProvidersAsPods(ctx context.Context, t *testing.T, source, target *stack.Stack) {
+	t.Helper()
+	g := NewWithT(t)
+	byDeployment, err := target.ProviderPods(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	// The providers the stack's management cluster has: Yonder's three, CAPI's core and kubeadm providers.
+	g.Expect(byDeployment).To(HaveLen(len(source.Managers())), "one Deployment per provider")
+	nodes, err := readyNodes(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	var summary []string
+	for d, pods := range byDeployment {
+		ns, _, _ := strings.Cut(d, "/")
+		g.Expect(pods).NotTo(BeEmpty(), "Deployment %s has no Pod", d)
+		var names []string
+		for _, p := range pods {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "Pod %s of %s", p.Name, d)
+			g.Expect(nodes).To(HaveKey(p.Spec.NodeName), "Pod %s of %s runs on a Ready Yonder Node", p.Name, d)
+			g.Expect(nodes[p.Spec.NodeName]).To(HavePrefix("yonder-ssh://"), "Pod %s of %s runs on a Yonder Node", p.Name, d)
+			for _, c := range p.Spec.Containers {
+				if strings.Contains(d, "yonder") {
+					// The release pins Yonder's images by digest under their published name; the nodes pull
+					// them through their mirror of ghcr.io, as an air-gapped site's nodes do.
+					g.Expect(c.Image).To(MatchRegexp(`^ghcr\.io/yonder-dev/yonder-[a-z]+-manager@sha256:[0-9a-f]{64}$`), "Yonder's release image, pinned by digest")
+				} else {
+					g.Expect(c.Image).To(HavePrefix("registry.k8s.io/cluster-api/"), "CAPI's image keeps its upstream name, pulled through the mirror")
+				}
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				g.Expect(cs.Ready).To(BeTrue(), "container %s of Pod %s", cs.Name, p.Name)
+				g.Expect(cs.ImageID).To(ContainSubstring("@sha256:"), "container %s of Pod %s ran a pulled image", cs.Name, p.Name)
+			}
+			names = append(names, p.Name+" on "+p.Spec.NodeName)
+		}
+		leases := &coordinationv1.LeaseList{}
+		g.Expect(target.Client.List(ctx, leases, client.InNamespace(ns))).To(Succeed())
+		held := false
+		for _, l := range leases.Items {
+			for _, p := range pods {
+				if h := ptr.Deref(l.Spec.HolderIdentity, ""); strings.HasPrefix(h, p.Name+"_") {
+					held = true
+				}
+			}
+		}
+		g.Expect(held).To(BeTrue(), "a Pod of %s holds its leader Lease in %s", d, ns)
+		summary = append(summary, d+": "+strings.Join(names, ", "))
+	}
+	sort.Strings(summary)
+	t.Logf("providers running as Pods: %s", strings.Join(summary, "; "))
 }
 
 // moveRefusedWhileProvisioning is part 1: a scale-up; while its Machine provisions, the move waits and
@@ -198,44 +265,83 @@ func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms
 }
 
 // targetTakesOver is part 3: a scale-up on the target gets a new Ready Node from a host that was free
-// before the move, and deleting the Cluster there returns every host clean.
+// before the move, and a scale-down that removes that Machine (CAPI's delete-machine annotation) returns
+// its host clean and free.
 func targetTakesOver(ctx context.Context, t *testing.T, md string, before map[string]string) {
 	t.Helper()
+	g := NewWithT(t)
 	t0 := time.Now()
 	scale(ctx, t, md, 3)
 	ms := waitWorkers(ctx, t, movedCluster, 3, 8*time.Minute)
 	var added string
-	for h := range usedHosts(ms) {
-		if before[h] == "" {
-			added = h
+	var addedMachine clusterv1.Machine
+	for _, m := range ms {
+		if h := hostOf(m.Spec.ProviderID); before[h] == "" {
+			added, addedMachine = h, m
 		}
 	}
-	NewWithT(t).Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
+	g.Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
 	expectPodsAnswer(ctx, t, ms)
 	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t0).Round(time.Second))
 	t0 = time.Now()
-	deleteCluster(ctx, t, movedCluster)
-	t.Logf("Cluster deleted on the target, every host clean and free, in %s", time.Since(t0).Round(time.Second))
+	p := client.MergeFrom(addedMachine.DeepCopy())
+	if addedMachine.Annotations == nil {
+		addedMachine.Annotations = map[string]string{}
+	}
+	addedMachine.Annotations[clusterv1.DeleteMachineAnnotation] = "yes"
+	g.Expect(st.Client.Patch(ctx, &addedMachine, p)).To(Succeed())
+	scale(ctx, t, md, 2)
+	left := waitWorkers(ctx, t, movedCluster, 2, 5*time.Minute)
+	g.Expect(usedHosts(left)).NotTo(HaveKey(added), "the scale-down removed another Machine than the one marked for deletion")
+	waitReleased(ctx, t, usedHosts(left), 3*time.Minute)
+	t.Logf("scale-down on the target: host %s clean and free in %s", added, time.Since(t0).Round(time.Second))
 }
 
-// moveBack is part 4: with no Cluster left, a move from the target returns every host (n in all), free, and
-// its credential Secret to the source; the target keeps none.
-func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack, n int) {
+// moveBack is part 4: the Cluster with its Machines and every host move from the target back to the source,
+// claims and kubelets unchanged, and the source's providers take over (its Machines Running again); the
+// target keeps nothing, and its providers are deleted.
+func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack) {
 	t.Helper()
 	g := NewWithT(t)
 	t0 := time.Now()
-	free, err := claims(ctx)
+	before, err := claims(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	_, err = target.Clusterctl(ctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace)
+	ms, err := machines(ctx, movedCluster)
+	g.Expect(err).NotTo(HaveOccurred())
+	kubelets := map[string][]int{}
+	for h := range usedHosts(ms) {
+		pids, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		kubelets[h] = pids
+	}
+	_, err = target.Clusterctl(ctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace, "-v", "1")
 	g.Expect(err).NotTo(HaveOccurred())
 	st = source
 	home, err := claims(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(home).To(Equal(free), "every host returns to the source, free")
-	g.Expect(home).To(HaveLen(n))
+	g.Expect(home).To(Equal(before), "every host returns to the source with its claim")
 	expectHostSecrets(ctx, g, source, "did not move back")
 	g.Expect(hostsLeftOn(ctx, target)).To(BeFalse(), "the target kept moved hosts")
-	t.Logf("every host moved back to the source in %s", time.Since(t0).Round(time.Second))
+	waitWorkers(ctx, t, movedCluster, len(ms), 5*time.Minute)
+	for h, pids := range kubelets {
+		now, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(now).To(Equal(pids), "host %s was bootstrapped or reset again after the move back", h)
+	}
+	g.Eventually(func(g Gomega) {
+		now, err := machines(ctx, movedCluster)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range now {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	t.Logf("the Cluster and every host moved back to the source, Machines Running, in %s", time.Since(t0).Round(time.Second))
+	t0 = time.Now()
+	g.Expect(target.Stop()).To(Succeed(), "clusterctl delete --all on the workload cluster")
+	pods, err := target.ProviderPods(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods).To(BeEmpty(), "clusterctl delete --all left provider Deployments")
+	t.Logf("providers deleted from the workload cluster in %s", time.Since(t0).Round(time.Second))
 }
 
 // expectHostSecrets: every YonderSSHHost on management cluster m has its credential Secret there (what

@@ -396,8 +396,11 @@ func (s *Stack) StopManager(name string) error {
 	return nil
 }
 
-// ManagerLog returns the last n lines a manager wrote.
+// ManagerLog returns the last n lines a manager wrote (of its Pods, on a Stack of ManageFromWorkload).
 func (s *Stack) ManagerLog(name string, n int) string {
+	if s.onWorkload {
+		return s.providerPodLog(name, n)
+	}
 	m := s.Manager(name)
 	if m == nil || m.process == nil {
 		return ""

@@ -23,8 +23,8 @@
 //   - a real OCI registry on the bridge (test/registry: distribution, TLS with its own CA) holding every
 //     image the release built (`make release-manifests`: managers, add-on, the agent artifact, a node image
 //     per Kubernetes version) under ghcr.io/yonder-dev's paths, so it is the providers' image repository
-//     (clusterctl init's YONDER_IMAGE_REPOSITORY) and a mirror of ghcr.io and yonder.test for the nodes'
-//     containerd; its CA is the Secret RegistryCASecret, which templates name (TemplateEnv). Hosts get the
+//     (clusterctl init's YONDER_IMAGE_REPOSITORY) and a mirror of ghcr.io, registry.k8s.io and yonder.test
+//     for the nodes' containerd; its CA is the Secret RegistryCASecret, which templates name (TemplateEnv). Hosts get the
 //     agent by its sha256 from there and their node software from the node image of the Machine's version:
 //     nothing is written into templates for them;
 //   - optionally (Options.MetalHosts) bare-metal hosts: the metal provider installed by the same
@@ -50,7 +50,8 @@
 //	defer s.Stop()
 //	s.Clusterctl(ctx, "generate", "cluster", "edge", "--flavor", "ssh", …)
 //	s.KillManager("infrastructure-yonder-ssh"); s.StartManager(ctx, "infrastructure-yonder-ssh")
-//	target, err := s.StartManagement(ctx, "target") // a second management cluster, e.g. for clusterctl move
+//	other, err := s.StartManagement(ctx, "other")   // a second, empty management cluster
+//	pivot, err := s.ManageFromWorkload(ctx)          // the workload cluster managing, providers as its Pods
 //	s.AddRelease(ctx, "v0.2.0"); s.Clusterctl(ctx, s.InitEnv(), "upgrade", "apply", …); s.ReloadManagers(ctx)
 //
 // Everything Start creates (processes, namespaces, links, directories) is removed by Stop, also after a
@@ -210,6 +211,12 @@ type Stack struct {
 	// shared marks a second management cluster (StartManagement): its network, workload cluster and
 	// hosts belong to the stack that started it, which stops them.
 	shared bool
+	// onWorkload marks the workload cluster acting as a management cluster (ManageFromWorkload): its
+	// providers run as Pods there, and podRoutes lets the API server reach them.
+	onWorkload bool
+	podRoutes  *podRoutes
+	// stopped: Stop of a Stack of ManageFromWorkload ran (a test may stop it before its cleanup does).
+	stopped bool
 }
 
 // Scheme is the scheme of the management client: core types, CAPI and Yonder's kinds.
@@ -373,6 +380,9 @@ func (s *Stack) Stop() error {
 	var errs []error
 	if s.Prometheus != nil {
 		errs = append(errs, s.Prometheus.Stop())
+	}
+	if s.onWorkload {
+		return s.stopOnWorkload()
 	}
 	s.mu.Lock()
 	names := make([]string, 0, len(s.managers))

@@ -68,24 +68,30 @@ capi_provider bootstrap-kubeadm bootstrap/kubeadm/config kubeadm-bootstrap-contr
 capi_provider control-plane-kubeadm controlplane/kubeadm/config kubeadm-control-plane-controller control-plane-components.yaml
 core=$REPO/cluster-api/$capi_version
 
-# cert-manager: its namespace, its real CRDs, and its webhook's Service and webhook configurations as its
-# chart deploys them (hack/certmanager/webhook.yaml). clusterctl installs them and checks the API with its
-# test resources, which pass only once the webhook serves: the test stack runs cert-manager's controller,
-# cainjector and webhook as processes (test/certmanager) where its Deployments would run.
+# cert-manager: what its release publishes as cert-manager.yaml, built from its Go module: the namespace, its
+# real CRDs (deploy/crds), and its chart (deploy/charts/cert-manager) rendered with the default values the way
+# `helm template` renders it (hack/chartrender: Helm's own engine; hooks left out, as in a static manifest):
+# RBAC, ServiceAccounts, Services, the controller's, cainjector's and webhook's Deployments (images
+# quay.io/jetstack/cert-manager-*:<version>) and the webhook configurations. clusterctl installs it and checks
+# the API with its test resources, which pass only once the webhook serves. A cluster with kubelets runs the
+# Deployments (test/stack's pivot: the images are our builds of those binaries); on the test stack's
+# management clusters, which have no Deployment controller, the stack runs the same binaries as processes
+# (test/certmanager).
 cm_dir=$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION
 if [[ ! -d $cm_dir/deploy/crds ]]; then
   (cd "$kdir" && go mod download github.com/cert-manager/cert-manager@"$CERT_MANAGER_VERSION" >/dev/null)
 fi
 cm=$REPO/cert-manager/$CERT_MANAGER_VERSION
 mkdir -p "$cm"
+chart=$(cd "$ROOT/hack/chartrender" && go run . "$cm_dir/deploy/charts/cert-manager" cert-manager cert-manager "$CERT_MANAGER_VERSION")
 {
   echo "# cert-manager $CERT_MANAGER_VERSION: namespace, CRDs (deploy/crds of github.com/cert-manager/cert-manager),"
-  echo "# and the webhook's Service and configurations (hack/certmanager/webhook.yaml)."
+  echo "# and its chart rendered with the default values (hack/chartrender)."
   printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n'
   for f in "$cm_dir"/deploy/crds/*.yaml; do echo "---"; cat "$f"; done
-  echo "---"
-  cat "$ROOT/hack/certmanager/webhook.yaml"
-} > "$cm/cert-manager.yaml"
+  printf '%s\n' "$chart"
+} > "$cm/cert-manager.yaml.tmp"
+mv "$cm/cert-manager.yaml.tmp" "$cm/cert-manager.yaml"
 
 # Pin our images by digest where `go run ./hack/images` built them (make release-manifests does), and the
 # agent's sha256: the bootstrap manager's default, with which hosts fetch the agent's blob from the image

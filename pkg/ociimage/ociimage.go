@@ -57,6 +57,9 @@ type Image struct {
 	Entrypoint, Cmd, Env []string
 	// Labels of the image config.
 	Labels map[string]string
+	// User the image's process runs as (empty: root). A numeric user lets a Pod with runAsNonRoot and no
+	// runAsUser of its own start it: the kubelet refuses a user name it cannot check.
+	User string
 	// Architecture of the image (default: the architecture this program was built for, i.e. the build's
 	// GOARCH, which is the architecture of the binaries the same build produced).
 	Architecture string
@@ -90,7 +93,7 @@ func Build(img Image) (v1.Image, error) {
 	if cf.Architecture == "" {
 		cf.Architecture = runtime.GOARCH
 	}
-	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Labels = img.Entrypoint, img.Cmd, img.Labels
+	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Labels, cf.Config.User = img.Entrypoint, img.Cmd, img.Labels, img.User
 	cf.Config.Env = img.Env
 	if cf.Config.Env == nil {
 		cf.Config.Env = DefaultEnv

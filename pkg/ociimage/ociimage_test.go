@@ -29,6 +29,12 @@ func TestImagesAreReproducibleAndArchivesNamed(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cf.Architecture).To(Equal(runtime.GOARCH))
 	g.Expect(cf.Config.Env).To(Equal(DefaultEnv))
+	g.Expect(cf.Config.User).To(BeEmpty(), "root unless the image names a user")
+	nonroot, err := Build(Image{Files: spec.Files, Entrypoint: spec.Entrypoint, User: "65532"})
+	g.Expect(err).NotTo(HaveOccurred())
+	ncf, err := nonroot.ConfigFile()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ncf.Config.User).To(Equal("65532"))
 
 	var buf bytes.Buffer
 	g.Expect(WriteArchive(&buf, "registry.k8s.io/pause:3.10", a)).To(Succeed())

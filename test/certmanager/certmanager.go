@@ -107,10 +107,14 @@ func Start(ctx context.Context, kubeconfig, logDir string) (_ *CertManager, rerr
 		}
 	}()
 	// The apiserver's serving CA goes to the cainjector's inject-apiserver-ca sources through the kubeconfig.
-	if cm.controller, err = proc.Start(ControllerBinary, logDir, nil, ctlBin, "--kubeconfig", kubeconfig); err != nil {
+	// One controller and one injector per apiserver, many on this machine: no leader election, no listeners
+	// (the chart's Deployments run with upstream's defaults instead: in-cluster, elected, on their ports).
+	if cm.controller, err = proc.Start(ControllerBinary, logDir, nil, ctlBin, "--kubeconfig", kubeconfig,
+		"--leader-elect=false", "--healthz-listen-address=0", "--metrics-listen-address=0"); err != nil {
 		return nil, err
 	}
-	if cm.cainjector, err = proc.Start(CAInjectorBinary, logDir, nil, injBin, "--kubeconfig", kubeconfig); err != nil {
+	if cm.cainjector, err = proc.Start(CAInjectorBinary, logDir, nil, injBin, "--kubeconfig", kubeconfig,
+		"--leader-elect=false", "--metrics-listen-address=0"); err != nil {
 		return nil, err
 	}
 	// A broken kubeconfig or a missing CRD makes a process exit within its first second; say so here rather
@@ -162,6 +166,18 @@ func (cm *CertManager) Logs(n int) string {
 // names (the ca.crt of that Certificate's Secret). It fails early, with the log tails, when a cert-manager
 // process exits, and at the timeout names what is still missing.
 func (cm *CertManager) WaitForCertificates(ctx context.Context, c client.Client, timeout time.Duration) error {
+	return waitIssued(ctx, c, timeout, cm.exited, func() string { return cm.Logs(10) })
+}
+
+// WaitForCertificates is CertManager.WaitForCertificates for a cert-manager that is not the harness's
+// processes (its chart's Deployments, run by kubelets): at the timeout it names what is still missing.
+func WaitForCertificates(ctx context.Context, c client.Client, timeout time.Duration) error {
+	return waitIssued(ctx, c, timeout, func() error { return nil }, func() string { return "" })
+}
+
+// waitIssued polls Pending until nothing is, failing early when exited reports a dead cert-manager, and
+// adds logs to the error at the timeout.
+func waitIssued(ctx context.Context, c client.Client, timeout time.Duration, exited func() error, logs func() string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -169,15 +185,15 @@ func (cm *CertManager) WaitForCertificates(ctx context.Context, c client.Client,
 		if err == nil && len(pending) == 0 {
 			return nil
 		}
-		if perr := cm.exited(); perr != nil {
+		if perr := exited(); perr != nil {
 			return perr
 		}
 		select {
 		case <-ctx.Done():
 			if err != nil {
-				return fmt.Errorf("cert-manager did not issue the Certificates within %s: %w\n%s", timeout, err, cm.Logs(10))
+				return fmt.Errorf("cert-manager did not issue the Certificates within %s: %w\n%s", timeout, err, logs())
 			}
-			return fmt.Errorf("cert-manager did not issue the Certificates within %s; still waiting for: %s\n%s", timeout, strings.Join(pending, "; "), cm.Logs(10))
+			return fmt.Errorf("cert-manager did not issue the Certificates within %s; still waiting for: %s\n%s", timeout, strings.Join(pending, "; "), logs())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,9 +27,10 @@ const movedCluster = "moved"
 // TestMove is scenario 6, the bootstrap-and-pivot flow users run: `clusterctl move` of a Yonder cluster
 // into the workload cluster itself, whose providers run as Pods on its own Nodes, and back.
 //
-//  0. The workload cluster becomes a management cluster: the real `clusterctl init` installs the providers
-//     there (stack.ManageFromWorkload) and every provider Deployment runs as Pods on the Cluster's Yonder
-//     Nodes, pulled from the registry, Ready through their probes, each the holder of its leader Lease.
+//  0. The workload cluster becomes a management cluster: the real `clusterctl init` installs cert-manager's
+//     chart and the providers there (stack.ManageFromWorkload), and every Deployment runs as Pods on the
+//     Cluster's Yonder Nodes, pulled from the registry, Ready through their probes, each the holder of its
+//     leader Lease.
 //  1. Refused while provisioning: a Machine that is being bootstrapped (its YonderSSHMachine carries the
 //     block-move annotation) makes the real clusterctl refuse — at once, by its own check for Machines
 //     without a Node, or by waiting on the annotation — and nothing reaches the target. A move aborted in
@@ -110,59 +113,77 @@ func startTarget(ctx context.Context, t *testing.T, source *stack.Stack) *stack.
 	return target
 }
 
-// expectProvidersAsPods checks what makes the workload cluster's providers Pods like on any user's cluster:
-// every provider Deployment's Pods run on the workload cluster's Yonder Nodes, Ready, with images pulled
-// from the stack's registry through the nodes' mirrors (Yonder's release images, pinned by digest, under
-// ghcr.io; CAPI's under registry.k8s.io), and each provider's controllers run under a leader Lease that one of its Pods
-// holds (controller-runtime's identity starts with the Pod's host name, its name).
+// expectProvidersAsPods checks what makes the workload cluster's providers and its cert-manager Pods like on
+// any user's cluster: every Deployment's Pods run on the workload cluster's Yonder Nodes, Ready through their
+// probes, with images pulled from the stack's registry through the nodes' mirrors (Yonder's release images,
+// pinned by digest, under ghcr.io; CAPI's under registry.k8s.io; cert-manager's chart's under quay.io), and
+// each of them that elects a leader runs under a Lease that one of its Pods holds (the identities of
+// controller-runtime and client-go's leader election start with the Pod's host name, its name):
+// cert-manager's controller and cainjector in kube-system (the chart's --leader-election-namespace), the
+// providers in their own namespaces. cert-manager's webhook elects none.
 func expectProvidersAsPods(ctx context.Context, t *testing.T, source, target *stack.Stack) {
 	t.Helper()
 	g := NewWithT(t)
-	byDeployment, err := target.ProviderPods(ctx)
+	providers, err := target.ProviderPods(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	// The providers the stack's management cluster has: Yonder's three, CAPI's core and kubeadm providers.
-	g.Expect(byDeployment).To(HaveLen(len(source.Managers())), "one Deployment per provider")
+	g.Expect(providers).To(HaveLen(len(source.Managers())), "one Deployment per provider")
+	certManager, err := target.CertManagerPods(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(certManager).To(HaveLen(3), "cert-manager's chart has three Deployments")
 	nodes, err := readyNodes(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	var summary []string
-	for d, pods := range byDeployment {
-		ns, _, _ := strings.Cut(d, "/")
-		g.Expect(pods).NotTo(BeEmpty(), "Deployment %s has no Pod", d)
-		var names []string
-		for _, p := range pods {
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "Pod %s of %s", p.Name, d)
-			g.Expect(nodes).To(HaveKey(p.Spec.NodeName), "Pod %s of %s runs on a Ready Yonder Node", p.Name, d)
-			g.Expect(nodes[p.Spec.NodeName]).To(HavePrefix("yonder-ssh://"), "Pod %s of %s runs on a Yonder Node", p.Name, d)
-			for _, c := range p.Spec.Containers {
-				if strings.Contains(d, "yonder") {
-					// The release pins Yonder's images by digest under their published name; the nodes pull
-					// them through their mirror of ghcr.io, as an air-gapped site's nodes do.
-					g.Expect(c.Image).To(MatchRegexp(`^ghcr\.io/yonder-dev/yonder-[a-z]+-manager@sha256:[0-9a-f]{64}$`), "Yonder's release image, pinned by digest")
-				} else {
-					g.Expect(c.Image).To(HavePrefix("registry.k8s.io/cluster-api/"), "CAPI's image keeps its upstream name, pulled through the mirror")
-				}
-			}
-			for _, cs := range p.Status.ContainerStatuses {
-				g.Expect(cs.Ready).To(BeTrue(), "container %s of Pod %s", cs.Name, p.Name)
-				g.Expect(cs.ImageID).To(ContainSubstring("@sha256:"), "container %s of Pod %s ran a pulled image", cs.Name, p.Name)
-			}
-			names = append(names, p.Name+" on "+p.Spec.NodeName)
-		}
-		leases := &coordinationv1.LeaseList{}
-		g.Expect(target.Client.List(ctx, leases, client.InNamespace(ns))).To(Succeed())
-		held := false
-		for _, l := range leases.Items {
+	check := func(byDeployment map[string][]corev1.Pod, image func(d string) types.GomegaMatcher, leaseNamespace func(d string) string) {
+		for d, pods := range byDeployment {
+			g.Expect(pods).NotTo(BeEmpty(), "Deployment %s has no Pod", d)
+			var names []string
 			for _, p := range pods {
-				if h := ptr.Deref(l.Spec.HolderIdentity, ""); strings.HasPrefix(h, p.Name+"_") {
-					held = true
+				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "Pod %s of %s", p.Name, d)
+				g.Expect(nodes).To(HaveKey(p.Spec.NodeName), "Pod %s of %s runs on a Ready Node", p.Name, d)
+				g.Expect(nodes[p.Spec.NodeName]).To(HavePrefix("yonder-ssh://"), "Pod %s of %s runs on a Yonder Node", p.Name, d)
+				for _, c := range p.Spec.Containers {
+					g.Expect(c.Image).To(image(d), "the image of Pod %s of %s", p.Name, d)
 				}
+				for _, cs := range p.Status.ContainerStatuses {
+					g.Expect(cs.Ready).To(BeTrue(), "container %s of Pod %s", cs.Name, p.Name)
+					g.Expect(cs.ImageID).To(ContainSubstring("@sha256:"), "container %s of Pod %s ran a pulled image", cs.Name, p.Name)
+				}
+				names = append(names, p.Name+" on "+p.Spec.NodeName)
 			}
+			if ns := leaseNamespace(d); ns != "" {
+				leases := &coordinationv1.LeaseList{}
+				g.Expect(target.Client.List(ctx, leases, client.InNamespace(ns))).To(Succeed())
+				held := false
+				for _, l := range leases.Items {
+					for _, p := range pods {
+						if h := ptr.Deref(l.Spec.HolderIdentity, ""); strings.HasPrefix(h, p.Name+"_") {
+							held = true
+						}
+					}
+				}
+				g.Expect(held).To(BeTrue(), "a Pod of %s holds its leader Lease in %s", d, ns)
+			}
+			summary = append(summary, d+": "+strings.Join(names, ", "))
 		}
-		g.Expect(held).To(BeTrue(), "a Pod of %s holds its leader Lease in %s", d, ns)
-		summary = append(summary, d+": "+strings.Join(names, ", "))
 	}
+	check(providers, func(d string) types.GomegaMatcher {
+		if strings.Contains(d, "yonder") {
+			// The release pins Yonder's images by digest under their published name.
+			return MatchRegexp(`^ghcr\.io/yonder-dev/yonder-[a-z]+-manager@sha256:[0-9a-f]{64}$`)
+		}
+		return HavePrefix("registry.k8s.io/cluster-api/")
+	}, func(d string) string { ns, _, _ := strings.Cut(d, "/"); return ns })
+	check(certManager, func(string) types.GomegaMatcher {
+		return MatchRegexp(`^quay\.io/jetstack/cert-manager-(controller|cainjector|webhook):v[0-9.]+$`)
+	}, func(d string) string {
+		if strings.HasSuffix(d, "-webhook") {
+			return ""
+		}
+		return metav1.NamespaceSystem
+	})
 	sort.Strings(summary)
-	t.Logf("providers running as Pods: %s", strings.Join(summary, "; "))
+	t.Logf("running as Pods: %s", strings.Join(summary, "; "))
 }
 
 // moveRefusedWhileProvisioning is part 1: a scale-up; while its Machine provisions, the move waits and

@@ -40,9 +40,9 @@ const RegistryCASecret = "yonder-registry-ca"
 
 // mirroredRegistries are the upstream registries whose images the stack's registry holds under the same
 // paths (the lab's network add-on images, ghcr.io/yonder-dev/…; the test workload image, yonder.test/…;
-// CAPI's provider images, registry.k8s.io/cluster-api/…, for ManageFromWorkload): nodes pull them through
-// it, as an air-gapped site's nodes pull through their mirror.
-var mirroredRegistries = []string{"ghcr.io", "registry.k8s.io", "yonder.test"}
+// for ManageFromWorkload, CAPI's provider images, registry.k8s.io/cluster-api/…, and cert-manager's,
+// quay.io/jetstack/…): nodes pull them through it, as an air-gapped site's nodes pull through their mirror.
+var mirroredRegistries = []string{"ghcr.io", "quay.io", "registry.k8s.io", "yonder.test"}
 
 // TemplateEnv is what a user sets for `clusterctl generate cluster` with the stack's registry: its CA
 // Secret and the upstream registries it mirrors. (The image repository itself is clusterctl init's.)

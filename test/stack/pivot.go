@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/yonder-dev/yonder/pkg/ociimage"
+	"github.com/yonder-dev/yonder/test/certmanager"
 	"github.com/yonder-dev/yonder/test/testbins"
 )
 
@@ -34,8 +36,8 @@ import (
 // manages itself (and later moves them back, e.g. before it is deleted). ManageFromWorkload makes the
 // stack's workload cluster such a management cluster. Unlike the stack's own management cluster, where the
 // providers' Deployments run as processes, here they run as what they are: Pods, scheduled on the workload
-// cluster's Nodes (Yonder Nodes: real kubelets), pulling their images from the stack's registry (Yonder's
-// from the image repository clusterctl init names, CAPI's through the nodes' mirror of registry.k8s.io),
+// cluster's Nodes (Yonder Nodes: real kubelets), pulling their images from the stack's registry through the
+// nodes' mirrors (Yonder's release images, pinned by digest, as ghcr.io's; CAPI's as registry.k8s.io's),
 // started, probed and restarted by the kubelet, authenticated by their ServiceAccounts' projected tokens,
 // serving webhooks from Pod addresses with the certificates cert-manager issued into the Secrets they mount,
 // electing leaders among themselves.
@@ -50,21 +52,33 @@ import (
 //     stack's sites sits on the lab bridge, so the stack keeps a route per Node's pod CIDR via the Node's
 //     address on this machine (routePodCIDRs), as a user's router, cloud route table or BGP speaker does.
 //
-// cert-manager runs as the stack's processes (test/certmanager) against the workload API server, as for
-// every management cluster of the stack: its binaries are built from cert-manager's packages, not its
-// released images.
+// cert-manager runs the same way: `clusterctl init` installs the release's cert-manager.yaml (cert-manager's
+// chart, rendered by hack/release-repo.sh) and its controller, cainjector and webhook run as that chart's
+// Deployments, from images of the binaries test-bins builds from cert-manager's packages under cert-manager's
+// image names (quay.io/jetstack/…), through the nodes' mirror of quay.io. No harness process stands in for
+// anything on this cluster.
 
-// capiImageRepository is where CAPI's release publishes its images (hack/release-repo.sh writes it into the
-// components).
-const capiImageRepository = "registry.k8s.io/cluster-api"
-
-// capiImages are CAPI's release images by the binaries the stack runs (upstreamBinaries): the same binary,
-// built by hack/test-bins.sh, at the path its Deployment names, the way CAPI's own image carries it.
-var capiImages = map[string]string{
-	"capi-manager":                       "cluster-api-controller",
-	"capi-kubeadm-bootstrap-manager":     "kubeadm-bootstrap-controller",
-	"capi-kubeadm-control-plane-manager": "kubeadm-control-plane-controller",
+// upstreamImage is how the stack builds a release image of another project from the binary test-bins built
+// from that project's packages: the image holds the binary alone, at the path its Deployment runs, and runs
+// as the non-root user the upstream image uses (distroless's nonroot, 65532).
+type upstreamImage struct {
+	binary, path string
 }
+
+// upstreamImages are the upstream images the stack's registry serves, by repository (without the tag): CAPI's
+// providers (registry.k8s.io/cluster-api, named so by hack/release-repo.sh) and cert-manager's (its chart's
+// quay.io/jetstack images). pushUpstreamImages pushes those the repository's manifests name, at their tags.
+var upstreamImages = map[string]upstreamImage{
+	"registry.k8s.io/cluster-api/cluster-api-controller":           {binary: "capi-manager", path: "manager"},
+	"registry.k8s.io/cluster-api/kubeadm-bootstrap-controller":     {binary: "capi-kubeadm-bootstrap-manager", path: "manager"},
+	"registry.k8s.io/cluster-api/kubeadm-control-plane-controller": {binary: "capi-kubeadm-control-plane-manager", path: "manager"},
+	"quay.io/jetstack/cert-manager-controller":                     {binary: certmanager.ControllerBinary, path: certmanager.ControllerBinary},
+	"quay.io/jetstack/cert-manager-cainjector":                     {binary: certmanager.CAInjectorBinary, path: certmanager.CAInjectorBinary},
+	"quay.io/jetstack/cert-manager-webhook":                        {binary: certmanager.WebhookBinary, path: certmanager.WebhookBinary},
+}
+
+// upstreamNonRootUser is the user of the upstream images (distroless nonroot).
+const upstreamNonRootUser = "65532"
 
 // Bounds of ManageFromWorkload's waits.
 const (
@@ -81,7 +95,7 @@ const (
 // every provider Deployment is Available: its Pods Ready on the workload cluster's Nodes. The returned Stack's
 // Management and Client are the workload cluster's, so its Clusterctl acts there (the target of a `clusterctl
 // move`). Its Stop deletes the providers again (`clusterctl delete --all`, which leaves CRDs, namespaces
-// and every inventory object in place), stops cert-manager and removes the routes; it never stops the
+// and every inventory object in place), then cert-manager, and removes the routes; it never stops the
 // workload cluster. The workload cluster must run kube-proxy (Options.KubeProxy) and have a Ready Node.
 func (s *Stack) ManageFromWorkload(ctx context.Context) (_ *Stack, rerr error) {
 	if !s.opts.KubeProxy {
@@ -111,7 +125,7 @@ func (s *Stack) ManageFromWorkload(ctx context.Context) (_ *Stack, rerr error) {
 			_ = t.Stop()
 		}
 	}()
-	if err := s.pushCAPIImages(ctx); err != nil {
+	if err := s.pushUpstreamImages(ctx); err != nil {
 		return nil, err
 	}
 	routes, err := startPodRoutes(ctx, s.WorkloadClient, s.Net.Bridge, t.logf)
@@ -119,8 +133,15 @@ func (s *Stack) ManageFromWorkload(ctx context.Context) (_ *Stack, rerr error) {
 		return nil, err
 	}
 	t.podRoutes = routes
-	if err := t.initProviders(ctx); err != nil {
+	// clusterctl init installs cert-manager's manifest, waits until its API admits clusterctl's test
+	// resources (its Pods serve), then installs the providers; cert-manager then issues their certificates.
+	t1 := time.Now()
+	if err := t.clusterctlInit(ctx); err != nil {
 		return nil, err
+	}
+	t.opts.Log("clusterctl init into the workload cluster done (cert-manager's Pods serving) in %s", time.Since(t1).Round(time.Millisecond))
+	if err := certmanager.WaitForCertificates(ctx, t.Client, certificatesTimeout); err != nil {
+		return nil, fmt.Errorf("workload cluster: %w", err)
 	}
 	if err := t.waitProviderPods(ctx); err != nil {
 		return nil, err
@@ -139,9 +160,20 @@ func (s *Stack) logf(format string, args ...any) { s.opts.Log(format, args...) }
 // ProviderPods returns the Pods of the provider Deployments clusterctl installed (ProviderLabel), by
 // Deployment namespace/name.
 func (s *Stack) ProviderPods(ctx context.Context) (map[string][]corev1.Pod, error) {
+	return s.deploymentPods(ctx, client.HasLabels{ProviderLabel})
+}
+
+// CertManagerPods returns the Pods of cert-manager's Deployments (its chart's, in its namespace), by
+// Deployment namespace/name.
+func (s *Stack) CertManagerPods(ctx context.Context) (map[string][]corev1.Pod, error) {
+	return s.deploymentPods(ctx, client.InNamespace(certmanager.Namespace))
+}
+
+// deploymentPods returns the Pods of the Deployments opts select, by Deployment namespace/name.
+func (s *Stack) deploymentPods(ctx context.Context, opts ...client.ListOption) (map[string][]corev1.Pod, error) {
 	ds := &appsv1.DeploymentList{}
-	if err := s.Client.List(ctx, ds, client.HasLabels{ProviderLabel}); err != nil {
-		return nil, fmt.Errorf("failed to list the provider Deployments: %w", err)
+	if err := s.Client.List(ctx, ds, opts...); err != nil {
+		return nil, fmt.Errorf("failed to list Deployments: %w", err)
 	}
 	out := map[string][]corev1.Pod{}
 	for _, d := range ds.Items {
@@ -167,6 +199,11 @@ func (s *Stack) waitProviderPods(ctx context.Context) error {
 			last = "no provider Deployment installed"
 			return false, nil
 		}
+		cm := &appsv1.DeploymentList{}
+		if err := s.Client.List(ctx, cm, client.InNamespace(certmanager.Namespace)); err != nil {
+			return false, nil //nolint:nilerr // transient: keep waiting
+		}
+		ds.Items = append(ds.Items, cm.Items...)
 		var waiting []string
 		for _, d := range ds.Items {
 			if !deploymentAvailable(&d) {
@@ -180,6 +217,9 @@ func (s *Stack) waitProviderPods(ctx context.Context) error {
 		return nil
 	}
 	pods, perr := s.ProviderPods(ctx)
+	if cm, err := s.CertManagerPods(ctx); err == nil {
+		maps.Copy(pods, cm)
+	}
 	if perr != nil {
 		return fmt.Errorf("the providers did not run as Pods in %s (%s): %w", providerPodsTimeout, last, errors.Join(err, perr))
 	}
@@ -227,21 +267,15 @@ func describePods(byDeployment map[string][]corev1.Pod) string {
 	return b.String()
 }
 
-// capiImageRef matches the image of a CAPI provider's Deployment in its components (hack/release-repo.sh
-// writes registry.k8s.io/cluster-api/<image>:<CAPI version>).
-var capiImageRef = regexp.MustCompile(`image:\s*"?(` + regexp.QuoteMeta(capiImageRepository) + `/([a-z0-9-]+):[A-Za-z0-9._-]+)`)
+// imageRef matches an image reference with a tag in a manifest (quoted or not).
+var imageRef = regexp.MustCompile(`image:\s*"?([a-z0-9.-]+(?:/[a-z0-9._-]+)+):([A-Za-z0-9._-]+)"?`)
 
-// pushCAPIImages pushes CAPI's release images, exactly as the CAPI providers' components in the stack's
-// repository name them, into the registry under registry.k8s.io's paths: each the binary the stack runs
-// (capiImages) as the one file of an image, at the path CAPI's Deployments run (/manager).
-func (s *Stack) pushCAPIImages(ctx context.Context) error {
-	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "*", "*", "*-components.yaml"))
+// pushUpstreamImages pushes every upstream image (upstreamImages) that the manifests of the stack's clusterctl
+// repository name — the CAPI providers' components and cert-manager's manifest — under its name and tag.
+func (s *Stack) pushUpstreamImages(ctx context.Context) error {
+	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "*", "*", "*.yaml"))
 	if err != nil {
-		return fmt.Errorf("failed to find the repository's components: %w", err)
-	}
-	binOf := map[string]string{}
-	for bin, image := range capiImages {
-		binOf[image] = bin
+		return fmt.Errorf("failed to find the repository's manifests: %w", err)
 	}
 	pushed := map[string]bool{}
 	for _, f := range files {
@@ -249,25 +283,24 @@ func (s *Stack) pushCAPIImages(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("failed to read %s: %w", f, err)
 		}
-		for _, m := range capiImageRef.FindAllStringSubmatch(string(data), -1) {
-			name, image := m[1], m[2]
-			bin, ok := binOf[image]
-			if !ok {
-				return fmt.Errorf("%s names CAPI image %s, which the stack does not build (capiImages)", f, name)
-			}
-			if pushed[name] {
+		for _, m := range imageRef.FindAllStringSubmatch(string(data), -1) {
+			repo, tag := m[1], m[2]
+			img, ok := upstreamImages[repo]
+			name := repo + ":" + tag
+			if !ok || pushed[name] {
 				continue
 			}
-			path, err := testbins.Path(bin)
+			path, err := testbins.Path(img.binary)
 			if err != nil {
 				return err
 			}
-			archive := filepath.Join(s.binDir, image+".oci.tar")
+			archive := filepath.Join(s.binDir, filepath.Base(repo)+".oci.tar")
 			if err := ociimage.WriteArchiveFile(archive, name, ociimage.Image{
-				Files:      []ociimage.File{{Path: "manager", Source: path, Mode: 0o755}},
-				Entrypoint: []string{"/manager"},
+				Files:      []ociimage.File{{Path: img.path, Source: path, Mode: 0o755}},
+				Entrypoint: []string{"/" + img.path},
+				User:       upstreamNonRootUser,
 			}); err != nil {
-				return fmt.Errorf("failed to write CAPI's image %s: %w", name, err)
+				return fmt.Errorf("failed to write the image %s: %w", name, err)
 			}
 			if err := s.pushArchive(ctx, archive); err != nil {
 				return err
@@ -275,10 +308,20 @@ func (s *Stack) pushCAPIImages(ctx context.Context) error {
 			pushed[name] = true
 		}
 	}
-	if len(pushed) == 0 {
-		return fmt.Errorf("no CAPI provider image named in the repository's components (%d files)", len(files))
+	for repo := range upstreamImages {
+		if !slices.ContainsFunc(mapKeys(pushed), func(n string) bool { return strings.HasPrefix(n, repo+":") }) {
+			return fmt.Errorf("the repository's manifests (%d files) name no image of %s: the stack would run it from nowhere", len(files), repo)
+		}
 	}
 	return nil
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 // podRoutes keeps a route on this machine for each Node's pod CIDR via the Node's address on the lab
@@ -412,8 +455,8 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 }
 
 // stopOnWorkload is Stop for a Stack of ManageFromWorkload: the providers deleted as a user deletes them
-// (`clusterctl delete --all` keeps CRDs, namespaces and every inventory object), then cert-manager and the
-// routes; the workload cluster itself goes on.
+// (`clusterctl delete --all` keeps CRDs, namespaces and every inventory object), then cert-manager's
+// manifest, then the routes; the workload cluster itself goes on.
 func (s *Stack) stopOnWorkload() error {
 	if s.stopped {
 		return nil
@@ -425,7 +468,11 @@ func (s *Stack) stopOnWorkload() error {
 	if out, err := s.Clusterctl(ctx, nil, "delete", "--all"); err != nil {
 		errs = append(errs, fmt.Errorf("failed to delete the providers from the workload cluster: %s: %w", out, err))
 	}
-	errs = append(errs, s.stopCertManager())
+	// clusterctl never deletes cert-manager; a user deletes its manifest (`kubectl delete -f`), so that its
+	// Pods do not move to the cluster's next Nodes and its fail-closed webhook does not outlive them.
+	if err := s.deleteCertManager(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if s.podRoutes != nil {
 		errs = append(errs, s.podRoutes.Stop())
 	}
@@ -462,4 +509,34 @@ func (s *Stack) providerPodLog(name string, n int) string {
 		}
 	}
 	return b.String()
+}
+
+// deleteCertManager deletes every object of the repository's cert-manager manifest from the cluster, as
+// `kubectl delete -f cert-manager.yaml` does, and waits until its namespace is gone.
+func (s *Stack) deleteCertManager(ctx context.Context) error {
+	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "cert-manager", "*", "cert-manager.yaml"))
+	if err != nil || len(files) != 1 {
+		return fmt.Errorf("failed to find the one cert-manager manifest of the release's repository: %v %v", files, err)
+	}
+	data, err := os.ReadFile(filepath.Clean(files[0]))
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", files[0], err)
+	}
+	objs, err := decodeYAML(data)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range objs {
+		if err := s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("failed to delete %s %s: %w", o.GetKind(), o.GetName(), err))
+		}
+	}
+	if err := WaitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		err := s.Client.Get(ctx, client.ObjectKey{Name: certmanager.Namespace}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("cert-manager's namespace was not deleted: %w", err))
+	}
+	return errors.Join(errs...)
 }

@@ -4,8 +4,11 @@
 //
 // It copies the CA of the Certificate (or Secret) named by a cert-manager.io/inject-ca-from (or
 // inject-ca-from-secret, inject-apiserver-ca) annotation into the caBundle of mutating and validating
-// webhook configurations, APIServices and CRD conversion webhooks — every kind upstream injects. There is no
-// leader election: the harness runs exactly one injector per apiserver and owns its lifetime.
+// webhook configurations, APIServices and CRD conversion webhooks — every kind upstream injects.
+//
+// As the Deployment of cert-manager's chart it uses the Pod's in-cluster credentials and elects a leader
+// under upstream's Lease (see options); as a process of the test harness it gets --kubeconfig and runs
+// without leader election.
 package main
 
 import (
@@ -43,19 +46,24 @@ func main() {
 	// A flag set of our own: controller-runtime registers its own --kubeconfig on the global one.
 	fs := flag.NewFlagSet("cert-manager-cainjector", flag.ExitOnError)
 	var (
-		kubeconfig = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
+		kubeconfig = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (empty: the Pod's in-cluster credentials)")
 		namespace  = fs.String("namespace", "", "inject only from and into this namespace (empty: every namespace)")
+		o          = options{
+			leaderElect:    fs.Bool("leader-elect", true, "inject only while this process holds the leader Lease"),
+			leaseNamespace: fs.String("leader-election-namespace", "kube-system", "namespace of the leader Lease"),
+			leaseDuration:  fs.Duration("leader-election-lease-duration", 60*time.Second, "how long a leader's Lease is valid without renewal"),
+			renewDeadline:  fs.Duration("leader-election-renew-deadline", 40*time.Second, "how long the leader retries renewing before it gives up leading"),
+			retryPeriod:    fs.Duration("leader-election-retry-period", 15*time.Second, "how often candidates try to acquire or renew the Lease"),
+			metricsAddress: fs.String("metrics-listen-address", "0.0.0.0:9402", "address of the Prometheus metrics endpoint (0: off)"),
+			healthzAddress: fs.String("healthz-listen-address", "0", "address of /healthz and /readyz (0: off; the chart probes none)"),
+		}
 	)
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits with the usage
-	if *kubeconfig == "" {
-		fmt.Fprintln(os.Stderr, "cert-manager-cainjector: --kubeconfig is required")
-		os.Exit(2)
-	}
 	ctrl.SetLogger(klog.Background())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *kubeconfig, *namespace)
+	err := run(ctx, *kubeconfig, *namespace, o)
 	klog.Flush()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cert-manager-cainjector: %v\n", err)
@@ -63,7 +71,20 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, kubeconfig, namespace string) error {
+// options are upstream's flags for the cainjector's leader election and listeners, with its defaults: the
+// chart's Deployment passes only --leader-election-namespace; the test harness's processes pass
+// --leader-elect=false and --metrics-listen-address=0 (one injector per apiserver, many on one machine).
+type options struct {
+	leaderElect                               *bool
+	leaseNamespace                            *string
+	leaseDuration, renewDeadline, retryPeriod *time.Duration
+	metricsAddress, healthzAddress            *string
+}
+
+// leaseName is upstream's Lease of the cainjector.
+const leaseName = "cert-manager-cainjector-leader-election"
+
+func run(ctx context.Context, kubeconfig, namespace string, o options) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("failed to load %s: %w", kubeconfig, err)
@@ -87,9 +108,16 @@ func run(ctx context.Context, kubeconfig, namespace string) error {
 		Cache: cache.Options{ReaderFailOnMissingInformer: true, DefaultNamespaces: namespaces},
 		// Secrets are read on demand, as upstream does, so that the injector never caches every Secret of
 		// the cluster.
-		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                       metricsserver.Options{BindAddress: *o.metricsAddress},
+		HealthProbeBindAddress:        *o.healthzAddress,
+		LeaderElection:                *o.leaderElect,
+		LeaderElectionID:              leaseName,
+		LeaderElectionNamespace:       *o.leaseNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 o.leaseDuration,
+		RenewDeadline:                 o.renewDeadline,
+		RetryPeriod:                   o.retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("failed to create the manager: %w", err)

@@ -6,8 +6,18 @@
 // service: Issuer and ClusterIssuer readiness, the Certificate lifecycle (trigger, key manager, request
 // manager, issuing, readiness, revision manager), the CertificateRequest approver, and the SelfSigned and CA
 // signers. ACME, Vault and Venafi are left out: they need servers a test machine cannot reach, and their
-// SDKs would triple the binary. There is no leader election: the harness runs exactly one controller per
-// apiserver and owns its lifetime.
+// SDKs would triple the binary.
+//
+// It runs both ways cert-manager's controller runs:
+//   - as the Deployment of cert-manager's chart (test/stack's pivot runs the chart's manifest on real
+//     kubelets): in-cluster credentials, leader election in --leader-election-namespace (the chart's
+//     kube-system) under upstream's Lease name and timings, /livez on --healthz-listen-address (the chart's
+//     liveness probe) and the Prometheus registry on --metrics-listen-address, both at upstream's default
+//     ports. The chart's ACME flags (--acme-http01-solver-image, --max-concurrent-challenges) are accepted
+//     and have nothing to configure here;
+//   - as a process of the test harness against any apiserver (--kubeconfig), which passes
+//     --leader-elect=false and turns both listeners off (0): it runs exactly one controller per apiserver and
+//     owns its lifetime.
 package main
 
 import (
@@ -15,12 +25,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
@@ -62,17 +74,19 @@ func main() {
 	// A flag set of our own: controller-runtime registers its own --kubeconfig on the global one.
 	fs := flag.NewFlagSet("cert-manager-controller", flag.ExitOnError)
 	var (
-		kubeconfig       = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
+		kubeconfig       = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (empty: the Pod's in-cluster credentials)")
 		namespace        = fs.String("namespace", "", "watch only this namespace (empty: every namespace)")
 		clusterResources = fs.String("cluster-resource-namespace", "cert-manager", "namespace where ClusterIssuers keep their Secrets (the CA issuer's key pair)")
 		workers          = fs.Int("workers", 5, "concurrent workers per controller")
+		election         = leaderElectionFlags(fs, "cert-manager-controller")
+		healthz          = fs.String("healthz-listen-address", "0.0.0.0:9403", "address of /livez and /healthz (0: off)")
+		metricsAddr      = fs.String("metrics-listen-address", "0.0.0.0:9402", "address of the Prometheus metrics endpoint (0: off)")
 	)
+	// The chart's ACME settings: this build has no ACME issuer (see the package doc), so they configure nothing.
+	fs.String("acme-http01-solver-image", "", "the ACME HTTP-01 solver's image (no ACME issuer in this build)")
+	fs.Int("max-concurrent-challenges", 60, "ACME challenges at once (no ACME issuer in this build)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits with the usage
-	if *kubeconfig == "" {
-		fmt.Fprintln(os.Stderr, "cert-manager-controller: --kubeconfig is required")
-		os.Exit(2)
-	}
 	if *workers < 1 {
 		fmt.Fprintln(os.Stderr, "cert-manager-controller: --workers must be at least 1")
 		os.Exit(2)
@@ -80,19 +94,33 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = logf.NewContext(ctx, logf.Log, "controller")
-	err := run(ctx, controller.ContextOptions{
-		Kubeconfig: *kubeconfig,
-		Namespace:  *namespace,
-		// Upstream's defaults (its config API's defaults.go): the zero values would mean client-side rate
-		// limits of 5 QPS and no backoff after a failed issuance.
-		KubernetesAPIQPS:   20,
-		KubernetesAPIBurst: 50,
-		IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: *clusterResources},
-		CertificateOptions: controller.CertificateOptions{
-			CertificateRequestMinimumBackoffDuration: time.Hour,
-			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
-		},
-	}, *workers)
+	serveErr := make(chan error, 2)
+	for _, l := range []struct {
+		addr    string
+		handler http.Handler
+	}{{*healthz, healthHandler()}, {*metricsAddr, promhttp.Handler()}} {
+		if l.addr == "0" || l.addr == "" {
+			continue
+		}
+		srv := &http.Server{Addr: l.addr, Handler: l.handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() { serveErr <- srv.ListenAndServe() }()
+		go func() { <-ctx.Done(); _ = srv.Close() }()
+	}
+	err := election.run(ctx, *kubeconfig, serveErr, func(ctx context.Context) error {
+		return run(ctx, controller.ContextOptions{
+			Kubeconfig: *kubeconfig,
+			Namespace:  *namespace,
+			// Upstream's defaults (its config API's defaults.go): the zero values would mean client-side rate
+			// limits of 5 QPS and no backoff after a failed issuance.
+			KubernetesAPIQPS:   20,
+			KubernetesAPIBurst: 50,
+			IssuerOptions:      controller.IssuerOptions{ClusterResourceNamespace: *clusterResources},
+			CertificateOptions: controller.CertificateOptions{
+				CertificateRequestMinimumBackoffDuration: time.Hour,
+				CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
+			},
+		}, *workers)
+	})
 	logf.FlushLogs()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cert-manager-controller: %v\n", err)

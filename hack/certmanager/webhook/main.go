@@ -36,26 +36,28 @@ import (
 func main() {
 	fs := flag.NewFlagSet("cert-manager-webhook", flag.ExitOnError)
 	var (
-		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (required)")
+		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (empty: the Pod's in-cluster credentials)")
 		securePort      = fs.Int("secure-port", 6443, "port of the HTTPS admission endpoint (all addresses)")
 		healthzPort     = fs.Int("healthz-port", 6080, "port of the plain-HTTP /healthz and /livez endpoints (all addresses)")
 		metricsAddress  = fs.String("metrics-listen-address", "0", "address of the Prometheus metrics endpoint (0: off)")
 		caNamespace     = fs.String("dynamic-serving-ca-secret-namespace", "cert-manager", "namespace of the Secret that holds the serving CA")
 		caSecret        = fs.String("dynamic-serving-ca-secret-name", "cert-manager-webhook-ca", "Secret that holds the serving CA (created when absent)")
-		dnsNames        = fs.String("dynamic-serving-dns-names", "", "comma-separated DNS names (and IP addresses) of the serving certificate (required)")
+		dnsNames        dnsNameList
 		minTLSVersion   = fs.String("tls-min-version", "", "minimum TLS version (empty: cert-manager's default)")
 		enableProfiling = fs.Bool("enable-profiling", false, "serve pprof on localhost:6060")
 	)
+	// Repeated (the chart's Deployment names each DNS name in a flag of its own) or comma-separated.
+	fs.Var(&dnsNames, "dynamic-serving-dns-names", "DNS names (and IP addresses) of the serving certificate, comma-separated or repeated (required)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits with the usage
-	if *kubeconfig == "" || *dnsNames == "" {
-		fmt.Fprintln(os.Stderr, "cert-manager-webhook: --kubeconfig and --dynamic-serving-dns-names are required")
+	if len(dnsNames) == 0 {
+		fmt.Fprintln(os.Stderr, "cert-manager-webhook: --dynamic-serving-dns-names is required")
 		os.Exit(2)
 	}
 
 	cfg, err := configuration(func(c *configext.WebhookConfiguration) {
 		c.KubeConfig = *kubeconfig
-		c.SecurePort = new(int32(*securePort)) //nolint:gosec // validated below: ports fit in int32
+		c.SecurePort = new(int32(*securePort))   //nolint:gosec // validated below: ports fit in int32
 		c.HealthzPort = new(int32(*healthzPort)) //nolint:gosec // as above
 		c.MetricsListenAddress = *metricsAddress
 		c.EnablePprof = *enableProfiling
@@ -63,7 +65,7 @@ func main() {
 		c.TLSConfig.Dynamic = sharedext.DynamicServingConfig{
 			SecretNamespace: *caNamespace,
 			SecretName:      *caSecret,
-			DNSNames:        strings.Split(*dnsNames, ","),
+			DNSNames:        dnsNames,
 		}
 	})
 	if err != nil {
@@ -105,4 +107,18 @@ func configuration(set func(*configext.WebhookConfiguration)) (*config.WebhookCo
 		return nil, fmt.Errorf("invalid configuration: %w", errs.ToAggregate())
 	}
 	return cfg, nil
+}
+
+// dnsNameList is a flag of names that may be repeated and comma-separated, as upstream's string slice flags.
+type dnsNameList []string
+
+func (l *dnsNameList) String() string { return strings.Join(*l, ",") }
+
+func (l *dnsNameList) Set(v string) error {
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			*l = append(*l, n)
+		}
+	}
+	return nil
 }

@@ -241,13 +241,7 @@ func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms
 	g.Expect(err).NotTo(HaveOccurred())
 	nodesBefore, err := readyNodes(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	kubelets := map[string][]int{}
-	for h := range usedHosts(ms) {
-		pids, err := kubeletPIDs(hostByName(h))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pids).NotTo(BeEmpty(), "no kubelet on host %s", h)
-		kubelets[h] = pids
-	}
+	kubelets := hostKubelets(g, ms)
 	t0 := time.Now()
 	_, err = move(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -266,21 +260,8 @@ func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms
 	nodesAfter, err := readyNodes(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(nodesAfter).To(Equal(nodesBefore))
-	for h, pids := range kubelets {
-		now, err := kubeletPIDs(hostByName(h))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(now).To(Equal(pids), "host %s was bootstrapped or reset again after the move", h)
-	}
-	// The target's Machine controller recomputes each phase once it has connected to the workload cluster;
-	// until then a Machine whose Node is already matched can read Provisioned (seen in CI, 2026-12-02).
-	g.Eventually(func(g Gomega) {
-		now, err := machines(ctx, movedCluster)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(now).To(HaveLen(len(ms)))
-		for _, m := range now {
-			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-		}
-	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	expectSameKubelets(g, kubelets, "the move")
+	expectMachinesRunning(ctx, g, len(ms))
 	t.Logf("after the move: claims, Nodes and kubelets unchanged, Machines Running again in %s", time.Since(t0).Round(time.Second))
 	return before
 }
@@ -329,12 +310,7 @@ func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack) {
 	g.Expect(err).NotTo(HaveOccurred())
 	ms, err := machines(ctx, movedCluster)
 	g.Expect(err).NotTo(HaveOccurred())
-	kubelets := map[string][]int{}
-	for h := range usedHosts(ms) {
-		pids, err := kubeletPIDs(hostByName(h))
-		g.Expect(err).NotTo(HaveOccurred())
-		kubelets[h] = pids
-	}
+	kubelets := hostKubelets(g, ms)
 	_, err = target.Clusterctl(ctx, nil, "move", "--to-kubeconfig", source.Management.AdminKubeconfigPath, "-n", target.HostNamespace, "-v", "1")
 	g.Expect(err).NotTo(HaveOccurred())
 	st = source
@@ -344,18 +320,8 @@ func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack) {
 	expectHostSecrets(ctx, g, source, "did not move back")
 	g.Expect(hostsLeftOn(ctx, target)).To(BeFalse(), "the target kept moved hosts")
 	waitWorkers(ctx, t, movedCluster, len(ms), 5*time.Minute)
-	for h, pids := range kubelets {
-		now, err := kubeletPIDs(hostByName(h))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(now).To(Equal(pids), "host %s was bootstrapped or reset again after the move back", h)
-	}
-	g.Eventually(func(g Gomega) {
-		now, err := machines(ctx, movedCluster)
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, m := range now {
-			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-		}
-	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	expectSameKubelets(g, kubelets, "the move back")
+	expectMachinesRunning(ctx, g, len(ms))
 	t.Logf("the Cluster and every host moved back to the source, Machines Running, in %s", time.Since(t0).Round(time.Second))
 	t0 = time.Now()
 	g.Expect(target.Stop()).To(Succeed(), "clusterctl delete --all on the workload cluster")
@@ -363,6 +329,42 @@ func moveBack(ctx context.Context, t *testing.T, source, target *stack.Stack) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pods).To(BeEmpty(), "clusterctl delete --all left provider Deployments")
 	t.Logf("providers deleted from the workload cluster in %s", time.Since(t0).Round(time.Second))
+}
+
+// hostKubelets returns the kubelet processes of the Machines' hosts, by host (each host runs one).
+func hostKubelets(g Gomega, ms []clusterv1.Machine) map[string][]int {
+	kubelets := map[string][]int{}
+	for h := range usedHosts(ms) {
+		pids, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pids).NotTo(BeEmpty(), "no kubelet on host %s", h)
+		kubelets[h] = pids
+	}
+	return kubelets
+}
+
+// expectSameKubelets: every host still runs the kubelet processes it ran before step (nothing was
+// bootstrapped or reset again).
+func expectSameKubelets(g Gomega, before map[string][]int, step string) {
+	for h, pids := range before {
+		now, err := kubeletPIDs(hostByName(h))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(now).To(Equal(pids), "host %s was bootstrapped or reset again after %s", h, step)
+	}
+}
+
+// expectMachinesRunning waits until the moved Cluster has n Machines, all Running: a management cluster's
+// Machine controller recomputes each phase once it has connected to the workload cluster, and until then a
+// Machine whose Node is already matched can read Provisioned (seen in CI, 2026-12-02).
+func expectMachinesRunning(ctx context.Context, g Gomega, n int) {
+	g.Eventually(func(g Gomega) {
+		now, err := machines(ctx, movedCluster)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(now).To(HaveLen(n))
+		for _, m := range now {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 }
 
 // expectHostSecrets: every YonderSSHHost on management cluster m has its credential Secret there (what

@@ -110,16 +110,11 @@ func (s *Stack) ManageFromWorkload(ctx context.Context) (_ *Stack, rerr error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a management client of the workload cluster: %w", err)
 	}
-	t := &Stack{
-		Dir: filepath.Join(s.Dir, "pivot"), Net: s.Net, Management: s.Workload, Client: c, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
-		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, Spare: s.Spare, ClientKeyPEM: s.ClientKeyPEM, HostNamespace: s.HostNamespace, Registry: s.Registry,
-		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir,
-		managers: map[string]*Manager{}, shared: true, onWorkload: true,
+	t, err := s.sharing("pivot")
+	if err != nil {
+		return nil, err
 	}
-	t.logDir = filepath.Join(t.Dir, "logs")
-	if err := os.MkdirAll(t.logDir, 0o750); err != nil {
-		return nil, fmt.Errorf("failed to create %s: %w", t.logDir, err)
-	}
+	t.Management, t.Client, t.onWorkload = s.Workload, c, true
 	defer func() {
 		if rerr != nil {
 			_ = t.Stop()

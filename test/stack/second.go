@@ -113,15 +113,9 @@ func (s *Stack) newManagement(ctx context.Context, name string) (_ *Stack, rerr 
 	if name == "" || name == "management" || name == "workload" {
 		return nil, fmt.Errorf("failed to start management cluster %q: the name must be non-empty and not management or workload", name)
 	}
-	t := &Stack{
-		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
-		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, Spare: s.Spare, ClientKeyPEM: s.ClientKeyPEM, HostNamespace: s.HostNamespace, Registry: s.Registry,
-		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir,
-		managers: map[string]*Manager{}, shared: true,
-	}
-	t.logDir = filepath.Join(t.Dir, "logs")
-	if err := os.MkdirAll(t.logDir, 0o750); err != nil {
-		return nil, fmt.Errorf("failed to create %s: %w", t.logDir, err)
+	t, err := s.sharing(name)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if rerr != nil {
@@ -131,7 +125,6 @@ func (s *Stack) newManagement(ctx context.Context, name string) (_ *Stack, rerr 
 	if err := EnsureInotifyInstances(minInotifyInstances, s.opts.Log); err != nil {
 		return nil, err
 	}
-	var err error
 	// The same control plane options as the first management cluster (see Start).
 	if t.Management, err = controlplane.Start(ctx, controlplane.Options{
 		Name: name, BindAddress: s.Net.Gateway, Dir: filepath.Join(t.Dir, "management"),
@@ -147,6 +140,23 @@ func (s *Stack) newManagement(ctx context.Context, name string) (_ *Stack, rerr 
 	}
 	if t.Client, err = client.New(t.Management.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("failed to create the client of management cluster %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// sharing returns a Stack for another management cluster next to s, named name (its directory and logs), that
+// shares s's network, workload cluster, hosts, registry and clusterctl configuration, and whose Stop stops
+// only what it started itself (shared). The caller sets its Management and Client.
+func (s *Stack) sharing(name string) (*Stack, error) {
+	t := &Stack{
+		Dir: filepath.Join(s.Dir, name), Net: s.Net, Workload: s.Workload, WorkloadClient: s.WorkloadClient,
+		ClusterctlConfig: s.ClusterctlConfig, Hosts: s.Hosts, Spare: s.Spare, ClientKeyPEM: s.ClientKeyPEM, HostNamespace: s.HostNamespace, Registry: s.Registry,
+		opts: secondOpts(s.opts), clusterctl: s.clusterctl, binDir: s.binDir,
+		managers: map[string]*Manager{}, shared: true,
+	}
+	t.logDir = filepath.Join(t.Dir, "logs")
+	if err := os.MkdirAll(t.logDir, 0o750); err != nil {
+		return nil, fmt.Errorf("failed to create %s: %w", t.logDir, err)
 	}
 	return t, nil
 }

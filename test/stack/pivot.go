@@ -50,7 +50,7 @@ import (
 //     --enable-aggregator-routing and calls the EndpointSlice's Pod IPs): the Nodes' pod CIDRs must be
 //     routable from the control plane. Here the control plane runs on this machine and every Node of the
 //     stack's sites sits on the lab bridge, so the stack keeps a route per Node's pod CIDR via the Node's
-//     address on this machine (routePodCIDRs), as a user's router, cloud route table or BGP speaker does.
+//     address on this machine (startPodRoutes), as a user's router, cloud route table or BGP speaker does.
 //
 // cert-manager runs the same way: `clusterctl init` installs the release's cert-manager.yaml (cert-manager's
 // chart, rendered by hack/release-repo.sh) and its controller, cainjector and webhook run as that chart's
@@ -91,8 +91,9 @@ const (
 )
 
 // ManageFromWorkload installs the providers into the stack's workload cluster with the real `clusterctl
-// init` (the same providers, variables and repository as the stack's management cluster) and waits until
-// every provider Deployment is Available: its Pods Ready on the workload cluster's Nodes. The returned Stack's
+// init` (the same providers, variables and repository as the stack's management cluster; cert-manager from
+// the repository's manifest) and waits until every provider Deployment and cert-manager's are Available:
+// their Pods Ready on the workload cluster's Nodes. The returned Stack's
 // Management and Client are the workload cluster's, so its Clusterctl acts there (the target of a `clusterctl
 // move`). Its Stop deletes the providers again (`clusterctl delete --all`, which leaves CRDs, namespaces
 // and every inventory object in place), then cert-manager, and removes the routes; it never stops the

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -39,8 +40,10 @@ const movedCluster = "moved"
 //     hosts' credential Secret move, through the webhooks the Pods serve; the source keeps none of them.
 //     Claims survive (spec.consumerRef), the moved Machines find their hosts and runs again (the claim-id
 //     annotation), nothing is bootstrapped again (same kubelet processes) and every Node stays Ready.
-//  3. The providers in Pods take over: a scale-up gets a new Ready Node from a moved host (SSH from a Pod,
-//     a bootstrap token from a Pod), and a scale-down that removes that Machine returns its host clean.
+//  3. The providers in Pods take over: the Cluster was made at the previous Kubernetes version, and a
+//     version bump rolls its workers — the Nodes the providers run on — to Machines whose kubelets report
+//     the new version (hosts claimed over SSH from a Pod, bootstrap tokens from a Pod); the evicted Pods
+//     carry on from the new Nodes, and every old host comes back clean.
 //  4. Back: the Cluster, its Machines and every host move back to the source, whose providers take over
 //     again without bootstrapping anything; the providers are deleted from the workload cluster as a user
 //     deletes them (`clusterctl delete --all`), and deleting the Cluster on the source returns every host
@@ -60,8 +63,8 @@ func TestMove(t *testing.T) {
 		return source.Clusterctl(ctx, nil, "move", "--to-kubeconfig", target.Management.AdminKubeconfigPath, "-n", source.HostNamespace, "-v", "1")
 	}
 	ms := moveRefusedWhileProvisioning(ctx, t, source, target, md, move)
-	before := moveIdle(ctx, t, source, target, ms, move)
-	targetTakesOver(ctx, t, md, before)
+	moveIdle(ctx, t, source, target, ms, move)
+	targetTakesOver(ctx, t, target, md, ms)
 	moveBack(ctx, t, source, target)
 	t0d := time.Now()
 	deleteCluster(ctx, t, movedCluster)
@@ -71,7 +74,8 @@ func TestMove(t *testing.T) {
 
 // moveClusterUp checks that the namespace holds no Cluster (clusterctl move carries every Cluster of the
 // namespace, and the scenario needs 3 free hosts: a Cluster that an earlier, failed scenario left would be
-// moved too and block the move) and creates the Cluster to move with 1 worker.
+// moved too and block the move) and creates the Cluster to move with 1 worker at the previous Kubernetes
+// version.
 func moveClusterUp(ctx context.Context, t *testing.T, source *stack.Stack) {
 	t.Helper()
 	g := NewWithT(t)
@@ -81,7 +85,8 @@ func moveClusterUp(ctx context.Context, t *testing.T, source *stack.Stack) {
 	if len(left.Items) > 0 {
 		t.Fatalf("scenario 6 needs namespace %s without Clusters; an earlier scenario left %s", source.HostNamespace, left.Items[0].Name)
 	}
-	apply(ctx, t, generateCluster(ctx, t, movedCluster, "ssh", 1))
+	// At the previous Kubernetes version: part 3 bumps it under the providers running as Pods.
+	apply(ctx, t, generateClusterVersion(ctx, t, movedCluster, "ssh", 1, stack.PreviousKubernetesVersion))
 	waitWorkers(ctx, t, movedCluster, 1, 8*time.Minute)
 	t.Logf("cluster %s with 1 worker ready in %s", movedCluster, time.Since(t0).Round(time.Second))
 }
@@ -233,8 +238,8 @@ func moveRefusedWhileProvisioning(ctx context.Context, t *testing.T, source, tar
 
 // moveIdle is part 2: the idle move goes through; the source keeps nothing, every host moved with its
 // claim and credential Secret, and Nodes and kubelets are unchanged. From here on the scenarios' helpers
-// act on the target. ms are the workers before the move; it returns the claims before the move.
-func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms []clusterv1.Machine, move func(context.Context) (string, error)) map[string]string {
+// act on the target. ms are the workers before the move.
+func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms []clusterv1.Machine, move func(context.Context) (string, error)) {
 	t.Helper()
 	g := NewWithT(t)
 	before, err := claims(ctx)
@@ -263,40 +268,51 @@ func moveIdle(ctx context.Context, t *testing.T, source, target *stack.Stack, ms
 	expectSameKubelets(g, kubelets, "the move")
 	expectMachinesRunning(ctx, g, len(ms))
 	t.Logf("after the move: claims, Nodes and kubelets unchanged, Machines Running again in %s", time.Since(t0).Round(time.Second))
-	return before
 }
 
-// targetTakesOver is part 3: a scale-up on the target gets a new Ready Node from a host that was free
-// before the move, and a scale-down that removes that Machine (CAPI's delete-machine annotation) returns
-// its host clean and free.
-func targetTakesOver(ctx context.Context, t *testing.T, md string, before map[string]string) {
+// targetTakesOver is part 3: the providers running as Pods on the Cluster's own workers roll those workers
+// to the next Kubernetes version. The MachineDeployment's version bump replaces every Machine with one
+// whose Node's kubelet reports that version (new hosts claimed and bootstrapped over SSH from a Pod, with
+// bootstrap tokens from a Pod); the rollout drains the Nodes that run the providers, whose Pods are evicted
+// and carry on from the new Nodes (leader election hands over); each old host comes back clean and free.
+// ms are the workers before.
+func targetTakesOver(ctx context.Context, t *testing.T, target *stack.Stack, md string, ms []clusterv1.Machine) {
 	t.Helper()
 	g := NewWithT(t)
 	t0 := time.Now()
-	scale(ctx, t, md, 3)
-	ms := waitWorkers(ctx, t, movedCluster, 3, 8*time.Minute)
-	var added string
-	var addedMachine clusterv1.Machine
-	for _, m := range ms {
-		if h := hostOf(m.Spec.ProviderID); before[h] == "" {
-			added, addedMachine = h, m
+	d := &clusterv1.MachineDeployment{}
+	g.Expect(target.Client.Get(ctx, client.ObjectKey{Namespace: target.HostNamespace, Name: md}, d)).To(Succeed())
+	g.Expect(d.Spec.Template.Spec.Version).To(Equal(stack.PreviousKubernetesVersion))
+	p := client.MergeFrom(d.DeepCopy())
+	d.Spec.Template.Spec.Version = stack.KubernetesVersion
+	g.Expect(target.Client.Patch(ctx, d, p)).To(Succeed())
+	rolled := waitWorkersOfVersion(ctx, t, target, target.HostNamespace, movedCluster, md, len(ms))
+	for _, old := range ms {
+		g.Expect(rolled).NotTo(ContainElement(HaveField("Name", old.Name)), "Machine %s was not replaced", old.Name)
+	}
+	expectPodsAnswer(ctx, t, rolled)
+	waitReleased(ctx, t, usedHosts(rolled), 3*time.Minute)
+	// Every provider and cert-manager is running again after its Pods were evicted from the old Nodes.
+	g.Eventually(func(g Gomega) {
+		pods, err := target.ProviderPods(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		cm, err := target.CertManagerPods(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		maps.Copy(pods, cm)
+		nodes, err := readyNodes(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		for d, ps := range pods {
+			running := 0
+			for _, p := range ps {
+				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp.IsZero() && nodes[p.Spec.NodeName] != "" {
+					running++
+				}
+			}
+			g.Expect(running).To(Equal(1), "Deployment %s runs one Pod on a Ready Node", d)
 		}
-	}
-	g.Expect(added).NotTo(BeEmpty(), "the scale-up used no host that was free before the move")
-	expectPodsAnswer(ctx, t, ms)
-	t.Logf("scale-up on the target: new Ready Node on moved host %s in %s", added, time.Since(t0).Round(time.Second))
-	t0 = time.Now()
-	p := client.MergeFrom(addedMachine.DeepCopy())
-	if addedMachine.Annotations == nil {
-		addedMachine.Annotations = map[string]string{}
-	}
-	addedMachine.Annotations[clusterv1.DeleteMachineAnnotation] = "yes"
-	g.Expect(st.Client.Patch(ctx, &addedMachine, p)).To(Succeed())
-	scale(ctx, t, md, 2)
-	left := waitWorkers(ctx, t, movedCluster, 2, 5*time.Minute)
-	g.Expect(usedHosts(left)).NotTo(HaveKey(added), "the scale-down removed another Machine than the one marked for deletion")
-	waitReleased(ctx, t, usedHosts(left), 3*time.Minute)
-	t.Logf("scale-down on the target: host %s clean and free in %s", added, time.Since(t0).Round(time.Second))
+	}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	t.Logf("version bump %s → %s under the providers in Pods: %d workers replaced, old hosts clean, every Pod running again, in %s",
+		stack.PreviousKubernetesVersion, stack.KubernetesVersion, len(rolled), time.Since(t0).Round(time.Second))
 }
 
 // moveBack is part 4: the Cluster with its Machines and every host move from the target back to the source,

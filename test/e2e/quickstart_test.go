@@ -197,23 +197,35 @@ func startQuickstartManagement(ctx context.Context, t *testing.T) *stack.Stack {
 	return mgmt
 }
 
-// waitQuickstartWorkers waits until Cluster edge has n Machines, none deleting, each of the version of
-// MachineDeployment edge-md-0 with a Ready Node whose providerID is the Machine's and whose kubelet reports
-// that version, then checks that each Node
-// runs pods that answer (expectPodsAnswer). It returns the Machines.
+// waitQuickstartWorkers waits until Cluster edge has n Machines of its MachineDeployment's version
+// (waitWorkersOfVersion), checks their providerIDs name the quickstart site's hosts and that each Node runs
+// pods that answer (expectPodsAnswer). It returns the Machines.
 func waitQuickstartWorkers(ctx context.Context, t *testing.T, mgmt *stack.Stack, n int) []clusterv1.Machine {
+	t.Helper()
+	got := waitWorkersOfVersion(ctx, t, mgmt, metav1.NamespaceDefault, quickstartCluster, quickstartMD, n)
+	for _, m := range got {
+		NewWithT(t).Expect(m.Spec.ProviderID).To(HavePrefix("yonder-ssh://" + metav1.NamespaceDefault + "/" + quickstartSite + "-"))
+	}
+	expectPodsAnswer(ctx, t, got)
+	return got
+}
+
+// waitWorkersOfVersion waits until Cluster ns/cluster on management cluster mgmt has n Machines, none
+// deleting, each of the version of MachineDeployment ns/md with a Ready Node whose providerID is the
+// Machine's and whose kubelet reports that version. It returns the Machines.
+func waitWorkersOfVersion(ctx context.Context, t *testing.T, mgmt *stack.Stack, ns, cluster, mdName string, n int) []clusterv1.Machine {
 	t.Helper()
 	t0 := time.Now()
 	var last string
 	var got []clusterv1.Machine
 	err := stack.WaitFor(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
 		md := &clusterv1.MachineDeployment{}
-		if err := mgmt.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: quickstartMD}, md); err != nil {
+		if err := mgmt.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mdName}, md); err != nil {
 			return false, err
 		}
 		want := md.Spec.Template.Spec.Version
 		list := &clusterv1.MachineList{}
-		if err := mgmt.Client.List(ctx, list, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{clusterv1.ClusterNameLabel: quickstartCluster}); err != nil {
+		if err := mgmt.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
 			return false, err
 		}
 		nodes, err := readyNodes(ctx)
@@ -240,13 +252,9 @@ func waitQuickstartWorkers(ctx context.Context, t *testing.T, mgmt *stack.Stack,
 	})
 	if err != nil {
 		t.Fatalf("Cluster %s did not reach %d Ready workers of the MachineDeployment's version: %s\nssh manager log:\n%s\nbootstrap manager log:\n%s",
-			quickstartCluster, n, last, mgmt.ManagerLog("infrastructure-yonder-ssh", 40), mgmt.ManagerLog("bootstrap-yonder", 40))
+			cluster, n, last, mgmt.ManagerLog("infrastructure-yonder-ssh", 40), mgmt.ManagerLog("bootstrap-yonder", 40))
 	}
 	t.Logf("%d worker(s) Ready in %s: %s", n, time.Since(t0).Round(time.Second), last)
-	for _, m := range got {
-		NewWithT(t).Expect(m.Spec.ProviderID).To(HavePrefix("yonder-ssh://" + metav1.NamespaceDefault + "/" + quickstartSite + "-"))
-	}
-	expectPodsAnswer(ctx, t, got)
 	return got
 }
 

@@ -35,12 +35,13 @@ KUBELET_PREVIOUS_VERSION=${KUBELET_PREVIOUS_VERSION:-v1.36.2}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # cert-manager's controller, cainjector and webhook, which the tests run as real peers (test/certmanager): our own
 # mains in the nested module hack/certmanager, whose go.mod is the one place the version is written
-# (hack/release-repo.sh reads it there too, for the CRDs). CERT_MANAGER_SOURCES keys the build on those
-# mains as well, so that a change to them rebuilds the binaries.
+# (hack/release-repo.sh reads it there too, for the CRDs and the chart). CERT_MANAGER_SOURCES keys the build
+# on every Go file of that module as well (the mains and the packages they share, at any depth), so that a
+# change to any of them rebuilds the binaries.
 CERT_MANAGER_MOD="${ROOT}/hack/certmanager"
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-$(awk '$1 == "github.com/cert-manager/cert-manager" {print $2} $1 == "require" && $2 == "github.com/cert-manager/cert-manager" {print $3}' "${CERT_MANAGER_MOD}/go.mod")}
 [ -n "$CERT_MANAGER_VERSION" ] || { echo "hack/certmanager/go.mod requires no github.com/cert-manager/cert-manager" >&2; exit 1; }
-CERT_MANAGER_SOURCES=$(cd "$CERT_MANAGER_MOD" && cat go.mod go.sum ./*/*.go | sha256sum | cut -c1-8)
+CERT_MANAGER_SOURCES=$(cd "$CERT_MANAGER_MOD" && find . -name '*.go' -type f | LC_ALL=C sort | xargs cat go.mod go.sum | sha256sum | cut -c1-8)
 CACHE_ROOT=${YONDER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/yonder}
 KEY="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_capi-${CAPI_VERSION}_containerd-${CONTAINERD_VERSION}_registry-${REGISTRY_VERSION}_kubelet-${KUBELET_PREVIOUS_VERSION}_certmanager-${CERT_MANAGER_VERSION}-${CERT_MANAGER_SOURCES}_kubeadm_kube-proxy"
 BIN_DIR="${CACHE_ROOT}/bin/${KEY}"

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -182,26 +181,24 @@ func (s *Stack) deploymentPods(ctx context.Context, opts ...client.ListOption) (
 	return out, nil
 }
 
-// waitProviderPods waits until every provider Deployment is Available with all its replicas updated and
-// ready, and says why not when it gives up (each Pod's phase, waiting reasons and restarts).
+// waitProviderPods waits until every provider Deployment and cert-manager's are Available with all their
+// replicas updated and ready, and says why not when it gives up (each Pod's phase, waiting reasons and restarts).
 func (s *Stack) waitProviderPods(ctx context.Context) error {
 	last := ""
 	err := WaitFor(ctx, providerPodsTimeout, func(ctx context.Context) (bool, error) {
-		ds := &appsv1.DeploymentList{}
-		if err := s.Client.List(ctx, ds, client.HasLabels{ProviderLabel}); err != nil {
+		providers, cm := &appsv1.DeploymentList{}, &appsv1.DeploymentList{}
+		if err := s.Client.List(ctx, providers, client.HasLabels{ProviderLabel}); err != nil {
 			return false, nil //nolint:nilerr // transient: keep waiting
 		}
-		if len(ds.Items) == 0 {
-			last = "no provider Deployment installed"
-			return false, nil
-		}
-		cm := &appsv1.DeploymentList{}
 		if err := s.Client.List(ctx, cm, client.InNamespace(certmanager.Namespace)); err != nil {
 			return false, nil //nolint:nilerr // transient: keep waiting
 		}
-		ds.Items = append(ds.Items, cm.Items...)
+		if len(providers.Items) == 0 {
+			last = "no provider Deployment installed"
+			return false, nil
+		}
 		var waiting []string
-		for _, d := range ds.Items {
+		for _, d := range append(providers.Items, cm.Items...) {
 			if !deploymentAvailable(&d) {
 				waiting = append(waiting, d.Namespace+"/"+d.Name)
 			}
@@ -235,13 +232,8 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 
 // describePods summarizes Pods for an error: node, phase, and each container's state and restarts.
 func describePods(byDeployment map[string][]corev1.Pod) string {
-	keys := make([]string, 0, len(byDeployment))
-	for k := range byDeployment {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range sortedKeys(byDeployment) {
 		fmt.Fprintf(&b, "\n  %s:", k)
 		if len(byDeployment[k]) == 0 {
 			b.WriteString(" no Pod")
@@ -273,7 +265,7 @@ func (s *Stack) pushUpstreamImages(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("failed to find the repository's manifests: %w", err)
 	}
-	pushed := map[string]bool{}
+	pushed, pushedRepos := map[string]bool{}, map[string]bool{}
 	for _, f := range files {
 		data, err := os.ReadFile(f) //nolint:gosec // the stack's own repository, found by Glob
 		if err != nil {
@@ -301,23 +293,15 @@ func (s *Stack) pushUpstreamImages(ctx context.Context) error {
 			if err := s.pushArchive(ctx, archive); err != nil {
 				return err
 			}
-			pushed[name] = true
+			pushed[name], pushedRepos[repo] = true, true
 		}
 	}
 	for repo := range upstreamImages {
-		if !slices.ContainsFunc(mapKeys(pushed), func(n string) bool { return strings.HasPrefix(n, repo+":") }) {
+		if !pushedRepos[repo] {
 			return fmt.Errorf("the repository's manifests (%d files) name no image of %s: the stack would run it from nowhere", len(files), repo)
 		}
 	}
 	return nil
-}
-
-func mapKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // podRoutes keeps a route on this machine for each Node's pod CIDR via the Node's address on the lab
@@ -359,8 +343,8 @@ func startPodRoutes(ctx context.Context, c client.Client, bridge string, logf fu
 	return r, nil
 }
 
-// sync makes the routes match the Nodes: one per Node with a pod CIDR and an internal address on the
-// bridge's subnet. A route to the same prefix through another link is another stack's (or the machine's):
+// sync makes the routes match the Nodes: one per Node with a pod CIDR and an IPv4 internal address, through
+// the lab bridge (every Node of the stack's sites is on it). A route to the same prefix through another link is another stack's (or the machine's):
 // it is reported, never replaced.
 func (r *podRoutes) sync(ctx context.Context, c client.Client) error {
 	link, err := netlink.LinkByName(r.bridge)
@@ -510,13 +494,13 @@ func (s *Stack) providerPodLog(name string, n int) string {
 // deleteCertManager deletes every object of the repository's cert-manager manifest from the cluster, as
 // `kubectl delete -f cert-manager.yaml` does, and waits until its namespace is gone.
 func (s *Stack) deleteCertManager(ctx context.Context) error {
-	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "cert-manager", "*", "cert-manager.yaml"))
-	if err != nil || len(files) != 1 {
-		return fmt.Errorf("failed to find the one cert-manager manifest of the release's repository: %v %v", files, err)
-	}
-	data, err := os.ReadFile(filepath.Clean(files[0]))
+	manifest, err := s.certManagerManifest()
 	if err != nil {
-		return fmt.Errorf("failed to read %s: %w", files[0], err)
+		return err
+	}
+	data, err := os.ReadFile(filepath.Clean(manifest))
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", manifest, err)
 	}
 	objs, err := decodeYAML(data)
 	if err != nil {

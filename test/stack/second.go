@@ -68,13 +68,13 @@ func (s *Stack) StartUserManagement(ctx context.Context, name string) (_ *Stack,
 			_ = t.Stop()
 		}
 	}()
-	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "cert-manager", "*", "cert-manager.yaml"))
-	if err != nil || len(files) != 1 {
-		return nil, fmt.Errorf("failed to find the one cert-manager version of the release's repository (make release-manifests lays it out): %v %v", files, err)
+	manifest, err := s.certManagerManifest()
+	if err != nil {
+		return nil, err
 	}
-	// The whole manifest, as a user installs cert-manager: namespace, CRDs, the webhook's Service and
-	// configurations; then cert-manager's processes where its Deployments would run.
-	if err := t.applyManifest(ctx, files[0]); err != nil {
+	// The whole manifest, as a user installs cert-manager: namespace, CRDs, its chart's objects; then
+	// cert-manager's processes where its Deployments would run (this cluster has no Deployment controller).
+	if err := t.applyManifest(ctx, manifest); err != nil {
 		return nil, err
 	}
 	if err := t.runCertManager(ctx); err != nil {
@@ -159,6 +159,16 @@ func (s *Stack) sharing(name string) (*Stack, error) {
 		return nil, fmt.Errorf("failed to create %s: %w", t.logDir, err)
 	}
 	return t, nil
+}
+
+// certManagerManifest is the path of the cert-manager manifest of the release's repository (the one
+// `clusterctl init` installs).
+func (s *Stack) certManagerManifest() (string, error) {
+	files, err := filepath.Glob(filepath.Join(s.releaseDir(), "repository", "cert-manager", "*", "cert-manager.yaml"))
+	if err != nil || len(files) != 1 {
+		return "", fmt.Errorf("failed to find the one cert-manager version of the release's repository (make release-manifests lays it out): %v %v", files, err)
+	}
+	return files[0], nil
 }
 
 // secondOpts are a second management cluster's options: no bare-metal provider, since its boot services

@@ -40,6 +40,8 @@ import (
 	cmscheme "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/scheme"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	"github.com/cert-manager/cert-manager/pkg/util"
+
+	"github.com/cert-manager/cert-manager/yonder-test-peers/internal/election"
 )
 
 func main() {
@@ -49,11 +51,7 @@ func main() {
 		kubeconfig = fs.String("kubeconfig", "", "kubeconfig of the apiserver to serve (empty: the Pod's in-cluster credentials)")
 		namespace  = fs.String("namespace", "", "inject only from and into this namespace (empty: every namespace)")
 		o          = options{
-			leaderElect:    fs.Bool("leader-elect", true, "inject only while this process holds the leader Lease"),
-			leaseNamespace: fs.String("leader-election-namespace", "kube-system", "namespace of the leader Lease"),
-			leaseDuration:  fs.Duration("leader-election-lease-duration", 60*time.Second, "how long a leader's Lease is valid without renewal"),
-			renewDeadline:  fs.Duration("leader-election-renew-deadline", 40*time.Second, "how long the leader retries renewing before it gives up leading"),
-			retryPeriod:    fs.Duration("leader-election-retry-period", 15*time.Second, "how often candidates try to acquire or renew the Lease"),
+			election:       election.Register(fs),
 			metricsAddress: fs.String("metrics-listen-address", "0.0.0.0:9402", "address of the Prometheus metrics endpoint (0: off)"),
 			healthzAddress: fs.String("healthz-listen-address", "0", "address of /healthz and /readyz (0: off; the chart probes none)"),
 		}
@@ -75,10 +73,8 @@ func main() {
 // chart's Deployment passes only --leader-election-namespace; the test harness's processes pass
 // --leader-elect=false and --metrics-listen-address=0 (one injector per apiserver, many on one machine).
 type options struct {
-	leaderElect                               *bool
-	leaseNamespace                            *string
-	leaseDuration, renewDeadline, retryPeriod *time.Duration
-	metricsAddress, healthzAddress            *string
+	election                       election.Flags
+	metricsAddress, healthzAddress *string
 }
 
 // leaseName is upstream's Lease of the cainjector.
@@ -111,13 +107,13 @@ func run(ctx context.Context, kubeconfig, namespace string, o options) error {
 		Client:                        client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Metrics:                       metricsserver.Options{BindAddress: *o.metricsAddress},
 		HealthProbeBindAddress:        *o.healthzAddress,
-		LeaderElection:                *o.leaderElect,
+		LeaderElection:                *o.election.Enabled,
 		LeaderElectionID:              leaseName,
-		LeaderElectionNamespace:       *o.leaseNamespace,
+		LeaderElectionNamespace:       *o.election.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 o.leaseDuration,
-		RenewDeadline:                 o.renewDeadline,
-		RetryPeriod:                   o.retryPeriod,
+		LeaseDuration:                 o.election.LeaseDuration,
+		RenewDeadline:                 o.election.RenewDeadline,
+		RetryPeriod:                   o.election.RetryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("failed to create the manager: %w", err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -15,26 +14,19 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/cert-manager/cert-manager/yonder-test-peers/internal/election"
 )
 
-// leaderElection holds the flags of upstream's controller that govern its leader election.
+// leaderElection runs the controller under upstream's Lease (lease) as the shared flags configure it.
 type leaderElection struct {
-	lease                                     string
-	enabled                                   *bool
-	namespace                                 *string
-	leaseDuration, renewDeadline, retryPeriod *time.Duration
+	lease string
+	election.Flags
 }
 
-// leaderElectionFlags registers upstream's leader election flags, with its defaults, for the Lease lease.
+// leaderElectionFlags registers upstream's leader election flags for the Lease lease.
 func leaderElectionFlags(fs *flag.FlagSet, lease string) *leaderElection {
-	return &leaderElection{
-		lease:         lease,
-		enabled:       fs.Bool("leader-elect", true, "run the controllers only while this process holds the leader Lease"),
-		namespace:     fs.String("leader-election-namespace", "kube-system", "namespace of the leader Lease"),
-		leaseDuration: fs.Duration("leader-election-lease-duration", 60*time.Second, "how long a leader's Lease is valid without renewal"),
-		renewDeadline: fs.Duration("leader-election-renew-deadline", 40*time.Second, "how long the leader retries renewing before it gives up leading"),
-		retryPeriod:   fs.Duration("leader-election-retry-period", 15*time.Second, "how often candidates try to acquire or renew the Lease"),
-	}
+	return &leaderElection{lease: lease, Flags: election.Register(fs)}
 }
 
 // errStoppedLeading ends a controller that lost its Lease: like upstream, the process exits and its Pod
@@ -45,7 +37,7 @@ var errStoppedLeading = errors.New("lost the leader Lease")
 // ctx ends (nil), f ends, a listener fails (listenErr) or the Lease is lost.
 func (l *leaderElection) run(ctx context.Context, kubeconfig string, listenErr <-chan error, f func(context.Context) error) error {
 	done := make(chan error, 1)
-	if !*l.enabled {
+	if !*l.Enabled {
 		go func() { done <- f(ctx) }()
 		return wait(ctx, done, listenErr)
 	}
@@ -65,13 +57,13 @@ func (l *leaderElection) run(ctx context.Context, kubeconfig string, listenErr <
 	defer cancel()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: l.lease, Namespace: *l.namespace},
+			LeaseMeta:  metav1.ObjectMeta{Name: l.lease, Namespace: *l.Namespace},
 			Client:     cs.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: host + "_" + string(uuid.NewUUID())},
 		},
-		LeaseDuration:   *l.leaseDuration,
-		RenewDeadline:   *l.renewDeadline,
-		RetryPeriod:     *l.retryPeriod,
+		LeaseDuration:   *l.LeaseDuration,
+		RenewDeadline:   *l.RenewDeadline,
+		RetryPeriod:     *l.RetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            l.lease,
 		Callbacks: leaderelection.LeaderCallbacks{

@@ -38,9 +38,11 @@ var goals = map[string]Goal{
 	"RegisterInspect": {Text: "10,000 BareMetalHosts registered + inspected: ≤ 14 Redfish requests per host; time, CPU and RSS reported; no host starves",
 		Figure: "s-to-available", Baseline: "s-baseline",
 		Checks: []Check{{Unit: "redfish-req/host", AtMost: true, Limit: 14}}},
-	"DataplaneThroughput": {Text: "pod-to-pod over WireGuard ≥ 0.3× veth (iperf3)",
-		Figure: "wireguard-Gbit/s", Baseline: "veth-Gbit/s", Ratio: "wireguard-x-veth",
-		Checks: []Check{{Unit: "wireguard-x-veth", Limit: 0.3}}},
+	// The goal is for WireGuard without VXLAN inside: the --wireguard-l3 pod path. The default path
+	// (VXLAN inside) is among the other metrics (wireguard-x-veth).
+	"DataplaneThroughput": {Text: "pod-to-pod over WireGuard, no VXLAN inside (--wireguard-l3 path) ≥ 0.3× veth (iperf3); CPU per Gbit/s reported",
+		Figure: "wireguard-l3-path-Gbit/s", Baseline: "veth-Gbit/s", Ratio: "wireguard-l3-path-x-veth",
+		Checks: []Check{{Unit: "wireguard-l3-path-x-veth", Limit: 0.3}}},
 	"HostStartup":    {Text: "(no goal: test tier cost) a host with sshd vs a bare namespace", Figure: "ms/host", Baseline: "baseline-ms/netns"},
 	"ProbeResponder": {Text: "(no goal: planning figure) CPU a gateway spends answering fast probes; cores at 1,000 and 5,000 probing nodes", Figure: "cpu-us/probe"},
 	"ProberReplies": {Text: "(no goal: scaling check) a probe reply's cost at a gateway watching 600 gateways vs one target (≈ 1×: targets indexed by address)",

@@ -471,3 +471,29 @@ func contractAPIVersion(ctx context.Context, r client.Reader, gk schema.GroupKin
 	}
 	return "", fmt.Errorf("no CRD serves %s", gk)
 }
+
+// APIServerPID is the process ID of the management kube-apiserver, for benchmarks that report what the
+// apiserver spent (test/benchmeter.ProcessCPU). controller-runtime's envtest does not expose its process:
+// it is the kube-apiserver whose arguments name this environment's own certificate directory.
+func (e *Environment) APIServerPID() (int, error) {
+	certDir := e.testEnv.ControlPlane.GetAPIServer().CertDir
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range entries {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(string(b), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && strings.Contains(string(b), certDir) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process with certificates in %s", certDir)
+}

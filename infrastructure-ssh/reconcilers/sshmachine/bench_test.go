@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -50,6 +53,77 @@ type usage struct {
 	byRequest map[string]int64
 	// timeline is when the Machines reached each step of their provisioning.
 	timeline timeline
+	// apiserver is what the management apiserver spent meanwhile, for every client (CAPI's controllers and
+	// the provider): the shared resource that paces CAPI's Machine creation on a small machine.
+	apiserver apiserverUsage
+	// machineBusy is the fraction of the machine's cores that were busy (0–1).
+	machineBusy float64
+}
+
+// apiserverUsage is the management apiserver's CPU time and the writes it served, by resource.
+type apiserverUsage struct {
+	cpu    time.Duration
+	writes map[string]float64 // "PATCH machines/status" → count
+}
+
+func (a apiserverUsage) total() float64 {
+	var n float64
+	for _, v := range a.writes {
+		n += v
+	}
+	return n
+}
+
+// apiserverMeter reads the management apiserver's CPU time (/proc) and its write counters (its own
+// /metrics, apiserver_request_total), so the benchmark can say where the apiserver's time went.
+type apiserverMeter struct {
+	pid int
+	rc  rest.Interface
+}
+
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+var requestTotalRe = regexp.MustCompile(`^apiserver_request_total\{(.*)\} ([0-9.e+]+)$`)
+var labelRe = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+func (m apiserverMeter) read(g Gomega) apiserverUsage {
+	cpu, err := benchmeter.ProcessCPU(m.pid)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := m.rc.Get().AbsPath("/metrics").DoRaw(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	u := apiserverUsage{cpu: cpu, writes: map[string]float64{}}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		mm := requestTotalRe.FindStringSubmatch(line)
+		if mm == nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, kv := range labelRe.FindAllStringSubmatch(mm[1], -1) {
+			l[kv[1]] = kv[2]
+		}
+		if !writeVerbs[l["verb"]] {
+			continue
+		}
+		v, err := strconv.ParseFloat(mm[2], 64)
+		g.Expect(err).NotTo(HaveOccurred())
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		u.writes[key] += v
+	}
+	return u
+}
+
+// since is what the apiserver spent between earlier and a.
+func (a apiserverUsage) since(earlier apiserverUsage) apiserverUsage {
+	d := apiserverUsage{cpu: a.cpu - earlier.cpu, writes: map[string]float64{}}
+	for k, v := range a.writes {
+		if n := v - earlier.writes[k]; n > 0 {
+			d.writes[k] = n
+		}
+	}
+	return d
 }
 
 // timeline is when the Machines were created, started their bootstrap and finished it, in seconds from
@@ -145,6 +219,10 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 		// takes once it exists.
 		b.ReportMetric(benchmeter.Percentile(prov.timeline.created, 100), "s-last-machine-created")
 		b.ReportMetric(benchmeter.Percentile(prov.timeline.each, 50), "p50-s-machine-created-to-provisioned")
+		// What paces that creation: the apiserver's cores and every client's writes per Machine.
+		b.ReportMetric(prov.apiserver.cpu.Seconds()/prov.wall.Seconds(), "apiserver-cores")
+		b.ReportMetric(prov.apiserver.total()/float64(count), "apiserver-writes/machine")
+		b.ReportMetric(100*prov.machineBusy, "machine-busy-%")
 		fmt.Printf("\nSSH provider, %d Machines on %d simulated hosts (run %d of %d), poll interval %s, %d workers\n", count, count, i+1, b.N, benchPoll, benchWorkers)
 		fmt.Printf("%-34s %12s %12s %12s\n", "", "baseline", "provider", "ratio")
 		fmt.Printf("%-34s %12.2f %12.2f %11.2fx\n", "time to all provisioned (s)", base.wall.Seconds(), prov.wall.Seconds(), prov.wall.Seconds()/base.wall.Seconds())
@@ -156,6 +234,13 @@ func BenchmarkProvisionMachinesOnSimulatedHosts(b *testing.B) {
 			fmt.Printf("  %-32s %12s %12.2f\n", k, "", float64(prov.byRequest[k])/float64(count))
 		}
 		prov.timeline.print()
+		fmt.Printf("management apiserver, all clients: %.2f cores (CPU %.1f s), %.1f writes per Machine; the machine's cores %.0f%% busy\n",
+			prov.apiserver.cpu.Seconds()/prov.wall.Seconds(), prov.apiserver.cpu.Seconds(), prov.apiserver.total()/float64(count), 100*prov.machineBusy)
+		for _, k := range slices.Sorted(maps.Keys(prov.apiserver.writes)) {
+			if n := prov.apiserver.writes[k] / float64(count); n >= 0.05 {
+				fmt.Printf("  %-32s %12s %12.2f\n", k, "", n)
+			}
+		}
 		fmt.Printf("%-34s %12.1f %12.1f %11.2fx\n", "SSH execs per Machine", float64(base.execs)/float64(count), float64(prov.execs)/float64(count), float64(prov.execs)/float64(base.execs))
 	}
 }
@@ -255,9 +340,15 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 		}
 	}, 5*time.Minute).Should(Succeed())
 	md := newMachineDeployment(g, ns, "bench", cluster, data.Name, "bench")
+	pid, err := env.APIServerPID()
+	g.Expect(err).NotTo(HaveOccurred())
+	meter := apiserverMeter{pid: pid, rc: kubernetes.NewForConfigOrDie(env.Config).CoreV1().RESTClient()}
 	requests.Store(0)
 	byRequest.reset()
 	execs0 := simP.Execs
+	api0 := meter.read(g)
+	cpu0, err := benchmeter.ReadMachineCPU()
+	g.Expect(err).NotTo(HaveOccurred())
 	t0 := time.Now()
 	prov := measure(func() {
 		harness.Scale(g, env, md, int32(count))
@@ -271,6 +362,10 @@ func benchProvider(b *testing.B, g *WithT, count int, keyPEM []byte, signer ssh.
 			return n
 		}, 15*time.Minute, time.Second).Should(Equal(count))
 	})
+	prov.apiserver = meter.read(g).since(api0)
+	cpu1, err := benchmeter.ReadMachineCPU()
+	g.Expect(err).NotTo(HaveOccurred())
+	prov.machineBusy = cpu1.BusySince(cpu0)
 	prov.requests = requests.Load()
 	prov.timeline = readTimeline(sshMachines(g, ns), t0)
 	prov.byRequest = byRequest.snapshot()

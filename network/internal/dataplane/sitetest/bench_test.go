@@ -10,6 +10,7 @@ import (
 
 	netv1 "github.com/yonder-dev/yonder/network/api/v1alpha1"
 	"github.com/yonder-dev/yonder/network/internal/dataplane/topo"
+	"github.com/yonder-dev/yonder/test/benchmeter"
 	"github.com/yonder-dev/yonder/test/benchsize"
 )
 
@@ -90,9 +91,42 @@ func waitPaths(b *testing.B, lab *topo.Lab, deadline time.Time, pairs [][2]*Node
 	}
 }
 
+// gatewayLoad is what a measured run cost beyond iperf3's own CPU: the gateway daemons' CPU (embedded
+// wireguard-go encrypts and decrypts in them) and how busy the machine's cores were, so a slow path says
+// whether it ran out of cores or not.
+type gatewayLoad struct{ cores, busy float64 }
+
+// underLoad runs f and measures the daemons of nodes and the machine meanwhile.
+func underLoad(b *testing.B, nodes []*Node, f func()) gatewayLoad {
+	b.Helper()
+	daemonsCPU := func() time.Duration {
+		var sum time.Duration
+		for _, n := range nodes {
+			c, err := benchmeter.ProcessCPU(n.cmd.Process.Pid)
+			if err != nil {
+				b.Fatalf("CPU of %s's daemon: %v", n.Name, err)
+			}
+			sum += c
+		}
+		return sum
+	}
+	m0, err := benchmeter.ReadMachineCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c0, t0 := daemonsCPU(), time.Now()
+	f()
+	c1, wall := daemonsCPU(), time.Since(t0)
+	m1, err := benchmeter.ReadMachineCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gatewayLoad{cores: (c1 - c0).Seconds() / wall.Seconds(), busy: m1.BusySince(m0)}
+}
+
 // benchWireGuardL3Path switches s to --wireguard-l3 and measures the gateway pod → gateway pod path b.N
 // times: Gbit/s, CPU%/Gbit and ping RTT, summed.
-func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64) {
+func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64, load gatewayLoad) {
 	b.Helper()
 	b.StopTimer()
 	useWireGuardL3(s)
@@ -108,11 +142,13 @@ func benchWireGuardL3Path(b *testing.B, s *Sites) (gbps, cpu, rttSum float64) {
 	}
 	b.StartTimer()
 	for i := 0; i < b.N; i++ {
-		g, c := iperf(b, s.Lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		var g, c float64
+		l := underLoad(b, []*Node{ga1, gb1}, func() { g, c = iperf(b, s.Lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201) })
 		gbps, cpu = gbps+g, cpu+c
+		load.cores, load.busy = load.cores+l.cores, load.busy+l.busy
 		rttSum += rtt(b, s.Lab, ga1.Pod, gb1.PodIP.String())
 	}
-	return gbps, cpu, rttSum
+	return gbps, cpu, rttSum, load
 }
 
 var rttRe = regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`)
@@ -144,14 +180,16 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 	waitPaths(b, lab, time.Now().Add(20*time.Second), [][2]*Node{{a1, ga1}, {ga1, gb1}})
 	var veth, vx, wg, kern, vethCPU, vxCPU, wgCPU, kernCPU, vethRTT, vxRTT, wgRTT, kernRTT float64
 	var wgL3, wgL3CPU float64
+	var wgGateways, wgBusy float64 // gateway daemons' cores, machine busy fraction: summed over runs
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		g, c := iperf(b, lab, v1, v2, "10.99.0.2", 5201)
 		veth, vethCPU = veth+g, vethCPU+c
 		g, c = iperf(b, lab, a1.Pod, ga1.Pod, ga1.PodIP.String(), 5201)
 		vx, vxCPU = vx+g, vxCPU+c
-		g, c = iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201)
+		wgLoad := underLoad(b, []*Node{ga1, gb1}, func() { g, c = iperf(b, lab, ga1.Pod, gb1.Pod, gb1.PodIP.String(), 5201) })
 		wg, wgCPU = wg+g, wgCPU+c
+		wgGateways, wgBusy = wgGateways+wgLoad.cores, wgBusy+wgLoad.busy
 		// The same WireGuard devices carrying TCP directly (L3, no VXLAN inside): gateway node to gateway
 		// node over their addresses inside WireGuard. What the WireGuard path could reach without the inner
 		// VXLAN (the kernel hands the TUN TSO super-packets instead of segmented VXLAN datagrams).
@@ -178,8 +216,14 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 		}
 	}
 	// The same pod path with --wireguard-l3 (one active gateway per Site): TCP straight into WireGuard.
-	l3, l3CPU, l3RTT := benchWireGuardL3Path(b, s)
+	l3, l3CPU, l3RTT, l3Load := benchWireGuardL3Path(b, s)
 	n := float64(b.N)
+	// Where WireGuard's CPU goes: the gateway daemons (embedded wireguard-go), per Gbit/s, and whether the
+	// machine had cores left (iperf3's cpu%/Gbit above counts only the iperf3 processes).
+	b.ReportMetric(100*l3Load.cores/l3, "wireguard-l3-path-gateways-cpu%/Gbit")
+	b.ReportMetric(100*l3Load.busy/n, "wireguard-l3-path-machine-busy-%")
+	b.ReportMetric(100*wgGateways/wg, "wireguard-gateways-cpu%/Gbit")
+	b.ReportMetric(100*wgBusy/n, "wireguard-machine-busy-%")
 	b.ReportMetric(l3/n, "wireguard-l3-path-Gbit/s")
 	b.ReportMetric(l3/veth, "wireguard-l3-path-x-veth")
 	b.ReportMetric((l3RTT-vethRTT)/n, "wireguard-l3-path-added-µs")

@@ -5,6 +5,7 @@ package setup
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metal3v1 "github.com/metal3-io/baremetal-operator/apis/metal3.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,6 +48,9 @@ type Options struct {
 	// Client overrides the manager's client for the machine reconciler (tests wrap it to stop the
 	// provider at a chosen write).
 	Client client.Client
+	// RemediationHealthCheckRecordWait bounds how long a new YonderMetalRemediation waits for the
+	// MachineHealthCheck's record on its Machine before writing to it (0: 10 s; tests lengthen it).
+	RemediationHealthCheckRecordWait time.Duration
 }
 
 // SetupWebhooks registers the provider's admission webhooks with mgr.
@@ -69,7 +73,8 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("failed to set up the YonderMetalCluster reconciler: %w", err)
 	}
 	// Remediations are few and short-lived; they share the machines' concurrency.
-	remediations := &metalremediation.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.WatchFilterValue, Name: o.Name}
+	remediations := &metalremediation.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.WatchFilterValue, Name: o.Name,
+		HealthCheckRecordWait: o.RemediationHealthCheckRecordWait}
 	if err := remediations.SetupWithManager(ctx, mgr, o.Options(o.MachineConcurrency)); err != nil {
 		return fmt.Errorf("failed to set up the YonderMetalRemediation reconciler: %w", err)
 	}

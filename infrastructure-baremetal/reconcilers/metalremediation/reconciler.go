@@ -80,6 +80,9 @@ const rebootValue = `{"mode":"hard"}`
 // defaultTimeout is spec.strategy.timeout's default (for objects written without the CRD's defaults).
 const defaultTimeout = 10 * time.Minute
 
+// defaultHealthCheckRecordWait is HealthCheckRecordWait's default.
+const defaultHealthCheckRecordWait = 10 * time.Second
+
 // Reconciler reconciles YonderMetalRemediations.
 type Reconciler struct {
 	Client client.Client
@@ -90,6 +93,9 @@ type Reconciler struct {
 	WatchFilterValue string
 	// Name is the manager's name (event source).
 	Name string
+	// HealthCheckRecordWait bounds how long a new remediation waits for the MachineHealthCheck's own
+	// record on the Machine before it writes to the Machine (see waitForHealthCheckRecord); 0: 10 s.
+	HealthCheckRecordWait time.Duration
 }
 
 // SetupWithManager registers the reconciler with mgr: remediations, and the hosts they power-cycle.
@@ -222,6 +228,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, r.requestReplacement(ctx, s, reason, msg)
 	case infrav1.RemediationFailed:
 		return ctrl.Result{}, nil
+	case "":
+		if wait := r.waitForHealthCheckRecord(s); wait > 0 {
+			ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the MachineHealthCheck to record the Machine as unhealthy before touching it")
+			return ctrl.Result{RequeueAfter: min(wait, time.Second)}, nil
+		}
 	}
 	host, reason, msg, err := r.findHost(ctx, s)
 	if err != nil {
@@ -240,6 +251,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	default:
 		return r.startAttempt(ctx, s)
 	}
+}
+
+// waitForHealthCheckRecord says how much longer a remediation that has not started must wait before it
+// writes to its Machine (0: none). The MachineHealthCheck creates the remediation and only then patches the
+// Machine: HealthCheckSucceeded=False (what the MachineSet needs, with OwnerRemediated=False, to replace
+// it) and ExternallyRemediated. A first pass that writes ExternallyRemediated in between makes that patch
+// fail on a condition conflict, and CAPI v1.14's MachineHealthCheck never writes it again once the
+// remediation exists: HealthCheckSucceeded=False is lost and a Machine whose power cycles all failed is
+// never replaced (seen in CI: a remediation marked the Machine OwnerRemediated=False and its MachineSet
+// left it for good). So the first write waits until the MachineHealthCheck's record is in the cache.
+// A remediation made by hand, with no MachineHealthCheck to record anything, goes on after the bound.
+func (r *Reconciler) waitForHealthCheckRecord(s *scope) time.Duration {
+	if conditions.IsFalse(s.machine, clusterv1.MachineHealthCheckSucceededCondition) {
+		return 0
+	}
+	bound := r.HealthCheckRecordWait
+	if bound <= 0 {
+		bound = defaultHealthCheckRecordWait
+	}
+	return max(bound-time.Since(s.rem.CreationTimestamp.Time), 0)
 }
 
 // startAttempt records the next power cycle. Only the next pass puts the annotation on the host, after

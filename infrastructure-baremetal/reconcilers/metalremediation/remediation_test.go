@@ -16,9 +16,12 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
 
 	infrav1 "github.com/yonder-dev/yonder/infrastructure-baremetal/api/v1alpha1"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/reconcilers/metalremediation"
+	"github.com/yonder-dev/yonder/infrastructure-baremetal/setup"
 	"github.com/yonder-dev/yonder/infrastructure-baremetal/webhooks/admission"
 	"github.com/yonder-dev/yonder/test/harness"
 )
@@ -314,15 +317,47 @@ func TestReplacementRequestWritesOneMessageOnEveryPass(t *testing.T) {
 	g.Consistently(expect("the last pass"), 2*time.Second).Should(Succeed())
 }
 
+// The MachineHealthCheck creates a remediation and only then records the Machine as unhealthy
+// (HealthCheckSucceeded=False, which the MachineSet needs besides OwnerRemediated=False to replace it). A
+// first pass that wrote the Machine's ExternallyRemediated condition in between made that record fail on a
+// condition conflict, and the MachineHealthCheck does not write it again once the remediation exists: a CI
+// run's remediation exhausted its power cycles, marked the Machine OwnerRemediated=False, and the MachineSet
+// never replaced it. A remediation now leaves its Machine alone until the record is there (here made by
+// hand and recorded by hand, the provider's bound on that wait an hour), and then goes on: the Machine,
+// with no host to power-cycle, is replaced.
+func TestFirstWriteWaitsForTheHealthCheckRecord(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	r, _ := remediateMachineWithoutHost(t, g, "mhcrecord", func(o *setup.Options) { o.RemediationHealthCheckRecordWait = time.Hour })
+	g.Consistently(func(g Gomega) {
+		g.Expect(r.remediation(g).Status.Phase).To(BeEmpty(), "the remediation started before the MachineHealthCheck's record")
+		g.Expect(condition(r.onlyMachine(g).Status.Conditions, clusterv1.MachineExternallyRemediatedCondition)).To(BeNil(), "the Machine was written before the MachineHealthCheck's record")
+	}, 3*time.Second).Should(Succeed())
+
+	// The record, written as the MachineHealthCheck writes it (its own condition only).
+	m := r.onlyMachine(g)
+	h, err := patch.NewHelper(m, env.Client)
+	g.Expect(err).NotTo(HaveOccurred())
+	conditions.Set(m, metav1.Condition{Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
+		Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason, Message: "Condition Ready on Node is reporting status False"})
+	g.Expect(h.Patch(ctx, m, patch.WithOwnedConditions{Conditions: []string{clusterv1.MachineHealthCheckSucceededCondition}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		ms := r.machines(g)
+		g.Expect(ms).To(HaveLen(1))
+		g.Expect(ms[0].UID).NotTo(Equal(r.machine.UID), "the MachineSet replaced the Machine")
+	}).Should(Succeed())
+}
+
 // remediateMachineWithoutHost makes a Machine (a MachineDeployment of 1) whose YonderMetalMachine has no
 // host, none matching its selector, and creates the Machine's remediation as the MachineHealthCheck creates
-// one: named after the Machine, owned by it. It returns the message the remediation gives up with.
-func remediateMachineWithoutHost(t *testing.T, g *WithT, name string) (_ *rig, want string) {
+// one: named after the Machine, owned by it. It returns the message the remediation gives up with. mods
+// change the provider's options.
+func remediateMachineWithoutHost(t *testing.T, g *WithT, name string, mods ...func(*setup.Options)) (_ *rig, want string) {
 	t.Helper()
 	ctx := context.Background()
 	ns := env.CreateNamespace(ctx, t, name).Name
 	cluster := attachedCluster(t, g, ns, name)
-	startProvider(t)
+	startProvider(t, mods...)
 	tmpl := &infrav1.YonderMetalMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: infrav1.YonderMetalMachineTemplateSpec{Template: infrav1.YonderMetalMachineTemplateResource{Spec: infrav1.YonderMetalMachineSpec{
 			Image:        &infrav1.Image{URL: "http://images.example/yonder-live.iso", Format: infrav1.LiveISOFormat},

@@ -43,10 +43,15 @@ func TestMain(m *testing.M) {
 }
 
 // startProvider runs the bare-metal provider's reconcilers (machines, clusters, remediations) as main.go
-// wires them, without Yonder's host controller (started apart, startHostController).
-func startProvider(t testing.TB) *harness.Provider {
+// wires them, without Yonder's host controller (started apart, startHostController); mods change the
+// options.
+func startProvider(t testing.TB, mods ...func(*setup.Options)) *harness.Provider {
 	t.Helper()
-	return harness.StartProvider(t, env.Config, env.GetScheme(), setup.Reconcilers(setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}))
+	o := setup.Options{Controllers: manager.Controllers{SkipNameValidation: true}}
+	for _, mod := range mods {
+		mod(&o)
+	}
+	return harness.StartProvider(t, env.Config, env.GetScheme(), setup.Reconcilers(o))
 }
 
 // startHostController runs Yonder's real BareMetalHost controller, limited to ns, in a manager of its own
